@@ -1,0 +1,55 @@
+"""HF decoder -> TensorRT-LLM 1.2 checkpoint (`config.json` + `rank{r}.safetensors`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import upstream
+from ..errors import TrtspecError
+from ..fsutil import atomic_dir, read_json, write_json
+from .layout import decoder_plans
+from .safetensors_io import open_weights
+from .sharding import check_tp
+from .spec import DecoderSpec, spec_from_hf, trtllm_config
+from .writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
+
+
+def resolve_dtype(dtype: str, hf_dir: Path) -> str:
+    """'auto' means the HF checkpoint's own dtype (float16 when it names none we can write)."""
+    if dtype == "auto":
+        hf = read_json(Path(hf_dir) / "config.json", "HF config.json")
+        dtype = str(hf.get("torch_dtype") or hf.get("dtype") or "float16").replace("torch.", "")
+        return dtype if dtype in upstream.DTYPES else "float16"
+    if dtype not in upstream.DTYPES:
+        raise TrtspecError(f"--dtype: {dtype!r} is not one of {', '.join(upstream.DTYPES)} or auto")
+    return dtype
+
+
+def check_decoder_tp(spec: DecoderSpec, tp: int, where: Path) -> None:
+    if tp < 1:
+        raise TrtspecError(f"--tp: expected a positive integer, got {tp}")
+    check_tp(spec.num_heads, spec.num_kv_heads, spec.intermediate_size, tp, str(where / "config.json"))
+
+
+def convert_hf(hf_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
+               overwrite: bool = False) -> Path:
+    """Convert an HF Llama/Mistral/Qwen2/Qwen3 directory into a TRT-LLM checkpoint at `out_dir`.
+
+    The embedding is written vocab-parallel (padded, split on dim 0), as ModelOpt's TRT-LLM export
+    does; every input is checked (names, shapes) before a byte is written.
+    """
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    spec = spec_from_hf(hf_dir)
+    check_decoder_tp(spec, tp, hf_dir)
+    dtype = resolve_dtype(dtype, hf_dir)
+    weights = open_weights(hf_dir)
+    plans = decoder_plans(spec, parallel_embedding=True)
+    allowed = {"base": {"lm_head.weight"}} if spec.tie_word_embeddings else None
+    validate_sources(plans, {"base": weights}, allowed)
+    with atomic_dir(out_dir, overwrite) as tmp:
+        write_ranks(tmp, plans, {"base": weights}, tp, dtype)
+        write_json(tmp / "config.json", trtllm_config(spec, dtype, tp, parallel_embedding=True))
+        copy_tokenizer(hf_dir, tmp)
+        write_manifest(tmp, "decoder", [source_record("hf", hf_dir, weights)],
+                       {"dtype": dtype, "tp": tp, "family": spec.family})
+    return out_dir
