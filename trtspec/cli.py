@@ -1,0 +1,109 @@
+"""The `trtspec` command line: one Typer app, each subcommand a thin call into a stage module."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import TrtspecError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Speculative decoding for TensorRT-LLM: convert, quantize, build, tune, serve, measure.")
+
+
+@app.command()
+def convert(
+    hf: Path = typer.Option(..., "--hf", help="HF model directory (the target, or the EAGLE base)."),
+    out: Path = typer.Option(..., "--out", help="Output checkpoint directory (must not exist or be empty)."),
+    dtype: str = typer.Option("auto", help="float16 | bfloat16 | float32 | auto (the HF dtype)."),
+    tp: int = typer.Option(1, help="Tensor-parallel size (number of rank files)."),
+    eagle: Optional[Path] = typer.Option(None, help="SafeAILab-style EAGLE-1 head directory."),
+    draft: Optional[Path] = typer.Option(None, help="HF draft model directory (draft-target pair)."),
+    max_draft_len: int = typer.Option(63, help="EAGLE: maximum number of tree nodes."),
+    num_eagle_layers: int = typer.Option(4, help="EAGLE: tree depth (drafter invocations per step)."),
+    max_non_leaves: int = typer.Option(10, help="EAGLE: maximum non-leaf nodes per tree level."),
+    allow_pickle: bool = typer.Option(False, help="Allow a pytorch_model.bin EAGLE head (weights_only=True)."),
+):
+    """Convert HF weights into a TensorRT-LLM 1.2 checkpoint (plain, EAGLE, or a draft-target pair)."""
+    from .checkpoints import convert as conv
+
+    if eagle and draft:
+        raise TrtspecError("--eagle and --draft are mutually exclusive")
+    if eagle:
+        from .checkpoints.eagle import convert_eagle
+
+        convert_eagle(hf, eagle, out, dtype=dtype, tp=tp, max_draft_len=max_draft_len,
+                      num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves,
+                      allow_pickle=allow_pickle)
+    elif draft:
+        from .checkpoints.pair import convert_pair
+
+        convert_pair(hf, draft, out, dtype=dtype, tp=tp)
+    else:
+        conv.convert_hf(hf, out, dtype=dtype, tp=tp)
+    typer.echo(f"wrote {out}")
+
+
+@app.command()
+def generate(
+    ckpt: Path = typer.Option(..., "--ckpt", help="TRT-LLM checkpoint directory (plain or EAGLE)."),
+    draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
+    draft_len: int = typer.Option(4, "--draft-len", help="Draft tokens per step (draft-target)."),
+    eagle_choices: Optional[str] = typer.Option(None, "--eagle-choices", help="EAGLE tree as JSON, e.g. [[0],[1],[0,0]]."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="Prompt text (uses the checkpoint's tokenizer)."),
+    prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="Prompt token ids as a JSON list."),
+    chat: bool = typer.Option(False, help="Render --prompt with the tokenizer's chat template."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
+    ignore_eos: bool = typer.Option(False, help="Do not stop at the end-of-sequence token."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree."""
+    from .runtime.generate import run_generate
+
+    if (prompt is None) == (prompt_ids is None):
+        raise TrtspecError("give exactly one of --prompt or --prompt-ids")
+    ids = None
+    if prompt_ids is not None:
+        try:
+            ids = json.loads(prompt_ids)
+            assert isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids)
+        except (json.JSONDecodeError, AssertionError):
+            raise TrtspecError("--prompt-ids: expected a non-empty JSON list of integers") from None
+    choices = None
+    if eagle_choices is not None:
+        try:
+            choices = json.loads(eagle_choices)
+        except json.JSONDecodeError as e:
+            raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
+    result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
+                          draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
+                          eagle_choices=choices, ignore_eos=ignore_eos)
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        typer.echo(result["text"] if result["text"] is not None else result["output_ids"])
+        if result["acceptance_length"] is not None:
+            typer.echo(f"acceptance length {result['acceptance_length']:.3f} over {result['steps']} target steps",
+                       err=True)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except TrtspecError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
