@@ -49,3 +49,53 @@ def make_hf_model(family: str, out: Path, seed: int = 0, dtype=torch.float32, **
                 p.mul_(4.0)
     model.to(dtype).save_pretrained(out, safe_serialization=True)
     return model
+
+
+def make_eagle_head(base_dir: Path, out: Path, seed: int = 1, num_layers: int = 1, with_fc_bias: bool = True,
+                    with_embed: bool = True, fmt: str = "safetensors", extra: dict | None = None) -> dict:
+    """A random SafeAILab-style EAGLE-1 head for the HF model in `base_dir`: `embed_tokens`, `fc`
+    (2H -> H), `layers.{j}` of a Llama decoder (no input_layernorm in layer 0), plus a config.json.
+    Returns the tensors written."""
+    import json
+
+    from safetensors.torch import save_file
+
+    base = json.loads((Path(base_dir) / "config.json").read_text())
+    H, I, V = base["hidden_size"], base["intermediate_size"], base["vocab_size"]
+    nh, nkv = base["num_attention_heads"], base.get("num_key_value_heads", base["num_attention_heads"])
+    hd = base.get("head_dim") or H // nh
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=0.2):
+        return (torch.randn(*shape, generator=g) * scale).contiguous()
+
+    t = {"fc.weight": rnd(H, 2 * H)}
+    if with_fc_bias:
+        t["fc.bias"] = rnd(H)
+    if with_embed:
+        t["embed_tokens.weight"] = rnd(V, H, scale=1.0)
+    for j in range(num_layers):
+        p = f"layers.{j}."
+        t[p + "self_attn.q_proj.weight"] = rnd(nh * hd, H)
+        t[p + "self_attn.k_proj.weight"] = rnd(nkv * hd, H)
+        t[p + "self_attn.v_proj.weight"] = rnd(nkv * hd, H)
+        t[p + "self_attn.o_proj.weight"] = rnd(H, nh * hd)
+        t[p + "mlp.gate_proj.weight"] = rnd(I, H)
+        t[p + "mlp.up_proj.weight"] = rnd(I, H)
+        t[p + "mlp.down_proj.weight"] = rnd(H, I)
+        t[p + "post_attention_layernorm.weight"] = 1.0 + rnd(H, scale=0.05)
+        if j > 0:
+            t[p + "input_layernorm.weight"] = 1.0 + rnd(H, scale=0.05)
+    t.update(extra or {})
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {k: base[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                "num_key_value_heads", "vocab_size", "rms_norm_eps", "max_position_embeddings",
+                                "rope_theta", "hidden_act") if k in base}
+    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=num_layers)
+    (out / "config.json").write_text(json.dumps(cfg))
+    if fmt == "safetensors":
+        save_file(t, str(out / "model.safetensors"))
+    else:
+        torch.save(t, out / "pytorch_model.bin")
+    return t
