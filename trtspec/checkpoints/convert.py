@@ -38,18 +38,33 @@ def convert_hf(hf_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
     The embedding is written vocab-parallel (padded, split on dim 0), as ModelOpt's TRT-LLM export
     does; every input is checked (names, shapes) before a byte is written.
     """
-    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    spec = spec_from_hf(hf_dir)
-    check_decoder_tp(spec, tp, hf_dir)
-    dtype = resolve_dtype(dtype, hf_dir)
-    weights = open_weights(hf_dir)
-    plans = decoder_plans(spec, parallel_embedding=True)
-    allowed = {"base": {"lm_head.weight"}} if spec.tie_word_embeddings else None
-    validate_sources(plans, {"base": weights}, allowed)
-    with atomic_dir(out_dir, overwrite) as tmp:
-        write_ranks(tmp, plans, {"base": weights}, tp, dtype)
-        write_json(tmp / "config.json", trtllm_config(spec, dtype, tp, parallel_embedding=True))
-        copy_tokenizer(hf_dir, tmp)
-        write_manifest(tmp, "decoder", [source_record("hf", hf_dir, weights)],
-                       {"dtype": dtype, "tp": tp, "family": spec.family})
-    return out_dir
+    with atomic_dir(Path(out_dir), overwrite) as tmp:
+        write_decoder(prepare_decoder(hf_dir, dtype, tp), tmp)
+    return Path(out_dir)
+
+
+class PreparedDecoder:
+    """An HF decoder whose inputs were fully checked; `write_decoder` then only writes."""
+
+    def __init__(self, hf_dir: Path, dtype: str, tp: int):
+        self.hf_dir = Path(hf_dir)
+        self.spec = spec_from_hf(self.hf_dir)
+        check_decoder_tp(self.spec, tp, self.hf_dir)
+        self.dtype = resolve_dtype(dtype, self.hf_dir)
+        self.tp = tp
+        self.weights = open_weights(self.hf_dir)
+        self.plans = decoder_plans(self.spec, parallel_embedding=True)
+        allowed = {"base": {"lm_head.weight"}} if self.spec.tie_word_embeddings else None
+        validate_sources(self.plans, {"base": self.weights}, allowed)
+
+
+def prepare_decoder(hf_dir: Path, dtype: str = "auto", tp: int = 1) -> PreparedDecoder:
+    return PreparedDecoder(hf_dir, dtype, tp)
+
+
+def write_decoder(d: PreparedDecoder, out: Path) -> None:
+    write_ranks(out, d.plans, {"base": d.weights}, d.tp, d.dtype, label=f"converting {d.hf_dir.name}")
+    write_json(out / "config.json", trtllm_config(d.spec, d.dtype, d.tp, parallel_embedding=True))
+    copy_tokenizer(d.hf_dir, out)
+    write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)],
+                   {"dtype": d.dtype, "tp": d.tp, "family": d.spec.family})

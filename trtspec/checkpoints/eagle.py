@@ -1,0 +1,156 @@
+"""Base HF model + SafeAILab-style EAGLE-1 head -> one `EagleForCausalLM` TRT-LLM checkpoint.
+
+Layout (trtllm.md §4.2-4.3): the base decoder as usual, plus `num_eagle_layers` identical clones of
+the head under `eagle_nets.{i}` - TRT-LLM runs one clone per tree level inside the engine. Each
+clone is `drafter.{vocab_embedding, fc, layers.*}` + `lm_head` (the base lm_head). Layer 0 of the
+drafter has no input_layernorm; a head without `fc.bias` gets zeros, a head without `embed_tokens`
+gets the base embedding.
+
+Only heads the engine flow can represent are accepted. EAGLE-3 heads (reduced draft vocabulary
+`d2t`/`t2d`, their own lm_head, fc over 3 hidden states) and non-Llama bases go through the LLM-API
+(PyTorch backend) route instead.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from .. import upstream
+from ..errors import TrtspecError
+from ..fsutil import atomic_dir, write_json
+from .convert import check_decoder_tp, resolve_dtype
+from .layout import Source, TensorPlan, decoder_plans, layer_plans, qkv_shard
+from .safetensors_io import WeightSource, open_weights
+from .sharding import Shard, check_tp
+from .spec import DecoderSpec, spec_from_hf, trtllm_config
+from .writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
+
+PYTORCH_ROUTE = ("the TensorRT engine flow cannot represent it; serve it with the LLM-API "
+                 "(PyTorch backend) route instead (trtspec triton --flavor llmapi)")
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+
+
+def check_eagle_options(max_draft_len: int, num_eagle_layers: int, max_non_leaves: int) -> None:
+    if not 1 <= max_draft_len <= upstream.EAGLE_MAX_DRAFT_LEN_LIMIT:
+        raise TrtspecError(f"--max-draft-len: {max_draft_len} is outside [1, {upstream.EAGLE_MAX_DRAFT_LEN_LIMIT}] "
+                           "(TensorRT-LLM's EAGLE limit)")
+    if num_eagle_layers < 1:
+        raise TrtspecError(f"--num-eagle-layers: expected >= 1, got {num_eagle_layers}")
+    if max_non_leaves < 1:
+        raise TrtspecError(f"--max-non-leaves: expected >= 1, got {max_non_leaves}")
+
+
+def head_spec(base: DecoderSpec, head_dir: Path, head: WeightSource) -> DecoderSpec:
+    """The head's decoder dims: its config.json where present, else the base's; vocab and RoPE
+    always come from the base (the head shares the base's embedding space and positions)."""
+    refuse = [n for n in head.names() if n in ("d2t", "t2d") or n.startswith("midlayer.")]
+    if refuse:
+        raise TrtspecError(f"{head_dir}: tensor '{refuse[0]}' marks an EAGLE-3 head; {PYTORCH_ROUTE}")
+    if "lm_head.weight" in head:
+        raise TrtspecError(f"{head_dir}: the head has its own 'lm_head.weight'; EAGLE-1 engines use the "
+                           f"base lm_head, so {PYTORCH_ROUTE}")
+    if "fc.weight" not in head:
+        raise TrtspecError(f"{head_dir}: missing tensor 'fc.weight' (not an EAGLE-1 head)")
+    fc = head.shape("fc.weight")
+    if len(fc) != 2 or fc[0] != base.hidden_size:
+        raise TrtspecError(f"{head_dir}: head/base hidden-size mismatch: 'fc.weight' has shape {list(fc)}, "
+                           f"expected [{base.hidden_size}, {2 * base.hidden_size}] for the base's hidden_size "
+                           f"{base.hidden_size}")
+    if fc[1] != 2 * base.hidden_size:
+        raise TrtspecError(f"{head_dir}: 'fc.weight' has shape {list(fc)}; an EAGLE-1 fc takes "
+                           f"2*hidden={2 * base.hidden_size} inputs (3*hidden is EAGLE-3); {PYTORCH_ROUTE}")
+    cfg = {}
+    if (head_dir / "config.json").is_file():
+        from ..fsutil import read_json
+
+        cfg = read_json(head_dir / "config.json", "EAGLE head config.json")
+        if int(cfg.get("hidden_size", base.hidden_size)) != base.hidden_size:
+            raise TrtspecError(f"{head_dir / 'config.json'}: head/base hidden-size mismatch: hidden_size="
+                               f"{cfg['hidden_size']}, base has {base.hidden_size}")
+    layers = {int(m.group(1)) for n in head.names() if (m := _LAYER.match(n))}
+    num_layers = int(cfg.get("num_hidden_layers") or (max(layers) + 1 if layers else 0))
+    if num_layers < 1:
+        raise TrtspecError(f"{head_dir}: the head has no decoder layers ('layers.0.*')")
+    heads = int(cfg.get("num_attention_heads", base.num_heads))
+    return replace(
+        base, architecture="LlamaForCausalLM", family="llama", num_layers=num_layers, num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_size=int(cfg.get("head_dim") or base.hidden_size // heads),
+        intermediate_size=int(cfg.get("intermediate_size", base.intermediate_size)),
+        norm_eps=float(cfg.get("rms_norm_eps", base.norm_eps)), attn_bias=False, qk_norm=False,
+        tie_word_embeddings=False)
+
+
+def eagle_plans(base: DecoderSpec, head: DecoderSpec, head_weights: WeightSource,
+                num_eagle_layers: int) -> list[TensorPlan]:
+    H, V = base.hidden_size, base.vocab_size
+    embed = (Source("head", "embed_tokens.weight", (V, H)) if "embed_tokens.weight" in head_weights
+             else Source("base", "model.embed_tokens.weight", (V, H)))
+    lm_head = Source("base", "model.embed_tokens.weight" if base.tie_word_embeddings else "lm_head.weight", (V, H))
+    fc_bias = (Source("head", "fc.bias", (H,)),) if "fc.bias" in head_weights else ()  # () = zeros
+    plans = decoder_plans(base, parallel_embedding=False)
+    for i in range(num_eagle_layers):
+        p = f"eagle_nets.{i}."
+        plans += [
+            TensorPlan(p + "drafter.vocab_embedding.weight", (V, H), Shard("replicate"), (embed,)),
+            TensorPlan(p + "drafter.fc.weight", (H, 2 * H), Shard("col"), (Source("head", "fc.weight", (H, 2 * H)),)),
+            TensorPlan(p + "drafter.fc.bias", (H,), Shard("col"), fc_bias),
+        ]
+        for j in range(head.num_layers):
+            plans += layer_plans(head, "head", "", p + "drafter.", j, qkv_shard(head), input_norm=j > 0)
+        plans.append(TensorPlan(p + "lm_head.weight", (V, H), Shard("vocab"), (lm_head,)))
+    return plans
+
+
+def eagle_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp: int, max_draft_len: int,
+                 num_eagle_layers: int, max_non_leaves: int) -> dict:
+    cfg = trtllm_config(base, dtype, tp, parallel_embedding=False)
+    net = trtllm_config(head, dtype, tp, parallel_embedding=False)
+    net.pop("tie_word_embeddings")
+    net["head_dim"] = head.head_size
+    cfg.update(architecture=upstream.EAGLE_ARCHITECTURE, max_draft_len=max_draft_len,
+               num_eagle_layers=num_eagle_layers, max_non_leaves_per_layer=max_non_leaves,
+               head_dim=base.head_size, eagle_net_config=net)
+    return cfg
+
+
+def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
+                  max_draft_len: int = upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN,
+                  num_eagle_layers: int = upstream.EAGLE_DEFAULT_NUM_LAYERS,
+                  max_non_leaves: int = upstream.EAGLE_DEFAULT_MAX_NON_LEAVES,
+                  allow_pickle: bool = False, overwrite: bool = False) -> Path:
+    """Merge `head_dir` into `base_hf` and write an EagleForCausalLM checkpoint at `out_dir`."""
+    base_hf, head_dir = Path(base_hf), Path(head_dir)
+    check_eagle_options(max_draft_len, num_eagle_layers, max_non_leaves)
+    base = spec_from_hf(base_hf)
+    if base.family not in upstream.EAGLE_BASE_FAMILIES:
+        raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
+                           f"{base.architecture}; {PYTORCH_ROUTE}")
+    check_decoder_tp(base, tp, base_hf)
+    dtype = resolve_dtype(dtype, base_hf)
+    sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
+    head = head_spec(base, head_dir, sources["head"])
+    check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")
+    plans = eagle_plans(base, head, sources["head"], num_eagle_layers)
+    dropped = {"layers.0.input_layernorm.weight"} & sources["head"].names()
+    if dropped:  # HASS/EAGLE-3-style heads normalise layer 0's input; the engine's drafter cannot
+        print(f"warning: {head_dir}: dropping 'layers.0.input_layernorm.weight' (EagleForCausalLM's "
+              "drafter has no input norm in layer 0); expect lower acceptance", file=sys.stderr)
+    allowed = {"base": {"lm_head.weight"} if base.tie_word_embeddings else set(), "head": dropped}
+    validate_sources(plans, sources, allowed)
+    with atomic_dir(Path(out_dir), overwrite) as tmp:
+        write_ranks(tmp, plans, sources, tp, dtype, label="converting base + EAGLE head")
+        write_json(tmp / "config.json", eagle_config(base, head, dtype, tp, max_draft_len,
+                                                     num_eagle_layers, max_non_leaves))
+        copy_tokenizer(base_hf, tmp)
+        write_manifest(tmp, "eagle", [source_record("hf", base_hf, sources["base"]),
+                                      source_record("eagle_head", head_dir, sources["head"])],
+                       {"dtype": dtype, "tp": tp, "max_draft_len": max_draft_len,
+                        "num_eagle_layers": num_eagle_layers, "max_non_leaves_per_layer": max_non_leaves,
+                        "dropped_tensors": sorted(dropped),
+                        "zero_fc_bias": "fc.bias" not in sources["head"],
+                        "embedding_from_base": "embed_tokens.weight" not in sources["head"]})
+    return Path(out_dir)

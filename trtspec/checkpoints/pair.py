@@ -1,0 +1,73 @@
+"""Draft-target pairs: `target/` and `draft/` checkpoints that provably share a tokenizer.
+
+TRT-LLM's draft-target mode compares token ids, so a draft with a different tokenizer is not an
+error there, only an acceptance rate near zero. We refuse it up front and name the first difference.
+Embedding sizes may differ (Qwen2.5-0.5B pads its vocab to 151936, 7B to 152064): what matters is
+that both cover every id the shared tokenizer can produce.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import upstream
+from ..errors import TrtspecError
+from ..fsutil import atomic_dir, read_json
+from .convert import prepare_decoder, write_decoder
+from .writer import source_record, write_manifest
+
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+
+
+def load_tokenizer(model_dir: Path, role: str):
+    if not any((Path(model_dir) / f).is_file() for f in upstream.TOKENIZER_FILES[:5]):
+        raise TrtspecError(f"{model_dir}: no tokenizer files (tokenizer.json or tokenizer.model); "
+                           f"cannot check that the {role} shares the other model's tokenizer")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as e:  # transformers raises many kinds for a broken tokenizer
+        raise TrtspecError(f"{model_dir}: cannot load the {role} tokenizer ({type(e).__name__}: {e})") from None
+
+
+def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> int:
+    """Raise TrtspecError naming the first difference; return the shared tokenizer size."""
+    t_tok, d_tok = load_tokenizer(target_dir, "target"), load_tokenizer(draft_dir, "draft")
+    t_vocab, d_vocab = t_tok.get_vocab(), d_tok.get_vocab()
+    t_by_id = {i: tok for tok, i in t_vocab.items()}
+    d_by_id = {i: tok for tok, i in d_vocab.items()}
+    for i in sorted(set(t_by_id) | set(d_by_id)):
+        if t_by_id.get(i) != d_by_id.get(i):
+            raise TrtspecError(
+                f"{draft_dir}: draft tokenizer differs from the target's ({target_dir}) at token id {i}: "
+                f"target {t_by_id.get(i)!r}, draft {d_by_id.get(i)!r} (draft and target must share a tokenizer)")
+    for attr in SPECIAL_TOKENS:
+        if getattr(t_tok, attr) != getattr(d_tok, attr):
+            raise TrtspecError(f"{draft_dir}: draft {attr}={getattr(d_tok, attr)} but target has "
+                               f"{getattr(t_tok, attr)} (draft and target must share special tokens)")
+    size = len(t_by_id)
+    for role, d in (("target", target_dir), ("draft", draft_dir)):
+        vocab = read_json(Path(d) / "config.json", "HF config.json").get("vocab_size", 0)
+        if vocab < size:
+            raise TrtspecError(f"{Path(d) / 'config.json'}: {role} vocab_size={vocab} is smaller than the "
+                               f"shared tokenizer's {size} tokens")
+    return size
+
+
+def convert_pair(target_hf: Path, draft_hf: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
+                 draft_tp: int | None = None, overwrite: bool = False) -> Path:
+    """Write `out_dir/target` and `out_dir/draft` TRT-LLM checkpoints (each quantizable later on
+    its own) after checking that the two share vocabulary and tokenizer."""
+    size = check_same_tokenizer(Path(target_hf), Path(draft_hf))
+    target = prepare_decoder(target_hf, dtype, tp)
+    draft = prepare_decoder(draft_hf, dtype, tp if draft_tp is None else draft_tp)
+    with atomic_dir(Path(out_dir), overwrite) as tmp:
+        for name, d in (("target", target), ("draft", draft)):
+            (tmp / name).mkdir()
+            write_decoder(d, tmp / name)
+        write_manifest(tmp, "draft-target-pair",
+                       [source_record("target", target.hf_dir, target.weights),
+                        source_record("draft", draft.hf_dir, draft.weights)],
+                       {"dtype": target.dtype, "tp": target.tp, "draft_tp": draft.tp, "tokenizer_size": size})
+    return Path(out_dir)
