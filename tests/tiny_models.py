@@ -99,3 +99,20 @@ def make_eagle_head(base_dir: Path, out: Path, seed: int = 1, num_layers: int = 
     else:
         torch.save(t, out / "pytorch_model.bin")
     return t
+
+
+def save_tiny_tokenizer(out: Path, vocab_size: int = 1001, rename: dict[int, str] | None = None) -> None:
+    """A word-level tokenizer over tokens 't0'..'t{V-1}' (ids 0..2 are <unk>, <s>, </s>), saved
+    as an HF fast tokenizer in `out`. `rename` swaps the text of some ids (to make a mismatch)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"t{i}": i for i in range(3, vocab_size)})
+    for i, text in (rename or {}).items():
+        vocab = {k: v for k, v in vocab.items() if v != i}
+        vocab[text] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(str(out))

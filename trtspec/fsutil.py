@@ -28,7 +28,7 @@ def check_output_dir(out: Path, overwrite: bool = False) -> None:
     probe = parent
     while not probe.exists():  # the nearest existing ancestor must be writable
         probe = probe.parent
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise TrtspecError(f"{out}: cannot write here ({probe} is not writable)")
 
 
