@@ -68,3 +68,6 @@ def write_decoder(d: PreparedDecoder, out: Path) -> None:
     copy_tokenizer(d.hf_dir, out)
     write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)],
                    {"dtype": d.dtype, "tp": d.tp, "family": d.spec.family})
+    from .validate import validate_checkpoint
+
+    validate_checkpoint(out)  # header-only self-check before the directory is renamed into place

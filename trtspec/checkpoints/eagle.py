@@ -84,13 +84,13 @@ def head_spec(base: DecoderSpec, head_dir: Path, head: WeightSource) -> DecoderS
         tie_word_embeddings=False)
 
 
-def eagle_plans(base: DecoderSpec, head: DecoderSpec, head_weights: WeightSource,
-                num_eagle_layers: int) -> list[TensorPlan]:
+def eagle_plans(base: DecoderSpec, head: DecoderSpec, num_eagle_layers: int,
+                head_has_embedding: bool = True, head_has_fc_bias: bool = True) -> list[TensorPlan]:
     H, V = base.hidden_size, base.vocab_size
-    embed = (Source("head", "embed_tokens.weight", (V, H)) if "embed_tokens.weight" in head_weights
+    embed = (Source("head", "embed_tokens.weight", (V, H)) if head_has_embedding
              else Source("base", "model.embed_tokens.weight", (V, H)))
     lm_head = Source("base", "model.embed_tokens.weight" if base.tie_word_embeddings else "lm_head.weight", (V, H))
-    fc_bias = (Source("head", "fc.bias", (H,)),) if "fc.bias" in head_weights else ()  # () = zeros
+    fc_bias = (Source("head", "fc.bias", (H,)),) if head_has_fc_bias else ()  # () = zeros
     plans = decoder_plans(base, parallel_embedding=False)
     for i in range(num_eagle_layers):
         p = f"eagle_nets.{i}."
@@ -134,7 +134,8 @@ def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "au
     sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
     head = head_spec(base, head_dir, sources["head"])
     check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")
-    plans = eagle_plans(base, head, sources["head"], num_eagle_layers)
+    plans = eagle_plans(base, head, num_eagle_layers, "embed_tokens.weight" in sources["head"],
+                        "fc.bias" in sources["head"])
     dropped = {"layers.0.input_layernorm.weight"} & sources["head"].names()
     if dropped:  # HASS/EAGLE-3-style heads normalise layer 0's input; the engine's drafter cannot
         print(f"warning: {head_dir}: dropping 'layers.0.input_layernorm.weight' (EagleForCausalLM's "
@@ -153,4 +154,7 @@ def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "au
                         "dropped_tensors": sorted(dropped),
                         "zero_fc_bias": "fc.bias" not in sources["head"],
                         "embedding_from_base": "embed_tokens.weight" not in sources["head"]})
+        from .validate import validate_checkpoint
+
+        validate_checkpoint(tmp)
     return Path(out_dir)
