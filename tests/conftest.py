@@ -1,0 +1,26 @@
+"""Shared fixtures. The SmolLM2 ones build the embedded default model once per machine (about a
+minute, cached under $TRTSPEC_CACHE or ~/.cache/trtspec) and are used by `@pytest.mark.slow` tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the model hub
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """HF directory of SmolLM2-135M-Instruct (fp32, tokenizer fixed), built from the packaged GGUF."""
+    from trtspec.checkpoints.default_model import smollm2_dir
+
+    return smollm2_dir()
+
+
+@pytest.fixture(scope="session")
+def smollm2_draft_hf(smollm2_hf, tmp_path_factory):
+    """A same-tokenizer draft: the first 6 of SmolLM2's 30 layers plus its norm and tied LM head."""
+    from trtspec.checkpoints.derive import truncate_layers
+
+    return truncate_layers(smollm2_hf, tmp_path_factory.mktemp("smollm2_draft") / "draft", 6)
