@@ -39,6 +39,9 @@ def atomic_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
     check_output_dir(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the artifact gets ordinary permissions
     try:
         yield tmp
         if out.exists():
