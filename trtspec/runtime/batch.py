@@ -1,0 +1,70 @@
+"""Per-request bookkeeping shared by every decoding loop: emitted ids, stop conditions, metrics.
+
+A loop hands each request the tokens one target step produced (1 for greedy, accepted + 1 for
+speculative steps); `emit` cuts them at max_new_tokens or at the first eos, which is the only
+place output is truncated. Metrics are recorded by the loop before that cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import TrtspecError
+from .stats import GenerationResult, RequestStats
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    max_new_tokens: int
+    eos_ids: frozenset[int] = frozenset()
+    output: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    stats: RequestStats = field(default_factory=RequestStats)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def tokens(self) -> list[int]:
+        """Prompt + everything emitted so far (the committed sequence)."""
+        return self.prompt + self.output
+
+    def emit(self, new: list[int]) -> None:
+        for t in new:
+            if len(self.output) >= self.max_new_tokens:
+                break
+            self.output.append(int(t))
+            if int(t) in self.eos_ids:
+                self.finish_reason = "eos"
+                return
+        if len(self.output) >= self.max_new_tokens:
+            self.finish_reason = "length"
+
+    def result(self) -> GenerationResult:
+        return GenerationResult(list(self.prompt), list(self.output), self.finish_reason or "length", self.stats)
+
+
+def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_size: int,
+                  max_positions: int = 0) -> list[Request]:
+    """Check the prompts (clear errors, not an index error inside torch) and wrap them."""
+    if max_new_tokens < 1:
+        raise TrtspecError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+    if not prompts:
+        raise TrtspecError("no prompts given")
+    for i, p in enumerate(prompts):
+        if not p:
+            raise TrtspecError(f"prompt {i} is empty")
+        bad = [t for t in p if not 0 <= int(t) < vocab_size]
+        if bad:
+            raise TrtspecError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    eos = frozenset(int(e) for e in (eos_ids or ()))
+    return [Request([int(t) for t in p], max_new_tokens, eos, stats=RequestStats(max_positions=max_positions))
+            for p in prompts]
+
+
+def active_rows(requests: list[Request]) -> torch.Tensor:
+    return torch.tensor([b for b, r in enumerate(requests) if not r.done], dtype=torch.long)

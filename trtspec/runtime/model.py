@@ -1,0 +1,142 @@
+"""The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) as plain functions over checkpoint weights.
+
+    x = embed(tokens)
+    for each layer:  x = x + attn(rmsnorm(x));  x = x + mlp(rmsnorm(x))
+    h = rmsnorm_f(x);  logits = lm_head(h)
+
+attn: qkv = W_qkv x (+ bias, Qwen2); q, k per-head RMSNorm (Qwen3); RoPE on q, k; softmax(q k^T /
+sqrt(hd)) v over the cached slots the mask allows; o_proj. mlp: proj(silu(fc(x)) * gate(x)).
+
+Every forward is "write T new tokens after the committed cache of each row, attend through a mask":
+that one shape covers prefill (ragged, right-padded), greedy steps (T=1), draft-target chains and
+EAGLE trees (T = 1 + nodes with a tree mask and depth positions). See kv_cache.py for the rules.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoints.spec import DecoderSpec
+from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
+from . import rope
+from .kv_cache import KVCache, attention_mask, causal
+from .weights import LayerWeights, check_unquantized, load, load_layer
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF LlamaRMSNorm: normalise in float32, cast back, then scale."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return w * xf.to(x.dtype)
+
+
+def attention(x: torch.Tensor, w: LayerWeights, spec: DecoderSpec, cache: KVCache, layer: int,
+              rows: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              mask: torch.Tensor) -> torch.Tensor:
+    B, T, _ = x.shape
+    nh, nkv, hd = spec.num_heads, spec.num_kv_heads, spec.head_size
+    qkv = F.linear(x, w.qkv, w.qkv_bias)
+    q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+    q, k, v = q.view(B, T, nh, hd), k.view(B, T, nkv, hd), v.view(B, T, nkv, hd)
+    if w.q_norm is not None:
+        q, k = rms_norm(q, w.q_norm, spec.norm_eps), rms_norm(k, w.k_norm, spec.norm_eps)
+    q = rope.apply(q.transpose(1, 2), cos, sin)  # [B, nh, T, hd]
+    k = rope.apply(k.transpose(1, 2), cos, sin).transpose(1, 2)  # cached post-RoPE, [B, T, nkv, hd]
+    cache.write(layer, rows, slots, k, v)
+    k_all, v_all = cache.read(layer, rows, mask.shape[-1])  # [B, S, nkv, hd]
+    k_all = k_all.transpose(1, 2).repeat_interleave(nh // nkv, dim=1)  # GQA: kv head j serves q heads j*g..
+    v_all = v_all.transpose(1, 2).repeat_interleave(nh // nkv, dim=1)
+    out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask[:, None])
+    return F.linear(out.transpose(1, 2).reshape(B, T, nh * hd), w.dense)
+
+
+def mlp(x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
+    return F.linear(F.silu(F.linear(x, w.fc)) * F.linear(x, w.gate), w.proj)
+
+
+def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
+               cache: KVCache, rows: torch.Tensor | None, pos_offsets: torch.Tensor | None,
+               block_mask: torch.Tensor | None) -> torch.Tensor:
+    """The decoder layers over x [b', T, H] for cache rows `rows` (all rows when None).
+
+    block_mask [T, W] or [b', T, W] covers the W uncommitted slots after lens (the W - T written by
+    earlier uncommitted forwards, then this block); causal [T, T] by default. pos_offsets [T] or
+    [b', T] are RoPE positions relative to lens (default: the slot offsets W - T + arange(T)).
+    """
+    B, T, _ = x.shape
+    rows = torch.arange(cache.batch) if rows is None else rows
+    block_mask = causal(T) if block_mask is None else block_mask
+    offset = block_mask.shape[-1] - T
+    if pos_offsets is None:
+        pos_offsets = offset + torch.arange(T)
+    lens = cache.lens[rows]
+    positions = lens[:, None] + pos_offsets  # [b', T]
+    slots = cache.write_slots(rows, offset, T)
+    mask = attention_mask(lens, block_mask, int(slots.max()) + 1)
+    cos, sin = rope.cos_sin(freq, positions, x.dtype)
+    for i, w in enumerate(layers):
+        h = x if w.input_norm is None else rms_norm(x, w.input_norm, spec.norm_eps)
+        x = x + attention(h, w, spec, cache, i, rows, slots, cos, sin, mask)
+        x = x + mlp(rms_norm(x, w.post_norm, spec.norm_eps), w)
+    return x
+
+
+class Decoder:
+    """A base model loaded from a TRT-LLM checkpoint (TP ranks merged, weights in `dtype`)."""
+
+    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32):
+        check_unquantized(ckpt)
+        self.spec, self.dtype, self.path = ckpt.spec, dtype, ckpt.path
+        s = self.spec
+        self.embed = load(ckpt, "transformer.vocab_embedding.weight", dtype)
+        self.layers = [load_layer(ckpt, f"transformer.layers.{i}.", s, dtype) for i in range(s.num_layers)]
+        self.ln_f = load(ckpt, "transformer.ln_f.weight", dtype)
+        # TRT-LLM may omit lm_head when the embedding is shared (trtllm.md §2.1).
+        self.lm_head = load(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else self.embed
+        self.freq = rope.inv_freq(s.head_size, s.rope_theta, s.rope_scaling)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm_head.shape[0]
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        s = self.spec
+        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_head).float()
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, cache: KVCache, rows: torch.Tensor | None = None,
+                pos_offsets: torch.Tensor | None = None, block_mask: torch.Tensor | None = None,
+                with_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """tokens [b', T] -> (logits [b', T, V] float32 or None, hidden after ln_f [b', T, H]).
+
+        Writes K/V of the new tokens after each row's committed slots but does not commit them:
+        the caller decides what to keep (`cache.advance` / `cache.commit`)."""
+        x = F.embedding(tokens, self.embed)
+        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask)
+        h = rms_norm(x, self.ln_f, self.spec.norm_eps)
+        return (self.logits(h) if with_logits else None), h
+
+
+def pad_right(seqs: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged token lists -> tokens [B, Tmax] right-padded with `pad`, lengths [B]."""
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    out = torch.full((len(seqs), int(lengths.max())), pad, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        out[b, :len(s)] = torch.tensor(s, dtype=torch.long)
+    return out, lengths
+
+
+def prefill(model: Decoder, cache: KVCache, rows: torch.Tensor, seqs: list[list[int]]
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run ragged `seqs` after the committed slots of `rows` in one right-padded causal block and
+    commit exactly each row's own tokens. Returns (logits of each row's last token [b', V],
+    hidden [b', Tmax, H] (rows past their length are padding), lengths [b'])."""
+    tokens, lengths = pad_right(seqs)
+    _, hidden = model.forward(tokens, cache, rows=rows, with_logits=False)
+    cache.advance(rows, lengths)
+    last = hidden[torch.arange(len(seqs)), lengths - 1]
+    return model.logits(last), hidden, lengths
