@@ -1,0 +1,67 @@
+"""Draft-target speculative decoding: a smaller model of the same tokenizer proposes K tokens.
+
+The draft keeps its own KV cache over the committed sequence. Each step it first catches up on the
+committed tokens it has not seen (the previous step's accepted tokens and bonus token: 1 token, or
+2 when all K drafts were accepted, because the draft never ran its own last draft d_K; the whole
+prompt on the first step), then proposes d_1..d_K greedily, one T=1 forward each.
+
+After verification its cache is rolled back to the part that still matches the committed sequence:
+prompt/previous tokens + the accepted drafts it ran (d_1..d_min(a, K-1)). Rejected drafts are
+forgotten and overwritten later. Reference: trtllm.md §5 (TRT-LLM `draft_tokens_external`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .batch import Request
+from .model import Decoder, prefill
+from .speculative import Acceptance, Proposal, generate_speculative
+from .stats import GenerationResult
+from .tree import chain
+from ..errors import TrtspecError
+
+
+class DraftModelProposer:
+    def __init__(self, draft: Decoder, k: int, target_vocab: int):
+        if k < 1:
+            raise TrtspecError(f"draft_len: expected >= 1, got {k}")
+        self.draft, self.k, self.tree = draft, k, chain(k)
+        self.max_block = self.max_positions = k
+        # Vocabularies may be padded differently (same tokenizer): never propose an id the target lacks.
+        self.vocab = min(draft.vocab_size, target_vocab)
+        self.cache = None
+
+    def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
+        longest = max(len(r.prompt) for r in requests)
+        self.cache = self.draft.new_cache(len(requests), longest + requests[0].max_new_tokens + self.k + 2)
+
+    def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
+        lens = self.cache.lens
+        pending = [requests[b].tokens[int(lens[b]):] for b in rows.tolist()]
+        logits, _, _ = prefill(self.draft, self.cache, rows, pending)  # catch up, commit
+        tokens, dists = [], []
+        for i in range(self.k):
+            logits = logits[:, :self.vocab]
+            dists.append(logits)
+            tokens.append(logits.argmax(-1))
+            if i + 1 < self.k:  # d_K itself is never run through the draft
+                step, _ = self.draft.forward(tokens[-1][:, None], self.cache, rows=rows)
+                self.cache.advance(rows, 1)
+                logits = step[:, -1]
+        return Proposal(self.tree, torch.stack(tokens, 1), torch.stack(dists, 1))
+
+    def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
+               target_hidden: torch.Tensor) -> None:
+        for b, a in zip(rows.tolist(), accepted):
+            if requests[b].done:  # its output may have been cut; it is never proposed for again
+                continue
+            before = len(requests[b].tokens) - len(a.tokens)  # committed before this step, root included
+            valid = before + len(a.path) - 1  # + the accepted drafts (it ran at most d_1..d_{K-1})
+            self.cache.rollback(b, min(int(self.cache.lens[b]), valid))
+
+
+def generate_draft_target(target: Decoder, draft: Decoder, prompts: list[list[int]], max_new_tokens: int,
+                          draft_len: int, eos_ids=None) -> list[GenerationResult]:
+    return generate_speculative(target, DraftModelProposer(draft, draft_len, target.vocab_size), prompts,
+                                max_new_tokens, eos_ids)
