@@ -1,0 +1,221 @@
+"""Speculative decoding is lossless under greedy acceptance: draft-target and EAGLE must emit exactly
+the target's greedy tokens, whatever the draft. The drafts here are chosen so that every code path
+runs: the target itself (everything accepted, including the case where the draft never ran d_K), a
+random model (almost everything rejected), and drafts that agree often but not always.
+
+"Agree often" with random weights: the target's layers write only 10% of their usual output into
+the residual stream, so it is close to a bigram model (next token ~ argmax lm_head . embed(token));
+a pure-bigram draft (layers zeroed) or EAGLE head (fc picks the token embedding, layer outputs
+zeroed) then predicts it well but not perfectly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tiny_models import make_eagle_head, make_hf_model
+from trtspec.checkpoints.convert import convert_hf
+from trtspec.checkpoints.eagle import convert_eagle
+from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
+from trtspec.errors import TrtspecError
+from trtspec.runtime.batch import Request
+from trtspec.runtime.draft_target import generate_draft_target
+from trtspec.runtime.eagle import EagleProposer, eagle_tree, generate_eagle
+from trtspec.runtime.eagle_net import EagleNet
+from trtspec.runtime.greedy import generate_greedy
+from trtspec.runtime.model import Decoder, prefill
+from trtspec.runtime.tree import chain, validate_choices
+
+NEW = 48
+H, I = 64, 96
+
+
+def zero_layer_outputs(model, scale: float):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(scale)
+    return model
+
+
+def bigram_head(base_model) -> dict:
+    return {"embed_tokens.weight": base_model.model.embed_tokens.weight.detach().clone(),
+            "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1), "fc.bias": torch.zeros(H),
+            "layers.0.self_attn.o_proj.weight": torch.zeros(H, H), "layers.0.mlp.down_proj.weight": torch.zeros(H, I)}
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec")
+    base = zero_layer_outputs(make_hf_model("llama", d / "hf", num_key_value_heads=1), 0.1)
+    base.save_pretrained(d / "hf")
+    zero_layer_outputs(copy.deepcopy(base), 0.0).save_pretrained(d / "bigram_hf")
+    make_hf_model("llama", d / "random_hf", seed=7, num_key_value_heads=1, num_hidden_layers=1)
+    make_eagle_head(d / "hf", d / "head", extra=bigram_head(base))
+    make_eagle_head(d / "hf", d / "random_head", seed=3, num_layers=2)
+    for name in ("hf", "bigram_hf", "random_hf"):
+        convert_hf(d / name, d / f"{name}_ckpt", dtype="float32")
+    convert_eagle(d / "hf", d / "head", d / "eagle1", dtype="float32", tp=1)
+    convert_eagle(d / "hf", d / "head", d / "eagle2", dtype="float32", tp=2)
+    convert_eagle(d / "hf", d / "random_head", d / "eagle_random", dtype="float32", tp=1, num_eagle_layers=3)
+    target = Decoder(load_checkpoint(d / "hf_ckpt"))
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 1001, (n,), generator=g).tolist() for n in (6, 13, 1)]
+    greedy = [r.output_ids for r in generate_greedy(target, prompts, NEW)]
+    return dict(dir=d, base=base, target=target, prompts=prompts, greedy=greedy,
+                bigram=Decoder(load_checkpoint(d / "bigram_hf_ckpt")),
+                random=Decoder(load_checkpoint(d / "random_hf_ckpt")))
+
+
+def accepted_counts(results) -> set[int]:
+    return {s.accepted for r in results for s in r.stats.steps}
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_target_as_its_own_draft_accepts_everything(m, k):
+    out = generate_draft_target(m["target"], m["target"], m["prompts"], NEW, k)
+    assert [r.output_ids for r in out] == m["greedy"]
+    for r in out:
+        assert r.stats.acceptance_length == k + 1
+        assert r.stats.conditional_rates() == [1.0] * k and r.stats.marginal_rates() == [1.0] * k
+        assert r.stats.target_calls == 1 + math.ceil((NEW - 1) / (k + 1))
+
+
+@pytest.mark.parametrize("k", [2, 5])
+@pytest.mark.parametrize("draft", ["bigram", "random"])
+def test_draft_target_reproduces_greedy(m, draft, k):
+    out = generate_draft_target(m["target"], m[draft], m["prompts"], NEW, k)
+    assert [r.output_ids for r in out] == m["greedy"]
+    for r in out:
+        assert r.stats.target_calls == 1 + r.stats.verify_steps
+        assert sum(s.accepted + 1 for s in r.stats.steps) >= NEW - 1  # truncation only cuts the last step
+    al = [r.stats.acceptance_length for r in out]
+    if draft == "bigram":  # rejection, partial and full acceptance all happened
+        assert sum(al) / len(al) > 1.4
+        assert {0, 1, k} <= accepted_counts(out)
+    else:
+        assert max(al) < 1.5
+
+
+def test_truncated_output_keeps_full_acceptance_count(m):
+    out = generate_draft_target(m["target"], m["target"], m["prompts"], 10, 4)
+    assert [r.output_ids for r in out] == [g[:10] for g in m["greedy"]]
+    assert all(r.stats.acceptance_length == 5.0 and r.stats.verify_steps == 2 for r in out)
+
+
+def test_eos_stops_every_loop_at_the_same_token(m):
+    p, g = m["prompts"][0], m["greedy"][0]
+    eos = g[9]
+    want = g[:g.index(eos) + 1]
+    assert generate_greedy(m["target"], [p], NEW, [eos])[0].output_ids == want
+    assert generate_draft_target(m["target"], m["bigram"], [p], NEW, 3, [eos])[0].output_ids == want
+    net = EagleNet(load_checkpoint(m["dir"] / "eagle1"))
+    r = generate_eagle(m["target"], net, [p], NEW, eos_ids=[eos])[0]
+    assert r.output_ids == want and r.finish_reason == "eos"
+
+
+TREES = {
+    "default": None,
+    "chain4": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]],
+    "wide": [[i] for i in range(8)] + [[0, 0], [1, 0]],
+    "mixed": [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0]],
+}
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+@pytest.mark.parametrize("tp", [1, 2])
+def test_eagle_reproduces_greedy(m, tp, tree):
+    ckpt = load_checkpoint(m["dir"] / f"eagle{tp}")
+    target, net = Decoder(ckpt), EagleNet(ckpt)
+    assert len(net.nets) == 4 and net.distinct_nets == 1  # identical clones loaded once
+    out = generate_eagle(target, net, m["prompts"], NEW, TREES[tree])
+    assert [r.output_ids for r in out] == m["greedy"]
+    depth = eagle_tree(net, TREES[tree]).max_depth
+    for r in out:
+        assert r.stats.max_positions == depth and r.stats.target_calls == 1 + r.stats.verify_steps
+        assert all(0 <= s.accepted <= depth and s.accepted <= s.offered <= s.accepted + 1 for s in r.stats.steps)
+    counts = accepted_counts(out)
+    assert sum(r.stats.acceptance_length for r in out) / len(out) > 1.4
+    if depth > 1:
+        assert len(counts) >= 3  # rejections at several depths, not only all-or-nothing
+
+
+def test_eagle_with_a_random_head_reproduces_greedy(m):
+    ckpt = load_checkpoint(m["dir"] / "eagle_random")
+    net = EagleNet(ckpt)
+    tree = [[0], [1], [2], [0, 0], [1, 0], [0, 0, 0]]
+    out = generate_eagle(m["target"], net, m["prompts"], NEW, tree)
+    assert [r.output_ids for r in out] == m["greedy"]
+    assert max(r.stats.acceptance_length for r in out) < 1.5
+
+
+def test_default_tree_must_fit_the_checkpoint(m):
+    net = EagleNet(load_checkpoint(m["dir"] / "eagle_random"))  # num_eagle_layers=3
+    with pytest.raises(TrtspecError, match="depth 4 exceeds num_eagle_layers=3.*pass eagle_choices"):
+        generate_eagle(m["target"], net, m["prompts"], 4)
+    with pytest.raises(TrtspecError, match="max_non_leaves_per_layer=10"):
+        generate_eagle(m["target"], net, m["prompts"], 4, [[i] for i in range(12)] + [[i, 0] for i in range(11)])
+
+
+def test_drafter_matches_a_transformers_reference(m):
+    """The drafter (2 layers, so layer 1's input norm is used) against transformers' LlamaModel with
+    layer 0's input norm and the final norm removed, fed fc(cat(embed, feature)) as inputs_embeds."""
+    import transformers as tf
+
+    ckpt = load_checkpoint(m["dir"] / "eagle_random")
+    net = EagleNet(ckpt)
+    base_cfg = m["base"].config
+    cfg = tf.LlamaConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=1, vocab_size=1001, rms_norm_eps=base_cfg.rms_norm_eps,
+                         rope_theta=base_cfg.rope_theta, rope_scaling=base_cfg.rope_scaling,
+                         max_position_embeddings=256)
+    ref = tf.LlamaModel(cfg).eval()
+    head = load_file(str(m["dir"] / "random_head" / "model.safetensors"))
+    missing = ref.load_state_dict({k: v for k, v in head.items() if k.startswith("layers.")}, strict=False)
+    assert set(missing.missing_keys) == {"embed_tokens.weight", "norm.weight", "layers.0.input_layernorm.weight"}
+    ref.layers[0].input_layernorm = torch.nn.Identity()
+    ref.norm = torch.nn.Identity()
+
+    g = torch.Generator().manual_seed(5)
+    tokens = torch.randint(3, 1001, (1, 40), generator=g)
+    feats = torch.randn(1, 40, H, generator=g)
+    x = torch.nn.functional.linear(torch.cat([head["embed_tokens.weight"][tokens], feats], -1),
+                                   head["fc.weight"], head["fc.bias"])
+    with torch.no_grad():
+        want_h = ref(inputs_embeds=x, position_ids=torch.arange(40)[None]).last_hidden_state
+    want = want_h @ m["base"].lm_head.weight.T
+    logits, hidden = net.forward(tokens, feats, net.new_cache(1, 48))
+    assert (hidden - want_h).abs().max() < 1e-4
+    assert (logits - want).abs().max() < 1e-4 and want.std() > 0.1
+
+
+def test_tree_drafting_matches_recomputing_every_path(m):
+    """Each drafted node token equals what the drafter gives when its root path is run as an
+    ordinary sequence from scratch (pairs (node token, parent's drafter output))."""
+    ckpt = load_checkpoint(m["dir"] / "eagle_random")
+    net, target = EagleNet(ckpt), m["target"]
+    tree = validate_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0]], 3, 63, 10)
+    prompts = m["prompts"][:2]
+    cache = target.new_cache(2, 64)
+    logits, hidden, _ = prefill(target, cache, torch.arange(2), prompts)
+    reqs = [Request(p, 8, output=[int(t)]) for p, t in zip(prompts, logits.argmax(-1))]
+    proposer = EagleProposer(net, tree, target.vocab_size)
+    proposer.start(reqs, torch.arange(2), hidden)
+    proposal = proposer.propose(reqs, torch.arange(2))
+
+    for b, r in enumerate(reqs):
+        base_tokens = r.prompt[1:] + r.output
+        base_feats = hidden[b, :len(r.prompt)]
+        for n, path in enumerate(tree.paths, start=1):
+            toks, feats = list(base_tokens), base_feats
+            for depth, rank in enumerate(path):
+                lg, hd = net.forward(torch.tensor([toks]), feats[None], net.new_cache(1, 64))
+                tok = int(lg[0, -1].topk(rank + 1).indices[rank])
+                toks, feats = toks + [tok], torch.cat([feats, hd[0, -1:]])
+            assert int(proposal.tokens[b, n - 1]) == tok, (b, path)
+    assert proposal.logits.shape == (2, tree.size, 1001)

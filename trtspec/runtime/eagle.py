@@ -1,0 +1,117 @@
+"""EAGLE-1 speculative decoding with a static tree (`eagle_choices`), as TRT-LLM's engine runs it.
+
+Per step, with committed sequence x_0..x_{n-1} (root r = x_{n-1}, not yet in the target cache):
+
+1. drafter catch-up (clone 0): the pairs (token, base feature) the drafter has not seen yet, i.e.
+   the previous step's accepted tokens + bonus with the target's hidden states at the kept path
+   (the whole prompt on the first step). Its output at the last pair predicts the features/logits
+   after r: the top-k of those logits are the depth-1 nodes (rank = the choice's last index).
+2. levels d = 1..depth-1 (clone d): the non-leaf depth-d nodes run as pairs (node token, parent's
+   drafter output) at position (last pair) + d, attending to the committed pairs and their own
+   tree ancestors; the top-k of their logits give the depth-(d+1) nodes. These drafter writes stay
+   uncommitted and are dropped after the step.
+3. the target verifies [r, nodes...] in one forward (tree mask, positions root + depth); greedy
+   acceptance walks the tree; the target cache keeps the accepted path (compaction).
+4. the accepted tokens + bonus, paired with the target's hidden states at the path, become the
+   drafter's next catch-up pairs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import upstream
+from ..errors import TrtspecError
+from .batch import Request
+from .eagle_net import EagleNet
+from .model import Decoder
+from .speculative import Acceptance, Proposal, generate_speculative
+from .stats import GenerationResult
+from .tree import Tree, validate_choices
+
+
+def eagle_tree(net: EagleNet, choices=None) -> Tree:
+    """The checkpoint's tree: `choices`, or TRT-LLM's default mc_sim_7b_63, checked against its limits."""
+    try:
+        return validate_choices(upstream.MC_SIM_7B_63 if choices is None else choices,
+                                net.num_levels, net.max_draft_len, net.max_non_leaves)
+    except TrtspecError as e:
+        if choices is None:
+            raise TrtspecError(f"{e} (the default mc_sim_7b_63 tree does not fit this checkpoint; "
+                               "pass eagle_choices)") from None
+        raise
+
+
+def _pad_pairs(pairs: list[tuple[list[int], torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    n = [len(t) for t, _ in pairs]
+    T, H = max(n), pairs[0][1].shape[-1]
+    tokens = torch.zeros(len(pairs), T, dtype=torch.long)
+    feats = torch.zeros(len(pairs), T, H, dtype=pairs[0][1].dtype)
+    for i, (t, f) in enumerate(pairs):
+        tokens[i, :len(t)] = torch.tensor(t)
+        feats[i, :len(t)] = f
+    return tokens, feats, n
+
+
+class EagleProposer:
+    def __init__(self, net: EagleNet, tree: Tree, target_vocab: int):
+        widest = 1 + max(tree.rank[1:])
+        if widest > min(target_vocab, net.nets[0].lm_head.shape[0]):
+            raise TrtspecError(f"eagle_choices: rank {widest - 1} needs more candidates than the vocabulary has")
+        self.net, self.tree = net, tree
+        self.max_block, self.max_positions = tree.size, tree.max_depth
+        self.mask = tree.mask
+        self.cache = None
+        self.pending: dict[int, tuple[list[int], torch.Tensor]] = {}
+
+    def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
+        longest = max(len(r.prompt) for r in requests)
+        self.cache = self.net.new_cache(len(requests), longest + requests[0].max_new_tokens + self.tree.size + 2)
+        for i, b in enumerate(rows.tolist()):
+            r = requests[b]
+            self.pending[b] = (r.prompt[1:] + r.output[:1], target_hidden[i, :len(r.prompt)])
+
+    def _children(self, node: int, logits: torch.Tensor, tokens: torch.Tensor, dists: torch.Tensor) -> None:
+        kids = self.tree.children[node]
+        if kids:
+            top = logits.topk(1 + max(self.tree.rank[c] for c in kids), dim=-1).indices  # [b', k]
+            for c in kids:
+                tokens[:, c - 1] = top[:, self.tree.rank[c]]
+                dists[:, c - 1] = logits
+
+    def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
+        tree, B = self.tree, len(rows)
+        tok, feat, n = _pad_pairs([self.pending[b] for b in rows.tolist()])
+        logits, hidden = self.net.forward(tok, feat, self.cache, level=0, rows=rows)
+        self.cache.advance(rows, torch.tensor(n))
+        last = torch.tensor(n) - 1
+        out = {0: (hidden[torch.arange(B), last], logits[torch.arange(B), last])}  # drafter output per node
+        tokens = torch.zeros(B, tree.size, dtype=torch.long)
+        dists = torch.zeros(B, tree.size, logits.shape[-1])
+        self._children(0, out[0][1], tokens, dists)
+        done: list[int] = []  # uncommitted drafter slots, in write order
+        for d in range(1, tree.max_depth):
+            level = [m for m in tree.level(d) if tree.children[m]]
+            region = done + level
+            lg, hd = self.net.forward(tokens[:, [m - 1 for m in level]],
+                                      torch.stack([out[tree.parent[m]][0] for m in level], 1), self.cache,
+                                      level=d, rows=rows, pos_offsets=torch.full((len(level),), d - 1),
+                                      block_mask=self.mask[level][:, region])
+            for i, m in enumerate(level):
+                out[m] = (hd[:, i], lg[:, i])
+                self._children(m, lg[:, i], tokens, dists)
+            done = region
+        return Proposal(tree, tokens, dists)
+
+    def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
+               target_hidden: torch.Tensor) -> None:
+        for i, (b, a) in enumerate(zip(rows.tolist(), accepted)):
+            if not requests[b].done:
+                self.pending[b] = (a.tokens, target_hidden[i, a.path])
+
+
+def generate_eagle(target: Decoder, net: EagleNet, prompts: list[list[int]], max_new_tokens: int,
+                   eagle_choices=None, eos_ids=None) -> list[GenerationResult]:
+    tree = eagle_tree(net, eagle_choices)
+    return generate_speculative(target, EagleProposer(net, tree, target.vocab_size), prompts,
+                                max_new_tokens, eos_ids)

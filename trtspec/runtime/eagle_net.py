@@ -1,0 +1,97 @@
+"""The EAGLE-1 drafter of an `EagleForCausalLM` checkpoint (trtllm.md §4.1, §4.3).
+
+    x = fc(cat([embed(token_{j+1}), feature_j], -1))      # embedding FIRST, then the feature
+    x = decoder layers(x)                                  # layer 0 has no input norm
+    logits = lm_head(x)                                    # no final norm; x is the next feature
+
+Its sequence is pairs (token x_{j+1}, feature f_j) at RoPE position j, where f_j is the base
+model's hidden state after ln_f at position j (the state that predicted x_{j+1}). Inside a draft
+tree the feature of a node is the drafter's own output at its parent, since the base has not run
+there yet.
+
+TRT-LLM stores one clone of the head per tree level (`eagle_nets.{i}`, i < num_eagle_layers) and
+runs clone d to draft level d + 1. We do the same; identical clones (what every converter writes)
+are loaded once. All clones share one drafter KV cache here: exact for identical clones, which is
+the only layout TRT-LLM's converters produce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
+from ..errors import TrtspecError
+from . import rope
+from .kv_cache import KVCache
+from .model import run_layers
+from .weights import LayerWeights, check_unquantized, load, load_layer
+
+
+@dataclass
+class NetWeights:
+    embed: torch.Tensor
+    fc: torch.Tensor  # [H, 2H]
+    fc_bias: torch.Tensor
+    layers: list[LayerWeights]
+    lm_head: torch.Tensor
+
+    def tensors(self) -> list[torch.Tensor | None]:
+        return [self.embed, self.fc, self.fc_bias, self.lm_head] + [t for w in self.layers for t in w.tensors()]
+
+    def same_as(self, other: "NetWeights") -> bool:
+        return all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+                   for a, b in zip(self.tensors(), other.tensors()))
+
+
+def load_net(ckpt: TrtllmCheckpoint, i: int, dtype: torch.dtype) -> NetWeights:
+    spec, p = ckpt.eagle_spec, f"eagle_nets.{i}."
+    return NetWeights(
+        embed=load(ckpt, p + "drafter.vocab_embedding.weight", dtype),
+        fc=load(ckpt, p + "drafter.fc.weight", dtype),
+        fc_bias=load(ckpt, p + "drafter.fc.bias", dtype),
+        layers=[load_layer(ckpt, f"{p}drafter.layers.{j}.", spec, dtype, input_norm=j > 0)
+                for j in range(spec.num_layers)],
+        lm_head=load(ckpt, p + "lm_head.weight", dtype),
+    )
+
+
+class EagleNet:
+    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32):
+        if not ckpt.is_eagle:
+            raise TrtspecError(f"{ckpt.path}: not an EagleForCausalLM checkpoint (architecture "
+                               f"{ckpt.config.get('architecture')!r})")
+        check_unquantized(ckpt)
+        self.spec, self.dtype = ckpt.eagle_spec, dtype
+        cfg = ckpt.config
+        self.num_levels = int(cfg.get("num_eagle_layers", 1))
+        self.max_draft_len = int(cfg.get("max_draft_len", 63))
+        self.max_non_leaves = int(cfg.get("max_non_leaves_per_layer", 10))
+        self.nets: list[NetWeights] = []
+        for i in range(self.num_levels):
+            net = load_net(ckpt, i, dtype)
+            same = next((n for n in self.nets if n.same_as(net)), None)
+            self.nets.append(same if same is not None else net)  # dedupe identical clones
+        self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling)
+
+    @property
+    def distinct_nets(self) -> int:
+        return len({id(n) for n in self.nets})
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        s = self.spec
+        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, level: int = 0,
+                rows: torch.Tensor | None = None, pos_offsets: torch.Tensor | None = None,
+                block_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pairs (tokens [b', T], features [b', T, H]) through clone `level` ->
+        (logits [b', T, V] float32, un-normed hidden [b', T, H] = the next features).
+        Cache semantics as Decoder.forward: written after the committed slots, not committed."""
+        w = self.nets[level]
+        x = F.linear(torch.cat([F.embedding(tokens, w.embed), features.to(self.dtype)], dim=-1), w.fc, w.fc_bias)
+        x = run_layers(x, w.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask)
+        return F.linear(x, w.lm_head).float(), x
