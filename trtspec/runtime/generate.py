@@ -1,0 +1,145 @@
+"""High-level decoding API: load checkpoints, tokenize, pick the loop, report ids, text and metrics.
+
+    models = load_models(ckpt_dir, draft_ckpt=None)          # EAGLE drafter loaded when present
+    results = generate_batch(models, [[ids...], ...], 64)    # list[GenerationResult]
+    run_generate(ckpt_dir, prompt="...")                     # what `trtspec generate` prints
+
+Modes: greedy (plain checkpoint), draft-target (a draft checkpoint is given, or `ckpt` is a pair
+directory with target/ and draft/ as `trtspec convert --draft` writes), EAGLE (an EagleForCausalLM
+checkpoint; tree = eagle_choices or TRT-LLM's default mc_sim_7b_63). All three emit exactly the
+target's greedy tokens; they differ in target steps and acceptance length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..errors import TrtspecError
+from ..fsutil import read_json
+from .draft_target import generate_draft_target
+from .eagle import generate_eagle
+from .eagle_net import EagleNet
+from .greedy import generate_greedy
+from .model import Decoder
+from .stats import GenerationResult
+
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+DEFAULT_DRAFT_LEN = 4
+
+
+@dataclass
+class Models:
+    target: Decoder
+    draft: Decoder | None = None
+    eagle: EagleNet | None = None
+    tokenizer: Any = None  # transformers tokenizer of the target checkpoint dir, if it has one
+    eos_ids: tuple[int, ...] = ()  # from generation_config.json (or the tokenizer)
+
+
+def resolve_pair(ckpt: Path, draft_ckpt: Path | None) -> tuple[Path, Path | None]:
+    """A pair directory (target/ + draft/, no config.json of its own) stands for both checkpoints."""
+    ckpt = Path(ckpt)
+    if not (ckpt / "config.json").exists() and (ckpt / "target" / "config.json").exists():
+        return ckpt / "target", draft_ckpt if draft_ckpt is not None else ckpt / "draft"
+    return ckpt, draft_ckpt
+
+
+def load_tokenizer(ckpt_dir: Path):
+    if not any((Path(ckpt_dir) / f).is_file() for f in TOKENIZER_MARKERS):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(ckpt_dir))
+    except Exception as e:  # transformers raises many kinds for a broken tokenizer
+        raise TrtspecError(f"{ckpt_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
+
+
+def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
+    """generation_config.json `eos_token_id` (int or list), else the tokenizer's eos token."""
+    path = Path(ckpt_dir) / "generation_config.json"
+    eos = read_json(path, "generation_config.json").get("eos_token_id") if path.is_file() else None
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return ()
+    return tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]))
+
+
+def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32) -> Models:
+    ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
+    c = load_checkpoint(ckpt)
+    tok = load_tokenizer(ckpt)
+    return Models(target=Decoder(c, dtype),
+                  draft=Decoder(load_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
+                  eagle=EagleNet(c, dtype) if c.is_eagle else None,
+                  tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
+
+
+def pick_mode(models: Models, mode: str, eagle_choices) -> str:
+    if mode == "auto":
+        mode = "draft-target" if models.draft is not None else "eagle" if models.eagle is not None else "greedy"
+    if mode == "draft-target" and models.draft is None:
+        raise TrtspecError("draft-target decoding needs a draft checkpoint")
+    if mode == "eagle" and models.eagle is None:
+        raise TrtspecError(f"{models.target.path}: EAGLE decoding needs an EagleForCausalLM checkpoint")
+    if mode not in ("greedy", "draft-target", "eagle"):
+        raise TrtspecError(f"mode: {mode!r} is not one of auto, greedy, draft-target, eagle")
+    if eagle_choices is not None and mode != "eagle":
+        raise TrtspecError(f"eagle_choices apply to EAGLE checkpoints only (mode is {mode})")
+    return mode
+
+
+def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
+                   draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False
+                   ) -> list[GenerationResult]:
+    """Decode a batch of token-id prompts with one loop; results in prompt order."""
+    mode = pick_mode(models, mode, eagle_choices)
+    if draft_len is not None and mode != "draft-target":
+        raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
+    eos = () if ignore_eos else models.eos_ids
+    if mode == "draft-target":
+        return generate_draft_target(models.target, models.draft, prompts, max_new_tokens,
+                                     DEFAULT_DRAFT_LEN if draft_len is None else draft_len, eos)
+    if mode == "eagle":
+        return generate_eagle(models.target, models.eagle, prompts, max_new_tokens, eagle_choices, eos)
+    return generate_greedy(models.target, prompts, max_new_tokens, eos)
+
+
+def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
+    if tokenizer is None:
+        raise TrtspecError(f"{where}: no tokenizer files ({', '.join(TOKENIZER_MARKERS)}); give prompt ids instead")
+    if not chat:
+        return list(tokenizer(prompt)["input_ids"])
+    if not getattr(tokenizer, "chat_template", None):
+        raise TrtspecError(f"{where}: the tokenizer has no chat template; drop --chat")
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
+                 max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
+                 eagle_choices=None, ignore_eos: bool = False) -> dict:
+    """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps}:
+    generated ids only; text None when the checkpoint has no tokenizer; acceptance_length None for
+    plain greedy; steps = target forward calls, prefill included."""
+    if (prompt is None) == (prompt_ids is None):
+        raise TrtspecError("give exactly one of prompt or prompt_ids")
+    if chat and prompt is None:
+        raise TrtspecError("chat formatting needs a text prompt")
+    if draft_len is not None and draft_ckpt is None and not resolve_pair(Path(ckpt), None)[1]:
+        raise TrtspecError("draft_len needs a draft checkpoint")
+    models = load_models(Path(ckpt), draft_ckpt)
+    ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
+    result = generate_batch(models, [list(ids)], max_new_tokens, draft_len=draft_len,
+                            eagle_choices=eagle_choices, ignore_eos=ignore_eos)[0]
+    text = (models.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+            if models.tokenizer is not None else None)
+    return {"output_ids": result.output_ids, "text": text,
+            "acceptance_length": result.stats.acceptance_length, "steps": result.stats.target_calls}
