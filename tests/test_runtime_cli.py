@@ -79,6 +79,11 @@ def test_cli_json_eagle_and_draft_target(d, greedy):
     assert dt["steps"] <= NEW and dt["acceptance_length"] * (dt["steps"] - 1) >= NEW - 1
 
 
+def test_run_generate_eagle2(d, greedy):
+    out = run_generate(d / "eagle", prompt_ids=PROMPT, max_new_tokens=NEW, eagle_dynamic_top_k=2, ignore_eos=True)
+    assert out["output_ids"] == greedy(PROMPT) and out["acceptance_length"] >= 1.0
+
+
 def test_pair_directory_runs_draft_target(d, greedy):
     out = run_generate(d / "pair", prompt_ids=PROMPT, max_new_tokens=NEW, draft_len=2, ignore_eos=True)
     assert out["output_ids"] == greedy(PROMPT) and out["acceptance_length"] is not None
@@ -107,6 +112,7 @@ def test_eos_from_generation_config(d, greedy, tmp_path):
     (dict(ckpt="eagle", eagle_choices=[[0], [0, 0], [0, 0, 0]]), "depth 3 exceeds num_eagle_layers=2"),
     (dict(ckpt="eagle"), "pass eagle_choices"),  # the 63-node default does not fit max_draft_len=8
     (dict(ckpt="plain", prompt_ids=[1, 1001]), "token id 1001"),
+    (dict(ckpt="plain", eagle_dynamic_top_k=2), "EAGLE checkpoints only"),
 ])
 def test_run_generate_errors(d, kwargs, message):
     kwargs = dict(kwargs)

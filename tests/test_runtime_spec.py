@@ -26,6 +26,7 @@ from trtspec.errors import TrtspecError
 from trtspec.runtime.batch import Request
 from trtspec.runtime.draft_target import generate_draft_target
 from trtspec.runtime.eagle import EagleProposer, eagle_tree, generate_eagle
+from trtspec.runtime.eagle2 import DynamicEagleProposer
 from trtspec.runtime.eagle_net import EagleNet
 from trtspec.runtime.greedy import generate_greedy
 from trtspec.runtime.model import Decoder, prefill
@@ -194,28 +195,58 @@ def test_drafter_matches_a_transformers_reference(m):
     assert (logits - want).abs().max() < 1e-4 and want.std() > 0.1
 
 
-def test_tree_drafting_matches_recomputing_every_path(m):
+@pytest.mark.parametrize("dynamic", [None, 3])
+def test_tree_drafting_matches_recomputing_every_path(m, dynamic):
     """Each drafted node token equals what the drafter gives when its root path is run as an
-    ordinary sequence from scratch (pairs (node token, parent's drafter output))."""
+    ordinary sequence from scratch (pairs (node token, parent's drafter output)). Static tree
+    (EAGLE-1) and dynamic per-row trees (EAGLE-2, top-3)."""
     ckpt = load_checkpoint(m["dir"] / "eagle_random")
     net, target = EagleNet(ckpt), m["target"]
-    tree = validate_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0]], 3, 63, 10)
     prompts = m["prompts"][:2]
     cache = target.new_cache(2, 64)
     logits, hidden, _ = prefill(target, cache, torch.arange(2), prompts)
     reqs = [Request(p, 8, output=[int(t)]) for p, t in zip(prompts, logits.argmax(-1))]
-    proposer = EagleProposer(net, tree, target.vocab_size)
+    if dynamic:
+        net.max_draft_len = 12  # fewer than the 3 + 9 + 9 candidates: the best-scored subtree is kept
+        proposer = DynamicEagleProposer(net, dynamic, target.vocab_size)
+    else:
+        tree = validate_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0]], 3, 63, 10)
+        proposer = EagleProposer(net, tree, target.vocab_size)
     proposer.start(reqs, torch.arange(2), hidden)
     proposal = proposer.propose(reqs, torch.arange(2))
 
+    trees = [proposal.tree_for(b) for b in range(2)]
+    if dynamic:
+        assert all(t.size == 12 for t in trees) and trees[0].paths != trees[1].paths
     for b, r in enumerate(reqs):
         base_tokens = r.prompt[1:] + r.output
         base_feats = hidden[b, :len(r.prompt)]
-        for n, path in enumerate(tree.paths, start=1):
+        for n, path in enumerate(trees[b].paths, start=1):
             toks, feats = list(base_tokens), base_feats
-            for depth, rank in enumerate(path):
+            for rank in path:
                 lg, hd = net.forward(torch.tensor([toks]), feats[None], net.new_cache(1, 64))
                 tok = int(lg[0, -1].topk(rank + 1).indices[rank])
                 toks, feats = toks + [tok], torch.cat([feats, hd[0, -1:]])
             assert int(proposal.tokens[b, n - 1]) == tok, (b, path)
-    assert proposal.logits.shape == (2, tree.size, 1001)
+    assert proposal.logits.shape == (2, trees[0].size, 1001)
+
+
+@pytest.mark.parametrize("top_k", [1, 3])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_eagle2_dynamic_tree_reproduces_greedy(m, tp, top_k):
+    ckpt = load_checkpoint(m["dir"] / f"eagle{tp}")
+    target, net = Decoder(ckpt), EagleNet(ckpt)
+    out = generate_eagle(target, net, m["prompts"], NEW, dynamic_top_k=top_k)
+    assert [r.output_ids for r in out] == m["greedy"]
+    assert sum(r.stats.acceptance_length for r in out) / len(out) > 1.4
+    if top_k == 1:  # a top-1 dynamic tree is the chain of depth num_eagle_layers, step for step
+        chain_out = generate_eagle(target, net, m["prompts"], NEW, [[0] * d for d in range(1, 5)])
+        assert [r.stats.steps for r in out] == [r.stats.steps for r in chain_out]
+
+
+def test_eagle2_options_are_checked(m):
+    net = EagleNet(load_checkpoint(m["dir"] / "eagle1"))
+    with pytest.raises(TrtspecError, match="top_k=11 must be in"):
+        generate_eagle(m["target"], net, m["prompts"], 4, dynamic_top_k=11)
+    with pytest.raises(TrtspecError, match="mutually exclusive"):
+        generate_eagle(m["target"], net, m["prompts"], 4, [[0]], dynamic_top_k=2)

@@ -5,7 +5,7 @@
     eagle_net.py                     the EAGLE-1 drafter (eagle_nets.{d})
     tree.py                          eagle_choices validation, tree masks; a chain is a tree
     speculative.py                   the propose / verify / accept loop (logits passed through)
-    greedy.py, draft_target.py, eagle.py   one decoding loop (or proposer) each
+    greedy.py, draft_target.py, eagle.py, eagle2.py   one decoding loop (or proposer) each
     stats.py, batch.py               per-request metrics (AL, per-position acceptance) and stops
     generate.py                      high-level API: load_models, generate_batch, run_generate
 """

@@ -66,7 +66,7 @@ class EagleProposer:
 
     def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
         longest = max(len(r.prompt) for r in requests)
-        self.cache = self.net.new_cache(len(requests), longest + requests[0].max_new_tokens + self.tree.size + 2)
+        self.cache = self.net.new_cache(len(requests), longest + requests[0].max_new_tokens + self.max_block + 2)
         for i, b in enumerate(rows.tolist()):
             r = requests[b]
             self.pending[b] = (r.prompt[1:] + r.output[:1], target_hidden[i, :len(r.prompt)])
@@ -79,15 +79,20 @@ class EagleProposer:
                 tokens[:, c - 1] = top[:, self.tree.rank[c]]
                 dists[:, c - 1] = logits
 
-    def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
-        tree, B = self.tree, len(rows)
+    def catch_up(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run and commit the pending pairs (clone 0): the drafter's output at the last one,
+        (hidden [b', H], logits [b', V]), is what the root's children are drafted from."""
         tok, feat, n = _pad_pairs([self.pending[b] for b in rows.tolist()])
         logits, hidden = self.net.forward(tok, feat, self.cache, level=0, rows=rows)
         self.cache.advance(rows, torch.tensor(n))
-        last = torch.tensor(n) - 1
-        out = {0: (hidden[torch.arange(B), last], logits[torch.arange(B), last])}  # drafter output per node
+        last, i = torch.tensor(n) - 1, torch.arange(len(rows))
+        return hidden[i, last], logits[i, last]
+
+    def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
+        tree, B = self.tree, len(rows)
+        out = {0: self.catch_up(rows)}  # drafter output (hidden, logits) per processed node
         tokens = torch.zeros(B, tree.size, dtype=torch.long)
-        dists = torch.zeros(B, tree.size, logits.shape[-1])
+        dists = torch.zeros(B, tree.size, out[0][1].shape[-1])
         self._children(0, out[0][1], tokens, dists)
         done: list[int] = []  # uncommitted drafter slots, in write order
         for d in range(1, tree.max_depth):
@@ -111,7 +116,15 @@ class EagleProposer:
 
 
 def generate_eagle(target: Decoder, net: EagleNet, prompts: list[list[int]], max_new_tokens: int,
-                   eagle_choices=None, eos_ids=None) -> list[GenerationResult]:
-    tree = eagle_tree(net, eagle_choices)
-    return generate_speculative(target, EagleProposer(net, tree, target.vocab_size), prompts,
-                                max_new_tokens, eos_ids)
+                   eagle_choices=None, eos_ids=None, dynamic_top_k: int | None = None) -> list[GenerationResult]:
+    """EAGLE-1 with a static tree (`eagle_choices`, default mc_sim_7b_63), or EAGLE-2 with a dynamic
+    tree when `dynamic_top_k` is given (the two are mutually exclusive, as in TRT-LLM)."""
+    if dynamic_top_k is not None:
+        if eagle_choices is not None:
+            raise TrtspecError("eagle_choices and a dynamic tree (EAGLE-2 top-k) are mutually exclusive")
+        from .eagle2 import DynamicEagleProposer
+
+        proposer = DynamicEagleProposer(net, dynamic_top_k, target.vocab_size)
+    else:
+        proposer = EagleProposer(net, eagle_tree(net, eagle_choices), target.vocab_size)
+    return generate_speculative(target, proposer, prompts, max_new_tokens, eos_ids)

@@ -6,8 +6,9 @@
 
 Modes: greedy (plain checkpoint), draft-target (a draft checkpoint is given, or `ckpt` is a pair
 directory with target/ and draft/ as `trtspec convert --draft` writes), EAGLE (an EagleForCausalLM
-checkpoint; tree = eagle_choices or TRT-LLM's default mc_sim_7b_63). All three emit exactly the
-target's greedy tokens; they differ in target steps and acceptance length.
+checkpoint; tree = eagle_choices or TRT-LLM's default mc_sim_7b_63, or an EAGLE-2 dynamic tree
+with eagle_dynamic_top_k). All of them emit exactly the target's greedy tokens; they differ in
+target steps and acceptance length.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype =
                   tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
 
 
-def pick_mode(models: Models, mode: str, eagle_choices) -> str:
+def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | None = None) -> str:
     if mode == "auto":
         mode = "draft-target" if models.draft is not None else "eagle" if models.eagle is not None else "greedy"
     if mode == "draft-target" and models.draft is None:
@@ -92,14 +93,18 @@ def pick_mode(models: Models, mode: str, eagle_choices) -> str:
         raise TrtspecError(f"mode: {mode!r} is not one of auto, greedy, draft-target, eagle")
     if eagle_choices is not None and mode != "eagle":
         raise TrtspecError(f"eagle_choices apply to EAGLE checkpoints only (mode is {mode})")
+    if dynamic_top_k is not None and mode != "eagle":
+        raise TrtspecError(f"a dynamic tree (EAGLE-2 top-k) applies to EAGLE checkpoints only (mode is {mode})")
     return mode
 
 
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
-                   draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False
-                   ) -> list[GenerationResult]:
-    """Decode a batch of token-id prompts with one loop; results in prompt order."""
-    mode = pick_mode(models, mode, eagle_choices)
+                   draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
+                   eagle_dynamic_top_k: int | None = None) -> list[GenerationResult]:
+    """Decode a batch of token-id prompts with one loop; results in prompt order.
+    mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
+    mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree."""
+    mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
     if draft_len is not None and mode != "draft-target":
         raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
     eos = () if ignore_eos else models.eos_ids
@@ -107,7 +112,8 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
         return generate_draft_target(models.target, models.draft, prompts, max_new_tokens,
                                      DEFAULT_DRAFT_LEN if draft_len is None else draft_len, eos)
     if mode == "eagle":
-        return generate_eagle(models.target, models.eagle, prompts, max_new_tokens, eagle_choices, eos)
+        return generate_eagle(models.target, models.eagle, prompts, max_new_tokens, eagle_choices, eos,
+                              dynamic_top_k=eagle_dynamic_top_k)
     return generate_greedy(models.target, prompts, max_new_tokens, eos)
 
 
@@ -125,7 +131,7 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
-                 eagle_choices=None, ignore_eos: bool = False) -> dict:
+                 eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None) -> dict:
     """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps}:
     generated ids only; text None when the checkpoint has no tokenizer; acceptance_length None for
     plain greedy; steps = target forward calls, prefill included."""
@@ -137,8 +143,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("draft_len needs a draft checkpoint")
     models = load_models(Path(ckpt), draft_ckpt)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
-    result = generate_batch(models, [list(ids)], max_new_tokens, draft_len=draft_len,
-                            eagle_choices=eagle_choices, ignore_eos=ignore_eos)[0]
+    result = generate_batch(models, [list(ids)], max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
+                            ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)[0]
     text = (models.tokenizer.decode(result.output_ids, skip_special_tokens=True)
             if models.tokenizer is not None else None)
     return {"output_ids": result.output_ids, "text": text,

@@ -26,9 +26,19 @@ from .tree import Tree
 
 @dataclass
 class Proposal:
-    tree: Tree
+    tree: Tree | list[Tree]  # one tree for every row (chains, EAGLE-1), or one per row (EAGLE-2)
     tokens: torch.Tensor  # [b', N] the draft token of each node (block index n is tokens[:, n - 1])
     logits: torch.Tensor | None  # [b', N, V] the draft distribution each node was taken from
+
+    def tree_for(self, i: int) -> Tree:
+        return self.tree[i] if isinstance(self.tree, list) else self.tree
+
+    def block_mask(self) -> torch.Tensor:
+        """[N+1, N+1], or [b', N+1, N+1] for per-row trees."""
+        return torch.stack([t.mask for t in self.tree]) if isinstance(self.tree, list) else self.tree.mask
+
+    def positions(self) -> torch.Tensor:
+        return torch.stack([t.positions for t in self.tree]) if isinstance(self.tree, list) else self.tree.positions
 
 
 @dataclass
@@ -54,11 +64,11 @@ class Proposer(Protocol):
 
 def accept_greedy(proposal: Proposal, target_logits: torch.Tensor) -> list[Acceptance]:
     """Walk the tree from the root, following the child whose token is the target's argmax."""
-    tree = proposal.tree
     want = target_logits.argmax(-1).tolist()  # [b'][N+1]: the target's next token after each entry
     drafted = proposal.tokens.tolist()
     out = []
     for b in range(len(want)):
+        tree = proposal.tree_for(b)
         path, node = [0], 0
         while True:
             nxt = next((c for c in tree.children[node] if drafted[b][c - 1] == want[b][node]), None)
@@ -86,9 +96,8 @@ def generate_speculative(target: Decoder, proposer: Proposer, prompts: list[list
         proposal = proposer.propose(reqs, rows)
         roots = torch.tensor([[reqs[b].output[-1]] for b in rows.tolist()])
         block = torch.cat([roots, proposal.tokens], dim=1)
-        tree = proposal.tree
-        logits, hidden = target.forward(block, cache, rows=rows, pos_offsets=tree.positions,
-                                        block_mask=tree.mask)
+        logits, hidden = target.forward(block, cache, rows=rows, pos_offsets=proposal.positions(),
+                                        block_mask=proposal.block_mask())
         accepted = accept(proposal, logits)
         for b, a in zip(rows.tolist(), accepted):
             cache.commit(b, a.path)
