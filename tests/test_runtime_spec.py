@@ -240,7 +240,7 @@ def test_eagle2_dynamic_tree_reproduces_greedy(m, tp, top_k):
     assert [r.output_ids for r in out] == m["greedy"]
     assert sum(r.stats.acceptance_length for r in out) / len(out) > 1.4
     if top_k == 1:  # a top-1 dynamic tree is the chain of depth num_eagle_layers, step for step
-        chain_out = generate_eagle(target, net, m["prompts"], NEW, [[0] * d for d in range(1, 5)])
+        chain_out = generate_eagle(target, net, m["prompts"], NEW, [list(p) for p in chain(4).paths])
         assert [r.stats.steps for r in out] == [r.stats.steps for r in chain_out]
 
 
