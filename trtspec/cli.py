@@ -54,6 +54,8 @@ def generate(
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
     draft_len: int = typer.Option(4, "--draft-len", help="Draft tokens per step (draft-target)."),
     eagle_choices: Optional[str] = typer.Option(None, "--eagle-choices", help="EAGLE tree as JSON, e.g. [[0],[1],[0,0]]."),
+    eagle_dynamic_top_k: Optional[int] = typer.Option(
+        None, "--eagle-dynamic-top-k", help="EAGLE-2 dynamic tree with this top-k (instead of --eagle-choices)."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Prompt text (uses the checkpoint's tokenizer)."),
     prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="Prompt token ids as a JSON list."),
     chat: bool = typer.Option(False, help="Render --prompt with the tokenizer's chat template."),
@@ -61,7 +63,7 @@ def generate(
     ignore_eos: bool = typer.Option(False, help="Do not stop at the end-of-sequence token."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
-    """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree."""
+    """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
     from .runtime.generate import run_generate
 
     if (prompt is None) == (prompt_ids is None):
@@ -81,7 +83,7 @@ def generate(
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
     result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                           draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
-                          eagle_choices=choices, ignore_eos=ignore_eos)
+                          eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)
     if as_json:
         typer.echo(json.dumps(result))
     else:
@@ -89,6 +91,14 @@ def generate(
         if result["acceptance_length"] is not None:
             typer.echo(f"acceptance length {result['acceptance_length']:.3f} over {result['steps']} target steps",
                        err=True)
+
+
+@app.command()
+def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Where the demo writes its artifacts.")):
+    """Run the pipeline on the embedded SmolLM2-135M-Instruct, on CPU."""
+    from .demo import run_demo
+
+    run_demo(out)
 
 
 def main() -> None:
