@@ -10,30 +10,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import upstream
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json
+from ..tokenizer import load_tokenizer
 from .convert import prepare_decoder, write_decoder
 from .writer import source_record, write_manifest
 
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
 
 
-def load_tokenizer(model_dir: Path, role: str):
-    if not any((Path(model_dir) / f).is_file() for f in upstream.TOKENIZER_FILES[:5]):
+def require_tokenizer(model_dir: Path, role: str):
+    tok = load_tokenizer(model_dir, f"the {role}")
+    if tok is None:
         raise TrtspecError(f"{model_dir}: no tokenizer files (tokenizer.json or tokenizer.model); "
                            f"cannot check that the {role} shares the other model's tokenizer")
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as e:  # transformers raises many kinds for a broken tokenizer
-        raise TrtspecError(f"{model_dir}: cannot load the {role} tokenizer ({type(e).__name__}: {e})") from None
+    return tok
 
 
 def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> int:
     """Raise TrtspecError naming the first difference; return the shared tokenizer size."""
-    t_tok, d_tok = load_tokenizer(target_dir, "target"), load_tokenizer(draft_dir, "draft")
+    t_tok, d_tok = require_tokenizer(target_dir, "target"), require_tokenizer(draft_dir, "draft")
     t_vocab, d_vocab = t_tok.get_vocab(), d_tok.get_vocab()
     t_by_id = {i: tok for tok, i in t_vocab.items()}
     d_by_id = {i: tok for tok, i in d_vocab.items()}

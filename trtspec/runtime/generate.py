@@ -22,6 +22,7 @@ import torch
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
+from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
 from .draft_target import generate_draft_target
 from .eagle import generate_eagle
 from .eagle_net import EagleNet
@@ -29,7 +30,6 @@ from .greedy import generate_greedy
 from .model import Decoder
 from .stats import GenerationResult
 
-TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 DEFAULT_DRAFT_LEN = 4
 
 
@@ -48,17 +48,6 @@ def resolve_pair(ckpt: Path, draft_ckpt: Path | None) -> tuple[Path, Path | None
     if not (ckpt / "config.json").exists() and (ckpt / "target" / "config.json").exists():
         return ckpt / "target", draft_ckpt if draft_ckpt is not None else ckpt / "draft"
     return ckpt, draft_ckpt
-
-
-def load_tokenizer(ckpt_dir: Path):
-    if not any((Path(ckpt_dir) / f).is_file() for f in TOKENIZER_MARKERS):
-        return None
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(ckpt_dir))
-    except Exception as e:  # transformers raises many kinds for a broken tokenizer
-        raise TrtspecError(f"{ckpt_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
 
 
 def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
