@@ -1,0 +1,120 @@
+"""The profile is exact: replaying its step boundaries gives the same acceptance length as running
+the speculative loop, for every K of a chain draft and for several EAGLE trees, from one pass.
+
+Models: a tiny Llama whose layers write only 10% into the residual stream (close to a bigram
+model), a bigram draft and a bigram-ish EAGLE head, so acceptance is partial (see
+tests/test_runtime_spec.py for the construction)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tiny_models import make_eagle_head, make_hf_model
+from trtspec.checkpoints.convert import convert_hf
+from trtspec.checkpoints.eagle import convert_eagle
+from trtspec.runtime.generate import generate_batch, load_models
+from trtspec.tuning.profile import profile_prompts
+
+NEW, MAX_K = 40, 6
+H, I = 64, 96
+TREES = {
+    "chain4": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]],
+    "wide": [[0], [1], [2], [0, 0], [1, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
+    "mixed": [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1]],
+}
+
+
+def scale_layer_outputs(model, scale):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("profile")
+    base = scale_layer_outputs(make_hf_model("llama", d / "hf"), 0.1)
+    base.save_pretrained(d / "hf")
+    scale_layer_outputs(copy.deepcopy(base), 0.0).save_pretrained(d / "bigram")
+    head = {"embed_tokens.weight": base.model.embed_tokens.weight.detach().clone(),
+            "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1),
+            "fc.bias": torch.zeros(H), "layers.0.self_attn.o_proj.weight": torch.zeros(H, H),
+            "layers.0.mlp.down_proj.weight": torch.zeros(H, I)}
+    make_eagle_head(d / "hf", d / "head", extra=head)
+    convert_hf(d / "hf", d / "target", dtype="float32")
+    convert_hf(d / "bigram", d / "draft", dtype="float32")
+    convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
+    g = torch.Generator().manual_seed(1)
+    prompts = [(f"p{i}", torch.randint(3, 1001, (n,), generator=g).tolist()) for i, n in enumerate((5, 11, 2))]
+    return d, prompts
+
+
+def replay(lists, accepted_at, T):
+    """Reference replay (written independently of trtspec.tuning.acceptance): state t=1 follows the
+    prefill token; each step accepts a = accepted_at(t) draft tokens and emits a + 1."""
+    steps = total = 0
+    t = 1
+    while t < T:
+        a = accepted_at(lists[t])
+        steps, total, t = steps + 1, total + a + 1, t + a + 1
+    return total / steps
+
+
+def tree_accepts(tree):
+    nodes = {tuple(p) for p in tree}
+
+    def accepted(path):
+        a = 0
+        while a < len(path) and path[a] >= 0 and tuple(path[:a + 1]) in nodes:
+            a += 1
+        return a
+    return accepted
+
+
+def test_chain_profile_replays_to_the_runtime_acceptance(setup):
+    d, prompts = setup
+    models = load_models(d / "target", d / "draft")
+    # profile a little past NEW so runs near the end are not cut (the runtime counts them uncut)
+    profiles = profile_prompts(models, prompts, NEW + MAX_K + 1, MAX_K, ignore_eos=True)
+    seen = set()
+    for k in range(1, MAX_K + 1):
+        runtime = generate_batch(models, [p for _, p in prompts], NEW, mode="draft-target", draft_len=k,
+                                 ignore_eos=True)
+        for sp, r in zip(profiles, runtime):
+            assert sp.output_ids[:NEW] == r.output_ids
+            al = replay(sp.match_lengths, lambda m: min(m, k), NEW)
+            assert al == pytest.approx(r.stats.acceptance_length, abs=1e-12), (sp.id, k)
+            seen.add(round(al, 3))
+    assert len(seen) > 3  # acceptance is partial and varies: the check is not vacuous
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+def test_eagle_profile_replays_to_the_runtime_acceptance(setup, tree):
+    d, prompts = setup
+    models = load_models(d / "eagle")
+    profiles = profile_prompts(models, prompts, NEW + 5, 4, tree_top_k=10, ignore_eos=True)
+    runtime = generate_batch(models, [p for _, p in prompts], NEW, mode="eagle", eagle_choices=TREES[tree],
+                             ignore_eos=True)
+    als = []
+    for sp, r in zip(profiles, runtime):
+        assert sp.output_ids[:NEW] == r.output_ids
+        al = replay(sp.rank_paths, tree_accepts(TREES[tree]), NEW)
+        assert al == pytest.approx(r.stats.acceptance_length, abs=1e-12), sp.id
+        als.append(al)
+    assert max(als) > 1.3  # the head is accepted often enough for the trees to differ
+
+
+def test_rank_paths_shape(setup):
+    d, prompts = setup
+    models = load_models(d / "eagle")
+    sp = profile_prompts(models, prompts[:1], 12, 4, tree_top_k=3, ignore_eos=True)[0]
+    assert len(sp.rank_paths) == 12
+    for path in sp.rank_paths[1:-4]:
+        assert 1 <= len(path) <= 4
+        assert all(0 <= r < 3 for r in path[:-1]) and (path[-1] >= -1)
+        assert -1 not in path[:-1]

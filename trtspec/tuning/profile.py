@@ -1,0 +1,126 @@
+"""Acceptance profiling: measure once per workload, derive acceptance for every K or tree later.
+
+The target decodes each prompt greedily (the tokens any lossless speculative run would emit). Then,
+in one teacher-forced pass over the finished sequence s = prompt + output:
+
+- chain drafts (draft-target): the draft's argmax at every index j; `agree[j]` says whether it
+  equals s[j+1]. While a draft's proposals are right its context *is* the true prefix, so the
+  number of consecutive proposals accepted from a state is the run of agreements starting there:
+  `match_lengths[t]` = run length of `agree` from index P-1+t (P = prompt length; state t = prompt
+  plus the first t output tokens), capped at max_k.
+- EAGLE trees: along the true path, the drafter is run level by level exactly as the tree proposer
+  runs it (clone d at depth d+1, features = its own output at the parent) for every state at once,
+  one batch row per state; `rank_paths[t]` = the rank of the true token among the drafter's
+  candidates at each depth, stopping after the first depth where it is outside the top `tree_top_k`
+  (recorded as -1). A tree accepts depth d at state t iff the path of ranks [r_1..r_d] is a node.
+
+Replaying step boundaries over these lists (trtspec.tuning.acceptance) gives the exact acceptance
+length of any K <= max_k or any tree within the recorded ranks, from this single pass. Runs near
+the end of a sequence are cut where the sequence ends (nothing is known beyond it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..runtime.generate import Models, generate_batch
+
+ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
+
+
+@dataclass
+class SampleProfile:
+    id: str
+    prompt_len: int
+    output_ids: list[int]
+    match_lengths: list[int] = field(default_factory=list)
+    rank_paths: list[list[int]] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def chain_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k: int) -> list[int]:
+    """match_lengths[t] for t = 0..T-1 (T = len(seq) - prompt_len) from one draft forward."""
+    tokens = torch.tensor([seq])
+    logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
+    agree = (logits[0, :-1].argmax(-1) == tokens[0, 1:]).tolist()  # agree[j]: draft at j predicts s[j+1]
+    runs = [0] * (len(agree) + 1)
+    for j in range(len(agree) - 1, -1, -1):
+        runs[j] = runs[j + 1] + 1 if agree[j] else 0
+    T = len(seq) - prompt_len
+    return [min(runs[prompt_len - 1 + t], max_k) for t in range(T)]
+
+
+def _rank(logits: torch.Tensor, true: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Rank of each true token among `logits` rows (0 = argmax), -1 when outside the top_k."""
+    true_logit = logits.gather(-1, true[:, None])
+    rank = (logits > true_logit).sum(-1)
+    return torch.where(rank < top_k, rank, torch.full_like(rank, -1))
+
+
+@torch.inference_mode()
+def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth: int, top_k: int) -> list[list[int]]:
+    """rank_paths[t] for t = 0..T-1 (see the module docstring)."""
+    target, net = models.target, models.eagle
+    tokens = torch.tensor([seq])
+    L = len(seq)
+    _, feats = target.forward(tokens, target.new_cache(1, L), with_logits=False)
+    # Level 1 for every state at once: pairs (s[j+1], f_j) j = 0..L-2 through clone 0.
+    base = net.new_cache(1, L + max_depth)
+    logits1, hidden1 = net.forward(tokens[:, 1:], feats[:, :-1], base, level=0)
+    base.advance(torch.tensor([0]), L - 1)
+    T = L - prompt_len
+    paths: list[list[int]] = []
+    for start in range(0, T, ROW_CHUNK):
+        states = torch.arange(start, min(start + ROW_CHUNK, T))
+        n = prompt_len + states  # committed length at state t; the root is s[n-1]
+        pair = n - 2  # the last committed pair (s[n-1], f_{n-2}) drafts depth 1
+        ranks = []
+        valid = n < L  # depth d needs the true token s[n-1+d]
+        depth_logits, depth_hidden = logits1[0, pair.clamp(min=0)], hidden1[0, pair.clamp(min=0)]
+        cache = net.new_cache(len(states), L + max_depth)
+        for layer in range(len(base.k)):
+            cache.k[layer][:] = base.k[layer][0]
+            cache.v[layer][:] = base.v[layer][0]
+        cache.lens[:] = (pair + 1).clamp(min=0)
+        for d in range(1, max_depth + 1):
+            idx = (n - 1 + d).clamp(max=L - 1)
+            r = _rank(depth_logits, tokens[0, idx], top_k)
+            ranks.append(torch.where(valid & (n - 1 + d < L), r, torch.full_like(r, -2)))
+            if d == max_depth:
+                break
+            # depth d+1: the node at depth d (the true token) with its parent's drafter output
+            lg, hd = net.forward(tokens[0, idx][:, None], depth_hidden[:, None], cache, level=d,
+                                 pos_offsets=torch.tensor([d - 1]),
+                                 block_mask=torch.ones(1, d, dtype=torch.bool))
+            depth_logits, depth_hidden = lg[:, 0], hd[:, 0]
+        for i in range(len(states)):
+            path = []
+            for r in (int(x[i]) for x in ranks):
+                if r == -2:  # beyond the end of the sequence: unknown, stop here
+                    break
+                path.append(r)
+                if r < 0:
+                    break
+            paths.append(path)
+    if prompt_len < 2:  # state 0 with a 1-token prompt has no committed pair; never a verify state
+        paths[0] = []
+    return paths
+
+
+def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
+                    tree_top_k: int = 10, ignore_eos: bool = False) -> list[SampleProfile]:
+    """Greedy-decode every prompt with the target, then record match_lengths (draft-target) or
+    rank_paths (EAGLE) per generated position."""
+    results = generate_batch(models, [p for _, p in prompts], max_new_tokens, mode="greedy", ignore_eos=ignore_eos)
+    out = []
+    for (sample_id, prompt), res in zip(prompts, results):
+        seq = list(prompt) + res.output_ids
+        sp = SampleProfile(sample_id, len(prompt), res.output_ids)
+        if models.eagle is not None:
+            sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)
+        elif models.draft is not None:
+            sp.match_lengths = chain_match_lengths(models, seq, len(prompt), max_k)
+        out.append(sp)
+    return out
