@@ -1,0 +1,205 @@
+"""Will the planned engines fit on the GPU, and how many KV-cache tokens do they leave?
+
+Per GPU (rank 0 of each engine; with TP every rank holds about the same share):
+
+  weights      parameters from config.json x bytes per weight of the quant format; embeddings stay in
+               the model dtype, lm_head too unless exclude_modules lets it be quantized (reference
+               §3.3); EAGLE engines hold num_eagle_layers copies of the head (§4.3).
+  activations  max_num_tokens x hidden_size x ACTIVATION_FACTOR elements in the model dtype (TensorRT
+               reuses activation memory across layers, so one layer's live tensors bound it), plus the
+               float32 logits of the tokens that reach lm_head.
+  overhead     CUDA context, cuBLAS/plugin workspaces, runtime buffers: RUNTIME_OVERHEAD_BYTES.
+  KV cache     the runtime gives the KV pool KV_CACHE_FREE_GPU_MEMORY_FRACTION of what is left; a
+               token costs 2 x layers x kv_heads_per_rank x head_size x kv bytes (EAGLE adds its
+               drafter layers, which share the pool; models/eagle/model.py). A draft-target pair on
+               one GPU shares the pool, and every request lives in both engines.
+
+It is an estimate (±10% on the weights-dominated cases it was checked against), meant to catch
+plans that cannot fit before a build is attempted, not to replace the runtime's own accounting.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..checkpoints.spec import DecoderSpec
+from . import trtllm_facts as facts
+
+if TYPE_CHECKING:
+    from .plan import EngineBuild
+    from .source import Checkpoint
+
+# Live per-token activations of one Llama-style layer, in hidden-size units: fused gate/up output
+# (2 x intermediate ~ 7H), SwiGLU output (~3.5H), fused qkv (~1.5H), three hidden-size buffers
+# (residual, normed input, attention/MLP output) = ~15H, rounded up to 16.
+ACTIVATION_FACTOR = 16
+RUNTIME_OVERHEAD_BYTES = 2 * 1024**3
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+GIB = 1024**3
+
+
+@dataclass
+class EngineMemory:
+    name: str
+    weights_bytes: int
+    activation_bytes: int
+    kv_bytes_per_token: int
+    kv_tokens_at_limits: int      # max_batch_size x engine max_seq_len
+    kv_bytes_at_limits: int
+
+
+@dataclass
+class MemoryEstimate:
+    gpu: str
+    gpu_memory_bytes: int
+    engines: list[EngineMemory]
+    runtime_overhead_bytes: int
+    free_after_load_bytes: int    # what the KV pool is carved from (negative: does not load)
+    kv_cache_fraction: float
+    kv_pool_bytes: int
+    kv_token_capacity: int        # tokens the pool holds (per engine; a pair's requests need both)
+    kv_tokens_at_limits: int
+    full_length_sequences: int    # how many sequences at the engine max_seq_len fit at once
+    fits: bool                    # weights + activations + overhead fit at all
+    kv_fits_at_limits: bool       # max_batch_size sequences at max_seq_len fit in the pool
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(e.weights_bytes for e in self.engines)
+
+    @property
+    def activation_bytes(self) -> int:
+        return sum(e.activation_bytes for e in self.engines)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return sum(e.kv_bytes_per_token for e in self.engines)
+
+
+def weight_bits(quant_algo: str | None, dtype_bits: int, group_size: int) -> float:
+    """Bits per quantized-linear weight, scales included where they are not negligible."""
+    if quant_algo is None:
+        return dtype_bits
+    if quant_algo == "W4A16_AWQ":
+        return 4 + dtype_bits / group_size  # one dtype scale per group
+    if quant_algo == "W4A16":
+        return 4
+    return 8  # FP8, W8A16, W8A8_SQ_*
+
+
+class _Counter:
+    """Bytes of one checkpoint's weights on one TP rank."""
+
+    def __init__(self, ckpt: "Checkpoint"):
+        q = ckpt.quantization
+        self.quant = q.get("quant_algo")
+        self.exclude = q.get("exclude_modules")
+        if self.exclude is None:
+            self.exclude = list(facts.DEFAULT_EXCLUDE_MODULES)
+        self.dtype_bytes = DTYPE_BYTES.get(ckpt.dtype, 2)
+        self.qbits = weight_bits(self.quant, self.dtype_bytes * 8, int(q.get("group_size") or facts.DEFAULT_GROUP_SIZE))
+        self.tp = ckpt.tp
+
+    def linear(self, module: str, params: int) -> float:
+        quantized = self.quant and not any(fnmatch.fnmatchcase(module, p) for p in self.exclude)
+        return params * (self.qbits / 8 if quantized else self.dtype_bytes)
+
+    def decoder_layers(self, spec: DecoderSpec, prefix: str) -> float:
+        tp, h, hd = self.tp, spec.hidden_size, spec.head_size
+        q_heads, kv_heads = math.ceil(spec.num_heads / tp), max(1, spec.num_kv_heads // tp)
+        qkv_out = (q_heads + 2 * kv_heads) * hd
+        total = 0.0
+        for i in range(spec.num_layers):
+            p = f"{prefix}layers.{i}."
+            total += self.linear(p + "attention.qkv", qkv_out * h)
+            total += self.linear(p + "attention.dense", h * q_heads * hd)
+            for m in ("mlp.fc", "mlp.gate", "mlp.proj"):
+                total += self.linear(p + m, h * math.ceil(spec.intermediate_size / tp))
+            small = 2 * h + (qkv_out if spec.attn_bias else 0) + (2 * hd if spec.qk_norm else 0)
+            total += small * self.dtype_bytes
+        return total
+
+    def vocab(self, spec: DecoderSpec, parallel: bool) -> int:
+        rows = math.ceil(spec.vocab_size / self.tp) if parallel else spec.vocab_size
+        return rows * spec.hidden_size
+
+
+def checkpoint_weight_bytes(ckpt: "Checkpoint") -> int:
+    c = _Counter(ckpt)
+    spec, cfg = ckpt.spec, ckpt.config
+    total = c.decoder_layers(spec, "transformer.")
+    total += c.vocab(spec, bool(cfg.get("use_parallel_embedding"))) * c.dtype_bytes  # embeddings stay in dtype
+    total += c.linear("lm_head", c.vocab(spec, True)) + spec.hidden_size * c.dtype_bytes  # + ln_f
+    if ckpt.eagle_spec is not None:
+        e, net_cfg = ckpt.eagle_spec, cfg.get("eagle_net_config") or {}
+        one = c.decoder_layers(e, "eagle_nets.0.drafter.")
+        one += c.vocab(e, bool(net_cfg.get("use_parallel_embedding"))) * c.dtype_bytes
+        one += c.linear("eagle_nets.0.drafter.fc", 2 * e.hidden_size * math.ceil(e.hidden_size / c.tp))
+        one += c.linear("eagle_nets.0.lm_head", c.vocab(e, True))
+        total += one * int(cfg.get("num_eagle_layers", 1))
+    return int(total)
+
+
+def kv_bytes_per_token(ckpt: "Checkpoint") -> int:
+    kv = ckpt.kv_cache_quant_algo
+    elem = 1 if kv in ("FP8", "INT8") else DTYPE_BYTES.get(ckpt.dtype, 2)
+    spec = ckpt.spec
+    layers = spec.num_layers + (ckpt.eagle_spec.num_layers if ckpt.eagle_spec is not None else 0)
+    return 2 * layers * max(1, spec.num_kv_heads // ckpt.tp) * spec.head_size * elem
+
+
+def activation_bytes(build: "EngineBuild", ckpt: "Checkpoint") -> int:
+    dtype_bytes = DTYPE_BYTES.get(ckpt.dtype, 2)
+    logits_bytes = DTYPE_BYTES.get(ckpt.config.get("logits_dtype", "float32"), 4)
+    logit_tokens = build.max_batch_size * (build.max_draft_len + 1)
+    return (build.max_num_tokens * ckpt.spec.hidden_size * ACTIVATION_FACTOR * dtype_bytes
+            + logit_tokens * ckpt.spec.vocab_size * logits_bytes)
+
+
+def estimate_memory(builds: list["EngineBuild"], ckpts: dict[str, "Checkpoint"], gpu: str) -> MemoryEstimate:
+    """The estimate for rank 0 of every engine of the plan sharing one GPU of kind `gpu`."""
+    total = facts.GPU_MEMORY_MIB[gpu] * 1024**2
+    engines = []
+    for b in builds:
+        ck = ckpts[b.name]
+        per_tok = kv_bytes_per_token(ck)
+        tokens = b.max_batch_size * b.engine_max_seq_len
+        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activation_bytes(b, ck), per_tok,
+                                    tokens, tokens * per_tok))
+    free = total - sum(e.weights_bytes + e.activation_bytes for e in engines) - RUNTIME_OVERHEAD_BYTES
+    frac = facts.KV_CACHE_FREE_GPU_MEMORY_FRACTION
+    pool = max(0, int(free * frac))
+    per_token = sum(e.kv_bytes_per_token for e in engines)
+    block = facts.TOKENS_PER_BLOCK
+    capacity = (pool // (per_token * block)) * block if per_token else 0
+    at_limits = max(e.kv_tokens_at_limits for e in engines)
+    max_seq = max(b.engine_max_seq_len for b in builds)
+    est = MemoryEstimate(
+        gpu=gpu, gpu_memory_bytes=total, engines=engines, runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES,
+        free_after_load_bytes=free, kv_cache_fraction=frac, kv_pool_bytes=pool, kv_token_capacity=capacity,
+        kv_tokens_at_limits=at_limits, full_length_sequences=capacity // max_seq, fits=free > 0,
+        kv_fits_at_limits=capacity >= at_limits)
+    name = facts.GPU_NAMES[gpu]
+    if not est.fits:
+        est.warnings.append(
+            f"memory: the engines need {_gib(total - free)} GiB (weights {_gib(est.weights_bytes)}, activations "
+            f"{_gib(est.activation_bytes)}, overhead {_gib(RUNTIME_OVERHEAD_BYTES)}) but one {name} has "
+            f"{_gib(total)} GiB; use more tensor parallelism, stronger quantization, or lower --max-num-tokens")
+    elif not est.kv_fits_at_limits:
+        est.warnings.append(
+            f"memory: the KV cache holds about {capacity} tokens, fewer than max_batch_size x max_seq_len = "
+            f"{at_limits}; at most {est.full_length_sequences} full-length sequences run at once (lower "
+            "--max-batch-size or --max-seq-len, or quantize the KV cache)")
+    if len(engines) > 1:
+        est.notes.append("memory: both engines share one GPU here; give each about half of the KV memory at run "
+                            "time (kv_cache_free_gpu_memory_fraction 0.5 for the first one loaded, reference §5.2)")
+    return est
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f}"

@@ -1,0 +1,250 @@
+"""Build plans: a checkpoint (or a draft-target pair) plus limits -> exact `trtllm-build` argument lists.
+
+A plan is written down before any GPU time is spent, so it must already be what TensorRT-LLM 1.2
+will build: every flag whose default drifted across versions is explicit, and every combination
+that `trtllm-build` rejects or silently rewrites is refused (`rules.py`) or set to the value the
+builder would force anyway, with the reason recorded in `EngineBuild.notes`.
+
+Paths in the argument lists: checkpoints are absolute; the engine and timing-cache paths are
+relative to the build output directory, which is the working directory of `build.sh` and of the
+runner. That keeps `build_plan.json` + `build.sh` relocatable and lets the runner build into a
+temporary sibling directory that is renamed into place only when every engine is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..errors import TrtspecError
+from . import rules
+from . import trtllm_facts as facts
+from .memory import MemoryEstimate, estimate_memory
+from .source import Checkpoint, is_pair_dir, read_checkpoint
+
+ROLES = ("auto", "plain", "eagle", "target", "draft")
+TIMING_CACHE = "timing.cache"  # shared by the builds of one plan, inside the output directory
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What the user asks for; None means "pick the documented default"."""
+
+    role: str = "auto"
+    gpu: str = "h100"
+    max_batch_size: int = 64
+    max_input_len: int | None = None   # default: max_seq_len // 2
+    max_seq_len: int | None = None     # default: min(8192, what the model's positions allow)
+    max_num_tokens: int | None = None  # default: 8192, clipped/raised as trtllm-build would
+    max_draft_len: int | None = None   # EAGLE: from the checkpoint; target/draft: 8
+    draft_logits: bool = False         # logits-based acceptance (draft-target) -> generation logits
+    max_beam_width: int = 1
+    gather_context_logits: bool = False
+
+
+@dataclass
+class EngineBuild:
+    """One `trtllm-build` invocation."""
+
+    name: str                 # plain | eagle | target | draft; also the engine folder name
+    checkpoint_dir: str       # absolute
+    engine_dir: str           # relative to the output directory
+    architecture: str
+    dtype: str
+    quant_algo: str | None
+    kv_cache_quant_algo: str | None
+    tp: int
+    speculative_decoding_mode: str | None
+    max_draft_len: int        # 0 when not speculative
+    num_eagle_layers: int     # 0 unless EAGLE
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int          # what we pass
+    engine_max_seq_len: int   # what the engine's config.json will say (builder adds the draft)
+    max_num_tokens: int
+    max_beam_width: int
+    plugins: dict[str, str]   # trtllm-build flag (without --) -> value, in argv order
+    gather_generation_logits: bool = False
+    gather_context_logits: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def argv(self) -> list[str]:
+        """The exact command line; run it with the output directory as the working directory."""
+        a = [facts.TRTLLM_BUILD, "--checkpoint_dir", self.checkpoint_dir, "--output_dir", self.engine_dir]
+        for flag, value in self.plugins.items():
+            a += [f"--{flag}", value]
+        a += ["--kv_cache_type", facts.KV_CACHE_TYPE,
+              "--max_batch_size", str(self.max_batch_size), "--max_input_len", str(self.max_input_len),
+              "--max_seq_len", str(self.max_seq_len), "--max_num_tokens", str(self.max_num_tokens),
+              "--max_beam_width", str(self.max_beam_width)]
+        if self.speculative_decoding_mode:
+            a += ["--speculative_decoding_mode", self.speculative_decoding_mode,
+                  "--max_draft_len", str(self.max_draft_len)]
+        if self.gather_generation_logits:
+            a.append("--gather_generation_logits")
+        if self.gather_context_logits:
+            a.append("--gather_context_logits")
+        a += ["--input_timing_cache", TIMING_CACHE, "--output_timing_cache", TIMING_CACHE,
+              "--workers", str(self.tp)]
+        return a
+
+
+@dataclass
+class BuildPlan:
+    """Every engine one `trtspec build` produces, in build order, with the memory estimate."""
+
+    source: str
+    role: str                 # resolved: plain | eagle | pair | target | draft
+    gpu: str
+    builds: list[EngineBuild]
+    memory: MemoryEstimate
+    warnings: list[str] = field(default_factory=list)
+    trtllm_version: str = facts.TRTLLM_VERSION_LABEL
+    trtspec_version: str = __version__
+
+    def build(self, name: str | None = None) -> EngineBuild:
+        if name is None:
+            if len(self.builds) != 1:
+                raise TrtspecError(f"this plan has {len(self.builds)} builds; name one of "
+                                   f"{', '.join(b.name for b in self.builds)}")
+            return self.builds[0]
+        for b in self.builds:
+            if b.name == name:
+                return b
+        raise TrtspecError(f"this plan has no build named {name!r}")
+
+    def argv(self, name: str | None = None) -> list[str]:
+        return self.build(name).argv()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for b, bd in zip(self.builds, d["builds"]):
+            bd["argv"] = b.argv()
+        return d
+
+
+def plugin_flags(quant_algo: str | None, kv_algo: str | None, notes: list[str]) -> dict[str, str]:
+    """Plugin and feature flags for one engine; see trtllm_facts for where each rule comes from."""
+    paged = True
+    if kv_algo == "INT8":
+        paged = False
+        notes.append("use_paged_context_fmha disable: INT8 KV cache turns paged context FMHA off in build() "
+                     "(no KV-cache reuse or chunked context with this engine)")
+    elif kv_algo == "FP8" and quant_algo not in facts.FP8_CONTEXT_FMHA_ALGOS:
+        paged = False
+        notes.append(f"use_paged_context_fmha disable: FP8 KV without FP8 weights ({quant_algo}) turns paged "
+                     "context FMHA off in build(); pair FP8 KV with FP8 weights to keep it")
+    fp8_ctx = paged and quant_algo in facts.FP8_CONTEXT_FMHA_ALGOS and kv_algo == "FP8"
+    if quant_algo == "FP8" and kv_algo != "FP8":
+        notes.append("use_fp8_context_fmha disable: with paged context FMHA it needs an FP8 KV cache")
+    fused_mlp = quant_algo in facts.FUSED_MLP_ALGOS
+    if not fused_mlp:
+        notes.append(f"use_fused_mlp disable: trtllm-build forces it off for {quant_algo}")
+    return {
+        "gemm_plugin": facts.GEMM_PLUGIN,
+        "gpt_attention_plugin": facts.GPT_ATTENTION_PLUGIN,
+        "context_fmha": "enable",
+        "remove_input_padding": "enable",
+        "use_paged_context_fmha": "enable" if paged else "disable",
+        "use_fp8_context_fmha": "enable" if fp8_ctx else "disable",
+        "use_fused_mlp": "enable" if fused_mlp else "disable",
+        "tokens_per_block": str(facts.TOKENS_PER_BLOCK),
+    }
+
+
+def default_max_seq_len(ckpt: Checkpoint) -> int:
+    """min(8192, the positions the model supports): trtllm-build's own default would be
+    max_position_embeddings (131072 for Llama-3.1), far more KV cache than any batch needs."""
+    return min(8192, ckpt.spec.max_position_embeddings)
+
+
+def resolve_role(path: Path, role: str) -> tuple[str, dict[str, Checkpoint]]:
+    """(resolved role, {build name: checkpoint}) for --role; a pair directory yields draft + target."""
+    if role not in ROLES:
+        raise TrtspecError(f"--role: {role!r} is not one of {', '.join(ROLES)}")
+    path = Path(path)
+    if not path.is_dir():
+        raise TrtspecError(f"{path}: checkpoint directory not found")
+    if is_pair_dir(path):
+        if role in ("auto",):
+            return "pair", {"draft": read_checkpoint(path / "draft"), "target": read_checkpoint(path / "target")}
+        if role in ("target", "draft"):
+            return role, {role: read_checkpoint(path / role)}
+        raise TrtspecError(f"{path}: a draft-target pair directory (target/ + draft/) cannot be built with "
+                           f"--role {role}; use --role auto (both), target or draft")
+    ckpt = read_checkpoint(path)
+    if role == "auto":
+        role = "eagle" if ckpt.is_eagle else "plain"
+    return role, {role: ckpt}
+
+
+def make_plan(ckpt_dir: Path, options: BuildOptions | None = None) -> BuildPlan:
+    """Read the checkpoint(s), apply the rules, and return the plan (nothing is written)."""
+    opts = options or BuildOptions()
+    rules.check_options(opts)
+    role, ckpts = resolve_role(ckpt_dir, opts.role)
+    warnings: list[str] = []
+    for name, ckpt in ckpts.items():
+        rules.check_checkpoint(name, ckpt, opts, warnings)
+    first = ckpts.get("target") or next(iter(ckpts.values()))
+    seq = opts.max_seq_len or min(default_max_seq_len(c) for c in ckpts.values())
+    inp = opts.max_input_len or max(1, seq // 2)
+    k = rules.draft_len(role, first, opts)
+    builds = []
+    for name, ckpt in ckpts.items():
+        builds.append(_engine_build(name, ckpt, role, opts, seq, inp, k, warnings))
+    if role == "pair":  # one request lives in both engines: same batch, same token budget
+        target = next(b for b in builds if b.name == "target")
+        for b in builds:
+            b.max_num_tokens = target.max_num_tokens  # within the draft's bounds: its max_seq_len is longer
+    memory = estimate_memory(builds, {n: c for n, c in ckpts.items()}, opts.gpu)
+    warnings += memory.warnings
+    return BuildPlan(source=str(Path(ckpt_dir).resolve()), role=role, gpu=opts.gpu, builds=builds,
+                     memory=memory, warnings=warnings)
+
+
+def _engine_build(name: str, ckpt: Checkpoint, role: str, opts: BuildOptions, seq: int, inp: int, k: int,
+                  warnings: list[str]) -> EngineBuild:
+    notes: list[str] = []
+    plugins = plugin_flags(ckpt.quant_algo, ckpt.kv_cache_quant_algo, notes)
+    mode, draft, eagle_layers = None, 0, 0
+    max_seq = seq
+    if name == "eagle":
+        mode, draft = facts.SPEC_MODE_EAGLE, k
+        eagle_layers = int(ckpt.config.get("num_eagle_layers", 1))
+        notes.append(f"max_draft_len {k} from the checkpoint (EagleForCausalLM sizes its inputs from it)")
+    elif name == "target":
+        mode, draft = facts.SPEC_MODE_DRAFT_TOKENS_EXTERNAL, k
+    elif name == "draft" and role == "pair":
+        max_seq = seq + k  # it drafts k tokens past any target prefix, as far as the target engine reaches
+        notes.append(f"max_seq_len {seq}+{k}: the draft proposes up to max_draft_len tokens past the target's "
+                     "longest sequence")
+    if name in ("eagle", "target", "draft") and plugins["use_paged_context_fmha"] != "enable":
+        raise AssertionError("rules.check_checkpoint must refuse KV formats that disable paged context FMHA")
+    mnt = rules.max_num_tokens(opts, max_seq, draft, name)
+    if mnt < inp:
+        if plugins["use_paged_context_fmha"] == "enable":
+            warnings.append(f"{name}: max_num_tokens {mnt} < max_input_len {inp}; prompts longer than {mnt} tokens "
+                            "need enable_chunked_context at run time")
+        else:
+            warnings.append(f"{name}: max_num_tokens {mnt} < max_input_len {inp} without paged context FMHA (so no "
+                            f"chunked context): prompts longer than {mnt} tokens cannot be scheduled")
+    if mnt > facts.MAX_NUM_TOKENS_ADVISED:
+        warnings.append(f"{name}: max_num_tokens {mnt} > {facts.MAX_NUM_TOKENS_ADVISED}; trtllm-build warns this "
+                        "rarely helps and can exceed TensorRT's tensor volume limit")
+    engine_seq = max_seq + draft + eagle_layers
+    if mode:
+        notes.append(f"engine max_seq_len will be {engine_seq}: trtllm-build adds max_draft_len"
+                     + (" and num_eagle_layers" if eagle_layers else ""))
+    gen_logits = opts.draft_logits and name in ("target", "draft")
+    if gen_logits:
+        notes.append("gather_generation_logits: logits-based acceptance (use_logits=True) needs them on both "
+                     "engines (trtllm-build warns the flag is deprecated; the DTM example still checks it)")
+    return EngineBuild(
+        name=name, checkpoint_dir=str(ckpt.path), engine_dir=f"engines/{name}", architecture=ckpt.architecture,
+        dtype=ckpt.dtype, quant_algo=ckpt.quant_algo, kv_cache_quant_algo=ckpt.kv_cache_quant_algo, tp=ckpt.tp,
+        speculative_decoding_mode=mode, max_draft_len=draft, num_eagle_layers=eagle_layers,
+        max_batch_size=opts.max_batch_size, max_input_len=inp, max_seq_len=max_seq, engine_max_seq_len=engine_seq,
+        max_num_tokens=mnt, max_beam_width=opts.max_beam_width, plugins=plugins,
+        gather_generation_logits=gen_logits, gather_context_logits=opts.gather_context_logits, notes=notes)

@@ -1,0 +1,171 @@
+"""The combinations TensorRT-LLM 1.2 rejects or silently degrades, refused before any GPU time.
+
+Each refusal is one line: what is wrong (naming the flag or the config field), why (the reference
+section), and what to do instead. Combinations that build but are not officially exercised (FP8 or
+weight-only EAGLE, a Qwen2 EAGLE base) become warnings, not refusals: the user may have validated
+them; the plan says so plainly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import TrtspecError
+from . import trtllm_facts as facts
+from .source import Checkpoint
+
+if TYPE_CHECKING:
+    from .plan import BuildOptions
+
+SPECULATIVE = ("eagle", "target", "draft")
+
+
+def check_options(opts: "BuildOptions") -> None:
+    """Flag-level checks that need no checkpoint."""
+    if opts.gpu not in facts.GPU_MEMORY_MIB:
+        raise TrtspecError(f"--gpu: {opts.gpu!r} is not one of {', '.join(facts.GPU_MEMORY_MIB)} "
+                           f"(plans are for SM{facts.SM_VERSION} Hopper GPUs)")
+    for flag, value in (("--max-batch-size", opts.max_batch_size), ("--max-input-len", opts.max_input_len),
+                        ("--max-seq-len", opts.max_seq_len), ("--max-num-tokens", opts.max_num_tokens),
+                        ("--max-beam-width", opts.max_beam_width)):
+        if value is not None and value < 1:
+            raise TrtspecError(f"{flag}: expected a positive integer, got {value}")
+    if opts.max_draft_len is not None and opts.max_draft_len < 1:
+        raise TrtspecError(f"--max-draft-len: expected >= 1, got {opts.max_draft_len}")
+    if opts.max_input_len and opts.max_seq_len and opts.max_input_len > opts.max_seq_len:
+        raise TrtspecError(f"--max-input-len {opts.max_input_len} exceeds --max-seq-len {opts.max_seq_len} "
+                           "(trtllm-build would silently clip it); raise --max-seq-len or lower --max-input-len")
+
+
+def check_checkpoint(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) -> None:
+    """Refuse what cannot build (or builds into something else) for this role; collect warnings."""
+    q, kv = ckpt.quant_algo, ckpt.kv_cache_quant_algo
+    if q in facts.BLACKWELL_ONLY_ALGOS:
+        raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q}, which needs a Blackwell GPU; "
+                           f"on H100/H200 quantize to FP8 instead")
+    if q not in facts.SUPPORTED_QUANT_ALGOS:
+        accepted = ", ".join(a for a in facts.SUPPORTED_QUANT_ALGOS if a)
+        raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q!r}; H100 plans accept none or one of "
+                           f"{accepted}")
+    if kv not in facts.SUPPORTED_KV_ALGOS:
+        raise TrtspecError(f"{ckpt.where('quantization.kv_cache_quant_algo')} is {kv!r}; expected null, FP8 or INT8")
+    if name == "plain" and ckpt.is_eagle:
+        raise TrtspecError(f"{ckpt.path}: an EagleForCausalLM checkpoint builds only as --role eagle")
+    if name in ("target", "draft") and ckpt.is_eagle:
+        raise TrtspecError(f"{ckpt.path}: an EagleForCausalLM checkpoint cannot be the {name} of a draft-target "
+                           "pair; build it with --role eagle, or convert a plain checkpoint for the pair")
+    if name == "eagle":
+        _check_eagle(ckpt, opts, warnings)
+    if name in SPECULATIVE:
+        _check_speculative(name, ckpt, opts)
+    elif opts.draft_logits:
+        raise TrtspecError("--draft-logits applies to draft-target builds (a pair directory, --role target or "
+                           "--role draft); a plain engine has no draft to accept")
+    if q and q.startswith(facts.SMOOTHQUANT_PREFIX) and kv == "FP8":
+        warnings.append(f"{name}: SmoothQuant weights with an FP8 KV cache disable paged context FMHA; "
+                        "INT8 or no KV quantization is the usual pairing")
+    if name in ("plain",) and kv == "INT8":
+        warnings.append(f"{name}: INT8 KV cache disables paged context FMHA, so this engine has no KV-cache "
+                        "reuse and no chunked context; use FP8 KV to keep them")
+    _check_positions(name, ckpt, opts, warnings)
+
+
+def _check_eagle(ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) -> None:
+    if ckpt.is_qwen3:
+        raise TrtspecError(f"{ckpt.path}: EAGLE on Qwen3 cannot build: EagleForCausalLM is LLaMA-based and has no "
+                           "q/k norm (reference §4.7, §9.17); use a draft-target pair (trtspec convert --draft)")
+    if not ckpt.is_eagle:
+        raise TrtspecError(f"{ckpt.path}: --role eagle needs an EagleForCausalLM checkpoint, got "
+                           f"{ckpt.architecture} (convert with 'trtspec convert --hf BASE --eagle HEAD')")
+    q = ckpt.quant_algo
+    if q and q.startswith(facts.SMOOTHQUANT_PREFIX):
+        raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q}: SmoothQuant with EAGLE is broken "
+                           "upstream (TRT-LLM issue 3207, reference §3.6, §9.5); quantize the EAGLE checkpoint "
+                           "to FP8 (with FP8 KV) instead")
+    k = int(ckpt.config.get("max_draft_len", 0))
+    if not 1 <= k <= facts.EAGLE_MAX_DRAFT_LEN:
+        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{facts.EAGLE_MAX_DRAFT_LEN} "
+                           "(builder.py asserts it); reconvert with --max-draft-len")
+    if opts.max_draft_len is not None and opts.max_draft_len != k:
+        raise TrtspecError(f"--max-draft-len {opts.max_draft_len} differs from the checkpoint's max_draft_len {k}; "
+                           "EAGLE engines size their tree from the checkpoint, so reconvert with "
+                           f"'trtspec convert --eagle ... --max-draft-len {opts.max_draft_len}' or drop the flag")
+    if opts.max_batch_size > facts.EAGLE_MAX_BATCH_SIZE:
+        raise TrtspecError(f"--max-batch-size {opts.max_batch_size}: EAGLE engines allow at most "
+                           f"{facts.EAGLE_MAX_BATCH_SIZE} (builder.py asserts it); lower --max-batch-size")
+    if q and q != "FP8":
+        warnings.append(f"eagle: {q} weights with EAGLE are not an officially exercised configuration "
+                        "(reference §3.7, §4.6); validate acceptance on the GPU before serving")
+    elif q == "FP8":
+        net_q = ((ckpt.config.get("eagle_net_config") or {}).get("quantization") or {}).get("quant_algo")
+        if net_q != "FP8":
+            warnings.append("eagle: FP8 base with a non-FP8 EAGLE head (eagle_net_config.quantization) is not the "
+                            "official route (reference §4.6 item 4); test it on the GPU first")
+    if ckpt.spec.attn_bias:
+        warnings.append("eagle: a base with qkv bias (Qwen2-style) under EagleForCausalLM is unverified upstream "
+                        "(reference §4.7)")
+
+
+def _check_speculative(name: str, ckpt: Checkpoint, opts: "BuildOptions") -> None:
+    q, kv = ckpt.quant_algo, ckpt.kv_cache_quant_algo
+    what = "EAGLE" if name == "eagle" else "draft-target"
+    if kv == "INT8":
+        raise TrtspecError(f"{ckpt.where('quantization.kv_cache_quant_algo')} is INT8: an INT8 KV cache disables "
+                           f"paged context FMHA, which {what} engines need (reference §7.2, §9.6); quantize the KV "
+                           "cache to FP8 (with FP8 weights) or leave it unquantized")
+    if kv == "FP8" and q not in facts.FP8_CONTEXT_FMHA_ALGOS:
+        raise TrtspecError(f"{ckpt.where('quantization')}: FP8 KV cache with {q or 'unquantized'} weights disables "
+                           f"paged context FMHA, which {what} engines need (reference §7.2); use FP8 weights with "
+                           "FP8 KV, or leave the KV cache unquantized")
+    if opts.max_beam_width > 1:
+        raise TrtspecError(f"--max-beam-width {opts.max_beam_width}: speculative decoding needs beam width 1 "
+                           "(reference §7.1, §9.4); build a separate plain engine for beam search")
+    if opts.gather_context_logits and name in ("eagle", "target"):
+        raise TrtspecError("--gather-context-logits with a draft length: trtllm-build refuses it ('Gather context "
+                           "logits is not support with draft len > 0', reference §5.1); use --draft-logits "
+                           "(generation logits) for logits-based acceptance")
+    if opts.draft_logits and name == "eagle":
+        raise TrtspecError("--draft-logits applies to draft-target engines; EAGLE accepts inside the engine "
+                           "(typical acceptance is the runtime eagle_posterior_threshold), so drop the flag")
+
+
+def _check_positions(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) -> None:
+    """builder.py warns (accuracy) when max_seq_len exceeds the positions the RoPE setup covers."""
+    if not opts.max_seq_len:
+        return
+    scaling = ckpt.config.get("rotary_scaling") or {}
+    kind = scaling.get("type", scaling.get("rope_type"))
+    factor = 1.0 if kind in ("su", "longrope", "llama3") or not scaling else float(scaling.get("factor", 1.0))
+    limit = int(ckpt.spec.max_position_embeddings * factor)
+    if opts.max_seq_len > limit:
+        warnings.append(f"{name}: --max-seq-len {opts.max_seq_len} exceeds the model's {limit} positions "
+                        "(max_position_embeddings x rotary factor); accuracy past that is not guaranteed")
+
+
+def draft_len(role: str, ckpt: Checkpoint, opts: "BuildOptions") -> int:
+    """The engine's max_draft_len: the checkpoint's for EAGLE, --max-draft-len (default 8) for pairs."""
+    if role == "eagle":
+        return int(ckpt.config["max_draft_len"])
+    if role in ("pair", "target", "draft"):
+        return opts.max_draft_len or facts.DTM_DEFAULT_MAX_DRAFT_LEN
+    if opts.max_draft_len is not None:
+        raise TrtspecError("--max-draft-len applies to speculative builds (eagle, a pair, target or draft); "
+                           "this is a plain checkpoint")
+    return 0
+
+
+def max_num_tokens(opts: "BuildOptions", max_seq_len: int, k: int, name: str) -> int:
+    """The value trtllm-build will keep: refuse a user value it would silently clip or raise."""
+    ceiling = max_seq_len * opts.max_batch_size  # _init_max_seq_len clips above this
+    floor = opts.max_batch_size * (k + 1) if k else facts.TOKENS_PER_BLOCK  # build() raises below this
+    if opts.max_num_tokens is None:
+        return max(min(facts.CLI_MAX_NUM_TOKENS, ceiling), floor)
+    if opts.max_num_tokens > ceiling:
+        raise TrtspecError(f"--max-num-tokens {opts.max_num_tokens} exceeds max_batch_size x max_seq_len = {ceiling} "
+                           f"for the {name} engine (trtllm-build would clip it); use at most {ceiling}")
+    if opts.max_num_tokens < floor:
+        why = (f"max_batch_size x (max_draft_len + 1) = {opts.max_batch_size} x ({k} + 1)" if k
+               else f"tokens_per_block ({facts.TOKENS_PER_BLOCK})")
+        raise TrtspecError(f"--max-num-tokens {opts.max_num_tokens} is below {why} = {floor} for the {name} engine "
+                           f"(trtllm-build would silently raise it); use at least {floor}")
+    return opts.max_num_tokens
