@@ -62,7 +62,8 @@ def build(plan: BuildPlan, out: Path, dry_run: bool = False, timeout: float = DE
             why = "--dry-run" if dry_run else f"{facts.TRTLLM_BUILD} is not on PATH"
             return BuildResult(out, False, message=(
                 f"wrote {out / PLAN_FILE} and {out / 'build.sh'} ({why}); engines need an H100 host with "
-                f"TensorRT-LLM {facts.TRTLLM_VERSION_LABEL}: copy {out} there and run build.sh"))
+                f"TensorRT-LLM {facts.TRTLLM_VERSION_LABEL}: run build.sh there (it expects the checkpoints at "
+                f"the same absolute paths)"))
         (tmp / "logs").mkdir()
         for b in plan.builds:
             (tmp / b.engine_dir).mkdir(parents=True, exist_ok=True)
