@@ -182,6 +182,10 @@ def test_warnings_for_unverified_combinations(copy):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     plan = make_plan(ckpt, BuildOptions(**LIMITS))
     assert any("non-FP8 EAGLE head" in w for w in plan.warnings)
+    assert not any("eagle_nets.N.lm_head" in w for w in plan.warnings)  # no explicit list: defaults apply
+    edit_config(ckpt, quantization={"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]})
+    plan = make_plan(ckpt, BuildOptions(**LIMITS))
+    assert any("does not match eagle_nets.N.lm_head" in w for w in plan.warnings)
     awq = edit_config(copy("llama"), quantization={"quant_algo": "W4A16_AWQ", "kv_cache_quant_algo": "FP8"})
     plan = make_plan(awq, BuildOptions(**LIMITS))
     assert plan.build().plugins["use_paged_context_fmha"] == "disable"

@@ -8,6 +8,7 @@ them; the plan says so plainly.
 
 from __future__ import annotations
 
+import fnmatch
 from typing import TYPE_CHECKING
 
 from ..errors import TrtspecError
@@ -101,6 +102,11 @@ def _check_eagle(ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) ->
         if net_q != "FP8":
             warnings.append("eagle: FP8 base with a non-FP8 EAGLE head (eagle_net_config.quantization) is not the "
                             "official route (reference §4.6 item 4); test it on the GPU first")
+    exclude = ckpt.quantization.get("exclude_modules")
+    if q and exclude is not None and not any(fnmatch.fnmatchcase("eagle_nets.0.lm_head", p) for p in exclude):
+        warnings.append("eagle: exclude_modules does not match eagle_nets.N.lm_head, so TensorRT-LLM quantizes the "
+                        "EAGLE heads' lm_head (an explicit list replaces the defaults, reference §3.3, §9.13); "
+                        "add '*lm_head' when re-quantizing")
     if ckpt.spec.attn_bias:
         warnings.append("eagle: a base with qkv bias (Qwen2-style) under EagleForCausalLM is unverified upstream "
                         "(reference §4.7)")

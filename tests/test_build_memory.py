@@ -1,0 +1,120 @@
+"""The memory-fit estimate against hand calculations (Llama-3.1-8B FP8 on one H100), and its warnings.
+
+The plan needs only config.json and the rank files' headers, so a real-size model is a config.json
+plus an empty rank0.safetensors here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import save_file
+
+from trtspec.builders import BuildOptions, make_plan
+
+LLAMA31_8B = {
+    "architecture": "LlamaForCausalLM", "dtype": "bfloat16", "logits_dtype": "float32", "vocab_size": 128256,
+    "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_size": 128, "intermediate_size": 14336, "hidden_act": "silu", "norm_epsilon": 1e-05,
+    "position_embedding_type": "rope_gpt_neox", "max_position_embeddings": 131072, "rotary_base": 500000.0,
+    "rotary_scaling": {"type": "llama3", "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "attn_bias": False, "mlp_bias": False, "use_parallel_embedding": False, "embedding_sharding_dim": 0,
+    "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]},
+}
+
+
+def config_only(path: Path, cfg: dict) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    for r in range(cfg["mapping"]["tp_size"]):
+        save_file({}, str(path / f"rank{r}.safetensors"))
+    return path
+
+
+def test_llama31_8b_fp8_on_h100_matches_hand_calculation(tmp_path):
+    plan = make_plan(config_only(tmp_path / "l8b", LLAMA31_8B),
+                     BuildOptions(max_batch_size=64, max_input_len=4096, max_seq_len=8192))
+    m = plan.memory
+
+    # Hand calculation. Llama-3.1-8B has 8.03e9 parameters (model card); the embedding and lm_head
+    # (128256 x 4096 = 525.3e6 each) stay bf16 (2 bytes), everything else is FP8 (1 byte).
+    embed = 128256 * 4096
+    weights = (8.03e9 - 2 * embed) * 1 + 2 * embed * 2                  # ~9.08e9 bytes
+    kv_per_token = 2 * 32 * 8 * 128 * 1                                  # K and V, 32 layers, 8 kv heads, fp8
+    activations = 8192 * 4096 * 16 * 2                                   # max_num_tokens x hidden x 16, bf16
+    gpu = 80 * 1024**3                                                   # H100 80 GB
+    runtime = 2 * 1024**3                                                # CUDA context, workspaces
+    kv_tokens = 0.9 * (gpu - weights - activations - runtime) / kv_per_token  # ~1.01e6 tokens
+
+    assert m.weights_bytes == pytest.approx(weights, rel=0.10)
+    assert m.kv_bytes_per_token == pytest.approx(kv_per_token, rel=0.10)
+    assert m.activation_bytes == pytest.approx(activations, rel=0.10)
+    assert m.kv_token_capacity == pytest.approx(kv_tokens, rel=0.10)
+    assert m.kv_tokens_at_limits == 64 * 8192 and m.kv_fits_at_limits and m.fits
+    assert m.full_length_sequences == m.kv_token_capacity // 8192 >= 64
+    assert plan.warnings == []
+
+
+def test_bf16_kv_halves_the_capacity_and_h200_adds_memory(tmp_path):
+    cfg = {**LLAMA31_8B, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None}}
+    opts = BuildOptions(max_batch_size=64, max_input_len=4096, max_seq_len=8192)
+    fp8kv = make_plan(config_only(tmp_path / "a", LLAMA31_8B), opts).memory
+    bf16kv = make_plan(config_only(tmp_path / "b", cfg), opts).memory
+    assert bf16kv.kv_bytes_per_token == 2 * fp8kv.kv_bytes_per_token
+    assert bf16kv.kv_token_capacity == pytest.approx(fp8kv.kv_token_capacity / 2, rel=0.01)
+    h200 = make_plan(tmp_path / "a", BuildOptions(gpu="h200", max_batch_size=64, max_input_len=4096,
+                                                   max_seq_len=8192)).memory
+    assert h200.gpu_memory_bytes > 1.7 * fp8kv.gpu_memory_bytes
+    assert h200.kv_token_capacity > 1.8 * fp8kv.kv_token_capacity
+
+
+def test_tensor_parallel_splits_weights_and_kv(tmp_path):
+    cfg = {**LLAMA31_8B, "use_parallel_embedding": True, "mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}
+    opts = BuildOptions(max_batch_size=64, max_input_len=4096, max_seq_len=8192)
+    one = make_plan(config_only(tmp_path / "tp1", LLAMA31_8B), opts).memory
+    two = make_plan(config_only(tmp_path / "tp2", cfg), opts)
+    assert two.memory.weights_bytes == pytest.approx(one.weights_bytes / 2, rel=0.01)
+    assert two.memory.kv_bytes_per_token == one.kv_bytes_per_token // 2
+    assert two.build().argv()[-1] == "2"  # --workers 2
+
+
+def test_70b_bf16_does_not_fit_one_h100(tmp_path):
+    cfg = {**LLAMA31_8B, "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
+           "intermediate_size": 28672, "quantization": {"quant_algo": None, "kv_cache_quant_algo": None}}
+    plan = make_plan(config_only(tmp_path / "l70b", cfg), BuildOptions(max_seq_len=8192))
+    assert not plan.memory.fits and plan.memory.kv_token_capacity == 0
+    assert plan.memory.weights_bytes == pytest.approx(70.6e9 * 2, rel=0.10)  # 70.6e9 parameters in bf16
+    assert any("memory: the engines need" in w and "tensor parallelism" in w for w in plan.warnings)
+
+
+def test_kv_shortfall_warns_with_full_length_sequences(tmp_path):
+    cfg = {**LLAMA31_8B, "quantization": {"quant_algo": None, "kv_cache_quant_algo": None}}
+    plan = make_plan(config_only(tmp_path / "bf16", cfg), BuildOptions(max_batch_size=256, max_seq_len=32768,
+                                                                        max_input_len=16384))
+    m = plan.memory
+    assert m.fits and not m.kv_fits_at_limits
+    assert m.full_length_sequences == m.kv_token_capacity // 32768 < 256
+    assert any(f"at most {m.full_length_sequences} full-length sequences" in w for w in plan.warnings)
+
+
+def test_eagle_counts_every_head_copy_and_its_kv_layers(tmp_path):
+    net = {k: LLAMA31_8B[k] for k in ("dtype", "logits_dtype", "vocab_size", "hidden_size", "num_attention_heads",
+                                      "num_key_value_heads", "head_size", "intermediate_size", "hidden_act",
+                                      "norm_epsilon", "position_embedding_type", "max_position_embeddings",
+                                      "rotary_base", "rotary_scaling", "mapping", "quantization")}
+    quant = {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head", "*lm_head"]}
+    net.update(architecture="LlamaForCausalLM", num_hidden_layers=1, quantization=quant)
+    cfg = {**LLAMA31_8B, "architecture": "EagleForCausalLM", "max_draft_len": 63, "num_eagle_layers": 4,
+           "max_non_leaves_per_layer": 10, "eagle_net_config": net, "quantization": quant}
+    opts = BuildOptions(max_batch_size=64, max_input_len=4096, max_seq_len=8192)
+    base = make_plan(config_only(tmp_path / "base", LLAMA31_8B), opts).memory
+    eagle = make_plan(config_only(tmp_path / "eagle", cfg), opts).memory
+    # Each of the 4 clones: embedding + lm_head in bf16 (2 x 525e6 x 2 B), fc 2H x H and one decoder
+    # layer (218.1e6 linear weights) in FP8.
+    head = 2 * 128256 * 4096 * 2 + 2 * 4096 * 4096 + 218.1e6
+    assert eagle.weights_bytes - base.weights_bytes == pytest.approx(4 * head, rel=0.05)
+    assert eagle.kv_bytes_per_token == base.kv_bytes_per_token * 33 // 32  # the drafter layer shares the pool
