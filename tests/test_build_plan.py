@@ -195,6 +195,7 @@ def test_role_selection(ckpts):
     draft = make_plan(ckpts / "pair_fp8", BuildOptions(role="draft", **LIMITS)).build()
     assert draft.name == "draft" and draft.speculative_decoding_mode is None
     assert draft.plugins["use_paged_context_fmha"] == "enable"
+    assert draft.max_seq_len == 256 + facts.DTM_DEFAULT_MAX_DRAFT_LEN  # same limits as a separately built target
     target = make_plan(ckpts / "llama_bf16", BuildOptions(role="target", max_draft_len=6, **LIMITS)).build()
     assert target.argv()[-10:-6] == ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "6"]
 

@@ -121,6 +121,9 @@ class BuildPlan:
         d = asdict(self)
         for b, bd in zip(self.builds, d["builds"]):
             bd["argv"] = b.argv()
+        m = self.memory
+        d["memory"].update(weights_bytes=m.weights_bytes, activation_bytes=m.activation_bytes,
+                           kv_bytes_per_token=m.kv_bytes_per_token)
         return d
 
 
@@ -167,7 +170,7 @@ def resolve_role(path: Path, role: str) -> tuple[str, dict[str, Checkpoint]]:
     if not path.is_dir():
         raise TrtspecError(f"{path}: checkpoint directory not found")
     if is_pair_dir(path):
-        if role in ("auto",):
+        if role == "auto":
             return "pair", {"draft": read_checkpoint(path / "draft"), "target": read_checkpoint(path / "target")}
         if role in ("target", "draft"):
             return role, {role: read_checkpoint(path / role)}
@@ -191,21 +194,18 @@ def make_plan(ckpt_dir: Path, options: BuildOptions | None = None) -> BuildPlan:
     seq = opts.max_seq_len or min(default_max_seq_len(c) for c in ckpts.values())
     inp = opts.max_input_len or max(1, seq // 2)
     k = rules.draft_len(role, first, opts)
-    builds = []
-    for name, ckpt in ckpts.items():
-        builds.append(_engine_build(name, ckpt, role, opts, seq, inp, k, warnings))
-    if role == "pair":  # one request lives in both engines: same batch, same token budget
-        target = next(b for b in builds if b.name == "target")
-        for b in builds:
-            b.max_num_tokens = target.max_num_tokens  # within the draft's bounds: its max_seq_len is longer
-    memory = estimate_memory(builds, {n: c for n, c in ckpts.items()}, opts.gpu)
+    # A pair's requests live in both engines: same batch and the target's token budget for both (it is
+    # within the draft's bounds too, whose max_seq_len is longer).
+    tokens = rules.max_num_tokens(opts, seq, k, "target") if role == "pair" else None
+    builds = [_engine_build(name, ckpt, opts, seq, inp, k, tokens, warnings) for name, ckpt in ckpts.items()]
+    memory = estimate_memory(builds, ckpts, opts.gpu)
     warnings += memory.warnings
     return BuildPlan(source=str(Path(ckpt_dir).resolve()), role=role, gpu=opts.gpu, builds=builds,
                      memory=memory, warnings=warnings)
 
 
-def _engine_build(name: str, ckpt: Checkpoint, role: str, opts: BuildOptions, seq: int, inp: int, k: int,
-                  warnings: list[str]) -> EngineBuild:
+def _engine_build(name: str, ckpt: Checkpoint, opts: BuildOptions, seq: int, inp: int, k: int,
+                  tokens: int | None, warnings: list[str]) -> EngineBuild:
     notes: list[str] = []
     plugins = plugin_flags(ckpt.quant_algo, ckpt.kv_cache_quant_algo, notes)
     mode, draft, eagle_layers = None, 0, 0
@@ -216,13 +216,13 @@ def _engine_build(name: str, ckpt: Checkpoint, role: str, opts: BuildOptions, se
         notes.append(f"max_draft_len {k} from the checkpoint (EagleForCausalLM sizes its inputs from it)")
     elif name == "target":
         mode, draft = facts.SPEC_MODE_DRAFT_TOKENS_EXTERNAL, k
-    elif name == "draft" and role == "pair":
+    elif name == "draft":
         max_seq = seq + k  # it drafts k tokens past any target prefix, as far as the target engine reaches
         notes.append(f"max_seq_len {seq}+{k}: the draft proposes up to max_draft_len tokens past the target's "
                      "longest sequence")
     if name in ("eagle", "target", "draft") and plugins["use_paged_context_fmha"] != "enable":
         raise AssertionError("rules.check_checkpoint must refuse KV formats that disable paged context FMHA")
-    mnt = rules.max_num_tokens(opts, max_seq, draft, name)
+    mnt = tokens if tokens is not None else rules.max_num_tokens(opts, max_seq, draft, name)
     if mnt < inp:
         if plugins["use_paged_context_fmha"] == "enable":
             warnings.append(f"{name}: max_num_tokens {mnt} < max_input_len {inp}; prompts longer than {mnt} tokens "
