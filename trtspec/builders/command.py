@@ -25,13 +25,13 @@ def build_command(
                                                      "-> eagle, pair directory -> draft + target."),
     gpu: str = typer.Option("h100", "--gpu", help="h100 | h200 (for the memory estimate)."),
     max_batch_size: int = typer.Option(64, "--max-batch-size", help="Requests scheduled at once (EAGLE: <= 512)."),
-    max_input_len: Optional[int] = typer.Option(None, "--max-input-len", help="Longest prompt [max-seq-len / 2]."),
+    max_input_len: Optional[int] = typer.Option(None, "--max-input-len", help="Longest prompt (default: max-seq-len / 2)."),
     max_seq_len: Optional[int] = typer.Option(None, "--max-seq-len",
-                                              help="Prompt + output tokens [min(8192, model positions)]."),
+                                              help="Prompt + output tokens (default: min(8192, model positions))."),
     max_num_tokens: Optional[int] = typer.Option(
-        None, "--max-num-tokens", help="Tokens per engine step [8192, at least batch x (draft + 1)]."),
+        None, "--max-num-tokens", help="Tokens per engine step (default: 8192, at least batch x (draft + 1))."),
     max_draft_len: Optional[int] = typer.Option(
-        None, "--max-draft-len", help="Draft-target: most draft tokens per step [8]. EAGLE: the checkpoint's."),
+        None, "--max-draft-len", help="Draft-target: most draft tokens per step (default: 8). EAGLE: the checkpoint's."),
     draft_logits: bool = typer.Option(False, "--draft-logits",
                                       help="Draft-target: build generation logits for logits-based acceptance."),
     max_beam_width: int = typer.Option(1, "--max-beam-width", help="Beam search width (speculation needs 1)."),
