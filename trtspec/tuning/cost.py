@@ -1,0 +1,272 @@
+"""Step-time model: how long a target verify, a draft-model step or an EAGLE drafter level takes.
+
+One engine forward over `num_tokens` new tokens per sequence, `batch` sequences, `context` tokens
+already in each sequence's KV cache, on one GPU of a tp-way group:
+
+    time = overhead + max(bytes / (HBM bandwidth * bandwidth_efficiency),
+                          FLOPs / (tensor-core peak of the compute dtype * compute_efficiency))
+           + 2 * num_layers * allreduce_latency            (tp > 1 only)
+
+    bytes = (linear weights * bytes/weight + lm_head * its bytes/weight) / tp
+            + batch * (context + num_tokens) * KV bytes per token / tp     (KV read + the new writes)
+    FLOPs = 2 * batch * num_tokens * (linear + lm_head parameters) / tp
+            + 4 * num_layers * batch * num_tokens * (context + num_tokens) * heads * head_size / tp
+
+Why a roofline: decode and verify steps are weight-streaming (memory-bound) at small batch and
+become compute-bound only when batch * tokens reaches a few hundred; the crossover is what makes
+long drafts pay off at concurrency 1 and lose at 64 (landscape.md §4.2 caveat 2). Ignored on
+purpose: activation traffic, embedding lookups, norms/rotary, sampling, attention kernels' own
+efficiency (all FLOPs run at the compute dtype's peak). The efficiencies and overheads absorb
+them, and `fit_gpu` fits those four numbers to measured step times (a `CostTable`).
+
+Quantization (trtllm.md §3): bytes per linear weight fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8
+SmoothQuant, W8A16) 1, INT4 (W4A16, AWQ/GPTQ) 0.5 + one model-dtype scale per `group_size`
+weights; the GEMMs run in FP8 (FP8, W4A8_AWQ), INT8 (W8A8_SQ_*) or the model dtype (weight-only).
+`lm_head` stays in the model dtype unless `exclude_modules` is an explicit list that does not
+match it (TRT-LLM's default excludes `*lm_head`). KV cache: 1 byte with kv_cache_quant_algo FP8
+or INT8, else the model dtype.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import TrtspecError
+
+ComputeDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+DTYPE_COMPUTE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+class GpuSpec(BaseModel):
+    """One GPU, its nominal peaks and the four efficiency/overhead numbers a fit adjusts."""
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    hbm_bandwidth_gbs: float = Field(gt=0, description="HBM bandwidth, GB/s (1e9 bytes/s)")
+    peak_tflops_fp32: float = Field(gt=0, description="dense TF32 tensor-core peak, TFLOP/s")
+    peak_tflops_fp16: float = Field(gt=0, description="dense FP16 tensor-core peak, TFLOP/s")
+    peak_tflops_bf16: float = Field(gt=0, description="dense BF16 tensor-core peak, TFLOP/s")
+    peak_tflops_fp8: float = Field(gt=0, description="dense FP8 tensor-core peak, TFLOP/s")
+    peak_tflops_int8: float = Field(gt=0, description="dense INT8 tensor-core peak, TOP/s")
+    bandwidth_efficiency: float = Field(
+        0.80, gt=0, description="achieved / nominal HBM bandwidth in weight-streaming GEMMs. Default "
+        "0.80: an assumption consistent with anchor A1 (landscape.md §4.1: SGLang, Llama-3.1-8B "
+        "bf16, H100, 158.3 tok/s = 6.3 ms per token vs 16.1 GB / 3.35 TB/s = 4.8 ms at 100%)")
+    compute_efficiency: float = Field(
+        0.60, gt=0, description="achieved / nominal tensor-core throughput of large GEMMs (typical "
+        "large-GEMM MFU on Hopper is 60-75%); an assumption, fit it to measurements")
+    forward_overhead_s: float = Field(
+        3.0e-4, ge=0, description="fixed time per engine forward (target verify, each draft-model "
+        "step): launch, scheduling, sampling. 0.3 ms closes the gap to anchor A1 with 0.80 above")
+    eagle_level_overhead_s: float = Field(
+        3.0e-5, ge=0, description="fixed time per EAGLE drafter level; the levels run inside the "
+        "target's engine step (TRT-LLM EAGLE plugins), so no separate launch. An assumption")
+    allreduce_latency_s: float = Field(
+        1.0e-5, ge=0, description="one small all-reduce over NVLink (2 per layer when tp > 1). An "
+        "assumption (NCCL small-message latency on NVLink is ~5-15 us)")
+
+    def peak_tflops(self, dtype: ComputeDtype) -> float:
+        return getattr(self, f"peak_tflops_{dtype}")
+
+
+# Nominal numbers: NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5: 3.35 TB/s HBM3; dense
+# TF32 494.7, FP16/BF16 989.4, FP8 1978.9 TFLOPS, INT8 1978.9 TOPS; the datasheet's headline
+# figures are 2x these, with sparsity) and the H200 datasheet (H200 SXM: 4.8 TB/s HBM3e, the same
+# tensor cores as H100 SXM). "cpu" is only a starting point for fitting a table timed on a CPU
+# (`trtspec.tuning.measure`); its nominal numbers are placeholders a fit rescales.
+PRESETS: dict[str, GpuSpec] = {
+    "h100": GpuSpec(name="NVIDIA H100 SXM5 80GB", hbm_bandwidth_gbs=3350.0, peak_tflops_fp32=494.7,
+                    peak_tflops_fp16=989.4, peak_tflops_bf16=989.4, peak_tflops_fp8=1978.9,
+                    peak_tflops_int8=1978.9),
+    "h200": GpuSpec(name="NVIDIA H200 SXM 141GB", hbm_bandwidth_gbs=4800.0, peak_tflops_fp32=494.7,
+                    peak_tflops_fp16=989.4, peak_tflops_bf16=989.4, peak_tflops_fp8=1978.9,
+                    peak_tflops_int8=1978.9),
+    "cpu": GpuSpec(name="CPU (placeholder peaks, fit before use)", hbm_bandwidth_gbs=20.0,
+                   peak_tflops_fp32=0.2, peak_tflops_fp16=0.2, peak_tflops_bf16=0.2, peak_tflops_fp8=0.2,
+                   peak_tflops_int8=0.2, bandwidth_efficiency=1.0, compute_efficiency=1.0,
+                   forward_overhead_s=1e-3, eagle_level_overhead_s=1e-3, allreduce_latency_s=0.0),
+}
+
+
+def gpu_preset(name: str) -> GpuSpec:
+    if name not in PRESETS:
+        raise TrtspecError(f"--cost: unknown GPU {name!r} (expected one of {', '.join(PRESETS)} or a cost table file)")
+    return PRESETS[name].model_copy()
+
+
+class ModelShape(BaseModel):
+    """What the step-time model needs of one network: sizes, bytes per weight, compute dtype."""
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    role: Literal["target", "draft", "eagle"]
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    intermediate_size: int
+    vocab_size: int
+    extra_linear_params: int = Field(0, description="linear weights outside the layers (EAGLE fc: 2H x H)")
+    weight_bytes: float = Field(description="bytes per weight of the quantized linear layers")
+    lm_head_bytes: float = Field(description="bytes per lm_head weight")
+    kv_bytes: float = Field(description="bytes per cached K or V element")
+    compute_dtype: ComputeDtype
+    tp: int = 1
+    quant_algo: str | None = None
+    kv_cache_quant_algo: str | None = None
+
+    @property
+    def linear_params(self) -> int:
+        qkv = self.hidden_size * (self.num_heads + 2 * self.num_kv_heads) * self.head_size
+        dense = self.num_heads * self.head_size * self.hidden_size
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        return self.num_layers * (qkv + dense + mlp) + self.extra_linear_params
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def weight_bytes_total(self) -> float:
+        return self.linear_params * self.weight_bytes + self.lm_head_params * self.lm_head_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.num_layers * 2 * self.num_kv_heads * self.head_size * self.kv_bytes
+
+
+def quant_bytes(quant: dict | None, dtype: str, lm_head_name: str, where: str) -> dict:
+    """bytes per weight / lm_head weight / KV element and the GEMM dtype from a `quantization` block."""
+    if dtype not in DTYPE_BYTES:
+        raise TrtspecError(f"{where}: field 'dtype' is {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    q = quant or {}
+    algo, kv = q.get("quant_algo"), q.get("kv_cache_quant_algo")
+    base, compute = DTYPE_BYTES[dtype], DTYPE_COMPUTE[dtype]
+    group = int(q.get("group_size") or 128)
+    if algo in (None, "NO_QUANT"):
+        wb = base
+    elif algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_BLOCK_SCALES"):
+        wb, compute = 1.0, "fp8"
+    elif str(algo).startswith("W8A8_SQ"):
+        wb, compute = 1.0, "int8"
+    elif algo in ("W8A16", "W8A16_GPTQ"):
+        wb = 1.0
+    elif algo in ("W4A16", "W4A16_AWQ", "W4A16_GPTQ"):
+        wb = 0.5 + base / group
+    elif algo == "W4A8_AWQ":
+        wb, compute = 0.5 + base / group, "fp8"
+    else:
+        raise TrtspecError(f"{where}: quantization.quant_algo {algo!r} has no H100/H200 cost model (expected "
+                           "null, FP8, W8A8_SQ_*, W8A16, W4A16, W4A16_AWQ, W4A16_GPTQ or W4A8_AWQ)")
+    excluded = q.get("exclude_modules")
+    lm_quantized = algo not in (None, "NO_QUANT") and isinstance(excluded, list) and not any(
+        fnmatch.fnmatchcase(lm_head_name, pat) for pat in excluded)
+    if kv in (None, "NO_QUANT"):
+        kvb = base
+    elif kv in ("FP8", "INT8"):
+        kvb = 1.0
+    else:
+        raise TrtspecError(f"{where}: quantization.kv_cache_quant_algo {kv!r}: expected null, FP8 or INT8")
+    return {"weight_bytes": wb, "lm_head_bytes": wb if lm_quantized else base, "kv_bytes": kvb,
+            "compute_dtype": compute, "quant_algo": algo, "kv_cache_quant_algo": kv}
+
+
+def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> ModelShape:
+    """A ModelShape from a DecoderSpec (trtspec.checkpoints.spec) and its TRT-LLM config dict."""
+    lm_head = "eagle_nets.0.lm_head" if role == "eagle" else "lm_head"
+    qb = quant_bytes(config.get("quantization"), config.get("dtype", "float16"), lm_head, where)
+    tp = int((config.get("mapping") or {}).get("tp_size", 1))
+    extra = 2 * spec.hidden_size * spec.hidden_size if role == "eagle" else 0
+    return ModelShape(name=name, role=role, num_layers=spec.num_layers, hidden_size=spec.hidden_size,
+                      num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
+                      intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
+                      extra_linear_params=extra, tp=tp, **qb)
+
+
+def shapes_from_checkpoint(ckpt_dir: Path, role: str = "target") -> dict[str, ModelShape]:
+    """{role: shape} of a TRT-LLM checkpoint; an EagleForCausalLM one also yields its drafter ("eagle")."""
+    from ..checkpoints.trtllm_ckpt import load_checkpoint
+
+    c = load_checkpoint(Path(ckpt_dir))
+    where = str(Path(ckpt_dir) / "config.json")
+    out = {role: shape_from_spec(c.spec, c.config, role, Path(ckpt_dir).name, where)}
+    if c.is_eagle:
+        net = {"dtype": c.config.get("dtype"), **c.config["eagle_net_config"]}
+        net.setdefault("quantization", c.config.get("quantization"))
+        out["eagle"] = shape_from_spec(c.eagle_spec, net, "eagle", f"{Path(ckpt_dir).name}:eagle",
+                                       where + ":eagle_net_config")
+    return out
+
+
+def forward_terms(m: ModelShape, batch: int, num_tokens: int, context: float) -> tuple[float, float]:
+    """(bytes moved, FLOPs) of one forward on one tp rank."""
+    tokens = batch * num_tokens
+    kv = batch * (context + num_tokens) * m.kv_bytes_per_token
+    nbytes = (m.weight_bytes_total + kv) / m.tp
+    attn = 4.0 * m.num_layers * tokens * (context + num_tokens) * m.num_heads * m.head_size
+    flops = (2.0 * tokens * (m.linear_params + m.lm_head_params) + attn) / m.tp
+    return nbytes, flops
+
+
+def forward_time(gpu: GpuSpec, m: ModelShape, batch: int, num_tokens: int, context: float) -> float:
+    """Seconds for one forward of `m` (see the module docstring)."""
+    nbytes, flops = forward_terms(m, batch, num_tokens, context)
+    t_mem = nbytes / (gpu.hbm_bandwidth_gbs * 1e9 * gpu.bandwidth_efficiency)
+    t_comp = flops / (gpu.peak_tflops(m.compute_dtype) * 1e12 * gpu.compute_efficiency)
+    overhead = gpu.eagle_level_overhead_s if m.role == "eagle" else gpu.forward_overhead_s
+    comm = 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
+    return overhead + max(t_mem, t_comp) + comm
+
+
+class StepTime(BaseModel):
+    """One speculative step: the draft/drafter part, the target verify, and their sum."""
+    draft_s: float
+    target_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.draft_s + self.target_s
+
+
+class CostModel(BaseModel):
+    """The GPU plus the networks of one deployment: the target and its draft model or EAGLE drafter."""
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: GpuSpec
+    target: ModelShape
+    draft: ModelShape | None = None  # role "draft" (draft-target) or "eagle" (EAGLE drafter)
+
+    def _need_draft(self, role: str) -> ModelShape:
+        if self.draft is None or self.draft.role != role:
+            raise TrtspecError(f"cost model: a {role} network is needed (give its checkpoint)")
+        return self.draft
+
+    def baseline_step(self, batch: int, context: float) -> StepTime:
+        """No speculation: one target forward of one token per sequence."""
+        return StepTime(draft_s=0.0, target_s=forward_time(self.gpu, self.target, batch, 1, context))
+
+    def draft_target_step(self, batch: int, k: int, context: float) -> StepTime:
+        """K draft tokens: K draft-model forwards of one token each (the first also catches up on
+        the previous step's 1-2 committed tokens, counted as one), then one target verify of K + 1
+        tokens (TRT-LLM draft_tokens_external; trtspec/runtime/draft_target.py does the same)."""
+        if k == 0:
+            return self.baseline_step(batch, context)
+        d = self._need_draft("draft")
+        return StepTime(draft_s=k * forward_time(self.gpu, d, batch, 1, context),
+                        target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
+
+    def eagle_step(self, batch: int, level_sizes: list[int], num_nodes: int, context: float) -> StepTime:
+        """An EAGLE-1 tree step: drafter level 0 on the accepted tokens (counted as one token per
+        sequence), then level d on the non-leaf nodes of depth d (level_sizes[d]), then one target
+        verify of root + num_nodes tokens under the tree mask. num_nodes = 0: no speculation."""
+        if num_nodes == 0:
+            return self.baseline_step(batch, context)
+        d = self._need_draft("eagle")
+        draft = sum(forward_time(self.gpu, d, batch, max(1, n), context) for n in level_sizes)
+        return StepTime(draft_s=draft, target_s=forward_time(self.gpu, self.target, batch, num_nodes + 1, context))

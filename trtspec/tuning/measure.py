@@ -1,0 +1,93 @@
+"""Time the PyTorch runtime's forwards on this machine and write them as a cost table.
+
+This is the measured side of the cost model for the device at hand (a CPU here; the same code
+times a GPU build of torch): for each network (target, draft model, EAGLE drafter level), batch
+size and token count, one forward of `num_tokens` new tokens after `context` committed tokens,
+exactly the call the decoding loops make (`Decoder.forward` / `EagleNet.forward`, cache writes
+not committed, so every repeat sees the same state). The median of `repeats` timed runs after
+`warmup` untimed ones is recorded. Fitting the analytic model to it (`trtspec.tuning.fit`) then
+predicts the shapes that were not timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from .fit import CostRow, CostTable
+
+
+class MeasureConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    batches: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    num_tokens: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    context: int = Field(32, ge=1, description="committed tokens before the timed block")
+    repeats: int = Field(3, ge=1)
+    warmup: int = Field(1, ge=0)
+    seed: int = 0
+
+
+def _time(fn, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+def _decoder_rows(model, role: str, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
+    rows = []
+    vocab = model.vocab_size
+    for b in cfg.batches:
+        cache = model.new_cache(b, cfg.context + max(cfg.num_tokens))
+        ctx = torch.randint(0, vocab, (b, cfg.context), generator=g)
+        model.forward(ctx, cache, with_logits=False)
+        cache.advance(torch.arange(b), cfg.context)
+        for n in cfg.num_tokens:
+            block = torch.randint(0, vocab, (b, n), generator=g)
+            s = _time(lambda: model.forward(block, cache), cfg.repeats, cfg.warmup)
+            rows.append(CostRow(role=role, batch=b, num_tokens=n, context=cfg.context, seconds=s))
+    return rows
+
+
+def _eagle_rows(net, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
+    rows = []
+    H, vocab = net.spec.hidden_size, net.nets[0].lm_head.shape[0]
+    for b in cfg.batches:
+        cache = net.new_cache(b, cfg.context + max(cfg.num_tokens))
+        net.forward(torch.randint(0, vocab, (b, cfg.context), generator=g),
+                    torch.randn(b, cfg.context, H, generator=g), cache)
+        cache.advance(torch.arange(b), cfg.context)
+        for n in cfg.num_tokens:
+            tok, feat = torch.randint(0, vocab, (b, n), generator=g), torch.randn(b, n, H, generator=g)
+            s = _time(lambda: net.forward(tok, feat, cache, level=min(1, net.num_levels - 1)),
+                      cfg.repeats, cfg.warmup)
+            rows.append(CostRow(role="eagle", batch=b, num_tokens=n, context=cfg.context, seconds=s))
+    return rows
+
+
+@torch.inference_mode()
+def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: MeasureConfig | None = None,
+                    gpu: str = "cpu") -> CostTable:
+    """A cost table of the target (and draft / EAGLE drafter) timed with the PyTorch runtime."""
+    from ..checkpoints.trtllm_ckpt import load_checkpoint
+    from ..runtime.eagle_net import EagleNet
+    from ..runtime.model import Decoder
+
+    cfg = cfg or MeasureConfig()
+    g = torch.Generator().manual_seed(cfg.seed)
+    c = load_checkpoint(Path(target_ckpt))
+    rows = _decoder_rows(Decoder(c), "target", cfg, g)
+    if draft_ckpt is not None:
+        rows += _decoder_rows(Decoder(load_checkpoint(Path(draft_ckpt))), "draft", cfg, g)
+    if c.is_eagle:
+        rows += _eagle_rows(EagleNet(c), cfg, g)
+    device = f"torch {torch.__version__} cpu, {torch.get_num_threads()} threads"
+    return CostTable(gpu=gpu, device=device, rows=rows)
