@@ -1,0 +1,189 @@
+"""Acceptance length of any chain length K or EAGLE tree, replayed exactly from one profiling pass.
+
+Notation. A sample's target greedy output is x_1..x_T. *State t* (0 <= t < T) is the moment the
+committed sequence is prompt + x_1..x_t, i.e. it ends just before x_{t+1}. The profile stores one
+entry per state (trtspec/tuning/profile.py measures them):
+
+- chain drafts: `match_lengths[t]` = m_t, how many consecutive draft proposals made from state t
+  equal x_{t+1}, x_{t+2}, ... (capped at the profiled max K, and cut where the sequence ends);
+- EAGLE trees: `rank_paths[t]` = [r_1, .., r_j], r_d = rank (0 = top-1) of x_{t+d} among the
+  drafter's candidates at depth d along the true path; a final -1 means "not in the recorded top-k".
+
+Step boundaries (identical to the runtime loop in trtspec/runtime/speculative.py and to TRT-LLM):
+the first token x_1 comes from the target's prefill (context phase), not from a verify step, so
+replay starts at state t = 1. At state t a step accepts
+
+    chain of length K:  a_t = min(m_t, K)
+    tree (eagle_choices): a_t = the largest d such that [r_1..r_d] is a node of the tree (all r >= 0)
+
+emits a_t + 1 tokens (the accepted drafts and the target's bonus token) and moves to t + a_t + 1;
+replay stops once t >= T. The *final step is counted whole*: its a_t + 1 tokens all count even
+when they run past T, exactly as trtspec/runtime/stats.py counts `accepted` before the output is
+cut at max_new_tokens. Consequently replay over a profile of T tokens equals the runtime's AL at
+max_new_tokens = T whenever the runs of the last states are not cut by the end of the profiled
+sequence; the profiler therefore decodes a few tokens more than it records when it can (a run cut
+at the end only shortens the last step of a sample, a lower bound by < 1 step per sample).
+
+Metrics (definitions shared with trtspec/runtime/stats.py and ModelOpt's speculation_profile):
+- AL (acceptance length) = sum over steps of (a + 1) / steps: tokens per target verify step, bonus
+  included (TRT-LLM avgDecodedTokensPerIter), pooled over all steps of all samples (per-step mean);
+- offered_t = draft positions the step could have accepted along its path: chain min(a + 1, K),
+  tree a + 1 if the last accepted node (or the root) has children in the tree, else a;
+- position i (1-based; depth for trees) is *reached* when offered >= i;
+  conditional rate P(accept i | accepted < i) = #(a >= i) / #(offered >= i) (None if never reached),
+  marginal rate P(accept i) = #(a >= i) / steps. Identity: AL = 1 + sum_i marginal_i.
+
+Everything here is plain Python on lists: no torch, no numpy, cheap to call thousands of times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ..errors import TrtspecError
+
+
+@dataclass
+class Replay:
+    """Pooled replay of one setting over a set of samples."""
+    max_positions: int  # K, or tree depth
+    steps: int = 0
+    tokens: int = 0  # sum of (accepted + 1), before truncation
+    accepted_at: list[int] = field(default_factory=list)  # [i-1]: steps with accepted >= i
+    reached: list[int] = field(default_factory=list)  # [i-1]: steps with offered >= i
+
+    def __post_init__(self):
+        self.accepted_at = self.accepted_at or [0] * self.max_positions
+        self.reached = self.reached or [0] * self.max_positions
+
+    def add(self, accepted: int, offered: int) -> None:
+        self.steps += 1
+        self.tokens += accepted + 1
+        for i in range(accepted):
+            self.accepted_at[i] += 1
+        for i in range(offered):
+            self.reached[i] += 1
+
+    @property
+    def acceptance_length(self) -> float | None:
+        return self.tokens / self.steps if self.steps else None
+
+    def conditional_rates(self) -> list[float | None]:
+        return [a / r if r else None for a, r in zip(self.accepted_at, self.reached)]
+
+    def marginal_rates(self) -> list[float | None]:
+        return [a / self.steps if self.steps else None for a in self.accepted_at]
+
+
+def step_states(accepted: Sequence[int], horizon: int | None = None) -> Iterable[int]:
+    """The states a replay visits: 1, then t + accepted[t] + 1 while t < horizon (default len)."""
+    T = len(accepted) if horizon is None else horizon
+    t = 1
+    while t < T:
+        yield t
+        t += accepted[t] + 1
+
+
+def acceptance_length(per_sample_accepted: Iterable[Sequence[int]]) -> float | None:
+    """Pooled AL of per-state accepted counts (the fast path: no per-position bookkeeping)."""
+    steps = tokens = 0
+    for acc in per_sample_accepted:
+        T, t = len(acc), 1
+        while t < T:
+            a = acc[t]
+            steps, tokens, t = steps + 1, tokens + a + 1, t + a + 1
+    return tokens / steps if steps else None
+
+
+# ---- chains (draft-target, or the top-1 chain of an EAGLE drafter) ------------------------------
+
+def chain_accepted(match_lengths: Sequence[int], k: int) -> list[int]:
+    return [min(m, k) for m in match_lengths]
+
+
+def replay_chain(samples: Iterable[Sequence[int]], k: int) -> Replay:
+    """Replay draft length K over each sample's match_lengths. K = 0 (no speculation) is AL 1."""
+    if k < 0:
+        raise ValueError(f"draft length must be >= 0, got {k}")
+    out = Replay(k)
+    for m in samples:
+        acc = chain_accepted(m, k)
+        for t in step_states(acc):
+            out.add(acc[t], min(acc[t] + 1, k))
+    return out
+
+
+# ---- trees (EAGLE-1 eagle_choices) --------------------------------------------------------------
+
+def rank_path_accepted(path: Sequence[int], nodes: set[tuple[int, ...]]) -> int:
+    """Largest d such that path[:d] is a node (every rank >= 0); 0 if the first rank misses."""
+    a = 0
+    while a < len(path) and path[a] >= 0 and tuple(path[:a + 1]) in nodes:
+        a += 1
+    return a
+
+
+def rank_paths_to_chain(rank_paths: Sequence[Sequence[int]], max_depth: int) -> list[int]:
+    """The top-1 chain's match length per state: leading zeros of each rank path."""
+    out = []
+    for p in rank_paths:
+        n = 0
+        while n < len(p) and n < max_depth and p[n] == 0:
+            n += 1
+        out.append(n)
+    return out
+
+
+class TreeIndex:
+    """A prefix-closed set of paths with O(1) node and has-children lookups."""
+
+    def __init__(self, choices: Iterable[Sequence[int]]):
+        self.nodes = {tuple(c) for c in choices}
+        if not self.nodes:
+            raise TrtspecError("eagle_choices: expected at least one path")
+        for p in self.nodes:
+            if not p or any(r < 0 for r in p) or any(p[:d] not in self.nodes for d in range(1, len(p))):
+                raise TrtspecError(f"eagle_choices: {list(p)} is empty, has a negative rank or a missing prefix")
+        self.parents = {p[:-1] for p in self.nodes}  # nodes with children (the root () included)
+        self.depth = max(len(p) for p in self.nodes)
+
+    def accepted(self, path: Sequence[int]) -> int:
+        return rank_path_accepted(path, self.nodes)
+
+    def offered(self, path: Sequence[int], accepted: int) -> int:
+        return accepted + (1 if tuple(path[:accepted]) in self.parents else 0)
+
+
+def replay_tree(samples: Iterable[Sequence[Sequence[int]]], choices: Iterable[Sequence[int]]) -> Replay:
+    """Replay a static tree over each sample's rank_paths."""
+    tree = choices if isinstance(choices, TreeIndex) else TreeIndex(choices)
+    out = Replay(tree.depth)
+    for paths in samples:
+        acc = [tree.accepted(p) for p in paths]
+        for t in step_states(acc):
+            out.add(acc[t], tree.offered(paths[t], acc[t]))
+    return out
+
+
+def chain_choices(depth: int) -> list[list[int]]:
+    """The top-1 chain as eagle_choices: [[0], [0, 0], ...]."""
+    return [[0] * d for d in range(1, depth + 1)]
+
+
+# ---- profile aggregates --------------------------------------------------------------------------
+
+def summarize(mode: str, samples: list[Sequence], max_k: int) -> dict:
+    """The per-workload aggregates a profile stores, from its samples' per-state lists.
+
+    `accept_length_by_k[k]` is the AL of a chain of k drafts: the draft model's greedy chain
+    (draft-target) or the EAGLE drafter's top-1 chain [[0], [0, 0], ..] of depth k (eagle). The
+    conditional/marginal rates are those of the chain at K = max_k. Used by the profiler to write
+    profile.json and by the tuner to check a profile it reads."""
+    chains = samples if mode == "draft-target" else [rank_paths_to_chain(p, max_k) for p in samples]
+    by_k = {str(k): acceptance_length(chain_accepted(c, k) for c in chains) for k in range(1, max_k + 1)}
+    full = replay_chain(chains, max_k)
+    return {"num_samples": len(samples), "num_tokens": sum(len(s) for s in samples),
+            "mean_accept_length": full.acceptance_length, "accept_length_by_k": by_k,
+            "conditional_accept_rates": full.conditional_rates(),
+            "marginal_accept_rates": full.marginal_rates()}

@@ -1,0 +1,269 @@
+"""The two files of the tuning stage: `profile.json` (measured acceptance) and `tuning.json` (chosen settings).
+
+profile.json (`Profile`, schema "trtspec.profile/1") is written by the profiler
+(trtspec/tuning/profile.py) and read here. Field names follow NVIDIA ModelOpt's
+`speculation_profile.json` where the two overlap (`num_speculative_tokens`,
+`measurement_conditions`, `mean_accept_length`, `accept_length_by_k`,
+`conditional_accept_rates`, `marginal_accept_rates`); `workloads` plays the role of ModelOpt's
+`per_category`, and each workload keeps its per-state samples so that any K or tree can be
+replayed exactly (trtspec/tuning/acceptance.py has the definitions).
+
+tuning.json (`Tuning`, schema "trtspec.tuning/1") is what `trtspec tune` writes and the Triton
+repository stage reads: per workload and concurrency band the chosen draft length or eagle_choices
+tree, with predicted AL, step times, tokens/s and speedup, and for EAGLE the served profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import TrtspecError
+from ..fsutil import read_json
+from .acceptance import summarize
+from .cost import GpuSpec, ModelShape
+from .fit import FitReport
+
+PROFILE_SCHEMA = "trtspec.profile/1"
+TUNING_SCHEMA = "trtspec.tuning/1"
+AGGREGATE_TOLERANCE = 1e-4  # stored aggregates vs the replay of the stored samples (JSON rounding)
+
+
+# ---- profile.json -------------------------------------------------------------------------------
+
+class MeasurementConditions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    target: str  # checkpoint directory (or name) of the target / EAGLE checkpoint
+    draft: str | None = None  # draft checkpoint (draft-target); None for EAGLE
+    quantization: dict = Field(default_factory=dict)
+    temperature: float = 0.0
+    max_new_tokens: int
+    dtype: str
+    trtspec_version: str
+
+    @model_validator(mode="after")
+    def _greedy(self):
+        if self.temperature != 0.0:
+            raise ValueError(f"temperature {self.temperature}: only greedy (0.0) profiles can be replayed exactly")
+        return self
+
+
+class ProfileSample(BaseModel):
+    """One prompt: per-state lists (index t = state t, see acceptance.py), exactly one of the two."""
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    prompt_len: int | None = None
+    match_lengths: list[int] | None = None  # draft-target
+    rank_paths: list[list[int]] | None = None  # eagle
+
+    @property
+    def lists(self) -> list:
+        return self.match_lengths if self.match_lengths is not None else self.rank_paths
+
+
+class WorkloadProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    num_samples: int
+    num_tokens: int  # sum over samples of the states recorded (generated tokens)
+    mean_accept_length: float | None = None  # = accept_length_by_k[str(num_speculative_tokens)]
+    accept_length_by_k: dict[str, float]
+    conditional_accept_rates: list[float | None]
+    marginal_accept_rates: list[float | None]
+    samples: list[ProfileSample] = Field(min_length=1)
+
+    def mean_prompt_len(self) -> float | None:
+        lens = [s.prompt_len for s in self.samples]
+        return None if any(n is None for n in lens) else sum(lens) / len(lens)
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_id: Literal["trtspec.profile/1"] = Field(PROFILE_SCHEMA, alias="schema")
+    mode: Literal["draft-target", "eagle"]
+    num_speculative_tokens: int = Field(ge=1, description="max K (chain) or max tree depth profiled")
+    tree_top_k: int | None = Field(None, ge=1, description="eagle: ranks recorded (r < tree_top_k, else -1)")
+    measurement_conditions: MeasurementConditions
+    workloads: dict[str, WorkloadProfile] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _lists(self):
+        K, eagle = self.num_speculative_tokens, self.mode == "eagle"
+        if eagle and self.tree_top_k is None:
+            raise ValueError("tree_top_k: required in eagle mode")
+        if not eagle and self.tree_top_k is not None:
+            raise ValueError("tree_top_k: must be null in draft-target mode")
+        for name, w in self.workloads.items():
+            where = f"workloads.{name}"
+            if set(w.accept_length_by_k) != {str(k) for k in range(1, K + 1)}:
+                raise ValueError(f"{where}.accept_length_by_k: expected keys '1'..'{K}'")
+            for f in ("conditional_accept_rates", "marginal_accept_rates"):
+                if len(getattr(w, f)) != K:
+                    raise ValueError(f"{where}.{f}: expected {K} entries")
+            if w.num_samples != len(w.samples):
+                raise ValueError(f"{where}.num_samples: {w.num_samples} but {len(w.samples)} samples")
+            for i, s in enumerate(w.samples):
+                _check_sample(s, f"{where}.samples.{i}", eagle, K, self.tree_top_k)
+            if w.num_tokens != sum(len(s.lists) for s in w.samples):
+                raise ValueError(f"{where}.num_tokens: {w.num_tokens} but the samples hold "
+                                 f"{sum(len(s.lists) for s in w.samples)} states")
+        return self
+
+
+def _check_sample(s: ProfileSample, where: str, eagle: bool, K: int, top_k: int | None) -> None:
+    want, other = ("rank_paths", "match_lengths") if eagle else ("match_lengths", "rank_paths")
+    if getattr(s, want) is None or getattr(s, other) is not None:
+        raise ValueError(f"{where}: expected '{want}' (and no '{other}') in this mode")
+    if not eagle:
+        bad = next((m for m in s.match_lengths if not 0 <= m <= K), None)
+        if bad is not None:
+            raise ValueError(f"{where}.match_lengths: {bad} is outside [0, {K}]")
+        return
+    for t, p in enumerate(s.rank_paths):
+        ok = len(p) <= K and all(0 <= r < top_k for r in p[:-1]) and (not p or -1 <= p[-1] < top_k)
+        if not ok:
+            raise ValueError(f"{where}.rank_paths.{t}: {p} is not a path of ranks in [0, {top_k}) of length "
+                             f"<= {K}, optionally ending in -1")
+
+
+def _pydantic_error(path: Path, e: ValidationError) -> TrtspecError:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return TrtspecError(f"{path}: {'field ' + repr(loc) + ': ' if loc else ''}{msg}")
+
+
+def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
+    """The stored aggregates must be what replaying the stored samples gives (acceptance.summarize)."""
+    for name, w in profile.workloads.items():
+        got = summarize(profile.mode, [s.lists for s in w.samples], profile.num_speculative_tokens)
+        pairs = [("mean_accept_length", w.mean_accept_length, got["mean_accept_length"])]
+        pairs += [(f"accept_length_by_k.{k}", w.accept_length_by_k[k], v) for k, v in got["accept_length_by_k"].items()]
+        for f in ("conditional_accept_rates", "marginal_accept_rates"):
+            pairs += [(f"{f}.{i}", a, b) for i, (a, b) in enumerate(zip(getattr(w, f), got[f]))]
+        for field, stored, replayed in pairs:
+            if stored is None and field == "mean_accept_length":
+                continue
+            if (stored is None) != (replayed is None) or (
+                    stored is not None and not math.isclose(stored, replayed, abs_tol=AGGREGATE_TOLERANCE)):
+                raise TrtspecError(f"{path}: field 'workloads.{name}.{field}' is {stored} but replaying the "
+                                   f"samples gives {replayed}")
+
+
+def load_profile(path: Path, check: bool = True) -> Profile:
+    """Read and validate profile.json; every error is one line naming the file and field."""
+    path = Path(path)
+    data = read_json(path, "profile")
+    if isinstance(data, dict) and data.get("schema") != PROFILE_SCHEMA:
+        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {PROFILE_SCHEMA!r}")
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as e:
+        raise _pydantic_error(path, e) from None
+    if check:
+        check_aggregates(profile, path)
+    return profile
+
+
+def build_profile(mode: str, num_speculative_tokens: int, tree_top_k: int | None, conditions: dict,
+                  workloads: dict[str, list[dict]]) -> Profile:
+    """A Profile from per-workload samples ({"id", "prompt_len", "match_lengths" | "rank_paths"}),
+    with the aggregates computed by acceptance.summarize (what the profiler should call)."""
+    out = {}
+    for name, samples in workloads.items():
+        parsed = [ProfileSample.model_validate(s) for s in samples]
+        for i, s in enumerate(parsed):
+            _check_sample(s, f"workloads.{name}.samples.{i}", mode == "eagle", num_speculative_tokens, tree_top_k)
+        agg = summarize(mode, [s.lists for s in parsed], num_speculative_tokens)
+        if agg["mean_accept_length"] is None:
+            raise ValueError(f"workloads.{name}: no verify steps (every sample has fewer than 2 generated tokens)")
+        out[name] = WorkloadProfile(samples=parsed, **agg)
+    return Profile(mode=mode, num_speculative_tokens=num_speculative_tokens, tree_top_k=tree_top_k,
+                   measurement_conditions=MeasurementConditions.model_validate(conditions), workloads=out)
+
+
+def dump_json(model: BaseModel) -> str:
+    return model.model_dump_json(by_alias=True, indent=1) + "\n"
+
+
+# ---- tuning.json --------------------------------------------------------------------------------
+
+class SweepPoint(BaseModel):
+    """One candidate setting: a draft length K, or an EAGLE tree of `num_nodes` nodes (0 = off)."""
+    draft_len: int | None = None
+    num_nodes: int | None = None
+    label: str | None = None  # eagle: none | greedy (prefix of the growth order) | chain | default
+    acceptance_length: float
+    step_time_s: float
+    tokens_per_s: float
+
+
+class BandChoice(BaseModel):
+    """The setting served to one workload at one concurrency (batch) band, and its prediction."""
+    concurrency: int
+    speculate: bool
+    draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation)
+    eagle_choices: list[list[int]] | None = None  # eagle: the served tree (None = no speculation)
+    profile: str | None = None  # eagle: name of the served profile (model instance) it belongs to
+    acceptance_length: float
+    step_time_s: float
+    draft_step_s: float
+    target_step_s: float
+    tokens_per_s: float
+    baseline_step_time_s: float
+    baseline_tokens_per_s: float
+    speedup: float
+    own_best_tokens_per_s: float  # with this workload's own best setting (> tokens_per_s only when grouped)
+    sweep: list[SweepPoint]
+
+
+class WorkloadTuning(BaseModel):
+    num_samples: int
+    num_tokens: int
+    context_tokens: float  # the mean KV length the step times were evaluated at
+    accept_length_by_k: dict[str, float]
+    bands: list[BandChoice]
+
+
+class ServedProfile(BaseModel):
+    """EAGLE: one model instance (eagle_choices is a server-level setting) at one band."""
+    name: str
+    concurrency: int
+    workloads: list[str]
+    eagle_choices: list[list[int]] | None
+    num_nodes: int
+    mean_throughput_loss: float  # mean over its workloads of 1 - tokens/s / own best tokens/s
+
+
+class EagleLimits(BaseModel):
+    num_eagle_layers: int  # every chosen tree has exactly this depth (TRT-LLM requires it)
+    node_budget: int  # <= the checkpoint's max_draft_len
+    max_non_leaves_per_layer: int
+    max_profiles: int | None
+    tree_top_k: int
+
+
+class CostInfo(BaseModel):
+    source: Literal["analytic", "measured"]
+    table: str | None = None
+    gpu: GpuSpec
+    fit: FitReport | None = None
+    target: ModelShape
+    draft: ModelShape | None = None
+
+
+class Tuning(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    schema_id: Literal["trtspec.tuning/1"] = Field(TUNING_SCHEMA, alias="schema")
+    mode: Literal["draft-target", "eagle"]
+    profile: dict  # {"path", "sha256"}
+    measurement_conditions: dict
+    trtspec_version: str
+    cost: CostInfo
+    concurrency_bands: list[int]
+    max_draft_len: int  # engine bound needed: largest chosen K (draft-target) or tree size (eagle)
+    eagle: EagleLimits | None = None
+    workloads: dict[str, WorkloadTuning]
+    profiles: list[ServedProfile] | None = None  # eagle only
