@@ -1,0 +1,176 @@
+"""Selection: K = 0 for a useless draft, a long K for a perfect one; EAGLE trees obey TRT-LLM's rules,
+the greedy growth is exact for its surrogate, never loses to the top-1 chain or the default tree;
+grouping serves at most N trees per band."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from trtspec import upstream
+from trtspec.errors import TrtspecError
+from trtspec.tuning import grouping
+from trtspec.tuning.acceptance import chain_choices, replay_tree
+from trtspec.tuning.select import SelectConfig, tune_draft_target, tune_eagle
+from trtspec.tuning.synthetic import chain_profile, eagle_profile, example_cost_model, rank_path
+from trtspec.tuning.trees import accepted_array, best_trees, check_tree, level_sizes, node_stats, replay_al
+
+BANDS = [1, 4, 16, 64, 256]
+
+
+def test_useless_draft_is_switched_off():
+    p = chain_profile({"junk": 0.0}, num_samples=4, T=64)
+    w = tune_draft_target(p, example_cost_model("draft-target"), SelectConfig(concurrency_bands=BANDS))["junk"]
+    for band in w.bands:
+        assert (band.draft_len, band.speculate, band.acceptance_length, band.speedup) == (0, False, 1.0, 1.0)
+        assert band.tokens_per_s == pytest.approx(band.concurrency / band.baseline_step_time_s)
+
+
+def test_perfect_draft_gets_the_longest_chain():
+    p = chain_profile({"copy": 1.0}, num_samples=2, T=64, max_k=8)
+    assert p.workloads["copy"].accept_length_by_k == {str(k): k + 1.0 for k in range(1, 9)}
+    w = tune_draft_target(p, example_cost_model("draft-target"), SelectConfig(concurrency_bands=[1, 4]))["copy"]
+    for band in w.bands:
+        assert band.draft_len == 8 and band.acceptance_length == 9.0 and band.speedup > 2.0
+        assert [s.draft_len for s in band.sweep] == list(range(9))
+
+
+def test_draft_length_shrinks_as_verify_becomes_compute_bound():
+    p = chain_profile({"code": 0.85}, num_samples=8, T=256, max_k=10, seed=2)
+    w = tune_draft_target(p, example_cost_model("draft-target"), SelectConfig(concurrency_bands=BANDS))["code"]
+    ks = [b.draft_len for b in w.bands]
+    assert ks[0] >= 3 and ks[-1] < ks[0] and ks == sorted(ks, reverse=True)
+    for band in w.bands:  # the recorded choice is the best of its sweep
+        assert band.tokens_per_s == max(s.tokens_per_s for s in band.sweep)
+        assert band.speedup == pytest.approx(band.tokens_per_s / band.baseline_tokens_per_s)
+
+
+# ---- EAGLE trees --------------------------------------------------------------------------------
+
+def surrogate(stats, nodes) -> int:
+    return sum(stats.count(tuple(v)) for v in nodes)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_growth_is_exact_for_its_surrogate(seed):
+    """Without a binding non-leaf cap, the best tree per size found by growth equals brute force over
+    every prefix-closed node set of that size reaching full depth (top_k 3, depth 2: 12 nodes)."""
+    rng = random.Random(seed)
+    alpha, miss = rng.uniform(0.2, 0.7), rng.uniform(0.0, 0.3)
+    samples = [[rank_path(alpha, miss, 2, 3, rng) for _ in range(rng.randint(5, 40))] for _ in range(3)]
+    stats = node_stats(samples, 2)
+    allnodes = [(a,) for a in range(3)] + [(a, b) for a in range(3) for b in range(3)]
+    found = best_trees(stats, 2, 7, max_non_leaves=99, top_k=3)
+    for n in range(2, 8):
+        best = max((surrogate(stats, s) for s in itertools.combinations(allnodes, n)
+                    if all(v[:1] in s for v in s) and max(map(len, s)) == 2), default=None)
+        if n in found:
+            assert surrogate(stats, found[n]) == best, n
+        else:  # growth stops when no further node is ever hit: bigger trees cannot accept more
+            assert best == surrogate(stats, found[max(found)])
+
+
+def test_accepted_array_matches_replay_tree():
+    rng = random.Random(4)
+    samples = [[rank_path(0.6, 0.1, 3, 4, rng) for _ in range(50)] for _ in range(4)]
+    stats = node_stats(samples, 3)
+    for nodes in best_trees(stats, 3, 12, 2, 4).values():
+        assert replay_al(stats, accepted_array(stats, nodes)) == pytest.approx(
+            replay_tree(samples, [list(v) for v in nodes]).acceptance_length, abs=1e-12)
+
+
+def eagle_cfg(**kw):
+    return SelectConfig(concurrency_bands=BANDS, **kw)
+
+
+WORKLOADS = {"chat": (0.55, 0.1), "code": (0.8, 0.03), "math": (0.7, 0.05), "sum": (0.65, 0.08), "qa": (0.5, 0.15)}
+
+
+@pytest.fixture(scope="module")
+def eagle_prof():
+    return eagle_profile(WORKLOADS, num_samples=6, T=160, depth=4, top_k=10, seed=7)
+
+
+def test_trees_respect_trtllm_rules(eagle_prof):
+    cfg = eagle_cfg(num_eagle_layers=3, eagle_node_budget=20, max_non_leaves=2)
+    tuned, _ = tune_eagle(eagle_prof, example_cost_model("eagle"), cfg)
+    for w in tuned.values():
+        assert w.bands[0].eagle_choices is not None  # at concurrency 1 a tree always pays here
+        for band in w.bands:
+            if band.eagle_choices is None:  # no speculation can win at high concurrency
+                continue
+            check_tree(band.eagle_choices, depth=3, budget=20, max_non_leaves=2, top_k=10)
+            assert band.eagle_choices == sorted(band.eagle_choices, key=lambda p: (len(p), p))
+    stats = node_stats([s.rank_paths for s in eagle_prof.workloads["code"].samples], 3)
+    for n, nodes in best_trees(stats, 3, 20, 2, 10).items():
+        assert len(nodes) == n
+        check_tree([list(v) for v in nodes], depth=3, budget=20, max_non_leaves=2, top_k=10)
+
+
+def test_never_worse_than_the_chain_or_the_default_tree(eagle_prof):
+    cost = example_cost_model("eagle")
+    tuned, served = tune_eagle(eagle_prof, cost, eagle_cfg(num_eagle_layers=4))
+    assert len({p.name for p in served}) == len(served)
+    for name, w in tuned.items():
+        samples = [s.rank_paths for s in eagle_prof.workloads[name].samples]
+        for band in w.bands:
+            for choices in (chain_choices(4), upstream.MC_SIM_7B_63):
+                al = replay_tree(samples, choices).acceptance_length
+                st = cost.eagle_step(band.concurrency, level_sizes(choices, 4), len(choices), w.context_tokens)
+                assert band.tokens_per_s >= band.concurrency * al / st.total_s * (1 - 1e-12)
+            assert band.tokens_per_s == band.own_best_tokens_per_s  # no grouping: each its own best
+    assert any(p.label == "default" for p in tuned["chat"].bands[0].sweep)
+
+
+def test_grouping_serves_at_most_n_trees_per_band(eagle_prof):
+    cost = example_cost_model("eagle")
+    for n in (1, 2):
+        tuned, served = tune_eagle(eagle_prof, cost, eagle_cfg(num_eagle_layers=4, max_profiles=n))
+        for b in BANDS:
+            profiles = [p for p in served if p.concurrency == b]
+            assert 1 <= len(profiles) <= n
+            members = [m for p in profiles for m in p.workloads]
+            assert sorted(members) == sorted(WORKLOADS)  # each workload in exactly one profile
+            for p in profiles:
+                assert p.mean_throughput_loss >= 0
+                for m in p.workloads:
+                    band = next(x for x in tuned[m].bands if x.concurrency == b)
+                    assert band.profile == p.name and band.eagle_choices == p.eagle_choices
+                    assert band.tokens_per_s <= band.own_best_tokens_per_s * (1 + 1e-12)
+
+
+def test_useless_eagle_head_is_switched_off():
+    p = eagle_profile({"junk": (0.0, 1.0)}, num_samples=2, T=40, depth=3, top_k=4)
+    tuned, served = tune_eagle(p, example_cost_model("eagle"), eagle_cfg())
+    assert all(not b.speculate and b.eagle_choices is None and b.speedup == 1.0 for b in tuned["junk"].bands)
+    assert all(s.eagle_choices is None and s.num_nodes == 0 for s in served)
+
+
+def test_eagle_limits_are_checked(eagle_prof):
+    with pytest.raises(TrtspecError, match="exceeds the profiled depth"):
+        tune_eagle(eagle_prof, example_cost_model("eagle"), eagle_cfg(num_eagle_layers=5))
+    with pytest.raises(TrtspecError, match="budget 2 is smaller than num_eagle_layers=4"):
+        tune_eagle(eagle_prof, example_cost_model("eagle"), eagle_cfg(num_eagle_layers=4, eagle_node_budget=2))
+
+
+# ---- k-medoids -----------------------------------------------------------------------------------
+
+def brute(loss, n):
+    return min(grouping._cost(loss, c) for k in range(1, n + 1) for c in itertools.combinations(range(loss.shape[1]), k))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_medoids_exact_and_swap_search(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    loss = rng.uniform(0, 1, (7, 7))
+    np.fill_diagonal(loss, 0.0)
+    for n in (1, 2, 3):
+        chosen = grouping.choose_medoids(loss, n)
+        assert len(chosen) <= n and grouping._cost(loss, chosen) == pytest.approx(brute(loss, n))
+    monkeypatch.setattr(grouping, "EXACT_LIMIT", 0)  # force greedy + swaps
+    chosen = grouping.choose_medoids(loss, 3)
+    assert len(chosen) == 3 and grouping._cost(loss, chosen) <= grouping._cost(loss, chosen[:1]) + 1e-12
+    assert grouping.assign(loss, chosen) == [chosen[int(np.argmin(loss[i, chosen]))] for i in range(7)]

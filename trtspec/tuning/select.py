@@ -1,0 +1,191 @@
+"""Choose the draft length (draft-target) or eagle_choices tree (EAGLE) per workload and concurrency.
+
+Objective, per workload and concurrency band b (b sequences decoding together):
+
+    predicted output tokens/s = b * AL / step_time(b)
+
+AL comes from exact replay of the profile (trtspec/tuning/acceptance.py), step_time from the cost
+model (trtspec/tuning/cost.py) at the workload's mean KV length. "No speculation" is always a
+candidate (AL 1, one target forward per token), so a useless or expensive draft is switched off.
+Speedup is tokens/s over that baseline at the same band.
+
+- draft-target: every K in 0..num_speculative_tokens. K is a per-request setting
+  (`num_draft_tokens`), so each workload x band gets its own.
+- EAGLE: candidate trees are the prefixes of the greedy growth order (trtspec/tuning/trees.py),
+  the top-1 chain of full depth, and TRT-LLM's default mc_sim_7b_63 when it fits the limits. The
+  tree is a server-level setting (one model instance per tree), so with `max_profiles` = N the
+  workloads of a band are grouped into at most N served profiles (trtspec/tuning/grouping.py) and
+  each workload is served its profile's tree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import upstream
+from ..errors import TrtspecError
+from .acceptance import TreeIndex, chain_choices, replay_chain, replay_tree
+from .cost import CostModel, StepTime
+from .grouping import assign, choose_medoids
+from .schema import BandChoice, Profile, ServedProfile, SweepPoint, WorkloadProfile, WorkloadTuning
+from .trees import accepted_array, best_trees, check_tree, level_sizes, node_stats, replay_al, sort_choices
+
+
+class SelectConfig(BaseModel):
+    """Every knob of the selection; defaults are what `trtspec tune` uses."""
+    model_config = ConfigDict(extra="forbid")
+    concurrency_bands: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
+    context_tokens: float | None = Field(None, description="KV length for step times; None: per workload "
+                                         "mean prompt length + half the mean output length")
+    default_prompt_tokens: int = Field(512, description="prompt length assumed when the profile has none")
+    num_eagle_layers: int | None = Field(None, description="tree depth; None: the profile's num_speculative_tokens")
+    eagle_node_budget: int = Field(upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN, description="max nodes (<= max_draft_len)")
+    max_non_leaves: int = upstream.EAGLE_DEFAULT_MAX_NON_LEAVES
+    max_profiles: int | None = Field(None, description="EAGLE: served profiles per band; None: one per workload")
+    tree_seeds: int = Field(64, ge=1, description="EAGLE: full-depth nodes tried as growth seeds (trees.py)")
+
+
+def context_of(w: WorkloadProfile, cfg: SelectConfig) -> float:
+    if cfg.context_tokens is not None:
+        return float(cfg.context_tokens)
+    prompt = w.mean_prompt_len()
+    return (cfg.default_prompt_tokens if prompt is None else prompt) + 0.5 * w.num_tokens / w.num_samples
+
+
+def _al(value: float | None, name: str) -> float:
+    if value is None:
+        raise TrtspecError(f"profile: workload '{name}' has no verify steps (every sample has fewer than 2 tokens)")
+    return value
+
+
+def _band(b: int, al: float, st: StepTime, base: StepTime, sweep: list[SweepPoint], own_best: float,
+          **setting) -> BandChoice:
+    tps, base_tps = b * al / st.total_s, b / base.total_s
+    return BandChoice(concurrency=b, acceptance_length=al, step_time_s=st.total_s, draft_step_s=st.draft_s,
+                      target_step_s=st.target_s, tokens_per_s=tps, baseline_step_time_s=base.total_s,
+                      baseline_tokens_per_s=base_tps, speedup=tps / base_tps, own_best_tokens_per_s=own_best,
+                      sweep=sweep, **setting)
+
+
+def _argmax(values: list[float]) -> int:
+    """First index of the maximum (candidates are ordered cheapest first, so ties pick the cheaper)."""
+    best = max(values)
+    return next(i for i, v in enumerate(values) if v >= best * (1 - 1e-12))
+
+
+def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:
+    K = profile.num_speculative_tokens
+    out = {}
+    for name, w in profile.workloads.items():
+        lists = [s.match_lengths for s in w.samples]
+        als = [1.0] + [_al(replay_chain(lists, k).acceptance_length, name) for k in range(1, K + 1)]
+        ctx = context_of(w, cfg)
+        bands = []
+        for b in cfg.concurrency_bands:
+            steps = [cost.draft_target_step(b, k, ctx) for k in range(K + 1)]
+            tps = [b * al / st.total_s for al, st in zip(als, steps)]
+            sweep = [SweepPoint(draft_len=k, acceptance_length=als[k], step_time_s=steps[k].total_s,
+                                tokens_per_s=tps[k]) for k in range(K + 1)]
+            k = _argmax(tps)
+            bands.append(_band(b, als[k], steps[k], steps[0], sweep, tps[k], speculate=k > 0, draft_len=k))
+        out[name] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx,
+                                   accept_length_by_k={str(k): als[k] for k in range(1, K + 1)}, bands=bands)
+    return out
+
+
+class _Tree:
+    """A candidate EAGLE setting: its choices (None = no speculation), label and drafter level sizes."""
+
+    def __init__(self, choices: list[list[int]] | None, label: str, depth: int):
+        self.choices, self.label = choices, label
+        self.key = None if choices is None else tuple(tuple(c) for c in sort_choices(map(tuple, choices)))
+        self.num_nodes = 0 if choices is None else len(choices)
+        self.levels = [] if choices is None else level_sizes(choices, depth)
+
+    def step(self, cost: CostModel, b: int, ctx: float) -> StepTime:
+        return cost.eagle_step(b, self.levels, self.num_nodes, ctx)
+
+
+def _eagle_candidates(w: WorkloadProfile, profile: Profile, cfg: SelectConfig, depth: int
+                      ) -> tuple[list[_Tree], dict]:
+    """This workload's candidate trees and their exact replay AL {key: AL}."""
+    top_k = profile.tree_top_k
+    samples = [s.rank_paths for s in w.samples]
+    stats = node_stats(samples, depth)
+    trees, al = [_Tree(None, "none", depth)], {None: 1.0}
+    for nodes in best_trees(stats, depth, cfg.eagle_node_budget, cfg.max_non_leaves, top_k,
+                               cfg.tree_seeds).values():
+        t = _Tree(sort_choices(nodes), "greedy", depth)
+        trees.append(t)
+        al[t.key] = replay_al(stats, accepted_array(stats, nodes))
+    extra = [(chain_choices(depth), "chain")]
+    try:
+        check_tree(upstream.MC_SIM_7B_63, depth, cfg.eagle_node_budget, cfg.max_non_leaves, top_k)
+        extra.append((upstream.MC_SIM_7B_63, "default"))
+    except TrtspecError:
+        pass  # the default tree does not fit this engine's limits: not a candidate
+    for choices, label in extra:
+        t = _Tree(choices, label, depth)
+        if t.key not in al:
+            trees.append(t)
+            al[t.key] = replay_tree(samples, TreeIndex(choices)).acceptance_length
+    return trees, al
+
+
+def tune_eagle(profile: Profile, cost: CostModel, cfg: SelectConfig
+               ) -> tuple[dict[str, WorkloadTuning], list[ServedProfile]]:
+    depth = cfg.num_eagle_layers or profile.num_speculative_tokens
+    if depth > profile.num_speculative_tokens:
+        raise TrtspecError(f"num_eagle_layers={depth} exceeds the profiled depth "
+                           f"num_speculative_tokens={profile.num_speculative_tokens}: re-profile deeper")
+    names = list(profile.workloads)
+    ctx = {n: context_of(profile.workloads[n], cfg) for n in names}
+    cands, als = {}, {}
+    for n in names:
+        cands[n], al = _eagle_candidates(profile.workloads[n], profile, cfg, depth)
+        als[n] = {k: _al(v, n) for k, v in al.items()}
+    pool = {t.key: t for n in names for t in cands[n]}  # every distinct tree, for cross-evaluation
+
+    def al_of(n: str, t: _Tree) -> float:
+        if t.key not in als[n]:
+            samples = [s.rank_paths for s in profile.workloads[n].samples]
+            als[n][t.key] = _al(replay_tree(samples, TreeIndex(t.choices)).acceptance_length, n)
+        return als[n][t.key]
+
+    tunings = {n: [] for n in names}
+    served: list[ServedProfile] = []
+    for b in cfg.concurrency_bands:
+        base = {n: cost.baseline_step(b, ctx[n]) for n in names}
+        own, sweeps = {}, {}
+        for n in names:
+            steps = [t.step(cost, b, ctx[n]) for t in cands[n]]
+            tps = [b * als[n][t.key] / st.total_s for t, st in zip(cands[n], steps)]
+            sweeps[n] = [SweepPoint(num_nodes=t.num_nodes, label=t.label, acceptance_length=als[n][t.key],
+                                    step_time_s=st.total_s, tokens_per_s=v)
+                         for t, st, v in zip(cands[n], steps, tps)]
+            own[n] = cands[n][_argmax(tps)].key
+        columns = list(dict.fromkeys(own[n] for n in names))  # the distinct own-best trees
+        tps = np.array([[b * al_of(n, pool[k]) / pool[k].step(cost, b, ctx[n]).total_s for k in columns]
+                        for n in names])
+        best = tps.max(axis=1)  # >= own best: another workload's tree can beat a greedy one
+        loss = 1.0 - tps / best[:, None]
+        chosen = choose_medoids(loss, cfg.max_profiles or len(columns))
+        picks = assign(loss, chosen)
+        for p, j in enumerate(chosen):
+            name, t = f"c{b}-p{p}", pool[columns[j]]
+            members = [n for n, k in zip(names, picks) if k == j]
+            served.append(ServedProfile(name=name, concurrency=b, workloads=members, eagle_choices=t.choices,
+                                        num_nodes=t.num_nodes, mean_throughput_loss=float(
+                                            np.mean([loss[names.index(m), j] for m in members]))))
+            for m in members:
+                tunings[m].append(_band(b, al_of(m, t), t.step(cost, b, ctx[m]), base[m], sweeps[m],
+                                        float(best[names.index(m)]), speculate=t.choices is not None,
+                                        eagle_choices=t.choices, profile=name))
+    out = {}
+    for n in names:
+        w = profile.workloads[n]
+        out[n] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx[n],
+                                accept_length_by_k=w.accept_length_by_k,
+                                bands=tunings[n])
+    return out, served
