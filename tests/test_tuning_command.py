@@ -1,0 +1,146 @@
+"""`trtspec tune` end to end on synthetic profiles: a valid tuning.json, PNG plots and the summary
+table, for draft-target and EAGLE (grouped), with the analytic and a measured (fitted) cost model.
+
+The checkpoints are config-only stand-ins with Llama-3.1-8B / Llama-3.2-1B sizes and FP8
+quantization (the cost model reads only config.json), so the predictions are realistic.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import typer
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from trtspec.errors import TrtspecError
+from trtspec.tuning.command import measure_cost_command, tune_command
+from trtspec.tuning.cost import forward_time, gpu_preset, shapes_from_checkpoint
+from trtspec.tuning.fit import CostRow, CostTable, save_cost_table
+from trtspec.tuning.schema import Tuning, dump_json
+from trtspec.tuning.synthetic import chain_profile, eagle_profile
+
+LLAMA = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "vocab_size": 128256, "hidden_size": 4096,
+         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_size": 128,
+         "intermediate_size": 14336, "max_position_embeddings": 131072, "rotary_base": 500000.0,
+         "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+         "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}
+DRAFT = {**LLAMA, "hidden_size": 2048, "num_hidden_layers": 16, "head_size": 64, "intermediate_size": 8192}
+EAGLE = {**LLAMA, "architecture": "EagleForCausalLM", "num_eagle_layers": 4, "max_draft_len": 63,
+         "max_non_leaves_per_layer": 10,
+         "eagle_net_config": {**{k: LLAMA[k] for k in LLAMA if k != "quantization"}, "num_hidden_layers": 1,
+                              "quantization": {"quant_algo": None, "kv_cache_quant_algo": None}}}
+
+
+def fake_ckpt(path, config):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    save_file({"placeholder": torch.zeros(1)}, str(path / "rank0.safetensors"))
+    return path
+
+
+@pytest.fixture
+def app():
+    a = typer.Typer()
+    a.command("tune")(tune_command)
+    a.command("measure-cost")(measure_cost_command)
+    return a
+
+
+def run(app, args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def check_pngs(plot_dir, names):
+    for n in names:
+        data = (plot_dir / f"{n}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_tune_draft_target_end_to_end(tmp_path, app):
+    target, draft = fake_ckpt(tmp_path / "t", LLAMA), fake_ckpt(tmp_path / "d", DRAFT)
+    prof = chain_profile({"chat": 0.55, "code": 0.85, "junk": 0.0}, num_samples=4, T=96, max_k=8,
+                         target=str(target), draft=str(draft))
+    (tmp_path / "profile.json").write_text(dump_json(prof))
+    out = run(app, ["tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
+                    "--concurrency-bands", "64,1,8", "--out", tmp_path / "res" / "tuning.json"])
+    tuning = Tuning.model_validate_json((tmp_path / "res" / "tuning.json").read_text())
+    assert tuning.schema_id == "trtspec.tuning/1" and tuning.mode == "draft-target"
+    assert tuning.concurrency_bands == [1, 8, 64] and tuning.cost.source == "analytic"
+    assert tuning.cost.target.num_layers == 32 and tuning.cost.draft.num_layers == 16
+    assert [b.draft_len for b in tuning.workloads["junk"].bands] == [0, 0, 0]
+    assert tuning.workloads["code"].bands[0].draft_len >= 3 and tuning.workloads["code"].bands[0].speedup > 1.3
+    assert tuning.max_draft_len == max(b.draft_len for w in tuning.workloads.values() for b in w.bands)
+    assert tuning.profile["sha256"] and tuning.eagle is None and tuning.profiles is None
+    check_pngs(tmp_path / "res" / "tuning_plots", ["chat", "code", "junk"])
+    assert "speedup" in out and "code" in out and "wrote" in out
+
+
+def test_tune_eagle_grouped_with_a_measured_cost_table(tmp_path, app):
+    eagle = fake_ckpt(tmp_path / "eagle", EAGLE)
+    prof = eagle_profile({"chat": (0.55, 0.1), "code": (0.8, 0.03), "math": (0.7, 0.05)}, num_samples=4,
+                         T=96, depth=4, top_k=10, target=str(eagle))
+    (tmp_path / "profile.json").write_text(dump_json(prof))
+    shapes = shapes_from_checkpoint(eagle)
+    truth = gpu_preset("h100").model_copy(update={"bandwidth_efficiency": 0.7, "forward_overhead_s": 5e-4})
+    rows = [CostRow(role=r, batch=b, num_tokens=n, context=512, seconds=forward_time(truth, shapes[r], b, n, 512))
+            for r in ("target", "eagle") for b in (1, 16, 128) for n in (1, 8, 32)]
+    save_cost_table(CostTable(gpu="h100", rows=rows), tmp_path / "cost.json")
+    run(app, ["tune", "--profile", tmp_path / "profile.json", "--cost", tmp_path / "cost.json",
+              "--eagle-node-budget", 30, "--max-profiles", 2, "--concurrency-bands", "1,16",
+              "--out", tmp_path / "tuning.json", "--plots", tmp_path / "plots"])
+    tuning = Tuning.model_validate_json((tmp_path / "tuning.json").read_text())
+    assert tuning.cost.source == "measured" and tuning.cost.fit.rms_relative_error < 1e-6
+    assert tuning.cost.gpu.bandwidth_efficiency == pytest.approx(0.7, rel=1e-6)
+    assert tuning.eagle.num_eagle_layers == 4 and tuning.eagle.node_budget == 30
+    for b in (1, 16):
+        profiles = [p for p in tuning.profiles if p.concurrency == b]
+        assert 1 <= len(profiles) <= 2
+        assert sorted(m for p in profiles for m in p.workloads) == ["chat", "code", "math"]
+    for w in tuning.workloads.values():
+        for band in w.bands:
+            if band.eagle_choices:
+                assert max(map(len, band.eagle_choices)) == 4 and len(band.eagle_choices) <= 30
+    check_pngs(tmp_path / "plots", ["chat", "code", "math"])
+
+
+def test_tune_errors(tmp_path, app):
+    eagle = fake_ckpt(tmp_path / "eagle", EAGLE)
+    prof = eagle_profile({"chat": (0.5, 0.1)}, num_samples=2, T=32, depth=4, target="not/a/dir")
+    (tmp_path / "p.json").write_text(dump_json(prof))
+    base = ["tune", "--profile", tmp_path / "p.json", "--out", tmp_path / "t.json", "--no-plots"]
+    with pytest.raises(TrtspecError, match="--target-ckpt: needed"):
+        run(app, base)
+    with pytest.raises(TrtspecError, match=r"--eagle-node-budget: 64 is outside \[1, max_draft_len=63\]"):
+        run(app, base + ["--target-ckpt", eagle, "--eagle-node-budget", 64])
+    with pytest.raises(TrtspecError, match="--concurrency-bands"):
+        run(app, base + ["--target-ckpt", eagle, "--concurrency-bands", "1,x"])
+    with pytest.raises(TrtspecError, match="--cost: 'a100'"):
+        run(app, base + ["--target-ckpt", eagle, "--cost", "a100"])
+    plain = fake_ckpt(tmp_path / "plain", LLAMA)
+    with pytest.raises(TrtspecError, match="not an EagleForCausalLM checkpoint"):
+        run(app, base + ["--target-ckpt", plain])
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_measure_cost_command(tmp_path, app):
+    from tiny_models import make_hf_model
+    from trtspec.checkpoints.convert import convert_hf
+
+    make_hf_model("llama", tmp_path / "hf")
+    convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float32")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run(app, ["measure-cost", "--target-ckpt", tmp_path / "ckpt", "--batches", "1,2", "--num-tokens", "1,3",
+                  "--context", 8, "--repeats", 1, "--out", tmp_path / "cost.json"])
+    finally:
+        torch.set_num_threads(n)
+    table = json.loads((tmp_path / "cost.json").read_text())
+    assert table["schema"] == "trtspec.cost-table/1" and len(table["rows"]) == 4

@@ -1,0 +1,14 @@
+"""Tuning: acceptance profiles -> per-workload draft length / EAGLE tree per concurrency band.
+
+    profile.py     measure once per workload (match lengths / rank paths per generated position)
+    acceptance.py  exact replay of step boundaries: AL and per-position rates of any K or tree
+    cost.py        analytic step-time model (H100/H200 roofline from checkpoint sizes + quantization)
+    fit.py         measured cost tables and least-squares fitting of the model's free numbers
+    measure.py     time the PyTorch runtime into a cost table
+    trees.py       EAGLE tree growth under TRT-LLM's eagle_choices rules
+    grouping.py    k-medoids grouping of workloads into at most N served profiles
+    select.py      maximise predicted tokens/s per workload x band
+    schema.py      profile.json and tuning.json (pydantic)
+    report.py      plots and the summary table
+    command.py     `trtspec tune`, `trtspec measure-cost`
+"""

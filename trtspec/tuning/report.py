@@ -1,0 +1,102 @@
+"""Plots and a summary table of a tuning result (reads only the `Tuning` model, i.e. tuning.json).
+
+One PNG per workload, two panels:
+- left: predicted acceptance length against the draft length K (draft-target) or the number of
+  tree nodes (EAGLE: greedy-grown trees as a line, the top-1 chain and TRT-LLM's default tree as
+  markers);
+- right: predicted output tokens/s against the same axis, one line per concurrency band (log
+  scale: bands differ by orders of magnitude), the chosen setting starred, K = 0 / 0 nodes being
+  no speculation.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .schema import BandChoice, Tuning, WorkloadTuning
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "workload"
+
+
+def _x(band: BandChoice, eagle: bool):
+    pts = [p for p in band.sweep if not eagle or p.label in ("none", "greedy")]
+    return [p.num_nodes if eagle else p.draft_len for p in pts], pts
+
+
+def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eagle = mode == "eagle"
+    xlabel = "tree nodes (eagle_choices)" if eagle else "draft length K"
+    fig, (ax_al, ax_tps) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs, pts = _x(wt.bands[0], eagle)
+    ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None if eagle else "o", label="greedy trees" if eagle else None)
+    if eagle:
+        for p in wt.bands[0].sweep:
+            if p.label in ("chain", "default"):
+                ax_al.scatter([p.num_nodes], [p.acceptance_length], marker="s" if p.label == "chain" else "D",
+                              label=f"{p.label} tree", zorder=3)
+        ax_al.legend(fontsize=8)
+    ax_al.set(xlabel=xlabel, ylabel="acceptance length (tokens / verify step)", title=f"{name}: acceptance")
+    ax_al.grid(alpha=0.3)
+    for band in wt.bands:
+        xs, pts = _x(band, eagle)
+        line, = ax_tps.plot(xs, [p.tokens_per_s for p in pts], marker=None if eagle else "o", ms=3,
+                            label=f"concurrency {band.concurrency}")
+        chosen = (len(band.eagle_choices) if band.eagle_choices else 0) if eagle else band.draft_len
+        ax_tps.scatter([chosen], [band.tokens_per_s], marker="*", s=160, color=line.get_color(), zorder=3,
+                       edgecolors="black", linewidths=0.5)
+    ax_tps.set_yscale("log")
+    ax_tps.set(xlabel=xlabel, ylabel="predicted output tokens/s", title=f"{name}: throughput (* = chosen)")
+    ax_tps.grid(alpha=0.3, which="both")
+    ax_tps.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(tuning: Tuning, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [plot_workload(n, wt, tuning.mode, out_dir / f"{safe_name(n)}.png") for n, wt in tuning.workloads.items()]
+
+
+def setting_text(band: BandChoice) -> str:
+    if not band.speculate:
+        return "off"
+    if band.eagle_choices is not None:
+        depth = max(len(c) for c in band.eagle_choices)
+        return f"tree {len(band.eagle_choices)} nodes, depth {depth} ({band.profile})"
+    return f"K={band.draft_len}"
+
+
+def summary_table(tuning: Tuning) -> Table:
+    t = Table(title=f"trtspec tune ({tuning.mode}, {tuning.cost.gpu.name}, {tuning.cost.source} cost)")
+    for col, just in (("workload", "left"), ("conc.", "right"), ("setting", "left"), ("AL", "right"),
+                      ("step ms", "right"), ("tok/s", "right"), ("base tok/s", "right"), ("speedup", "right")):
+        t.add_column(col, justify=just)
+    for name, wt in tuning.workloads.items():
+        for band in wt.bands:
+            t.add_row(name, str(band.concurrency), setting_text(band), f"{band.acceptance_length:.2f}",
+                      f"{band.step_time_s * 1e3:.2f}", f"{band.tokens_per_s:,.0f}",
+                      f"{band.baseline_tokens_per_s:,.0f}", f"{band.speedup:.2f}x")
+    return t
+
+
+def print_summary(tuning: Tuning, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(summary_table(tuning))
+    if tuning.cost.fit is not None:
+        f = tuning.cost.fit
+        console.print(f"cost fit: {f.num_rows} rows, rms relative error {f.rms_relative_error:.1%}, "
+                      f"max {f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}")
