@@ -93,6 +93,16 @@ def generate(
                        err=True)
 
 
+def _register_stage_commands() -> None:
+    """Stage commands live next to their stage (a thin Typer function over its Python API)."""
+    from .builders.command import build_command
+
+    app.command("build")(build_command)
+
+
+_register_stage_commands()
+
+
 @app.command()
 def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Where the demo writes its artifacts.")):
     """Run the pipeline on the embedded SmolLM2-135M-Instruct, on CPU."""

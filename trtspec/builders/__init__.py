@@ -9,7 +9,15 @@ Modules: `trtllm_facts` (every upstream default, limit and name, with its source
 `script` (build.sh), `run` (the runner), `manifest` (engine config.json), `command` (Typer).
 """
 
-from .plan import BuildOptions, BuildPlan, EngineBuild, make_plan
-from .run import BuildResult, build
+import importlib
 
-__all__ = ["BuildOptions", "BuildPlan", "EngineBuild", "make_plan", "build", "BuildResult"]
+_EXPORTS = {"BuildOptions": "plan", "BuildPlan": "plan", "EngineBuild": "plan", "make_plan": "plan",
+            "build": "run", "BuildResult": "run"}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Lazy re-exports: the plan reads checkpoints (torch), and `trtspec --help` should not pay for it."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(name)

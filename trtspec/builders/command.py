@@ -11,9 +11,12 @@ from typing import Optional
 
 import typer
 
-from .memory import GIB
-from .plan import BuildOptions, BuildPlan, make_plan
-from .run import DEFAULT_TIMEOUT_S, build
+from typing import TYPE_CHECKING
+
+from .trtllm_facts import DEFAULT_BUILD_TIMEOUT_S
+
+if TYPE_CHECKING:  # the plan pulls in torch; keep `trtspec --help` fast by importing it on use
+    from .plan import BuildPlan
 
 
 def build_command(
@@ -39,9 +42,12 @@ def build_command(
                                                help="Return prompt logits (not with a draft length)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Write the plan and build.sh only, even if trtllm-build "
                                                           "is on PATH."),
-    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds allowed per trtllm-build."),
+    timeout: float = typer.Option(DEFAULT_BUILD_TIMEOUT_S, "--timeout", help="Seconds allowed per trtllm-build."),
 ) -> None:
     """Plan (and, with trtllm-build on PATH, run) the TensorRT-LLM 1.2 engine builds for H100."""
+    from .plan import BuildOptions, make_plan
+    from .run import build
+
     opts = BuildOptions(role=role, gpu=gpu, max_batch_size=max_batch_size, max_input_len=max_input_len,
                         max_seq_len=max_seq_len, max_num_tokens=max_num_tokens, max_draft_len=max_draft_len,
                         draft_logits=draft_logits, max_beam_width=max_beam_width,
@@ -56,6 +62,8 @@ def build_command(
 
 def describe(plan: BuildPlan) -> list[str]:
     """A short human summary: builds, memory, warnings."""
+    from .memory import GIB
+
     lines = [f"plan: {plan.role} from {plan.source} for TensorRT-LLM {plan.trtllm_version} on {plan.gpu}"]
     for b in plan.builds:
         spec = f", {b.speculative_decoding_mode} K={b.max_draft_len}" if b.speculative_decoding_mode else ""

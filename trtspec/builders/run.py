@@ -29,7 +29,7 @@ from .manifest import MANIFEST_FILE, EngineManifest, compare_with_plan, read_eng
 from .plan import BuildPlan, EngineBuild
 from .script import PLAN_FILE, write_plan_files
 
-DEFAULT_TIMEOUT_S = 3 * 3600  # per engine; a 70B engine takes tens of minutes on an H100
+DEFAULT_TIMEOUT_S = facts.DEFAULT_BUILD_TIMEOUT_S
 LineSink = Callable[[str, str], None]
 
 

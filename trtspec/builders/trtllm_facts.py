@@ -96,3 +96,6 @@ KV_CACHE_FREE_GPU_MEMORY_FRACTION = 0.9
 # Total device memory as nvidia-smi reports it (MiB) for the SXM 80 GB H100 and the 141 GB H200.
 GPU_MEMORY_MIB = {"h100": 81559, "h200": 143771}
 GPU_NAMES = {"h100": "NVIDIA H100 80GB (SM90)", "h200": "NVIDIA H200 141GB (SM90)"}
+
+# Our runner's per-engine limit (not an upstream fact): a 70B engine takes tens of minutes on an H100.
+DEFAULT_BUILD_TIMEOUT_S = 3 * 3600
