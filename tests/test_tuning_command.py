@@ -144,3 +144,56 @@ def test_measure_cost_command(tmp_path, app):
         torch.set_num_threads(n)
     table = json.loads((tmp_path / "cost.json").read_text())
     assert table["schema"] == "trtspec.cost-table/1" and len(table["rows"]) == 4
+
+
+def test_profile_measure_tune_on_real_tiny_checkpoints(tmp_path, app):
+    """The whole stage on the runtime: the profiler's samples -> profile.json (build_profile) ->
+    a cost table timed here -> tune with the fitted model. Checks the formats fit together."""
+    import copy
+
+    from tiny_models import make_hf_model
+    from trtspec.checkpoints.convert import convert_hf
+    from trtspec.runtime.generate import load_models
+    from trtspec.tuning.measure import MeasureConfig, measure_runtime
+    from trtspec.tuning.profile import profile_prompts
+    from trtspec.tuning.schema import build_profile
+
+    base = make_hf_model("llama", tmp_path / "hf")
+    with torch.no_grad():  # near-bigram target and a bigram draft: partial acceptance
+        for name, p in base.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(0.1)
+    base.save_pretrained(tmp_path / "hf")
+    draft = copy.deepcopy(base)
+    with torch.no_grad():
+        for name, p in draft.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.zero_()
+    draft.save_pretrained(tmp_path / "bigram")
+    convert_hf(tmp_path / "hf", tmp_path / "target", dtype="float32")
+    convert_hf(tmp_path / "bigram", tmp_path / "draft", dtype="float32")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        models = load_models(tmp_path / "target", tmp_path / "draft")
+        g = torch.Generator().manual_seed(3)
+        prompts = {w: [(f"{w}{i}", torch.randint(3, 1001, (6,), generator=g).tolist()) for i in range(2)]
+                   for w in ("a", "b")}
+        samples = {w: [{"id": sp.id, "prompt_len": sp.prompt_len, "match_lengths": sp.match_lengths}
+                       for sp in profile_prompts(models, ps, 24, 4, ignore_eos=True)] for w, ps in prompts.items()}
+        table = measure_runtime(tmp_path / "target", tmp_path / "draft",
+                                MeasureConfig(batches=[1, 4], num_tokens=[1, 5], context=24, repeats=2))
+    finally:
+        torch.set_num_threads(n)
+    prof = build_profile("draft-target", 4, None, {"target": str(tmp_path / "target"),
+                                                    "draft": str(tmp_path / "draft"), "max_new_tokens": 24,
+                                                    "dtype": "float32", "trtspec_version": "0.1.0"}, samples)
+    assert 1.2 < prof.workloads["a"].mean_accept_length < 5
+    (tmp_path / "profile.json").write_text(dump_json(prof))
+    save_cost_table(table, tmp_path / "cost.json")
+    run(app, ["tune", "--profile", tmp_path / "profile.json", "--cost", tmp_path / "cost.json",
+              "--concurrency-bands", "1,4", "--out", tmp_path / "tuning.json", "--no-plots"])
+    tuning = Tuning.model_validate_json((tmp_path / "tuning.json").read_text())
+    assert tuning.cost.source == "measured" and tuning.cost.fit.num_rows == 8
+    assert tuning.cost.gpu.name.startswith("CPU")
+    assert set(tuning.workloads) == {"a", "b"} and not (tmp_path / "tuning_plots").exists()

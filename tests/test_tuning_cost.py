@@ -100,7 +100,8 @@ def test_shapes_from_checkpoints(tmp_path):
     convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float16", tp=2)
     convert_eagle(tmp_path / "hf", tmp_path / "head", tmp_path / "eagle", dtype="bfloat16")
     t = shapes_from_checkpoint(tmp_path / "ckpt")["target"]
-    assert (t.num_layers, t.hidden_size, t.vocab_size, t.tp, t.weight_bytes, t.compute_dtype) == (2, 64, 1001, 2, 2.0, "fp16")
+    assert (t.num_layers, t.hidden_size, t.vocab_size, t.tp) == (2, 64, 1001, 2)
+    assert (t.weight_bytes, t.compute_dtype) == (2.0, "fp16")
     s = shapes_from_checkpoint(tmp_path / "eagle")
     assert s["eagle"].role == "eagle" and s["eagle"].num_layers == 1 and s["eagle"].extra_linear_params == 2 * 64 * 64
     assert s["target"].compute_dtype == "bf16"

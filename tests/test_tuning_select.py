@@ -159,7 +159,8 @@ def test_eagle_limits_are_checked(eagle_prof):
 # ---- k-medoids -----------------------------------------------------------------------------------
 
 def brute(loss, n):
-    return min(grouping._cost(loss, c) for k in range(1, n + 1) for c in itertools.combinations(range(loss.shape[1]), k))
+    return min(grouping._cost(loss, c) for k in range(1, n + 1)
+               for c in itertools.combinations(range(loss.shape[1]), k))
 
 
 @pytest.mark.parametrize("seed", range(5))

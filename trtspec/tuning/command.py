@@ -143,16 +143,23 @@ def _umask() -> int:
 
 
 def tune_command(
-    profile: Path = typer.Option(..., "--profile", help="profile.json from `trtspec profile`."),
+    profile: Path = typer.Option(..., "--profile", help="profile.json from the profiler."),
     cost: str = typer.Option("h100", "--cost", help="h100 | h200 (analytic model) or a measured cost table JSON."),
-    target_ckpt: Optional[Path] = typer.Option(None, "--target-ckpt", help="Target (or EAGLE) checkpoint; default: the one the profile names."),
-    draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target); default: the one the profile names."),
-    concurrency_bands: str = typer.Option("1,4,16,64", "--concurrency-bands", help="Concurrency (batch) bands, comma-separated."),
-    eagle_node_budget: Optional[int] = typer.Option(None, "--eagle-node-budget", help="EAGLE: max tree nodes (default: the checkpoint's max_draft_len)."),
-    max_profiles: Optional[int] = typer.Option(None, "--max-profiles", help="EAGLE: served trees per band (default: one per workload)."),
-    context_tokens: Optional[int] = typer.Option(None, "--context-tokens", help="KV length for step times (default: mean prompt + half the output)."),
+    target_ckpt: Optional[Path] = typer.Option(
+        None, "--target-ckpt", help="Target (or EAGLE) checkpoint; default: the one the profile names."),
+    draft_ckpt: Optional[Path] = typer.Option(
+        None, "--draft-ckpt", help="Draft checkpoint (draft-target); default: the one the profile names."),
+    concurrency_bands: str = typer.Option(
+        "1,4,16,64", "--concurrency-bands", help="Concurrency (batch) bands, comma-separated."),
+    eagle_node_budget: Optional[int] = typer.Option(
+        None, "--eagle-node-budget", help="EAGLE: max tree nodes (default: the checkpoint's max_draft_len)."),
+    max_profiles: Optional[int] = typer.Option(
+        None, "--max-profiles", help="EAGLE: served trees per band (default: one per workload)."),
+    context_tokens: Optional[int] = typer.Option(
+        None, "--context-tokens", help="KV length for step times (default: mean prompt + half the output)."),
     out: Path = typer.Option(Path("tuning.json"), "--out", help="Where to write tuning.json."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="PNG directory (default: <out stem>_plots next to --out)."),
+    plots: Optional[Path] = typer.Option(
+        None, "--plots", help="PNG directory (default: <out stem>_plots next to --out)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots."),
 ):
     """Pick the draft length / EAGLE tree per workload and concurrency band that maximises predicted tokens/s."""
@@ -187,8 +194,8 @@ def measure_cost_command(
     from .fit import save_cost_table
     from .measure import MeasureConfig, measure_runtime
 
-    cfg = MeasureConfig(batches=parse_ints(batches, "--batches"), num_tokens=parse_ints(num_tokens, "--num-tokens"), context=context,
-                        repeats=repeats)
+    cfg = MeasureConfig(batches=parse_ints(batches, "--batches"), num_tokens=parse_ints(num_tokens, "--num-tokens"),
+                        context=context, repeats=repeats)
     table = measure_runtime(target_ckpt, draft_ckpt, cfg)
     save_cost_table(table, out)
     typer.echo(f"wrote {out} ({len(table.rows)} rows)")

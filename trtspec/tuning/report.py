@@ -39,7 +39,8 @@ def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
     xlabel = "tree nodes (eagle_choices)" if eagle else "draft length K"
     fig, (ax_al, ax_tps) = plt.subplots(1, 2, figsize=(11, 4.2))
     xs, pts = _x(wt.bands[0], eagle)
-    ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None if eagle else "o", label="greedy trees" if eagle else None)
+    ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None if eagle else "o",
+               label="greedy trees" if eagle else None)
     if eagle:
         for p in wt.bands[0].sweep:
             if p.label in ("chain", "default"):
