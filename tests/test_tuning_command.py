@@ -123,6 +123,10 @@ def test_tune_errors(tmp_path, app):
         run(app, base + ["--target-ckpt", eagle, "--concurrency-bands", "1,x"])
     with pytest.raises(TrtspecError, match="--cost: 'a100'"):
         run(app, base + ["--target-ckpt", eagle, "--cost", "a100"])
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(TrtspecError, match="--plots: .* is not a directory of PNG files"):
+        run(app, base[:-1] + ["--target-ckpt", eagle, "--plots", tmp_path / "busy"])
     plain = fake_ckpt(tmp_path / "plain", LLAMA)
     with pytest.raises(TrtspecError, match="not an EagleForCausalLM checkpoint"):
         run(app, base + ["--target-ckpt", plain])

@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__, upstream
 from ..errors import TrtspecError
-from ..fsutil import sha256_file
+from ..fsutil import atomic_dir, sha256_file
 from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shapes_from_checkpoint
 from .fit import fit_gpu, load_cost_table
 from .schema import CostInfo, EagleLimits, Profile, Tuning, dump_json, load_profile
@@ -39,21 +39,24 @@ def parse_ints(text: str, flag: str = "--concurrency-bands") -> list[int]:
     return sorted(values)
 
 
-def _ckpt(given: Path | None, recorded: str | None, what: str) -> Path | None:
+def _ckpt(given: Path | None, recorded: str | None, what: str, base: Path) -> Path | None:
+    """The checkpoint given on the command line, else the one the profile recorded (as written, or
+    relative to the profile's directory)."""
     if given is not None:
         if not (Path(given) / "config.json").is_file():
             raise TrtspecError(f"--{what}-ckpt: {given} is not a TRT-LLM checkpoint directory (no config.json)")
         return Path(given)
-    if recorded and (Path(recorded) / "config.json").is_file():
-        return Path(recorded)
+    for candidate in ([Path(recorded), base / recorded] if recorded else []):
+        if (candidate / "config.json").is_file():
+            return candidate
     return None
 
 
-def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path | None
+def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path | None, base: Path = Path(".")
                    ) -> tuple[dict[str, ModelShape], dict]:
     """{role: shape} for the profile's mode, and the target checkpoint's config (EAGLE limits)."""
     cond = profile.measurement_conditions
-    target = _ckpt(target_ckpt, cond.target, "target")
+    target = _ckpt(target_ckpt, cond.target, "target", base)
     if target is None:
         raise TrtspecError(f"--target-ckpt: needed for the cost model (the profile's measurement_conditions.target "
                            f"{cond.target!r} is not a checkpoint directory here)")
@@ -64,7 +67,7 @@ def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path 
     if profile.mode == "eagle" and "eagle" not in shapes:
         raise TrtspecError(f"--target-ckpt: {target} is not an EagleForCausalLM checkpoint, but the profile is eagle")
     if profile.mode == "draft-target":
-        draft = _ckpt(draft_ckpt, cond.draft, "draft")
+        draft = _ckpt(draft_ckpt, cond.draft, "draft", base)
         if draft is None:
             raise TrtspecError(f"--draft-ckpt: needed for a draft-target profile (measurement_conditions.draft "
                                f"{cond.draft!r} is not a checkpoint directory here)")
@@ -101,7 +104,7 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
              cfg: SelectConfig | None = None, eagle_node_budget: int | None = None) -> Tuning:
     cfg = cfg or SelectConfig()
     profile = load_profile(Path(profile_path))
-    shapes, config = resolve_shapes(profile, target_ckpt, draft_ckpt)
+    shapes, config = resolve_shapes(profile, target_ckpt, draft_ckpt, Path(profile_path).parent)
     model, info = build_cost(cost, shapes, profile.mode)
     served, limits = None, None
     if profile.mode == "eagle":
@@ -123,7 +126,10 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file via a temporary sibling and a rename: never a half-written file."""
     path = Path(path)
+    if path.is_dir():
+        raise TrtspecError(f"{path}: is a directory (expected a file path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
@@ -165,6 +171,12 @@ def tune_command(
     """Pick the draft length / EAGLE tree per workload and concurrency band that maximises predicted tokens/s."""
     from .report import print_summary, write_plots
 
+    if out.is_dir():
+        raise TrtspecError(f"--out: {out} is a directory (expected the path of tuning.json)")
+    plots = plots if plots is not None else out.parent / f"{out.stem}_plots"
+    if not no_plots and plots.exists() and (not plots.is_dir() or any(
+            f.suffix != ".png" or not f.is_file() for f in plots.iterdir())):
+        raise TrtspecError(f"--plots: {plots} is not a directory of PNG files; give a new or empty directory")
     if max_profiles is not None and max_profiles < 1:
         raise TrtspecError(f"--max-profiles: expected >= 1, got {max_profiles}")
     if context_tokens is not None and context_tokens < 0:
@@ -176,9 +188,10 @@ def tune_command(
     print_summary(tuning)
     typer.echo(f"wrote {out}")
     if not no_plots:
-        plots = plots if plots is not None else out.parent / f"{out.stem}_plots"
-        for p in write_plots(tuning, plots):
-            typer.echo(f"wrote {p}")
+        with atomic_dir(plots, overwrite=True) as tmp:  # a previous run's plots are replaced whole
+            names = [p.name for p in write_plots(tuning, tmp)]
+        for name in names:
+            typer.echo(f"wrote {plots / name}")
 
 
 def measure_cost_command(
@@ -191,11 +204,10 @@ def measure_cost_command(
     out: Path = typer.Option(Path("cost_table.json"), "--out", help="Where to write the cost table."),
 ):
     """Time the PyTorch runtime's forwards on this machine into a cost table for `trtspec tune --cost FILE`."""
-    from .fit import save_cost_table
     from .measure import MeasureConfig, measure_runtime
 
     cfg = MeasureConfig(batches=parse_ints(batches, "--batches"), num_tokens=parse_ints(num_tokens, "--num-tokens"),
                         context=context, repeats=repeats)
     table = measure_runtime(target_ckpt, draft_ckpt, cfg)
-    save_cost_table(table, out)
+    write_text_atomic(out, table.model_dump_json(by_alias=True, indent=2) + "\n")
     typer.echo(f"wrote {out} ({len(table.rows)} rows)")
