@@ -19,7 +19,7 @@ from trtspec.errors import TrtspecError
 from trtspec.tuning.command import measure_cost_command, tune_command
 from trtspec.tuning.cost import forward_time, gpu_preset, shapes_from_checkpoint
 from trtspec.tuning.fit import CostRow, CostTable, save_cost_table
-from trtspec.tuning.schema import Tuning, dump_json
+from trtspec.tuning.schema import Tuning, dump_json, load_tuning
 from trtspec.tuning.synthetic import chain_profile, eagle_profile
 
 LLAMA = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "vocab_size": 128256, "hidden_size": 4096,
@@ -70,7 +70,7 @@ def test_tune_draft_target_end_to_end(tmp_path, app):
     (tmp_path / "profile.json").write_text(dump_json(prof))
     out = run(app, ["tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
                     "--concurrency-bands", "64,1,8", "--out", tmp_path / "res" / "tuning.json"])
-    tuning = Tuning.model_validate_json((tmp_path / "res" / "tuning.json").read_text())
+    tuning = load_tuning(tmp_path / "res" / "tuning.json")
     assert tuning.schema_id == "trtspec.tuning/1" and tuning.mode == "draft-target"
     assert tuning.concurrency_bands == [1, 8, 64] and tuning.cost.source == "analytic"
     assert tuning.cost.target.num_layers == 32 and tuning.cost.draft.num_layers == 16
@@ -80,6 +80,11 @@ def test_tune_draft_target_end_to_end(tmp_path, app):
     assert tuning.profile["sha256"] and tuning.eagle is None and tuning.profiles is None
     check_pngs(tmp_path / "res" / "tuning_plots", ["chat", "code", "junk"])
     assert "speedup" in out and "code" in out and "wrote" in out
+    data = json.loads((tmp_path / "res" / "tuning.json").read_text())
+    data["workloads"]["chat"]["bands"][0].pop("speedup")
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(TrtspecError, match=r"bad.json: field 'workloads.chat.bands.0.speedup': Field required"):
+        load_tuning(tmp_path / "bad.json")
 
 
 def test_tune_eagle_grouped_with_a_measured_cost_table(tmp_path, app):

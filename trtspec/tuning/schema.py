@@ -267,3 +267,15 @@ class Tuning(BaseModel):
     eagle: EagleLimits | None = None
     workloads: dict[str, WorkloadTuning]
     profiles: list[ServedProfile] | None = None  # eagle only
+
+
+def load_tuning(path: Path) -> Tuning:
+    """Read and validate tuning.json (what the Triton repository stage consumes)."""
+    path = Path(path)
+    data = read_json(path, "tuning")
+    if isinstance(data, dict) and data.get("schema") != TUNING_SCHEMA:
+        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {TUNING_SCHEMA!r}")
+    try:
+        return Tuning.model_validate(data)
+    except ValidationError as e:
+        raise _pydantic_error(path, e) from None
