@@ -2,6 +2,7 @@
 
     rope.py, kv_cache.py, model.py   the Llama-family decoder over a ragged, per-row KV cache
     weights.py                       checkpoint tensors -> compute-dtype weights
+    quant.py                         quantized linears and KV cache (FP8, INT8-SQ, weight-only, AWQ)
     eagle_net.py                     the EAGLE-1 drafter (eagle_nets.{d})
     tree.py                          eagle_choices validation, tree masks; a chain is a tree
     speculative.py                   the propose / verify / accept loop (logits passed through)

@@ -27,32 +27,33 @@ from ..errors import TrtspecError
 from . import rope
 from .kv_cache import KVCache
 from .model import run_layers
-from .weights import LayerWeights, check_unquantized, load, load_layer
+from .quant import Linear, Scheme, load_linear, scheme_of
+from .weights import LayerWeights, load, load_layer
 
 
 @dataclass
 class NetWeights:
     embed: torch.Tensor
-    fc: torch.Tensor  # [H, 2H]
-    fc_bias: torch.Tensor
+    fc: Linear  # [H, 2H] with bias; quantized like every linear (trtllm.md §4.6)
     layers: list[LayerWeights]
-    lm_head: torch.Tensor
+    lm_head: torch.Tensor  # excluded from quantization (`eagle_nets.{i}.lm_head`)
 
     def tensors(self) -> list[torch.Tensor | None]:
-        return [self.embed, self.fc, self.fc_bias, self.lm_head] + [t for w in self.layers for t in w.tensors()]
+        return [self.embed, self.lm_head] + self.fc.tensors() + [t for w in self.layers for t in w.tensors()]
 
     def same_as(self, other: "NetWeights") -> bool:
         return all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
                    for a, b in zip(self.tensors(), other.tensors()))
 
 
-def load_net(ckpt: TrtllmCheckpoint, i: int, dtype: torch.dtype) -> NetWeights:
+def load_net(ckpt: TrtllmCheckpoint, i: int, dtype: torch.dtype, scheme: Scheme) -> NetWeights:
+    """Clone i. TRT-LLM quantizes the whole EagleForCausalLM at its root with the top-level
+    `quantization` block, so the drafter's linears and KV cache follow the same scheme."""
     spec, p = ckpt.eagle_spec, f"eagle_nets.{i}."
     return NetWeights(
         embed=load(ckpt, p + "drafter.vocab_embedding.weight", dtype),
-        fc=load(ckpt, p + "drafter.fc.weight", dtype),
-        fc_bias=load(ckpt, p + "drafter.fc.bias", dtype),
-        layers=[load_layer(ckpt, f"{p}drafter.layers.{j}.", spec, dtype, input_norm=j > 0)
+        fc=load_linear(ckpt, p + "drafter.fc.", scheme, dtype, bias=True),
+        layers=[load_layer(ckpt, f"{p}drafter.layers.{j}.", spec, dtype, scheme, input_norm=j > 0)
                 for j in range(spec.num_layers)],
         lm_head=load(ckpt, p + "lm_head.weight", dtype),
     )
@@ -63,7 +64,7 @@ class EagleNet:
         if not ckpt.is_eagle:
             raise TrtspecError(f"{ckpt.path}: not an EagleForCausalLM checkpoint (architecture "
                                f"{ckpt.config.get('architecture')!r})")
-        check_unquantized(ckpt)
+        scheme = scheme_of(ckpt)
         self.spec, self.dtype = ckpt.eagle_spec, dtype
         cfg = ckpt.config
         self.num_levels = int(cfg.get("num_eagle_layers", 1))
@@ -71,7 +72,7 @@ class EagleNet:
         self.max_non_leaves = int(cfg.get("max_non_leaves_per_layer", 10))
         self.nets: list[NetWeights] = []
         for i in range(self.num_levels):
-            net = load_net(ckpt, i, dtype)
+            net = load_net(ckpt, i, dtype, scheme)
             same = next((n for n in self.nets if n.same_as(net)), None)
             self.nets.append(same if same is not None else net)  # dedupe identical clones
         self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling)
@@ -92,6 +93,6 @@ class EagleNet:
         (logits [b', T, V] float32, un-normed hidden [b', T, H] = the next features).
         Cache semantics as Decoder.forward: written after the committed slots, not committed."""
         w = self.nets[level]
-        x = F.linear(torch.cat([F.embedding(tokens, w.embed), features.to(self.dtype)], dim=-1), w.fc, w.fc_bias)
+        x = w.fc(torch.cat([F.embedding(tokens, w.embed), features.to(self.dtype)], dim=-1))
         x = run_layers(x, w.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask)
         return F.linear(x, w.lm_head).float(), x

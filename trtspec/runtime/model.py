@@ -21,7 +21,8 @@ from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from . import rope
 from .kv_cache import KVCache, attention_mask, causal
-from .weights import LayerWeights, check_unquantized, load, load_layer
+from .quant import scheme_of
+from .weights import LayerWeights, load, load_layer
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -36,23 +37,25 @@ def attention(x: torch.Tensor, w: LayerWeights, spec: DecoderSpec, cache: KVCach
               mask: torch.Tensor) -> torch.Tensor:
     B, T, _ = x.shape
     nh, nkv, hd = spec.num_heads, spec.num_kv_heads, spec.head_size
-    qkv = F.linear(x, w.qkv, w.qkv_bias)
+    qkv = w.qkv(x)
     q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
     q, k, v = q.view(B, T, nh, hd), k.view(B, T, nkv, hd), v.view(B, T, nkv, hd)
     if w.q_norm is not None:
         q, k = rms_norm(q, w.q_norm, spec.norm_eps), rms_norm(k, w.k_norm, spec.norm_eps)
     q = rope.apply(q.transpose(1, 2), cos, sin)  # [B, nh, T, hd]
     k = rope.apply(k.transpose(1, 2), cos, sin).transpose(1, 2)  # cached post-RoPE, [B, T, nkv, hd]
+    if w.kv is not None:  # a quantized KV cache holds (and attention reads) K, V after quantization
+        k, v = w.kv(k), w.kv(v)
     cache.write(layer, rows, slots, k, v)
     k_all, v_all = cache.read(layer, rows, mask.shape[-1])  # [B, S, nkv, hd]
     k_all = k_all.transpose(1, 2).repeat_interleave(nh // nkv, dim=1)  # GQA: kv head j serves q heads j*g..
     v_all = v_all.transpose(1, 2).repeat_interleave(nh // nkv, dim=1)
     out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask[:, None])
-    return F.linear(out.transpose(1, 2).reshape(B, T, nh * hd), w.dense)
+    return w.dense(out.transpose(1, 2).reshape(B, T, nh * hd))
 
 
 def mlp(x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
-    return F.linear(F.silu(F.linear(x, w.fc)) * F.linear(x, w.gate), w.proj)
+    return w.proj(F.silu(w.fc(x)) * w.gate(x))
 
 
 def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
@@ -83,14 +86,16 @@ def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, f
 
 
 class Decoder:
-    """A base model loaded from a TRT-LLM checkpoint (TP ranks merged, weights in `dtype`)."""
+    """A base model loaded from a TRT-LLM checkpoint (TP ranks merged, weights in `dtype`,
+    quantized linears and KV cache as TRT-LLM runs them, see quant.py)."""
 
     def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32):
-        check_unquantized(ckpt)
+        self.scheme = scheme_of(ckpt)
         self.spec, self.dtype, self.path = ckpt.spec, dtype, ckpt.path
         s = self.spec
         self.embed = load(ckpt, "transformer.vocab_embedding.weight", dtype)
-        self.layers = [load_layer(ckpt, f"transformer.layers.{i}.", s, dtype) for i in range(s.num_layers)]
+        self.layers = [load_layer(ckpt, f"transformer.layers.{i}.", s, dtype, self.scheme)
+                       for i in range(s.num_layers)]
         self.ln_f = load(ckpt, "transformer.ln_f.weight", dtype)
         # TRT-LLM may omit lm_head when the embedding is shared (trtllm.md §2.1).
         self.lm_head = load(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else self.embed
