@@ -58,6 +58,7 @@ class ProfileSample(BaseModel):
     prompt_len: int | None = None
     match_lengths: list[int] | None = None  # draft-target
     rank_paths: list[list[int]] | None = None  # eagle
+    output_ids: list[int] | None = None  # optional: the target's greedy output, for inspection only
 
     @property
     def lists(self) -> list:

@@ -11,8 +11,10 @@ Speedup is tokens/s over that baseline at the same band.
 
 - draft-target: every K in 0..num_speculative_tokens. K is a per-request setting
   (`num_draft_tokens`), so each workload x band gets its own.
-- EAGLE: candidate trees are the prefixes of the greedy growth order (trtspec/tuning/trees.py),
-  the top-1 chain of full depth, and TRT-LLM's default mc_sim_7b_63 when it fits the limits. The
+- EAGLE: candidate trees are, for every size from num_eagle_layers to the node budget, the tree of
+  largest empirical acceptance found by greedy growth (trtspec/tuning/trees.py), plus the top-1
+  chain of full depth and TRT-LLM's default mc_sim_7b_63 when it fits the limits; each is scored
+  by exact replay. The
   tree is a server-level setting (one model instance per tree), so with `max_profiles` = N the
   workloads of a band are grouped into at most N served profiles (trtspec/tuning/grouping.py) and
   each workload is served its profile's tree.
@@ -114,8 +116,8 @@ def _eagle_candidates(w: WorkloadProfile, profile: Profile, cfg: SelectConfig, d
     samples = [s.rank_paths for s in w.samples]
     stats = node_stats(samples, depth)
     trees, al = [_Tree(None, "none", depth)], {None: 1.0}
-    for nodes in best_trees(stats, depth, cfg.eagle_node_budget, cfg.max_non_leaves, top_k,
-                               cfg.tree_seeds).values():
+    grown = best_trees(stats, depth, cfg.eagle_node_budget, cfg.max_non_leaves, top_k, cfg.tree_seeds)
+    for nodes in grown.values():
         t = _Tree(sort_choices(nodes), "greedy", depth)
         trees.append(t)
         al[t.key] = replay_al(stats, accepted_array(stats, nodes))
@@ -172,9 +174,11 @@ def tune_eagle(profile: Profile, cost: CostModel, cfg: SelectConfig
         loss = 1.0 - tps / best[:, None]
         chosen = choose_medoids(loss, cfg.max_profiles or len(columns))
         picks = assign(loss, chosen)
-        for p, j in enumerate(chosen):
-            name, t = f"c{b}-p{p}", pool[columns[j]]
+        for j in chosen:
             members = [n for n, k in zip(names, picks) if k == j]
+            if not members:  # a pick no workload ended up preferring (possible after swaps): not served
+                continue
+            name, t = f"c{b}-p{sum(p.concurrency == b for p in served)}", pool[columns[j]]
             served.append(ServedProfile(name=name, concurrency=b, workloads=members, eagle_choices=t.choices,
                                         num_nodes=t.num_nodes, mean_throughput_loss=float(
                                             np.mean([loss[names.index(m), j] for m in members]))))
