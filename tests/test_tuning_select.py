@@ -14,7 +14,8 @@ from trtspec import upstream
 from trtspec.errors import TrtspecError
 from trtspec.tuning import grouping
 from trtspec.tuning.acceptance import chain_choices, replay_tree
-from trtspec.tuning.select import SelectConfig, tune_draft_target, tune_eagle
+from trtspec.tuning.cost import CostModel, ModelShape, gpu_preset
+from trtspec.tuning.select import SelectConfig, chain_sweep, tune_draft_target, tune_eagle
 from trtspec.tuning.synthetic import chain_profile, eagle_profile, example_cost_model, rank_path
 from trtspec.tuning.trees import accepted_array, best_trees, check_tree, level_sizes, node_stats, replay_al
 
@@ -46,6 +47,30 @@ def test_draft_length_shrinks_as_verify_becomes_compute_bound():
     for band in w.bands:  # the recorded choice is the best of its sweep
         assert band.tokens_per_s == max(s.tokens_per_s for s in band.sweep)
         assert band.speedup == pytest.approx(band.tokens_per_s / band.baseline_tokens_per_s)
+
+
+# landscape.md §4.2: optimal gamma (1..20) and speedup from S(a, g, c) = (1 - a^(g+1)) / ((1 - a)(g c + 1))
+LEVIATHAN = {0.02: [(6, 2.17), (8, 2.76), (11, 3.82), (19, 6.37)], 0.05: [(4, 1.92), (6, 2.35), (8, 3.09), (13, 4.67)],
+             0.10: [(3, 1.67), (4, 1.98), (6, 2.47), (10, 3.43)], 0.20: [(2, 1.40), (3, 1.58), (4, 1.87), (7, 2.37)]}
+
+
+@pytest.mark.parametrize("c", list(LEVIATHAN))
+def test_objective_reproduces_the_optimal_gamma_table(c):
+    """With the paper's assumptions (target step time independent of K: memory-bound, no KV, no
+    overhead; draft = c x target; i.i.d. acceptance, so AL(K) is the closed form) the selection
+    objective picks the table's gamma* and speedup for every (alpha, c)."""
+    gpu = gpu_preset("h100").model_copy(update={"forward_overhead_s": 0.0})
+
+    def shape(layers, role):
+        return ModelShape(name=role, role=role, num_layers=layers, hidden_size=1024, num_heads=8, num_kv_heads=8,
+                          head_size=128, intermediate_size=4096, vocab_size=1, weight_bytes=2.0, lm_head_bytes=2.0,
+                          kv_bytes=0.0, compute_dtype="bf16")
+
+    cost = CostModel(gpu=gpu, target=shape(100, "target"), draft=shape(round(100 * c), "draft"))
+    for alpha, (gamma, speedup) in zip((0.6, 0.7, 0.8, 0.9), LEVIATHAN[c]):
+        als = [(1 - alpha ** (k + 1)) / (1 - alpha) for k in range(21)]
+        sweep, _, k = chain_sweep(als, cost, 1, 0.0)
+        assert k == gamma and sweep[k].tokens_per_s / sweep[0].tokens_per_s == pytest.approx(speedup, abs=0.005)
 
 
 # ---- EAGLE trees --------------------------------------------------------------------------------

@@ -76,6 +76,16 @@ def _argmax(values: list[float]) -> int:
     return next(i for i, v in enumerate(values) if v >= best * (1 - 1e-12))
 
 
+def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[list[SweepPoint], list[StepTime], int]:
+    """Predicted tokens/s of every draft length K = 0..len(als)-1 (als[K] = AL of K, als[0] = 1) at
+    concurrency b; returns the sweep, the step times and the best K (ties: the smaller K)."""
+    steps = [cost.draft_target_step(b, k, ctx) for k in range(len(als))]
+    tps = [b * al / st.total_s for al, st in zip(als, steps)]
+    sweep = [SweepPoint(draft_len=k, acceptance_length=als[k], step_time_s=steps[k].total_s, tokens_per_s=tps[k])
+             for k in range(len(als))]
+    return sweep, steps, _argmax(tps)
+
+
 def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:
     K = profile.num_speculative_tokens
     out = {}
@@ -85,12 +95,9 @@ def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> d
         ctx = context_of(w, cfg)
         bands = []
         for b in cfg.concurrency_bands:
-            steps = [cost.draft_target_step(b, k, ctx) for k in range(K + 1)]
-            tps = [b * al / st.total_s for al, st in zip(als, steps)]
-            sweep = [SweepPoint(draft_len=k, acceptance_length=als[k], step_time_s=steps[k].total_s,
-                                tokens_per_s=tps[k]) for k in range(K + 1)]
-            k = _argmax(tps)
-            bands.append(_band(b, als[k], steps[k], steps[0], sweep, tps[k], speculate=k > 0, draft_len=k))
+            sweep, steps, k = chain_sweep(als, cost, b, ctx)
+            bands.append(_band(b, als[k], steps[k], steps[0], sweep, sweep[k].tokens_per_s, speculate=k > 0,
+                               draft_len=k))
         out[name] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx,
                                    accept_length_by_k={str(k): als[k] for k in range(1, K + 1)}, bands=bands)
     return out
