@@ -195,7 +195,7 @@ class SweepPoint(BaseModel):
     """One candidate setting: a draft length K, or an EAGLE tree of `num_nodes` nodes (0 = off)."""
     draft_len: int | None = None
     num_nodes: int | None = None
-    label: str | None = None  # eagle: none | greedy (prefix of the growth order) | chain | default
+    label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default
     acceptance_length: float
     step_time_s: float
     tokens_per_s: float
