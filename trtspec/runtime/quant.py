@@ -9,7 +9,12 @@ float summation order.
     W8A8_SQ_PER_CHANNEL  x' = int8(round(x s_pre / s_a)) s_a      W = int8 s_w[out]
     W8A16 / W4A16        x' = x                                   W = int(w / s) s  (built by TRT-LLM)
     W4A16_AWQ            x' = x s_pre                             W = int4 s_w[out, in / group]
-    KV FP8 / INT8        K, V stored as q(K / s_kv) s_kv          (after RoPE, as the cache holds them)
+    KV FP8 / INT8        K, V cached as q(K / s_kv) s_kv          (after RoPE; / s_kv is * rcp_kv)
+
+K/V are quantized in every forward, prompt included, as ModelOpt's k/v bmm quantizers do. TRT-LLM's
+context phase may differ (not checked against its kernels): without FP8 context FMHA the prompt can
+attend its own unquantized K/V; with FP8 context FMHA (FP8 weights + FP8 KV) Q and the softmax
+probabilities are FP8 too, which neither ModelOpt's fake quant nor this runtime emulates.
 
 Rounding and clamping are TensorRT's Quantize (round half to even; FP8 ±448, INT8 [-128, 127]).
 ModelOpt's fake quant clamps INT8 to ±127 (narrow range); the two differ only for an activation
