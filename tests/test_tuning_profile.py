@@ -118,3 +118,34 @@ def test_rank_paths_shape(setup):
         assert 1 <= len(path) <= 4
         assert all(0 <= r < 3 for r in path[:-1]) and (path[-1] >= -1)
         assert -1 not in path[:-1]
+
+
+def test_profile_then_tune_commands(setup, tmp_path, capsys):
+    """trtspec profile -> profile.json (validated by its schema) -> trtspec tune -> tuning.json."""
+    import json
+
+    from cli_helpers import run_cli
+    from tiny_models import save_tiny_tokenizer
+
+    d, _ = setup
+    for ckpt in ("target", "draft"):
+        save_tiny_tokenizer(d / ckpt)
+    prompts = tmp_path / "traffic.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": " ".join(f"t{i + j}" for j in range(6))}) for i in range(3, 9)))
+    code, out, err = run_cli(capsys, "profile", "--ckpt", d / "target", "--draft-ckpt", d / "draft",
+                             "--workloads", f"logs={prompts}", "--max-k", "4", "--samples", "3",
+                             "--max-new-tokens", "16", "--out", tmp_path / "profile.json")
+    assert code == 0, err
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    w = profile["workloads"]["logs"]
+    assert profile["mode"] == "draft-target" and w["num_samples"] == 3
+    assert set(w["accept_length_by_k"]) == {"1", "2", "3", "4"}
+    assert all(1.0 <= v <= 5.0 for v in w["accept_length_by_k"].values())
+    assert profile["measurement_conditions"]["workloads"]["logs"]["num_samples"] == 3
+    code, out, err = run_cli(capsys, "tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
+                             "--concurrency-bands", "1,8", "--out", tmp_path / "tuning.json")
+    assert code == 0, err
+    tuning = json.loads((tmp_path / "tuning.json").read_text())
+    bands = tuning["workloads"]["logs"]["bands"]
+    assert [b["concurrency"] for b in bands] == [1, 8]
+    assert all(b["tokens_per_s"] >= b["baseline_tokens_per_s"] * (1 - 1e-9) for b in bands)

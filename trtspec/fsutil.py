@@ -18,6 +18,12 @@ from typing import Iterator
 from .errors import TrtspecError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def check_output_dir(out: Path, overwrite: bool = False) -> None:
     """Refuse a non-empty output directory (unless `overwrite`) or an unwritable parent."""
     if out.exists() and not out.is_dir():
@@ -39,9 +45,7 @@ def atomic_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
     check_output_dir(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the artifact gets ordinary permissions
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the artifact gets ordinary permissions
     try:
         yield tmp
         if out.exists():
@@ -49,6 +53,23 @@ def atomic_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file through a temporary sibling and a rename: readers never see half a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise TrtspecError(f"{path}: is a directory (expected a file path)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 

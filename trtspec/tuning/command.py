@@ -12,8 +12,6 @@ the profile's measurement_conditions name (target, draft).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -21,7 +19,7 @@ import typer
 
 from .. import __version__, upstream
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, sha256_file
+from ..fsutil import atomic_dir, sha256_file, write_text_atomic
 from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shapes_from_checkpoint
 from .fit import fit_gpu, load_cost_table
 from .schema import CostInfo, EagleLimits, Profile, Tuning, dump_json, load_profile
@@ -123,29 +121,6 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
                   measurement_conditions=profile.measurement_conditions.model_dump(), trtspec_version=__version__,
                   cost=info, concurrency_bands=cfg.concurrency_bands, max_draft_len=needed, eagle=limits,
                   workloads=workloads, profiles=served)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file via a temporary sibling and a rename: never a half-written file."""
-    path = Path(path)
-    if path.is_dir():
-        raise TrtspecError(f"{path}: is a directory (expected a file path)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def tune_command(

@@ -22,9 +22,12 @@ the end of a sequence are cut where the sequence ends (nothing is known beyond i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from ..errors import TrtspecError
+from ..fsutil import read_json
 from ..runtime.generate import Models, generate_batch
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
@@ -112,15 +115,60 @@ def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth:
 def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
                     tree_top_k: int = 10, ignore_eos: bool = False) -> list[SampleProfile]:
     """Greedy-decode every prompt with the target, then record match_lengths (draft-target) or
-    rank_paths (EAGLE) per generated position."""
-    results = generate_batch(models, [p for _, p in prompts], max_new_tokens, mode="greedy", ignore_eos=ignore_eos)
+    rank_paths (EAGLE) for the first `max_new_tokens` states.
+
+    The target decodes max_k + 1 tokens past max_new_tokens so that the runs of the last states are
+    known in full: a speculative run's last step is counted before its output is cut, and the
+    replay must count it the same way."""
+    lookahead = max_k + 1
+    results = generate_batch(models, [p for _, p in prompts], max_new_tokens + lookahead, mode="greedy",
+                             ignore_eos=ignore_eos)
     out = []
     for (sample_id, prompt), res in zip(prompts, results):
         seq = list(prompt) + res.output_ids
-        sp = SampleProfile(sample_id, len(prompt), res.output_ids)
+        states = min(len(res.output_ids), max_new_tokens)
+        sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states])
         if models.eagle is not None:
-            sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)
+            sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)[:states]
         elif models.draft is not None:
-            sp.match_lengths = chain_match_lengths(models, seq, len(prompt), max_k)
+            sp.match_lengths = chain_match_lengths(models, seq, len(prompt), max_k)[:states]
         out.append(sp)
     return out
+
+
+def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
+                progress=None):
+    """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`."""
+    from .. import __version__
+    from ..runtime.generate import load_models, resolve_pair
+    from ..workloads import render
+    from .schema import build_profile
+
+    ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
+    models = load_models(ckpt, draft_ckpt)
+    if models.eagle is None and models.draft is None:
+        raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory "
+                           "or --draft-ckpt")
+    if models.tokenizer is None:
+        raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
+    mode = "eagle" if models.eagle is not None else "draft-target"
+    if mode == "eagle" and max_k > models.eagle.num_levels:
+        raise TrtspecError(f"--max-k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
+    samples: dict[str, list[dict]] = {}
+    for w in workloads:
+        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples]
+        if progress:
+            progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode})")
+        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k)
+        key = "rank_paths" if mode == "eagle" else "match_lengths"
+        samples[w.name] = [{"id": p.id, "prompt_len": p.prompt_len, "output_ids": p.output_ids,
+                            key: getattr(p, key)} for p in profiles]
+    quant = read_json(Path(ckpt) / "config.json", "TRT-LLM config.json").get("quantization") or {}
+    conditions = {"target": str(Path(ckpt).resolve()),
+                  "draft": str(Path(draft_ckpt).resolve()) if draft_ckpt else None,
+                  "quantization": quant, "temperature": 0.0,
+                  "max_new_tokens": max(w.max_new_tokens for w in workloads), "dtype": str(models.target.dtype),
+                  "trtspec_version": __version__,
+                  "workloads": {w.name: w.manifest() for w in workloads}}
+    return build_profile(mode, max_k, tree_top_k if mode == "eagle" else None, conditions, samples)
+
