@@ -29,6 +29,25 @@ QUANT_CONFIG_KEYS = (
     "use_meta_recipe", "has_zero_point", "pre_quant_scale", "exclude_modules",
 )
 
+# Quantized checkpoints trtspec writes and validates (trtllm.md §3.2; all run on H100 / SM90).
+TRTSPEC_QUANT_ALGOS = ("FP8", "W8A8_SQ_PER_CHANNEL", "W8A16", "W4A16_AWQ")
+TRTSPEC_KV_ALGOS = ("FP8", "INT8")  # KV_CACHE_QUANT_ALGO_LIST minus NVFP4 (SM100 only)
+AWQ_DEFAULT_GROUP_SIZE = 128  # QuantConfig.group_size default and ModelOpt's INT4_AWQ_CFG block size
+# quantize() excludes these when `exclude_modules` is None; an explicit list replaces them (§3.3).
+TRTLLM_DEFAULT_EXCLUDE_MODULES = (
+    "*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding", "*shared_expert_gate",
+)
+# ModelOpt 0.47's TRT-LLM export also writes separate k/v scales next to `kv_cache_scaling_factor`
+# (a TRT-LLM 0.17 leftover, model_config_utils.split_config_and_weights). TRT-LLM 1.2 reads only
+# the merged one; the others are extra tensors it warns about. We accept them when validating.
+LEGACY_KV_SCALE_SUFFIXES = ("attention.k_cache_scaling_factor", "attention.v_cache_scaling_factor")
+# ModelOpt clamps FP8 KV scales to >= 1.0 (export/quant_utils.get_kv_cache_scaling_factor: "we
+# recommend default kv cache scaling factor to be 1"); we write what ModelOpt writes.
+FP8_KV_SCALE_FLOOR = 1.0
+FP8_E4M3_MAX = 448.0
+INT8_MAX = 127.0
+INT4_MAX = 7.0
+
 # TRT-LLM parameter dtypes as written in config.json, and their torch names.
 DTYPES = ("float16", "bfloat16", "float32")
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import torch
+
 from .sharding import Shard
 from .spec import DecoderSpec
 
@@ -28,6 +30,7 @@ class TensorPlan:
     shape: tuple[int, ...]  # full (unsplit, unpadded) shape
     shard: Shard
     sources: tuple[Source, ...] = ()  # empty: a zero tensor
+    dtype: torch.dtype | None = None  # None: the checkpoint's model dtype (quantized tensors set it)
 
 
 def layer_plans(spec: DecoderSpec, model: str, hf: str, trt: str, layer: int, tp_heads: Shard,
@@ -85,10 +88,45 @@ def decoder_plans(spec: DecoderSpec, parallel_embedding: bool) -> list[TensorPla
 
 _ROW = re.compile(r"(attention\.dense|mlp\.proj)\.weight$")
 _COL = re.compile(r"(mlp\.fc|mlp\.gate|drafter\.fc)\.(weight|bias)$")
+# Quantized checkpoints (checkpoints/quant.py): the scale tensors of linear X are named X.<suffix>.
+_ROW_LINEAR = re.compile(r"(attention\.dense|mlp\.proj)\.[a-z_]+$")
+_QKV_LINEAR = re.compile(r"attention\.qkv\.[a-z_]+$")
+PACKED_INT4_ALGOS = ("W4A16_AWQ",)  # weight stored as int4 pairs along the output dim: [out/2, in]
 
 
-def shard_for(name: str, spec: DecoderSpec, parallel_embedding: bool) -> Shard:
-    """How tensor `name` of a decoder with `spec` is split across ranks (see sharding.py)."""
+def quant_shard_for(name: str, spec: DecoderSpec, quant_algo: str) -> Shard | None:
+    """TP rule of a quantized checkpoint's tensor, or None where the plain rule applies.
+
+    ModelOpt's split rules (export/postprocess.py, verified against its tp=2 export):
+    per-tensor scales ([1]) replicate; a column linear's per-channel or per-group weight scales
+    split with its output rows; a row linear's per-channel scales ([out]) replicate and its
+    per-group scales ([out, in/group]) split along the input dim like the weight; the prequant
+    (smoothing) scale [in] replicates on column linears and splits on row linears, whose input
+    is split. A packed int4 weight [out/2, in] splits like its weight with half the rows.
+    """
+    if name.endswith(("activation_scaling_factor", "kv_cache_scaling_factor")):
+        return Shard("replicate")
+    row, qkv = bool(_ROW_LINEAR.search(name)), bool(_QKV_LINEAR.search(name))
+    if name.endswith("prequant_scaling_factor"):
+        return Shard("col") if row else Shard("replicate")  # a 1-D [in]: "col" chunks dim 0
+    if name.endswith("weights_scaling_factor"):
+        if quant_algo == "FP8":
+            return Shard("replicate")
+        if row:
+            return Shard("row") if quant_algo in PACKED_INT4_ALGOS else Shard("replicate")
+        return qkv_shard(spec) if qkv else Shard("col")
+    if qkv and name.endswith("qkv.weight") and quant_algo in PACKED_INT4_ALGOS:
+        return Shard("qkv", spec.num_heads, spec.num_kv_heads, spec.head_size // 2)
+    return None
+
+
+def shard_for(name: str, spec: DecoderSpec, parallel_embedding: bool, quant_algo: str | None = None) -> Shard:
+    """How tensor `name` of a decoder with `spec` is split across ranks (see sharding.py);
+    `quant_algo` is the checkpoint's `quantization.quant_algo` (its scale tensors have rules too)."""
+    if quant_algo:
+        shard = quant_shard_for(name, spec, quant_algo)
+        if shard is not None:
+            return shard
     if name.endswith("attention.qkv.weight") or name.endswith("attention.qkv.bias"):
         return qkv_shard(spec)
     if name.endswith("lm_head.weight"):

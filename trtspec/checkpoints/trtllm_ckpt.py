@@ -37,6 +37,15 @@ class TrtllmCheckpoint:
     def dtype(self) -> str:
         return self.config["dtype"]
 
+    @property
+    def quant_algo(self) -> str | None:
+        """`quantization.quant_algo` (FP8, W8A8_SQ_PER_CHANNEL, W8A16, W4A16_AWQ) or None."""
+        return (self.config.get("quantization") or {}).get("quant_algo")
+
+    @property
+    def kv_cache_quant_algo(self) -> str | None:
+        return (self.config.get("quantization") or {}).get("kv_cache_quant_algo")
+
     def names(self) -> list[str]:
         return list(self.ranks[0])
 
@@ -50,12 +59,13 @@ class TrtllmCheckpoint:
         return self.spec, bool(self.config.get("use_parallel_embedding", False))
 
     def tensor(self, name: str) -> torch.Tensor:
-        """The full tensor, merged over ranks; vocab padding rows are dropped."""
+        """The full tensor, merged over ranks, as stored (quantized tensors stay quantized: see
+        checkpoints/quant.py for their layout); vocab padding rows are dropped."""
         if name not in self.ranks[0]:
             raise TrtspecError(f"{self.path}: missing tensor '{name}'")
         spec, parallel_embedding = self.spec_for(name)
         parts = [read_tensor(rank[name], name) for rank in self.ranks]
-        shard = shard_for(name, spec, parallel_embedding)
+        shard = shard_for(name, spec, parallel_embedding, self.quant_algo)
         full = merge(parts, shard)
         if shard.kind == "vocab":
             full = full[: spec.vocab_size]

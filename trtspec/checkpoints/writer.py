@@ -49,6 +49,8 @@ def validate_sources(plans: list[TensorPlan], sources: dict[str, WeightSource],
 
 
 def materialize(plan: TensorPlan, sources: dict[str, WeightSource], dtype: torch.dtype) -> torch.Tensor:
+    """The full tensor of `plan` in its dtype (`plan.dtype`, else the model dtype `dtype`)."""
+    dtype = plan.dtype or dtype
     if not plan.sources:
         return torch.zeros(plan.shape, dtype=dtype)
     parts = [sources[s.model].get(s.name).to(dtype) for s in plan.sources]
@@ -61,7 +63,7 @@ def write_ranks(out: Path, plans: list[TensorPlan], sources: dict[str, WeightSou
     written side by side so peak memory is one full tensor plus its shards."""
     tdtype = TORCH_DTYPES[dtype]
     writers = [StreamingWriter(out / f"rank{r}.safetensors",
-                               [(p.name, tdtype, p.shard.rank_shape(p.shape, tp)) for p in plans])
+                               [(p.name, p.dtype or tdtype, p.shard.rank_shape(p.shape, tp)) for p in plans])
                for r in range(tp)]
     try:
         with Progress(transient=True) as progress:

@@ -1,0 +1,193 @@
+"""The tensors and config block of a quantized TRT-LLM checkpoint (trtllm.md §3), from config alone.
+
+A quantized checkpoint is the plain layout (layout.py, eagle.py) with every quantizable linear
+X in {attention.qkv, attention.dense, mlp.fc, mlp.gate, mlp.proj, drafter.fc} rewritten:
+
+| quant_algo          | X.weight                    | X.weights_scaling_factor | X.activation_scaling_factor | X.prequant_scaling_factor |
+|---------------------|-----------------------------|--------------------------|-----------------------------|---------------------------|
+| FP8                 | float8_e4m3fn [out, in]     | f32 [1]                  | f32 [1]                     | -                         |
+| W8A8_SQ_PER_CHANNEL | int8 [out, in]              | f32 [out]                | f32 [1]                     | model dtype [in]          |
+| W8A16               | model dtype [out, in]       | -                        | -                           | -                         |
+| W4A16_AWQ           | int8 [out/2, in] (int4 x 2) | f32 [out, in/group]      | -                           | model dtype [in]          |
+
+plus `attention.kv_cache_scaling_factor` f32 [1] on every attention (EAGLE drafter layers too)
+when `kv_cache_quant_algo` is set. lm_head and the embeddings stay in the model dtype.
+
+Dequantization (what the runtime does with these): FP8 `w = weight.float() * wsf`; SQ
+`w = weight.float() * wsf[:, None]`, and the layer's input is multiplied by `prequant` (the
+SmoothQuant smoothing; the weight was divided by it); AWQ unpacks `weight` (byte [r, c] holds
+rows 2r (low nibble) and 2r+1 (high nibble) of column c, signed int4) then
+`w = q * wsf.repeat_interleave(group, dim=1)`, input multiplied by `prequant`. Activation scales
+are static per-tensor input scales (amax / 448 for FP8, amax / 127 for INT8).
+
+W8A16 keeps full-precision weights: trtllm-build quantizes every `*{qkv,dense,fc,proj,gate}.weight`
+that is not int8 itself (`preprocess_weights`), as ModelOpt's own int8_wo export relies on (§3.7).
+AWQ scales are float32 because that is what ModelOpt's export writes (TRT-LLM casts them to the
+model dtype when it transposes them at build time); the docs' "model dtype" is not what ships.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .. import upstream
+from ..errors import TrtspecError
+from .layout import PACKED_INT4_ALGOS, Source, TensorPlan
+from .sharding import Shard
+
+# Linear modules TRT-LLM's quantize() replaces (ColumnLinear/RowLinear), by TRT-LLM name.
+QUANTIZED_LINEARS = ("attention.qkv", "attention.dense", "mlp.fc", "mlp.gate", "mlp.proj", "drafter.fc")
+ROW_LINEARS = ("attention.dense", "mlp.proj")
+QUANT_SOURCE = "quant"  # the Source.model of tensors computed by the quantized exporter
+
+
+@dataclass(frozen=True)
+class QuantLayout:
+    """What `config.json`'s `quantization` block says about the tensors."""
+
+    quant_algo: str | None = None  # one of upstream.TRTSPEC_QUANT_ALGOS, or None
+    kv_cache_quant_algo: str | None = None  # FP8 | INT8 | None
+    group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE
+
+    @property
+    def quantized(self) -> bool:
+        return bool(self.quant_algo or self.kv_cache_quant_algo)
+
+
+def layout_from_config(cfg: dict, where: str) -> QuantLayout:
+    q = cfg.get("quantization") or {}
+    if not isinstance(q, dict):
+        raise TrtspecError(f"{where}: field 'quantization' must be an object, got {q!r}")
+    unknown = sorted(set(q) - set(upstream.QUANT_CONFIG_KEYS))
+    if unknown:
+        raise TrtspecError(f"{where}: quantization.{unknown[0]} is not a TensorRT-LLM QuantConfig field "
+                           f"(QuantConfig(**d) would raise); allowed: {', '.join(upstream.QUANT_CONFIG_KEYS)}")
+    algo, kv = q.get("quant_algo"), q.get("kv_cache_quant_algo")
+    if algo is not None and algo not in upstream.TRTSPEC_QUANT_ALGOS:
+        raise TrtspecError(f"{where}: quantization.quant_algo={algo!r} is not one trtspec writes or checks "
+                           f"({', '.join(upstream.TRTSPEC_QUANT_ALGOS)})")
+    if kv is not None and kv not in upstream.TRTSPEC_KV_ALGOS:
+        raise TrtspecError(f"{where}: quantization.kv_cache_quant_algo={kv!r}; expected one of "
+                           f"{', '.join(upstream.TRTSPEC_KV_ALGOS)} or null")
+    group = int(q.get("group_size") or upstream.AWQ_DEFAULT_GROUP_SIZE)
+    return QuantLayout(algo, kv, group)
+
+
+def exclude_modules(eagle: bool) -> list[str]:
+    """An explicit list replaces TRT-LLM's defaults (§3.3, §9.13), so restate them, plus the
+    exact `lm_head` ModelOpt writes and, for EAGLE, every clone's lm_head."""
+    mods = ["lm_head", *upstream.TRTLLM_DEFAULT_EXCLUDE_MODULES]
+    return mods + ["eagle_nets.*.lm_head"] if eagle else mods
+
+
+def quantization_block(layout: QuantLayout, eagle: bool = False) -> dict:
+    """config.json `quantization` (only QuantConfig keys, §3.1); EAGLE repeats it in eagle_net_config."""
+    block: dict = {"quant_algo": layout.quant_algo, "kv_cache_quant_algo": layout.kv_cache_quant_algo}
+    if layout.quant_algo == "W4A16_AWQ":
+        block.update(group_size=layout.group_size, has_zero_point=False, pre_quant_scale=True)
+    if layout.quantized:
+        block["exclude_modules"] = exclude_modules(eagle)
+    return block
+
+
+def check_exclusions(cfg: dict, where: str) -> None:
+    """A quantized checkpoint must keep lm_head (and EAGLE's clones of it) out of quantize():
+    their weights stay in the model dtype and carry no scales."""
+    q = cfg.get("quantization") or {}
+    if not q.get("quant_algo"):
+        return
+    patterns = q.get("exclude_modules")
+    if patterns is None:
+        patterns = list(upstream.TRTLLM_DEFAULT_EXCLUDE_MODULES)  # TRT-LLM's defaults apply
+    heads = ["lm_head"]
+    if cfg.get("architecture") == upstream.EAGLE_ARCHITECTURE:
+        heads += [f"eagle_nets.{i}.lm_head" for i in range(int(cfg.get("num_eagle_layers", 1)))]
+    for head in heads:
+        if not any(fnmatch.fnmatchcase(head, p) for p in patterns):
+            raise TrtspecError(f"{where}: quantization.exclude_modules {patterns} does not exclude '{head}'; "
+                               "TRT-LLM would quantize it but its weight is unquantized (add \"*lm_head\")")
+
+
+def linear_of(name: str) -> str | None:
+    """'transformer.layers.3.mlp.fc.weight' -> 'transformer.layers.3.mlp.fc' when X is quantized."""
+    if not name.endswith(".weight") or name.endswith("lm_head.weight"):
+        return None
+    base = name[: -len(".weight")]
+    return base if base.endswith(QUANTIZED_LINEARS) else None
+
+
+def is_row(linear: str) -> bool:
+    return linear.endswith(ROW_LINEARS)
+
+
+def quant_tensors(linear: str, out: int, inp: int, layout: QuantLayout) -> list[tuple[str, tuple, torch.dtype | None]]:
+    """(name, full shape, dtype) of the tensors that replace `linear`.weight (dtype None = model dtype)."""
+    algo, f32 = layout.quant_algo, torch.float32
+    if algo == "FP8":
+        return [(linear + ".weight", (out, inp), torch.float8_e4m3fn),
+                (linear + ".weights_scaling_factor", (1,), f32),
+                (linear + ".activation_scaling_factor", (1,), f32)]
+    if algo == "W8A8_SQ_PER_CHANNEL":
+        return [(linear + ".weight", (out, inp), torch.int8),
+                (linear + ".weights_scaling_factor", (out,), f32),
+                (linear + ".activation_scaling_factor", (1,), f32),
+                (linear + ".prequant_scaling_factor", (inp,), None)]
+    if algo in PACKED_INT4_ALGOS:
+        return [(linear + ".weight", (out // 2, inp), torch.int8),
+                (linear + ".weights_scaling_factor", (out, inp // layout.group_size), f32),
+                (linear + ".prequant_scaling_factor", (inp,), None)]
+    return [(linear + ".weight", (out, inp), None)]  # W8A16 / KV-only: the weight as is
+
+
+def quant_plans(plans: list[TensorPlan], layout: QuantLayout, shard: Callable[[str], Shard]) -> list[TensorPlan]:
+    """The plain plans with each quantizable linear's weight replaced by its quantized tensors
+    (right after one another, weight first) and a KV scale after each attention's qkv.
+
+    `shard(name)` is `shard_for` bound to the tensor's decoder spec and this quant_algo. New
+    tensors read from Source(QUANT_SOURCE, name): the exporter computes them; the validator only
+    needs names, shapes and dtypes."""
+    if not layout.quantized:
+        return list(plans)
+    quantize_weights = layout.quant_algo not in (None, "W8A16")
+    out: list[TensorPlan] = []
+    for plan in plans:
+        linear = linear_of(plan.name) if quantize_weights else None
+        if linear is None:
+            out.append(plan)
+        else:
+            rows, cols = plan.shape
+            for name, shape, dtype in quant_tensors(linear, rows, cols, layout):
+                out.append(TensorPlan(name, shape, shard(name), (Source(QUANT_SOURCE, name, shape),), dtype))
+        if layout.kv_cache_quant_algo and plan.name.endswith("attention.qkv.weight"):
+            name = plan.name[: -len("qkv.weight")] + "kv_cache_scaling_factor"
+            out.append(TensorPlan(name, (1,), shard(name), (Source(QUANT_SOURCE, name, (1,)),), torch.float32))
+    return out
+
+
+def check_group_size(plans: list[TensorPlan], layout: QuantLayout, tp: int, where: str) -> None:
+    """AWQ quantizes groups of `group_size` input channels: every quantized linear's input dim,
+    and a row-parallel linear's per-rank input dim (its input is what TP splits), must be a
+    multiple of it; the int4 pairs packed along the output dim need an even row count per rank."""
+    if layout.quant_algo not in PACKED_INT4_ALGOS:
+        return
+    g = layout.group_size
+    if g <= 0:
+        raise TrtspecError(f"{where}: AWQ group size must be positive, got {g}")
+    for plan in plans:
+        linear = linear_of(plan.name)
+        if linear is None:
+            continue
+        out, inp = plan.shape
+        per_rank = inp // tp if is_row(linear) else inp
+        if inp % g or per_rank % g or (is_row(linear) and inp % tp):
+            what = f"input dim {inp}" + (f" ({per_rank} per rank at tp={tp})" if per_rank != inp else "")
+            raise TrtspecError(f"{where}: AWQ group size {g} does not divide the {what} of '{linear}'; "
+                               f"use a group size that divides it (64 or 128 are TRT-LLM's kernels' sizes) "
+                               "or another format (fp8, int8_sq, w8a16)")
+        if plan.shard.rank_shape(plan.shape, tp)[0] % 2 or (plan.shard.kind == "qkv" and plan.shard.head_size % 2):
+            raise TrtspecError(f"{where}: '{linear}' has an odd number of output rows per rank; int4 "
+                               "weights are packed in row pairs")
