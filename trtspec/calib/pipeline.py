@@ -1,0 +1,118 @@
+"""The steps every quantize entry point shares: load the HF model, calibrate, write the plans.
+
+`write_quantized_decoder` is the whole pipeline of one decoder (a plain target, or each model of
+a draft-target pair); eagle_quant.py is the EAGLE variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .. import upstream
+from ..checkpoints.convert import PreparedDecoder
+from ..checkpoints.layout import TensorPlan, shard_for
+from ..checkpoints.quant import QuantLayout, quant_plans, quantization_block
+from ..checkpoints.safetensors_io import WeightSource
+from ..checkpoints.spec import DecoderSpec, trtllm_config
+from ..checkpoints.writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
+from ..errors import TrtspecError
+from ..fsutil import write_json
+from .calibrate import QuantState, calibrate, collect, plain_weights
+from .data import CalibSet
+from .export import QuantSource
+from .formats import QuantFormat, modelopt_config
+
+
+def needs_calibration(layout: QuantLayout) -> bool:
+    """W8A16 weights are quantized by trtllm-build; only a KV format then needs data."""
+    return layout.quant_algo != "W8A16" or layout.kv_cache_quant_algo is not None
+
+
+def load_hf(hf_dir: Path) -> torch.nn.Module:
+    """The HF model in float32: calibration runs on the CPU, where float32 is both the fast and
+    the accurate choice; the checkpoint's --dtype applies when tensors are written."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+    except Exception as e:  # the converter's own checks passed, so this is transformers refusing
+        raise TrtspecError(f"{hf_dir}: transformers cannot load the model ({type(e).__name__}: {e})") from None
+
+
+def announce(what: str, fmt: QuantFormat, layout: QuantLayout, calib: CalibSet) -> None:
+    kv = f" + {layout.kv_cache_quant_algo} KV cache" if layout.kv_cache_quant_algo else ""
+    print(f"calibrating {what}: {fmt.name}{kv} on {len(calib.prompts)} prompts ({calib.num_tokens} tokens)",
+          flush=True)
+
+
+def write_plans(out: Path, plans: list[TensorPlan], layout: QuantLayout, specs: dict[str, tuple[DecoderSpec, bool]],
+                sources: dict[str, WeightSource], states: dict[str, QuantState] | None, tp: int, dtype: str,
+                label: str) -> None:
+    """Quantize `plans` and write the rank files. `specs` maps a tensor-name prefix ("" or
+    "eagle_nets.") to the spec and parallel-embedding flag its TP rule uses."""
+    def spec_of(name: str) -> tuple[DecoderSpec, bool]:
+        return specs["eagle_nets."] if name.startswith("eagle_nets.") else specs[""]
+
+    qplans = quant_plans(plans, layout, lambda n: shard_for(n, *spec_of(n), layout.quant_algo))
+    all_sources = dict(sources)
+    if states is not None:
+        all_sources["quant"] = QuantSource(plans, qplans, states, layout)
+    write_ranks(out, qplans, all_sources, tp, dtype, label=label)
+
+
+def calib_manifest(c: Calibrated | None) -> dict:
+    if c is None:
+        return {"calibrated": False, "reason": "W8A16 weights are quantized by trtllm-build; no KV format"}
+    return {"calibrated": True, "seconds": round(c.seconds, 2), "modelopt_version": upstream.MODELOPT_VERSION,
+            "modelopt_algorithm": c.cfg.get("algorithm"), "compute_dtype": "float32", **c.calib.manifest()}
+
+
+def options_record(fmt: QuantFormat, layout: QuantLayout, dtype: str, tp: int, extra: dict | None = None) -> dict:
+    opts = {"format": fmt.name, "quant_algo": layout.quant_algo, "kv_cache_quant_algo": layout.kv_cache_quant_algo,
+            "dtype": dtype, "tp": tp}
+    if layout.quant_algo == "W4A16_AWQ":
+        opts["group_size"] = layout.group_size
+    return {**opts, **(extra or {})}
+
+
+@dataclass
+class Calibrated:
+    """A model ModelOpt has calibrated, with what it was calibrated on (for the manifest)."""
+
+    model: torch.nn.Module
+    cfg: dict
+    calib: CalibSet
+    seconds: float
+
+
+def calibrate_decoder(hf_dir: Path, fmt: QuantFormat, layout: QuantLayout, calib: CalibSet) -> Calibrated:
+    """Load the HF decoder in `hf_dir` and calibrate it for `layout` on `calib`."""
+    cfg = modelopt_config(fmt, layout.kv_cache_quant_algo, layout.group_size)
+    model = load_hf(hf_dir)
+    announce(Path(hf_dir).name, fmt, layout, calib)
+    return Calibrated(model, cfg, calib, calibrate(model, cfg, calib.prompts))
+
+
+def write_quantized_decoder(d: PreparedDecoder, out: Path, fmt: QuantFormat, layout: QuantLayout,
+                            calibrated: Calibrated | None) -> None:
+    """Write one decoder checkpoint into the directory `out`: from the calibrated model's weights
+    and quantizer states, or (no calibration: W8A16) streamed from the HF files."""
+    states, sources = None, {"base": d.weights}
+    if calibrated is not None:
+        states = {"base": collect(calibrated.model)}
+        sources = {"base": WeightSource({}, d.hf_dir, plain_weights(calibrated.model))}
+        validate_sources(d.plans, sources, {"base": {"lm_head.weight"}} if d.spec.tie_word_embeddings else None)
+    write_plans(out, d.plans, layout, {"": (d.spec, True)}, sources, states, d.tp, d.dtype,
+                label=f"writing {d.hf_dir.name} ({fmt.name})")
+    cfg_json = trtllm_config(d.spec, d.dtype, d.tp, parallel_embedding=True)
+    cfg_json["quantization"] = quantization_block(layout)
+    write_json(out / "config.json", cfg_json)
+    copy_tokenizer(d.hf_dir, out)
+    write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)], options_record(
+        fmt, layout, d.dtype, d.tp, {"family": d.spec.family, "calibration": calib_manifest(calibrated)}))
+    from ..checkpoints.validate import validate_checkpoint
+
+    validate_checkpoint(out)  # header-only self-check before the directory is renamed into place

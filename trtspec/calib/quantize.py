@@ -1,0 +1,163 @@
+"""HF model (+ EAGLE head, or + draft) -> quantized TRT-LLM checkpoint(s).
+
+Every request is checked before any work starts (refusals.py); then the prompts are rendered,
+the model is loaded in float32 (CPU calibration), ModelOpt calibrates it, and the exporter writes
+the checkpoint through the same plans and writer as the plain converter, into a temporary sibling
+directory that is renamed into place only after the offline self-check passed.
+
+- EAGLE (the official route, trtllm.md §4.6): the head is quantized with the base, calibrated on
+  the base's features in the same forward loop; its lm_head stays in the model dtype; its
+  attention gets KV scales; `eagle_net_config.quantization` is the top-level block.
+- Draft-target pairs: target and draft are quantized independently on the same prompts, with
+  the same format and KV format unless `draft_format` says otherwise ("none": the draft is only
+  converted). TRT-LLM runs them as two engines, so nothing ties their formats together.
+
+Memory: calibration needs the whole model in float32 (4 bytes/parameter) plus ModelOpt's
+quantizer state; the checkpoint is then written one tensor at a time. W8A16 without a KV format
+needs no calibration and streams from disk like `trtspec convert`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import upstream
+from ..checkpoints.convert import check_decoder_tp, prepare_decoder, resolve_dtype, write_decoder
+from ..checkpoints.eagle import PYTORCH_ROUTE, check_eagle_options, eagle_plans, head_spec
+from ..checkpoints.pair import check_same_tokenizer
+from ..checkpoints.quant import QuantLayout, check_group_size
+from ..checkpoints.safetensors_io import open_weights
+from ..checkpoints.sharding import check_tp
+from ..checkpoints.spec import spec_from_hf
+from ..checkpoints.writer import source_record, write_manifest
+from ..errors import TrtspecError
+from ..fsutil import atomic_dir, check_output_dir
+from ..tokenizer import load_tokenizer
+from .data import CalibSet, check_calib_options, load_calib_set, token_id_set
+from .eagle_quant import calibrate_eagle, write_quantized_eagle
+from .formats import QuantFormat, check_format, check_kv_format
+from .pipeline import calibrate_decoder, needs_calibration, write_quantized_decoder
+from .refusals import check_request
+
+
+@dataclass
+class CalibOptions:
+    """Where the calibration prompts come from: workloads (`calib`) or token ids (`prompts`)."""
+
+    calib: str | list[str] | None = "mt-bench"
+    samples: int = 512
+    seq_len: int = 512
+    seed: int = 0
+    prompts: list[list[int]] | None = None  # overrides `calib` (tests, API callers)
+
+    def load(self, tokenizer_dir: Path) -> CalibSet:
+        if self.prompts is not None:
+            return token_id_set(self.prompts, self.samples, self.seq_len)
+        if not self.calib:
+            raise TrtspecError("--calib: no calibration source given")
+        tok = load_tokenizer(tokenizer_dir, "the model's")
+        if tok is None:
+            raise TrtspecError(f"{tokenizer_dir}: no tokenizer files; calibration prompts are rendered with "
+                               "the model's tokenizer (and chat template)")
+        return load_calib_set(self.calib, tok, self.samples, self.seq_len, self.seed)
+
+
+def _layout(fmt: QuantFormat, kv_algo: str | None, group_size: int) -> QuantLayout:
+    return QuantLayout(fmt.quant_algo, kv_algo, group_size)
+
+
+def quantize_hf(hf_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
+                calib: CalibOptions | None = None, dtype: str = "auto", tp: int = 1,
+                group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False) -> Path:
+    """Quantize the HF decoder in `hf_dir` into a TRT-LLM checkpoint at `out_dir`."""
+    hf_dir, out_dir, calib = Path(hf_dir), Path(out_dir), calib or CalibOptions()
+    qfmt, kv_algo = check_format(fmt), check_kv_format(kv_cache)
+    layout = _layout(qfmt, kv_algo, group_size)
+    check_request(layout, speculative=None)
+    check_calib_options(calib.samples, calib.seq_len)
+    check_output_dir(out_dir, overwrite)
+    d = prepare_decoder(hf_dir, dtype, tp)
+    check_group_size(d.plans, layout, tp, str(hf_dir / "config.json"))
+    data = calib.load(hf_dir) if needs_calibration(layout) else None
+    with atomic_dir(out_dir, overwrite) as tmp:
+        write_quantized_decoder(d, tmp, qfmt, layout, calibrate_decoder(hf_dir, qfmt, layout, data) if data else None)
+    return out_dir
+
+
+def quantize_pair(target_hf: Path, draft_hf: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
+                  draft_format: str | None = None, calib: CalibOptions | None = None, dtype: str = "auto",
+                  tp: int = 1, group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False) -> Path:
+    """`out_dir/target` and `out_dir/draft`, each quantized on its own (see module doc)."""
+    target_hf, draft_hf, out_dir, calib = Path(target_hf), Path(draft_hf), Path(out_dir), calib or CalibOptions()
+    qfmt, kv_algo = check_format(fmt), check_kv_format(kv_cache)
+    dfmt = (qfmt if draft_format in (None, "same") else
+            None if draft_format == "none" else check_format(draft_format, "--draft-format"))
+    layout = _layout(qfmt, kv_algo, group_size)
+    d_layout = _layout(dfmt, kv_algo, group_size) if dfmt else None
+    check_request(layout, speculative="draft-target")
+    if d_layout:
+        check_request(d_layout, speculative="draft-target")
+    check_calib_options(calib.samples, calib.seq_len)
+    check_output_dir(out_dir, overwrite)
+    size = check_same_tokenizer(target_hf, draft_hf)
+    target, draft = prepare_decoder(target_hf, dtype, tp), prepare_decoder(draft_hf, dtype, tp)
+    check_group_size(target.plans, layout, tp, str(target_hf / "config.json"))
+    if d_layout:
+        check_group_size(draft.plans, d_layout, tp, str(draft_hf / "config.json"))
+    needs = needs_calibration(layout) or (d_layout is not None and needs_calibration(d_layout))
+    data = calib.load(target_hf) if needs else None  # one tokenizer: the same prompts for both
+    with atomic_dir(out_dir, overwrite) as tmp:
+        (tmp / "target").mkdir()
+        write_quantized_decoder(target, tmp / "target", qfmt, layout,
+                                calibrate_decoder(target_hf, qfmt, layout, data) if needs_calibration(layout) else None)
+        (tmp / "draft").mkdir()
+        if d_layout is None:
+            write_decoder(draft, tmp / "draft")
+        else:
+            write_quantized_decoder(draft, tmp / "draft", dfmt, d_layout,
+                                    calibrate_decoder(draft_hf, dfmt, d_layout, data)
+                                    if needs_calibration(d_layout) else None)
+        write_manifest(tmp, "draft-target-pair",
+                       [source_record("target", target.hf_dir, target.weights),
+                        source_record("draft", draft.hf_dir, draft.weights)],
+                       {"dtype": target.dtype, "tp": target.tp, "draft_tp": draft.tp, "tokenizer_size": size,
+                        "format": qfmt.name, "draft_format": dfmt.name if dfmt else "none",
+                        "kv_cache_quant_algo": kv_algo})
+    return out_dir
+
+
+def quantize_eagle(base_hf: Path, head_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
+                   calib: CalibOptions | None = None, dtype: str = "auto", tp: int = 1,
+                   group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE,
+                   max_draft_len: int = upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN,
+                   num_eagle_layers: int = upstream.EAGLE_DEFAULT_NUM_LAYERS,
+                   max_non_leaves: int = upstream.EAGLE_DEFAULT_MAX_NON_LEAVES,
+                   allow_pickle: bool = False, overwrite: bool = False) -> Path:
+    """Base + EAGLE-1 head -> one quantized EagleForCausalLM checkpoint (see module doc)."""
+    base_hf, head_dir, out_dir, calib = Path(base_hf), Path(head_dir), Path(out_dir), calib or CalibOptions()
+    qfmt, kv_algo = check_format(fmt), check_kv_format(kv_cache)
+    layout = _layout(qfmt, kv_algo, group_size)
+    check_request(layout, speculative="eagle")
+    check_calib_options(calib.samples, calib.seq_len)
+    check_eagle_options(max_draft_len, num_eagle_layers, max_non_leaves)
+    check_output_dir(out_dir, overwrite)
+    base = spec_from_hf(base_hf)
+    if base.family not in upstream.EAGLE_BASE_FAMILIES:
+        raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
+                           f"{base.architecture}; {PYTORCH_ROUTE}")
+    check_decoder_tp(base, tp, base_hf)
+    dtype = resolve_dtype(dtype, base_hf)
+    sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
+    head = head_spec(base, head_dir, sources["head"])
+    check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")
+    plans = eagle_plans(base, head, num_eagle_layers, "embed_tokens.weight" in sources["head"], True)
+    check_group_size(plans, layout, tp, f"{base_hf} + {head_dir}")
+    data = calib.load(base_hf) if needs_calibration(layout) else None
+    eagle_opts = {"max_draft_len": max_draft_len, "num_eagle_layers": num_eagle_layers,
+                  "max_non_leaves_per_layer": max_non_leaves}
+    with atomic_dir(out_dir, overwrite) as tmp:
+        calibrated = calibrate_eagle(base_hf, head, sources["head"], qfmt, layout, data) if data else None
+        write_quantized_eagle(tmp, base_hf, head_dir, base, head, sources, plans, qfmt, layout, calibrated, dtype, tp,
+                              eagle_opts)
+    return out_dir

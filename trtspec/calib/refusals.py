@@ -1,0 +1,25 @@
+"""Requests refused before any work starts, each with the reason and what to do instead.
+
+Format names (unknown, SM100-only) are refused in formats.py, AWQ group sizes against the
+model's shapes in checkpoints/quant.check_group_size; here are the combinations with a
+speculative mode that TensorRT-LLM 1.2 cannot build or run (trtllm.md §3.6, §7.2, §9.5, §9.6).
+"""
+
+from __future__ import annotations
+
+from ..checkpoints.quant import QuantLayout
+from ..errors import TrtspecError
+
+ISSUE_SQ_EAGLE = "https://github.com/NVIDIA/TensorRT-LLM/issues/3207"
+
+
+def check_request(layout: QuantLayout, speculative: str | None) -> None:
+    """`speculative`: None (a plain target), "eagle" or "draft-target"."""
+    if speculative and layout.kv_cache_quant_algo == "INT8":
+        engine = "EAGLE forces paged context FMHA" if speculative == "eagle" else \
+            "draft-target engines need paged context FMHA for KV-cache reuse"
+        raise TrtspecError(f"--kv-cache int8 with {speculative}: an INT8 KV cache disables paged context FMHA in "
+                           f"trtllm-build, and {engine}; use --kv-cache fp8 (or no KV quantization)")
+    if speculative == "eagle" and layout.quant_algo == "W8A8_SQ_PER_CHANNEL":
+        raise TrtspecError("--format int8_sq with --eagle: TensorRT-LLM's EAGLE path crashes loading SmoothQuant "
+                           f"weights ({ISSUE_SQ_EAGLE}); use --format fp8 (H100) or w8a16")
