@@ -356,3 +356,43 @@ def test_fp8_fc_and_gate_are_requantized_to_one_scale(calibrated, tmp_path):
     assert torch.equal(w.gate.weight, t[gate + "weight"].float() * half(2 * s))  # already on that grid
     before = t[fc + "weight"].float() * half(s)
     assert not torch.equal(w.fc.weight, before) and torch.allclose(w.fc.weight, before, rtol=2 ** -3, atol=1e-3)
+
+
+# --- Tensor parallel: the same calibrated model exported at tp=2 runs exactly like tp=1 -------------
+
+@pytest.mark.parametrize("calibrated", ["fp8", "fp8_kv", "int8_sq", "int8_sq_kv"], indirect=True)
+def test_tp2_checkpoint_runs_like_tp1(calibrated, tmp_path):
+    """Per-tensor scales are replicated, per-channel ones and SmoothQuant's smoothing of row-parallel
+    inputs are split with their weights; merged back, every tensor is the tp=1 tensor, so the logits
+    are bit-identical."""
+    from modelopt.torch.export import export_tensorrt_llm_checkpoint
+
+    export_tensorrt_llm_checkpoint(calibrated.model, "llama", torch.float16, export_dir=str(tmp_path),
+                                   inference_tensor_parallel=2)
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt.tp == 2
+    assert torch.equal(calibrated.ours(Decoder(ckpt)), calibrated.ours())
+
+
+def test_tp2_awq_runs_like_tp1(tmp_path):
+    """INT4-AWQ at tp=2 needs each rank's row-parallel input (hidden / 2) to hold whole groups of
+    128: hidden 256. Packed int4 row pairs and [out, in / group] scales are split with the weight."""
+    import modelopt.torch.quantization as mtq
+    from modelopt.torch.export import export_tensorrt_llm_checkpoint
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=V, architectures=["LlamaForCausalLM"])
+    g = torch.Generator().manual_seed(1)
+    calib = [torch.randint(0, V, (2, 32), generator=g) for _ in range(2)]
+    model = mtq.quantize(LlamaForCausalLM(cfg).eval(), mtq.INT4_AWQ_CFG, lambda m: [m(b) for b in calib])
+    prompts = torch.randint(0, V, (2, 16), generator=g)
+    logits = []
+    for tp in (1, 2):
+        export_tensorrt_llm_checkpoint(model, "llama", torch.float16, export_dir=str(tmp_path / f"tp{tp}"),
+                                       inference_tensor_parallel=tp)
+        dec = Decoder(load_checkpoint(tmp_path / f"tp{tp}"))
+        logits.append(dec.forward(prompts, dec.new_cache(2, 16))[0][..., :V])
+    assert torch.equal(logits[0], logits[1])
