@@ -396,3 +396,36 @@ def test_tp2_awq_runs_like_tp1(tmp_path):
         dec = Decoder(load_checkpoint(tmp_path / f"tp{tp}"))
         logits.append(dec.forward(prompts, dec.new_cache(2, 16))[0][..., :V])
     assert torch.equal(logits[0], logits[1])
+
+
+# --- Every format `trtspec quantize` writes runs (its bit-identity with ModelOpt's export is tested
+#     in test_quant_export.py, so the numerics above carry over) -------------------------------------
+
+@pytest.fixture(scope="module")
+def hf128(tmp_path_factory):
+    from tiny_models import make_hf_model
+    from trtspec.checkpoints.convert import convert_hf
+
+    d = tmp_path_factory.mktemp("hf128")
+    make_hf_model("llama", d / "hf", hidden_size=128, intermediate_size=256)  # AWQ groups of 128 fit
+    convert_hf(d / "hf", d / "float", dtype="float32")
+    return d
+
+
+@pytest.mark.parametrize("fmt, kv", [("fp8", "fp8"), ("int8_sq", "int8"), ("w8a16", None), ("w8a16", "fp8"),
+                                     ("w4a16_awq", None)])
+def test_trtspec_quantize_checkpoints_run(hf128, fmt, kv):
+    from trtspec.calib.quantize import CalibOptions, quantize_hf
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    calib = CalibOptions(prompts=[torch.randint(3, 1001, (24,), generator=g).tolist() for _ in range(4)])
+    out = quantize_hf(hf128 / "hf", hf128 / f"{fmt}_{kv}", fmt=fmt, kv_cache=kv, calib=calib, dtype="float16")
+    dec, ref = Decoder(load_checkpoint(out)), Decoder(load_checkpoint(hf128 / "float"))
+    assert dec.scheme.algo == load_checkpoint(out).config["quantization"]["quant_algo"]
+    assert all((w.kv is not None) == (kv is not None) for w in dec.layers)
+    assert not torch.equal(dec.layers[0].proj.weight, ref.layers[0].proj.weight)  # W8A16 too: built as TRT-LLM does
+    prompts = torch.randint(3, 1001, (2, 16), generator=g)
+    ours = dec.forward(prompts, dec.new_cache(2, 16))[0][..., :1001]
+    want = ref.forward(prompts, ref.new_cache(2, 16))[0]
+    assert 1e-3 < (ours - want).abs().mean() < 0.5 * want.std()  # quantized, and still the same model
