@@ -117,3 +117,23 @@ def test_fp8_eagle_is_lossless(m, tree):
 def test_fp8_eagle2_dynamic_tree_is_lossless(m):
     out = generate_eagle(m["eagle_base"], m["eagle"], m["prompts"], NEW, dynamic_top_k=3)
     assert [r.output_ids for r in out] == m["eagle_greedy"]
+
+
+def test_fp8_eagle_at_tp2_runs_like_tp1(m):
+    """The same calibration written at tp=2 (one kv head, so qkv carries a duplicate per rank):
+    merged back, base and drafter compute exactly what tp=1 computes."""
+    d = m["dir"]
+    g = torch.Generator().manual_seed(0)
+    calib = CalibOptions(prompts=[torch.randint(3, 1001, (24,), generator=g).tolist() for _ in range(4)])
+    quantize_eagle(d / "hf", d / "head", d / "eagle_tp2", fmt="fp8", kv_cache="fp8", calib=calib, dtype="float16",
+                   num_eagle_layers=4, tp=2)
+    ckpt = load_checkpoint(d / "eagle_tp2")
+    assert ckpt.tp == 2
+    base, net = Decoder(ckpt), EagleNet(ckpt)
+    tokens = torch.tensor([m["prompts"][1]])
+    a, ha = base.forward(tokens, base.new_cache(1, 16))
+    b, hb = m["eagle_base"].forward(tokens, m["eagle_base"].new_cache(1, 16))
+    assert torch.equal(a, b)
+    a, _ = net.forward(tokens, ha, net.new_cache(1, 16))
+    b, _ = m["eagle"].forward(tokens, hb, m["eagle"].new_cache(1, 16))
+    assert torch.equal(a, b)
