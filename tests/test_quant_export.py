@@ -39,14 +39,17 @@ SHARED_KEYS = (
     "position_embedding_type", "max_position_embeddings", "rotary_base", "use_parallel_embedding",
     "embedding_sharding_dim", "mapping",
 )
-# (format, KV algo, model overrides). AWQ needs in_features >= 256: ModelOpt's export also checks
-# a *column* linear's input dim per rank against the group size (128), which TP does not split.
+# (family, format, KV algo, model overrides). AWQ needs in_features >= 256: ModelOpt's export also
+# checks a *column* linear's input dim per rank against the group size (128), which TP does not split.
+# Qwen2 adds a qkv bias and tied embeddings, Qwen3 q/k norms and an explicit head size.
 CASES = {
-    "fp8": ("fp8", None, {}),
-    "fp8+kv": ("fp8", "FP8", {}),
-    "int8_sq": ("int8_sq", None, {}),
-    "int8_sq+int8kv": ("int8_sq", "INT8", {}),
-    "w4a16_awq": ("w4a16_awq", None, dict(hidden_size=256, vocab_size=1024)),
+    "fp8": ("llama", "fp8", None, {}),
+    "fp8+kv": ("llama", "fp8", "FP8", {}),
+    "int8_sq": ("llama", "int8_sq", None, {}),
+    "int8_sq+int8kv": ("llama", "int8_sq", "INT8", {}),
+    "w4a16_awq": ("llama", "w4a16_awq", None, dict(hidden_size=256, vocab_size=1024)),
+    "qwen2-fp8+kv": ("qwen2", "fp8", "FP8", {}),
+    "qwen3-int8_sq": ("qwen3", "int8_sq", None, dict(head_dim=32)),
 }
 TINY = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
 
@@ -56,13 +59,13 @@ def prompts(n: int = 6, length: int = 32, vocab: int = 1000, seed: int = 0) -> l
     return [torch.randint(3, vocab, (length,), generator=g).tolist() for _ in range(n)]
 
 
-def calibrated_exports(root, fmt: str, kv: str | None, tps=(1, 2), **overrides):
+def calibrated_exports(root, fmt: str, kv: str | None, tps=(1, 2), family: str = "llama", **overrides):
     """Calibrate once; write ours at each tp, then ModelOpt's. Returns {tp: (ours, theirs)}."""
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
     torch.set_num_threads(1)
     model_kw = {**TINY, **overrides}
-    make_hf_model("llama", root / "hf", **model_kw)
+    make_hf_model(family, root / "hf", **model_kw)
     qfmt = check_format(fmt)
     layout = QuantLayout(qfmt.quant_algo, kv, upstream.AWQ_DEFAULT_GROUP_SIZE)
     cal = calibrate_decoder(root / "hf", qfmt, layout, token_id_set(prompts(vocab=model_kw["vocab_size"])))
@@ -73,16 +76,16 @@ def calibrated_exports(root, fmt: str, kv: str | None, tps=(1, 2), **overrides):
         write_quantized_decoder(prepare_decoder(root / "hf", "float16", tp), ours, qfmt, layout, cal)
         dirs[tp] = (ours, root / f"modelopt_tp{tp}")
     for tp in tps:
-        export_tensorrt_llm_checkpoint(cal.model, "llama", torch.float16, export_dir=str(dirs[tp][1]),
-                                       inference_tensor_parallel=tp)
+        export_tensorrt_llm_checkpoint(cal.model, "qwen" if family.startswith("qwen") else "llama", torch.float16,
+                                       export_dir=str(dirs[tp][1]), inference_tensor_parallel=tp)
     return dirs
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request, tmp_path_factory):
-    fmt, kv, overrides = CASES[request.param]
-    return request.param, calibrated_exports(tmp_path_factory.mktemp(request.param.replace("+", "_")), fmt, kv,
-                                             **overrides)
+    family, fmt, kv, overrides = CASES[request.param]
+    root = tmp_path_factory.mktemp(request.param.replace("+", "_"))
+    return request.param, calibrated_exports(root, fmt, kv, family=family, **overrides)
 
 
 def assert_same_tensors(ours, theirs, tp: int) -> None:
@@ -138,6 +141,8 @@ def test_tp_split_merges_back(case):
 def test_layout_per_format(case):
     """Dtypes and shapes of §3 (tp 1), for one linear of each kind."""
     name, dirs = case
+    if name.startswith("qwen"):
+        pytest.skip("one layout check per format (on the Llama cases)")
     f = safe_open(dirs[1][0] / "rank0.safetensors", "pt")
     H = 256 if name == "w4a16_awq" else 128
     t = {k: f.get_tensor(k) for k in f.keys()}
@@ -226,3 +231,30 @@ def test_eagle_fc_calibrated_on_base_features(eagle_fp8):
     torch.testing.assert_close(scale, (amax / 448).reshape(1), rtol=1e-6, atol=0)
     manifest = json.loads((eagle_fp8 / "ckpt" / "trtspec.json").read_text())
     assert manifest["options"]["zero_fc_bias"] and manifest["options"]["calibration"]["calibrated"]
+
+
+# ---- draft-target pairs ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("draft_format, draft_algo", [("same", "FP8"), ("int8_sq", "W8A8_SQ_PER_CHANNEL"),
+                                                      ("none", None)])
+def test_pair_quantized_independently(tmp_path, draft_format, draft_algo):
+    from tiny_models import save_tiny_tokenizer
+    from trtspec.calib.quantize import quantize_pair
+
+    torch.set_num_threads(1)
+    for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
+        make_hf_model("llama", tmp_path / name, seed=seed, **{**TINY, "vocab_size": 1001, "num_hidden_layers": layers})
+        save_tiny_tokenizer(tmp_path / name)
+    quantize_pair(tmp_path / "target", tmp_path / "draft", tmp_path / "pair", "fp8", "fp8", draft_format,
+                  CalibOptions(prompts=prompts()), dtype="float16", tp=2)
+    target = validate_checkpoint(tmp_path / "pair" / "target")
+    draft = validate_checkpoint(tmp_path / "pair" / "draft")
+    assert (target.quant_algo, target.kv_cache_quant_algo) == ("FP8", "FP8")
+    assert (draft.quant_algo, draft.kv_cache_quant_algo) == (draft_algo, "FP8" if draft_algo else None)
+    manifest = json.loads((tmp_path / "pair" / "trtspec.json").read_text())
+    assert manifest["kind"] == "draft-target-pair"
+    assert manifest["options"]["draft_format"] == ("fp8" if draft_format == "same" else draft_format)
+    if draft_algo:  # both calibrated on the same prompts
+        ids = [json.loads((tmp_path / "pair" / m / "trtspec.json").read_text())["options"]["calibration"]["sources"]
+               for m in ("target", "draft")]
+        assert ids[0] == ids[1]

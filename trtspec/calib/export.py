@@ -70,7 +70,7 @@ def fp8_linear(parts: list[LinearQuant], peers: list[LinearQuant]) -> dict[str, 
     group = parts + peers
     w_amax = sanitize(torch.stack([p.weight_amax.reshape(()) for p in group]).max(), m).reshape(1)
     wsf = w_amax.float() / m
-    weight = torch.cat([p.weight for p in parts]) / wsf
+    weight = (torch.cat([p.weight for p in parts]) / wsf).clamp(-m, m)  # saturate, never NaN
     return {"weight": weight.to(torch.float8_e4m3fn), "weights_scaling_factor": wsf,
             "activation_scaling_factor": max_input_amax(group, m).float() / m}
 
