@@ -13,6 +13,7 @@ sha256, selection options, sample ids) and the token count actually used.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from ..errors import TrtspecError
@@ -62,6 +63,9 @@ def load_calib_set(calib: str | list[str], tokenizer, samples: int = 512, seq_le
             records.append({"name": spec.name, "source": spec.source, "num_samples": 0, "ids": [], "tokens": 0})
             continue
         wl = load_workload(spec, seed=seed, samples=share, turns="all-as-separate")
+        if len(wl.samples) < share:
+            print(f"note: calibration source {spec.name} has {len(wl.samples)} prompts; using all of them "
+                  f"(its share of --calib-samples was {share})", file=sys.stderr)
         ids = [render(s, tokenizer, chat=True, max_prompt_tokens=seq_len, keep="start") for s in wl.samples]
         kept = [(s.id, p) for s, p in zip(wl.samples, ids) if len(p) >= 2]  # EAGLE pairs need two tokens
         prompts += [p for _, p in kept]
