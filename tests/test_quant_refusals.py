@@ -98,6 +98,10 @@ def test_unknown_formats(models, tmp_path, no_work, fmt, needle):
     refused(quantize_hf, models / "hf", tmp_path / "o", fmt, needle=needle)
 
 
+def test_float32_model_dtype(models, tmp_path, no_work):
+    refused(quantize_hf, models / "hf", tmp_path / "o", "fp8", dtype="float32", needle="use --dtype float16")
+
+
 def test_non_empty_output_refused_before_calibration(models, tmp_path, no_work):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "keep.txt").write_text("x")
@@ -122,8 +126,9 @@ def test_w8a16_needs_no_calibration(models, tmp_path, no_work):
     """Full-precision weights + quant_algo W8A16: trtllm-build quantizes them (trtllm.md §3.7)."""
     from safetensors import safe_open
 
-    quantize_hf(models / "hf", tmp_path / "o", "w8a16", dtype="float16")
+    quantize_hf(models / "hf", tmp_path / "o", "w8a16")  # dtype auto: the float32 model becomes float16
     cfg = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert cfg["dtype"] == "float16"
     assert cfg["quantization"]["quant_algo"] == "W8A16" and "lm_head" in cfg["quantization"]["exclude_modules"]
     f = safe_open(tmp_path / "o" / "rank0.safetensors", "pt")
     assert f.get_tensor("transformer.layers.0.attention.qkv.weight").dtype == torch.float16

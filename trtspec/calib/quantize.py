@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import upstream
-from ..checkpoints.convert import check_decoder_tp, prepare_decoder, resolve_dtype, write_decoder
+from ..checkpoints.convert import check_decoder_tp, prepare_decoder, write_decoder
 from ..checkpoints.eagle import PYTORCH_ROUTE, check_eagle_options, eagle_plans, head_spec
 from ..checkpoints.pair import check_same_tokenizer
 from ..checkpoints.quant import QuantLayout, check_group_size
@@ -38,7 +38,7 @@ from .data import CalibSet, check_calib_options, load_calib_set, token_id_set
 from .eagle_quant import calibrate_eagle, write_quantized_eagle
 from .formats import QuantFormat, check_format, check_kv_format
 from .pipeline import calibrate_decoder, needs_calibration, write_quantized_decoder
-from .refusals import check_request
+from .refusals import check_request, quant_dtype
 
 
 @dataclass
@@ -77,7 +77,7 @@ def quantize_hf(hf_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | N
     check_request(layout, speculative=None)
     check_calib_options(calib.samples, calib.seq_len)
     check_output_dir(out_dir, overwrite)
-    d = prepare_decoder(hf_dir, dtype, tp)
+    d = prepare_decoder(hf_dir, quant_dtype(dtype, hf_dir), tp)
     check_group_size(d.plans, layout, tp, str(hf_dir / "config.json"))
     data = calib.load(hf_dir) if needs_calibration(layout) else None
     with atomic_dir(out_dir, overwrite) as tmp:
@@ -101,7 +101,8 @@ def quantize_pair(target_hf: Path, draft_hf: Path, out_dir: Path, fmt: str = "fp
     check_calib_options(calib.samples, calib.seq_len)
     check_output_dir(out_dir, overwrite)
     size = check_same_tokenizer(target_hf, draft_hf)
-    target, draft = prepare_decoder(target_hf, dtype, tp), prepare_decoder(draft_hf, dtype, tp)
+    target = prepare_decoder(target_hf, quant_dtype(dtype, target_hf), tp)
+    draft = prepare_decoder(draft_hf, quant_dtype(dtype, draft_hf), tp)
     check_group_size(target.plans, layout, tp, str(target_hf / "config.json"))
     if d_layout:
         check_group_size(draft.plans, d_layout, tp, str(draft_hf / "config.json"))
@@ -147,7 +148,7 @@ def quantize_eagle(base_hf: Path, head_dir: Path, out_dir: Path, fmt: str = "fp8
         raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
                            f"{base.architecture}; {PYTORCH_ROUTE}")
     check_decoder_tp(base, tp, base_hf)
-    dtype = resolve_dtype(dtype, base_hf)
+    dtype = quant_dtype(dtype, base_hf)
     sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
     head = head_spec(base, head_dir, sources["head"])
     check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")

@@ -2,11 +2,15 @@
 
 Format names (unknown, SM100-only) are refused in formats.py, AWQ group sizes against the
 model's shapes in checkpoints/quant.check_group_size; here are the combinations with a
-speculative mode that TensorRT-LLM 1.2 cannot build or run (trtllm.md §3.6, §7.2, §9.5, §9.6).
+speculative mode that TensorRT-LLM 1.2 cannot build or run (trtllm.md §3.6, §7.2, §9.5, §9.6),
+and the model dtypes a quantized checkpoint cannot have.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..checkpoints.convert import resolve_dtype
 from ..checkpoints.quant import QuantLayout
 from ..errors import TrtspecError
 
@@ -23,3 +27,17 @@ def check_request(layout: QuantLayout, speculative: str | None) -> None:
     if speculative == "eagle" and layout.quant_algo == "W8A8_SQ_PER_CHANNEL":
         raise TrtspecError("--format int8_sq with --eagle: TensorRT-LLM's EAGLE path crashes loading SmoothQuant "
                            f"weights ({ISSUE_SQ_EAGLE}); use --format fp8 (H100) or w8a16")
+
+
+def quant_dtype(dtype: str, hf_dir: Path) -> str:
+    """The model dtype of a quantized checkpoint: float16 or bfloat16. TRT-LLM's quantized GEMMs
+    and its weight-only kernels take half-precision activations; ModelOpt's export forces float16
+    for anything else, and TRT-LLM's quantize example maps a float32 source to float16 under
+    `--dtype auto` (trtllm.md §6.1), which is what "auto" does here too."""
+    resolved = resolve_dtype(dtype, hf_dir)
+    if resolved != "float32":
+        return resolved
+    if dtype == "auto":
+        return "float16"
+    raise TrtspecError("--dtype float32: quantized TensorRT-LLM checkpoints run their unquantized parts in "
+                       "float16 or bfloat16; use --dtype float16, bfloat16 or auto")
