@@ -70,6 +70,8 @@ def test_written_checkpoints_validate(written):
     ("fp8", None, lambda c: c["quantization"].update(quant_algo="NVFP4"), "quant_algo='NVFP4'"),
     ("fp8", None, lambda c: c["quantization"].update(quant_algo="W8A8_SQ_PER_CHANNEL"),
      "missing tensor 'transformer.layers.0.attention.dense.prequant_scaling_factor'"),
+    ("fp8", None, lambda c: c["quantization"].update(quant_algo="W4A16_AWQ", group_size=128),
+     "pre_quant_scale=None: trtspec writes and checks symmetric AWQ with pre-quant scales only"),
     ("eagle", None, lambda c: c["eagle_net_config"].update(quantization={"quant_algo": None}),
      "eagle_net_config.quantization"),
     ("eagle", None, lambda c: [q.update(exclude_modules=["lm_head"])  # what ModelOpt writes

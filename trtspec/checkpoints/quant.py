@@ -73,6 +73,10 @@ def layout_from_config(cfg: dict, where: str) -> QuantLayout:
     if kv is not None and kv not in upstream.TRTSPEC_KV_ALGOS:
         raise TrtspecError(f"{where}: quantization.kv_cache_quant_algo={kv!r}; expected one of "
                            f"{', '.join(upstream.TRTSPEC_KV_ALGOS)} or null")
+    if algo in PACKED_INT4_ALGOS and (q.get("has_zero_point") or q.get("pre_quant_scale") is not True):
+        raise TrtspecError(f"{where}: {algo} with has_zero_point={q.get('has_zero_point')}, pre_quant_scale="
+                           f"{q.get('pre_quant_scale')}: trtspec writes and checks symmetric AWQ with pre-quant "
+                           "scales only (has_zero_point false, pre_quant_scale true, as ModelOpt exports)")
     group = int(q.get("group_size") or upstream.AWQ_DEFAULT_GROUP_SIZE)
     return QuantLayout(algo, kv, group)
 
