@@ -15,9 +15,17 @@ The checkpoint layout (names, shapes, dtypes, TP rules of the quantized tensors)
 other layouts in `trtspec.checkpoints.quant`; the validator and the runtime read it from there.
 """
 
-from .data import CalibSet, load_calib_set, token_id_set
-from .formats import FORMATS, KV_FORMATS, check_format, check_kv_format
-from .quantize import CalibOptions, quantize_eagle, quantize_hf, quantize_pair
+import importlib
 
-__all__ = ["FORMATS", "KV_FORMATS", "CalibOptions", "CalibSet", "check_format", "check_kv_format", "load_calib_set",
-           "quantize_eagle", "quantize_hf", "quantize_pair", "token_id_set"]
+_EXPORTS = {"CalibSet": "data", "load_calib_set": "data", "token_id_set": "data",
+            "FORMATS": "formats", "KV_FORMATS": "formats", "check_format": "formats", "check_kv_format": "formats",
+            "CalibOptions": "quantize", "quantize_eagle": "quantize", "quantize_hf": "quantize",
+            "quantize_pair": "quantize"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Lazy re-exports: quantization pulls in torch and ModelOpt; `trtspec --help` should not."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(name)
