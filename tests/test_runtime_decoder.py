@@ -145,7 +145,8 @@ def test_cache_overflow_and_bad_prompts_are_clear_errors(llama):
         generate_greedy(dec, [[1], []], 4)
 
 
-def test_quantized_checkpoint_is_refused(llama, tmp_path):
+def test_config_claiming_fp8_over_float_tensors_is_refused(llama, tmp_path):
+    """A config.json that says FP8 over unquantized rank files: the bytes must not be read as FP8."""
     _, ckpt = llama
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg["quantization"]["quant_algo"] = "FP8"
