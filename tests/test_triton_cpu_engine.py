@@ -1,0 +1,80 @@
+"""The cpu flavor's streaming loops (trtspec/triton_repo/cpu_engine.py) yield exactly what the
+runtime's batch loops produce: same tokens, same acceptance statistics, for greedy, draft-target
+(K = 0, 1, 3, 5) and EAGLE; the pieces concatenate to the whole output and the last one is `done`.
+Also `verify_draft`, the stand-in for a draft_tokens_external target step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_triton_support import TREE_A, tiny_eagle, tiny_pair
+from trtspec.runtime.generate import generate_batch
+from trtspec.triton_repo import cpu_engine
+
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cpu_engine")
+    pair, eagle = tiny_pair(d), tiny_eagle(d)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 1001, (n,), generator=g).tolist() for n in (5, 11, 1)]
+    return {"pair": cpu_engine.load_models(pair / "target", pair / "draft"), "eagle": cpu_engine.load_models(eagle),
+            "prompts": prompts}
+
+
+def collect(pieces):
+    pieces = list(pieces)
+    assert pieces and pieces[-1].done and not any(p.done for p in pieces[:-1])
+    return [t for p in pieces for t in p.tokens], pieces[-1]
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 5])
+def test_draft_target_stream_matches_runtime(m, k):
+    models = m["pair"]
+    eos = models.eos_ids
+    for prompt in m["prompts"]:
+        got, last = collect(cpu_engine.stream_draft_target(models.target, models.draft, prompt, NEW, k, eos))
+        mode = "greedy" if k == 0 else "draft-target"
+        ref = generate_batch(models, [prompt], NEW, mode=mode, draft_len=k or None)[0]
+        assert got == ref.output_ids
+        assert last.finish_reason == ref.finish_reason
+        assert [(s.accepted, s.offered) for s in last.stats.steps] == [(s.accepted, s.offered) for s in ref.stats.steps]
+        assert last.stats.target_calls == ref.stats.target_calls
+    if k:
+        assert 1.0 < last.stats.acceptance_length <= k + 1  # the tiny pair agrees sometimes
+
+
+def test_eagle_stream_matches_runtime(m):
+    models = m["eagle"]
+    for choices in (TREE_A, None):
+        for prompt in m["prompts"]:
+            got, last = collect(cpu_engine.stream_eagle(models.target, models.eagle, prompt, NEW, choices,
+                                                        models.eos_ids))
+            ref = generate_batch(models, [prompt], NEW, mode="eagle", eagle_choices=choices)[0]
+            assert got == ref.output_ids
+            assert last.stats.acceptance_length == ref.stats.acceptance_length
+
+
+def test_greedy_stream_stops_at_eos_and_length(m):
+    models = m["pair"]
+    prompt = m["prompts"][0]
+    ref = generate_batch(models, [prompt], 12, mode="greedy", ignore_eos=True)[0].output_ids
+    got, last = collect(cpu_engine.stream_greedy(models.target, prompt, 12, ()))
+    assert got == ref and last.finish_reason == "length"
+    got, last = collect(cpu_engine.stream_greedy(models.target, prompt, 12, (ref[3],)))
+    assert got == ref[:4] and last.finish_reason == "eos"
+
+
+def test_verify_draft(m):
+    target = m["pair"].target
+    prompt = m["prompts"][1]
+    ref = generate_batch(m["pair"], [prompt], 8, mode="greedy", ignore_eos=True)[0].output_ids
+    tokens, accepted = cpu_engine.verify_draft(target, prompt, ref[:3] + [(ref[3] + 1) % 1000 + 3], 8)
+    assert (tokens, accepted) == (ref[:4], 3)  # 3 accepted, then the target's own 4th token
+    tokens, accepted = cpu_engine.verify_draft(target, prompt, ref[:5], 8)
+    assert (tokens, accepted) == (ref[:6], 5)  # all accepted + bonus
+    tokens, accepted = cpu_engine.verify_draft(target, prompt, ref[:5], 2)
+    assert (tokens, accepted) == (ref[:2], 5)  # cut at max_new_tokens, acceptance counted before the cut

@@ -1,0 +1,310 @@
+"""Repository generation (trtllm and cpu flavors), validation, golden files and bad inputs.
+
+The engines are the fake trtllm-build's engine directories (config.json + rank files, see
+tests/fake_trtllm_build.py), so everything here runs in seconds without a GPU. Golden files:
+tests/golden/triton/<case>/<model>/config.pbtxt with the temporary root replaced by @ROOT@;
+regenerate with TRTSPEC_UPDATE_GOLDEN=1 after an intended change and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from test_triton_support import (DRAFT, EAGLE, LLAMA, TREE_A, TREE_B, build_dir, env_flag, fake_ckpt, fake_engine,
+                                 tiny_tokenizer_dir, tuning_file)
+from trtspec.errors import TrtspecError
+from trtspec.triton_repo.command import triton_command
+from trtspec.triton_repo.configs import parse_file, params
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.routing import parse_braces
+from trtspec.triton_repo.upstream_facts import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS
+from trtspec.triton_repo.validate import check_repository
+
+GOLDEN = Path(__file__).parent / "golden" / "triton"
+DT_CHOICES = {"chat": [3, 2], "code": [5, 4], "math": [0, 0]}
+EAGLE_CHOICES = {"chat": TREE_A, "code": TREE_B, "math": TREE_A}
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    root = tmp_path_factory.mktemp("triton_repo").resolve()
+    tok = tiny_tokenizer_dir(root / "tokenizer")
+    return {"root": root, "tok": tok,
+            "dt_build": build_dir(root / "build_dt", "draft-target", tok, max_draft_len=8),
+            "eagle_build": build_dir(root / "build_eagle", "eagle", tok),
+            "dt_tuning": tuning_file(root / "tdt" / "tuning.json", "draft-target", DT_CHOICES),
+            "eagle_tuning": tuning_file(root / "te" / "tuning.json", "eagle", EAGLE_CHOICES)}
+
+
+def make(w, name, **kw) -> Path:
+    out = w["root"] / name
+    make_repository(RepoRequest(out=out, **kw))
+    return out
+
+
+def compare_golden(repo: Path, root: Path, case: str) -> None:
+    got = {p.parent.name: p.read_text().replace(str(root), "@ROOT@") for p in sorted(repo.glob("*/config.pbtxt"))}
+    gold = GOLDEN / case
+    if env_flag("TRTSPEC_UPDATE_GOLDEN"):
+        shutil.rmtree(gold, ignore_errors=True)
+        for name, text in got.items():
+            (gold / name).mkdir(parents=True)
+            (gold / name / "config.pbtxt").write_text(text)
+    want = {p.parent.name: p.read_text() for p in sorted(gold.glob("*/config.pbtxt"))}
+    assert sorted(got) == sorted(want), "models differ from the golden repository"
+    for name in got:
+        assert got[name] == want[name], f"{case}/{name}/config.pbtxt differs from the golden file"
+
+
+def test_trtllm_draft_target_repository(w):
+    repo = make(w, "trt_dt", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"], default_workload="chat")
+    assert check_repository(repo) == []
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == [
+        "generate", "postprocessing", "preprocessing", "spec_decode", "tensorrt_llm", "tensorrt_llm_draft"]
+    for name, engine in (("tensorrt_llm", "target"), ("tensorrt_llm_draft", "draft")):
+        cfg = parse_file(repo / name / "config.pbtxt")
+        p = params(cfg)
+        assert cfg.backend == "tensorrtllm" and cfg.model_transaction_policy.decoupled
+        assert [t.name for t in cfg.input] == [t.name for t in TENSORRT_LLM_INPUTS]
+        assert [t.name for t in cfg.output] == [t.name for t in TENSORRT_LLM_OUTPUTS]
+        assert sorted(p) == sorted(TENSORRT_LLM_PARAMETERS)  # text_format writes map keys sorted
+        assert p["gpt_model_path"] == str(w["dt_build"] / "engines" / engine)
+        assert p["enable_kv_cache_reuse"] == "true" and p["exclude_input_in_output"] == "true"
+        assert p["gpt_model_type"] == "inflight_fused_batching" and p["tokenizer_dir"] == str(w["tok"])
+        assert int(p["max_tokens_in_paged_kv_cache"]) > 0 and p["gpu_device_ids"] == "0"
+        assert "${" not in (repo / name / "config.pbtxt").read_text()
+    assert params(parse_file(repo / "spec_decode" / "config.pbtxt"))["engine"] == "bls"
+    assert params(parse_file(repo / "spec_decode" / "config.pbtxt"))["max_draft_len"] == "8"
+    routing = json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
+    assert routing["workloads"]["chat"] == [{"concurrency": 1, "num_draft_tokens": 3},
+                                            {"concurrency": 4, "num_draft_tokens": 2}]
+    assert [b["num_draft_tokens"] for b in routing["workloads"]["math"]] == [0, 0]
+    assert routing["default"]["bands"] == routing["workloads"]["chat"]
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert manifest["launch"]["orchestrator"] and manifest["launch"]["world_size"] == 1
+    assert manifest["launch"]["trtllm_models"] == ["tensorrt_llm", "tensorrt_llm_draft"]
+    kv = {m["model"]: m["kv_tokens"] for m in manifest["memory"]["models"]}
+    assert kv["tensorrt_llm"] == kv["tensorrt_llm_draft"] > 0  # one shared pool: every request is in both
+    readme = (repo / "README.md").read_text()
+    assert "TRTLLM_ORCHESTRATOR=1" in readme and "MPI world size: 1 (orchestrator mode" in readme
+    assert "| code | 1 | 5 |" in readme and "## GPU memory" in readme
+    compare_golden(repo, w["root"], "trtllm_draft_target")
+
+
+def test_trtllm_eagle_repository(w):
+    repo = make(w, "trt_eagle", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"],
+                default_workload="chat")
+    assert check_repository(repo) == []
+    models = sorted(p.name for p in repo.iterdir() if p.is_dir())
+    assert models == ["generate", "postprocessing", "preprocessing", "tensorrt_llm_c1_p0", "tensorrt_llm_c1_p1"]
+    trees = {}
+    for name in ("tensorrt_llm_c1_p0", "tensorrt_llm_c1_p1"):
+        p = params(parse_file(repo / name / "config.pbtxt"))
+        assert p["decoding_mode"] == "eagle" and p["eagle_choices"].startswith("{0}, ")
+        trees[name] = parse_braces(p["eagle_choices"])
+        assert p["gpu_device_ids"] == "0"  # two TensorRT-LLM models: orchestrator mode names the GPU
+    assert trees == {"tensorrt_llm_c1_p0": TREE_A, "tensorrt_llm_c1_p1": TREE_B}
+    routing = json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
+    assert {k: v["model"] for k, v in routing["workloads"].items()} == {
+        "chat": "tensorrt_llm_c1_p0", "code": "tensorrt_llm_c1_p1", "math": "tensorrt_llm_c1_p0"}
+    readme = (repo / "README.md").read_text()
+    assert "Each extra EAGLE profile is a whole engine instance: it costs" in readme
+    assert "| chat | `tensorrt_llm_c1_p0` | 8 |" in readme
+    compare_golden(repo, w["root"], "trtllm_eagle")
+    # band 4: the same trees, other model names
+    repo4 = make(w, "trt_eagle4", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"], eagle_band=4)
+    assert (repo4 / "tensorrt_llm_c4_p1").is_dir() and check_repository(repo4) == []
+
+
+def test_single_eagle_profile_runs_in_leader_mode(w):
+    tuning = tuning_file(w["root"] / "t1" / "tuning.json", "eagle", {"chat": TREE_A, "code": TREE_A})
+    repo = make(w, "trt_eagle_one", tuning=tuning, flavor="trtllm", engines=w["eagle_build"])
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert not manifest["launch"]["orchestrator"] and manifest["launch"]["world_size"] == 1
+    assert params(parse_file(repo / "tensorrt_llm_c1_p0" / "config.pbtxt"))["gpu_device_ids"] == ""
+    assert "leader mode" in (repo / "README.md").read_text()
+
+
+def test_cpu_flavor_configs(w):
+    pair = w["root"] / "ckpt_pair"
+    fake_ckpt(pair / "target", LLAMA)
+    fake_ckpt(pair / "draft", DRAFT)
+    repo = make(w, "cpu_dt", tuning=w["dt_tuning"], flavor="cpu", ckpt=pair, tokenizer=w["tok"])
+    assert check_repository(repo) == []
+    cfg = parse_file(repo / "tensorrt_llm" / "config.pbtxt")
+    upstream = {t.name: t for t in TENSORRT_LLM_INPUTS}
+    assert cfg.backend == "python" and {t.name for t in cfg.input} <= set(upstream)
+    assert params(cfg)["checkpoint_dir"] == str(pair / "target")
+    p = params(parse_file(repo / "spec_decode" / "config.pbtxt"))
+    assert p["engine"] == "trtspec.runtime" and p["draft_checkpoint"] == str(pair / "draft")
+    assert (repo / "spec_decode" / "1" / "model.py").is_file()
+    assert (repo / "spec_decode" / "1" / "trtspec_triton_common.py").is_file()
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert manifest["flavor"] == "cpu" and manifest["memory"] is None
+    assert "trtspec serve" in (repo / "README.md").read_text()
+
+
+# ---- validation catches what it should ------------------------------------------------------------
+
+def _copy(w, src: str, name: str) -> Path:
+    dst = w["root"] / name
+    shutil.copytree(w["root"] / src, dst)
+    return dst
+
+
+def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, count))
+
+
+@pytest.fixture(scope="module")
+def trt_dt(w):
+    return make(w, "trt_dt_base", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"])
+
+
+def test_validation_finds_template_drift(w, trt_dt):
+    repo = _copy(w, "trt_dt_base", "bad_template")
+    cfg = repo / "tensorrt_llm" / "config.pbtxt"
+    _edit(cfg, 'name: "min_tokens"', 'name: "min_length"')
+    _edit(cfg, 'key: "eagle_choices"\n  value {\n    string_value: ""', 'key: "eagle_choices"\n  value {\n'
+          '    string_value: "[[0], [0, 0]]"')
+    _edit(cfg, 'string_value: "inflight_fused_batching"', 'string_value: "${batching_strategy}"')
+    probs = "\n".join(check_repository(repo))
+    assert "unfilled placeholder ${batching_strategy}" in probs
+    assert "input 'min_tokens' of the pinned tensorrt_llm template is missing" in probs
+    assert "input 'min_length' is not in the pinned tensorrt_llm template" in probs
+    assert "parameter eagle_choices = '[[0], [0, 0]]': expected the brace form" in probs
+    assert "parameter gpt_model_type" in probs
+
+
+def test_validation_finds_wiring_decoupling_and_name_problems(w, trt_dt):
+    repo = _copy(w, "trt_dt_base", "bad_wiring")
+    spec = repo / "spec_decode" / "config.pbtxt"
+    _edit(spec, 'name: "num_draft_tokens"\n  data_type: TYPE_INT32', 'name: "num_draft_tokens"\n  data_type: TYPE_INT64')
+    _edit(spec, "decoupled: true", "decoupled: false")
+    _edit(repo / "postprocessing" / "config.pbtxt", 'name: "postprocessing"', 'name: "detokenizer"')
+    probs = "\n".join(check_repository(repo))
+    assert ("call generate -> spec_decode: input 'num_draft_tokens' is TYPE_INT64 [1] but receives "
+            "const:TYPE_INT32:1 (TYPE_INT32 [1])") in probs
+    assert "call generate -> spec_decode: called with decoupled=True but spec_decode has decoupled: false" in probs
+    assert "spec_decode/config.pbtxt: model_transaction_policy.decoupled must be true" in probs
+    assert "name 'detokenizer' differs from its directory 'postprocessing'" in probs
+
+
+def test_validation_finds_limits_and_paths(w, trt_dt):
+    repo = _copy(w, "trt_dt_base", "bad_limits")
+    gen = repo / "generate" / "config.pbtxt"
+    _edit(gen, '\\"concurrency\\":1,\\"num_draft_tokens\\":5', '\\"concurrency\\":1,\\"num_draft_tokens\\":9')
+    shutil.rmtree(w["root"] / "tokenizer_copy", ignore_errors=True)
+    _edit(repo / "preprocessing" / "config.pbtxt", str(w["tok"]), str(w["root"] / "tokenizer_gone"))
+    probs = "\n".join(check_repository(repo))
+    assert "routing: workload 'code' num_draft_tokens 9 > spec_decode max_draft_len 8" in probs
+    assert "routing: workload 'code' num_draft_tokens 9 > the target engine's max_draft_len 8" in probs
+    assert "parameter tokenizer_dir = " in probs and "tokenizer_gone': directory not found" in probs
+
+
+def test_validation_of_eagle_trees(w):
+    repo = make(w, "eagle_base", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"])
+    bad = _copy(w, "eagle_base", "bad_tree")
+    _edit(bad / "tensorrt_llm_c1_p1" / "config.pbtxt", '"{0}, {0, 0}, {0, 0, 0}, {0, 0, 0, 0}"', '"{0}, {0, 0}"')
+    probs = "\n".join(check_repository(bad))
+    assert "tensorrt_llm_c1_p1/config.pbtxt: eagle_choices: depth 2 differs from num_eagle_layers 4" in probs
+    assert check_repository(repo) == []
+
+
+# ---- bad inputs -----------------------------------------------------------------------------------
+
+def test_missing_engine_directory(w):
+    with pytest.raises(TrtspecError, match=r"--engines: .*/nowhere: directory not found"):
+        make(w, "x1", tuning=w["dt_tuning"], flavor="trtllm", engines=w["root"] / "nowhere")
+    with pytest.raises(TrtspecError, match=r"--draft-engines: .*/gone: directory not found"):
+        make(w, "x1", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"] / "engines" / "target",
+             draft_engines=w["root"] / "gone")
+    empty = w["root"] / "empty_engine"
+    empty.mkdir()
+    with pytest.raises(TrtspecError, match="has no config.json .expected a TensorRT-LLM engine directory"):
+        make(w, "x1", tuning=w["dt_tuning"], flavor="trtllm", engines=empty)
+    assert not (w["root"] / "x1").exists()
+
+
+def test_tuning_naming_an_unknown_workload(w):
+    with pytest.raises(TrtspecError, match=r"--default-workload: 'poetry' is not a workload of the tuning "
+                                           r"\(chat, code, math\)"):
+        make(w, "x2", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"], default_workload="poetry")
+    data = json.loads(w["eagle_tuning"].read_text())
+    data["profiles"][0]["workloads"].append("poetry")
+    bad = w["root"] / "bad_tuning.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(TrtspecError, match="profile 'c1-p0' names workload 'poetry', which is not one of the tuned "
+                                           "workloads"):
+        make(w, "x2", tuning=bad, flavor="trtllm", engines=w["eagle_build"])
+    data = json.loads(w["dt_tuning"].read_text())
+    data["workloads"]["bad name!"] = data["workloads"]["chat"]
+    bad.write_text(json.dumps(data))
+    with pytest.raises(TrtspecError, match="workload name 'bad name!' is not a plain name"):
+        make(w, "x2", tuning=bad, flavor="trtllm", engines=w["dt_build"])
+
+
+def test_draft_length_above_the_engine_maximum(w):
+    small = build_dir(w["root"] / "build_small", "draft-target", w["tok"], max_draft_len=4)
+    with pytest.raises(TrtspecError, match=r"workload 'code' at concurrency 1 is tuned to num_draft_tokens 5, above "
+                                           r"the target engine's max_draft_len 4 .*rebuild the pair with "
+                                           r"--max-draft-len 5 or re-tune"):
+        make(w, "x3", tuning=w["dt_tuning"], flavor="trtllm", engines=small)
+    eagle = w["root"] / "eagle_small"
+    fake_engine(eagle, {**EAGLE, "max_draft_len": 6}, spec_mode="eagle", max_draft_len=6)
+    with pytest.raises(TrtspecError, match="profile 'c1-p0' tree does not fit .*8 nodes exceed the engine's "
+                                           "max_draft_len 6"):
+        make(w, "x3", tuning=w["eagle_tuning"], flavor="trtllm", engines=eagle, tokenizer=w["tok"])
+
+
+def test_other_bad_inputs(w):
+    with pytest.raises(TrtspecError, match="the tuning is for EAGLE"):
+        make(w, "x4", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["dt_build"])
+    with pytest.raises(TrtspecError, match="draft_tokens_external"):
+        make(w, "x4", tuning=w["dt_tuning"], flavor="trtllm", engines=w["eagle_build"] / "engines" / "eagle",
+             draft_engines=w["dt_build"] / "engines" / "draft")
+    with pytest.raises(TrtspecError, match="--engines: needed for the trtllm flavor"):
+        make(w, "x4", tuning=w["dt_tuning"], flavor="trtllm")
+    with pytest.raises(TrtspecError, match="--engines: the cpu flavor serves checkpoints"):
+        make(w, "x4", tuning=w["dt_tuning"], flavor="cpu", engines=w["dt_build"])
+    with pytest.raises(TrtspecError, match="--flavor: 'tensorrt' is not one of trtllm, llmapi, cpu"):
+        make(w, "x4", tuning=w["dt_tuning"], flavor="tensorrt", engines=w["dt_build"])
+    with pytest.raises(TrtspecError, match="--eagle-band: 2 is not a tuned concurrency band"):
+        make(w, "x4", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"], eagle_band=2)
+    with pytest.raises(TrtspecError, match="tuning.*not found"):
+        make(w, "x4", tuning=w["root"] / "none.json", flavor="trtllm", engines=w["dt_build"])
+    busy = w["root"] / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    with pytest.raises(TrtspecError, match="output directory is not empty"):
+        make(w, "busy", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"])
+    assert (busy / "keep.txt").read_text() == "mine"
+    assert not (w["root"] / "x4").exists()
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+def test_command(w):
+    app = typer.Typer()
+    app.command()(triton_command)
+    out = w["root"] / "cli_repo"
+    res = CliRunner().invoke(app, ["--tuning", str(w["dt_tuning"]), "--engines", str(w["dt_build"]),
+                                   "--flavor", "trtllm", "--out", str(out), "--max-batch-size", "16",
+                                   "--instances", "2"])
+    assert res.exit_code == 0, res.output
+    assert "validated" in res.output and check_repository(out) == []
+    assert parse_file(out / "preprocessing" / "config.pbtxt").instance_group[0].count == 2
+    assert parse_file(out / "tensorrt_llm" / "config.pbtxt").max_batch_size == 16
+    res = CliRunner().invoke(app, ["--check", str(out)])
+    assert res.exit_code == 0 and "valid" in res.output
+    _edit(out / "generate" / "config.pbtxt", "decoupled: true", "decoupled: false")
+    res = CliRunner().invoke(app, ["--check", str(out)])
+    assert isinstance(res.exception, TrtspecError) and "problem(s)" in str(res.exception)

@@ -1,0 +1,14 @@
+"""Triton model repositories: generation (trtllm | llmapi | cpu flavors), validation, serving.
+
+    trtspec triton --tuning tuning.json --engines build/ --flavor trtllm --out repo/
+    trtspec triton --check repo/
+    trtspec serve repo/
+
+Modules, top-down: `command` (the two Typer commands), `repo` (writes a repository),
+`deploy` (what it serves: engines, checkpoints, tokenizer), `routing` (tuning.json -> per-workload
+routes), `render` (every model's config), `contracts` (models, tensors and the calls between them),
+`configs` (config.pbtxt as protobuf), `memory` (GPU memory of the TensorRT-LLM models), `validate`,
+`readme`, `serve` (bundled tritonserver; container commands), `cpu_engine` (streaming decoding on
+trtspec.runtime for the cpu flavor), `upstream_facts` (the pinned Triton TensorRT-LLM backend), and
+`models/` (the python-backend sources copied into repositories).
+"""

@@ -1,0 +1,103 @@
+"""Typer commands `trtspec triton` and `trtspec serve` (registered by trtspec/cli.py).
+
+Top-level imports stay light (typer and the standard library): protobuf, grpc, torch and
+transformers are imported only by the work each command does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import TrtspecError
+
+
+def triton_command(
+    tuning: Optional[Path] = typer.Option(None, "--tuning", help="tuning.json from trtspec tune."),
+    flavor: str = typer.Option("trtllm", "--flavor", help="trtllm (C++ backend, engines) | llmapi (PyTorch backend, "
+                                                         "HF weights) | cpu (trtspec.runtime on checkpoints)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Repository directory to write (new or empty)."),
+    engines: Optional[Path] = typer.Option(None, "--engines", help="trtllm: engine directory, or a trtspec build "
+                                                                  "output directory (engines/<name>/)."),
+    draft_engines: Optional[Path] = typer.Option(None, "--draft-engines", help="trtllm, draft-target: the draft "
+                                                                              "engine directory."),
+    ckpt: Optional[Path] = typer.Option(None, "--ckpt", help="cpu: TRT-LLM checkpoint (EAGLE, or a target/ + draft/ "
+                                                            "pair); llmapi: the HF target directory."),
+    draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="cpu: draft checkpoint; llmapi: the HF "
+                                                                        "EAGLE-3 head or draft model."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: next to the "
+                                                                      "checkpoint, or the engines' build plan)."),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="Triton max_batch_size and worker "
+                                                                               "threads (default: the engine's, 8 on cpu)."),
+    instances: int = typer.Option(1, "--instances", help="Instances of preprocessing / postprocessing."),
+    gpu: str = typer.Option("h100", "--gpu", help="trtllm: h100 | h200, for the KV-cache split and memory table."),
+    eagle_band: Optional[int] = typer.Option(None, "--eagle-band", help="EAGLE: the concurrency band whose profiles "
+                                                                       "are served (default: the smallest)."),
+    default_workload: Optional[str] = typer.Option(None, "--default-workload", help="Route unknown/missing workloads "
+                                                                                   "like this one (default: computed)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
+    check: Optional[Path] = typer.Option(None, "--check", help="Only validate this repository."),
+):
+    """Write a Triton model repository serving each workload's tuned draft length / EAGLE tree (or --check one)."""
+    if check is not None:
+        from .validate import check_repository
+
+        problems = check_repository(check)
+        if problems:
+            for p in problems:
+                typer.echo(p, err=True)
+            raise TrtspecError(f"{check}: {len(problems)} problem(s), the first: {problems[0]}")
+        typer.echo(f"{check}: valid")
+        return
+    if tuning is None:
+        raise TrtspecError("--tuning: needed (or --check REPO)")
+    if out is None:
+        raise TrtspecError("--out: needed (the repository directory to write)")
+    from .repo import RepoRequest, make_repository
+
+    res = make_repository(RepoRequest(tuning=tuning, flavor=flavor, out=out, engines=engines,
+                                      draft_engines=draft_engines, ckpt=ckpt, draft_ckpt=draft_ckpt,
+                                      tokenizer=tokenizer, max_batch_size=max_batch_size, instances=instances, gpu=gpu,
+                                      eagle_band=eagle_band, default_workload=default_workload, overwrite=overwrite))
+    for w in res.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    typer.echo(f"wrote {res.path} ({res.flavor} flavor, {res.mode}: {', '.join(res.models)}); validated; "
+               f"see {res.path / 'README.md'}")
+
+
+def serve_command(
+    repo: Path = typer.Argument(..., help="Repository written by trtspec triton."),
+    http_port: Optional[int] = typer.Option(None, "--http-port", help="HTTP port (default 8000)."),
+    grpc_port: Optional[int] = typer.Option(None, "--grpc-port", help="gRPC port (default 8001)."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Metrics port (default 8002)."),
+    timeout: float = typer.Option(300.0, "--timeout", help="cpu: seconds to wait for every model to be ready."),
+    log_file: Optional[Path] = typer.Option(None, "--log-file", help="cpu: server log (default: REPO.tritonserver.log "
+                                                                    "next to the repository)."),
+    exec_: bool = typer.Option(False, "--exec", help="trtllm/llmapi: run the container command instead of printing it."),
+    image: Optional[str] = typer.Option(None, "--image", help="trtllm/llmapi: container image override."),
+):
+    """Serve a repository: cpu flavor on the bundled tritonserver (127.0.0.1); trtllm/llmapi: the container command."""
+    from . import serve as s
+
+    repo = Path(repo).expanduser().resolve()
+    if not repo.is_dir():
+        raise TrtspecError(f"{repo}: repository directory not found")
+    manifest = s.read_manifest(repo)
+    ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+    if manifest.get("flavor") == "cpu":
+        try:
+            code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo)
+        except s.ServerStartError as e:
+            if e.log_tail:
+                typer.echo("--- tritonserver log (last lines) ---\n" + e.log_tail + "\n---", err=True)
+            raise
+        raise typer.Exit(code)
+    cmd = s.container_command(repo, manifest, ports, image)
+    if manifest.get("flavor") == "llmapi" and exec_:
+        s.check_llmapi_model_py(repo, manifest)
+    if not exec_:
+        typer.echo(s.shell_join(cmd))
+        return
+    raise typer.Exit(s.run_container(cmd))

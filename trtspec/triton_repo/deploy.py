@@ -1,0 +1,251 @@
+"""What a repository serves, resolved from the command line: engines or checkpoints, tokenizer, limits.
+
+Each flavor serves different artifacts:
+- trtllm: TensorRT-LLM engine directories (`--engines`: one engine dir, or a `trtspec build` output
+  directory holding `engines/<name>/`); their `config.json` is read through the builders' engine
+  manifest reader, which also checks the rank files exist.
+- cpu: TensorRT-LLM checkpoints (`--ckpt`: a plain/EAGLE checkpoint, or a `target/` + `draft/` pair),
+  run by trtspec.runtime inside python-backend models.
+- llmapi: Hugging Face directories (the PyTorch backend loads HF weights; `--ckpt` the target,
+  `--draft-ckpt` the EAGLE-3 head or draft model). A trtspec-converted checkpoint is accepted too
+  and resolved to the HF directory its `trtspec.json` recorded.
+
+Every mistake ends in one TrtspecError line naming the option, the path and what was expected.
+Paths are made absolute: the trtllm README mounts them at the same paths inside the container.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import TrtspecError
+from ..fsutil import read_json
+
+FLAVORS = ("trtllm", "llmapi", "cpu")
+MANIFEST_FILE = "engine_manifest.json"  # builders.manifest.MANIFEST_FILE
+BUILD_PLAN_FILE = "build_plan.json"
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass
+class Artifact:
+    """One served model's weights: an engine dir, a TRT-LLM checkpoint or an HF directory."""
+    role: str                  # target | draft | eagle
+    path: Path                 # absolute
+    kind: str                  # engine | checkpoint | hf
+    config: dict               # engine: pretrained_config; checkpoint/hf: config.json
+    max_draft_len: int = 0     # engine/checkpoint bound on draft tokens (0: none)
+    num_eagle_layers: int | None = None
+    max_non_leaves: int | None = None
+    tp: int = 1
+    pp: int = 1
+    dtype: str = "float16"
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    max_seq_len: int | None = None
+    speculative_mode: str | None = None
+    build: dict = field(default_factory=dict)  # engine build_config
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+
+def _dir(path: Path | None, option: str) -> Path:
+    if path is None:
+        raise TrtspecError(f"{option}: needed")
+    p = Path(path).expanduser().resolve()
+    if not p.exists():
+        raise TrtspecError(f"{option}: {p}: directory not found")
+    if not p.is_dir():
+        raise TrtspecError(f"{option}: {p}: not a directory")
+    return p
+
+
+def _engine(path: Path, role: str, option: str) -> Artifact:
+    from ..builders.manifest import read_engine
+
+    if not (path / "config.json").is_file():
+        raise TrtspecError(f"{option}: {path} has no config.json (expected a TensorRT-LLM engine directory, or a "
+                           f"'trtspec build' output directory with {MANIFEST_FILE})")
+    m = read_engine(path, role)
+    cfg = read_json(path / "config.json", "engine config.json")
+    pre = cfg["pretrained_config"]
+    return Artifact(role=role, path=path, kind="engine", config=pre, max_draft_len=m.max_draft_len,
+                    num_eagle_layers=m.num_eagle_layers, max_non_leaves=m.max_non_leaves_per_layer,
+                    tp=m.tp_size, pp=m.pp_size, dtype=m.dtype, max_batch_size=m.max_batch_size,
+                    max_num_tokens=m.max_num_tokens, max_seq_len=m.max_seq_len,
+                    speculative_mode=m.speculative_decoding_mode, build=cfg["build_config"])
+
+
+def _build_dir_engines(path: Path) -> dict[str, Path]:
+    """{name: engine dir} of a `trtspec build` output directory."""
+    data = read_json(path / MANIFEST_FILE, "engine manifest")
+    try:
+        return {name: (path / e["engine_dir"]).resolve() for name, e in data["engines"].items()}
+    except (KeyError, TypeError):
+        raise TrtspecError(f"{path / MANIFEST_FILE}: expected {{'engines': {{name: {{'engine_dir': ...}}}}}}") from None
+
+
+def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None) -> list[Artifact]:
+    """trtllm flavor: [target, draft] for draft-target, [eagle] for EAGLE."""
+    root = _dir(engines, "--engines")
+    found = _build_dir_engines(root) if (root / MANIFEST_FILE).is_file() else None
+    if mode == "eagle":
+        if draft_engines is not None:
+            raise TrtspecError("--draft-engines: an EAGLE engine drafts itself; give only --engines")
+        path = (found or {}).get("eagle", root) if found is not None else root
+        if found is not None and "eagle" not in found:
+            raise TrtspecError(f"--engines: {root / MANIFEST_FILE} has no 'eagle' engine "
+                               f"(it has {', '.join(found)}); the tuning is for EAGLE")
+        art = _engine(_dir(path, "--engines"), "eagle", "--engines")
+        if art.speculative_mode != "eagle":
+            raise TrtspecError(f"--engines: {art.path} is not an EAGLE engine (speculative_decoding_mode "
+                               f"{art.speculative_mode}); the tuning is for EAGLE")
+        return [art]
+    if found is not None:
+        if "target" not in found:
+            raise TrtspecError(f"--engines: {root / MANIFEST_FILE} has no 'target' engine (it has "
+                               f"{', '.join(found)}); a draft-target repository needs a target and a draft")
+        target_dir, draft_dir = found["target"], found.get("draft")
+    else:
+        target_dir, draft_dir = root, None
+    target = _engine(_dir(target_dir, "--engines"), "target", "--engines")
+    if draft_engines is not None:
+        draft_dir = _dir(draft_engines, "--draft-engines")
+        if (draft_dir / MANIFEST_FILE).is_file():  # a build directory of the draft alone
+            built = _build_dir_engines(draft_dir)
+            draft_dir = built.get("draft") or built.get("plain") or draft_dir
+    if draft_dir is None:
+        raise TrtspecError("--draft-engines: needed (the draft engine directory), or give --engines a "
+                           "'trtspec build' output directory of a draft-target pair")
+    draft = _engine(_dir(draft_dir, "--draft-engines"), "draft", "--draft-engines")
+    if target.speculative_mode != "draft_tokens_external":
+        raise TrtspecError(f"--engines: the target engine {target.path} was built with speculative_decoding_mode "
+                           f"{target.speculative_mode}; draft-target serving needs draft_tokens_external "
+                           "(trtspec build on the pair directory does that)")
+    if draft.speculative_mode is not None:
+        raise TrtspecError(f"--draft-engines: {draft.path} is a speculative engine ({draft.speculative_mode}); "
+                           "expected a plain draft engine")
+    return [target, draft]
+
+
+def _checkpoint(path: Path, role: str, option: str) -> Artifact:
+    cfg = read_json(path / "config.json", "TRT-LLM config.json")
+    if "architecture" not in cfg:
+        hint = (" (a Hugging Face directory: convert it with 'trtspec convert' first)"
+                if cfg.get("architectures") else "")
+        raise TrtspecError(f"{option}: {path / 'config.json'} is not a TensorRT-LLM checkpoint config{hint}")
+    mapping = cfg.get("mapping") or {}
+    tp, pp = int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1))
+    missing = [f"rank{r}.safetensors" for r in range(tp * pp) if not (path / f"rank{r}.safetensors").is_file()]
+    if missing:
+        raise TrtspecError(f"{option}: {path}: missing {missing[0]} (mapping.tp_size={tp})")
+    eagle = cfg["architecture"] == "EagleForCausalLM"
+    return Artifact(role=role, path=path, kind="checkpoint", config=cfg,
+                    max_draft_len=int(cfg.get("max_draft_len") or 0) if eagle else 0,
+                    num_eagle_layers=cfg.get("num_eagle_layers") if eagle else None,
+                    max_non_leaves=cfg.get("max_non_leaves_per_layer") if eagle else None,
+                    tp=tp, pp=pp, dtype=cfg.get("dtype", "float32"),
+                    max_seq_len=cfg.get("max_position_embeddings"),
+                    speculative_mode="eagle" if eagle else None)
+
+
+def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
+    """cpu flavor: [target, draft] or [eagle]."""
+    root = _dir(ckpt, "--ckpt")
+    pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
+    if mode == "eagle":
+        if draft_ckpt is not None or pair:
+            raise TrtspecError("--ckpt: the tuning is for EAGLE; give the EagleForCausalLM checkpoint only")
+        art = _checkpoint(root, "eagle", "--ckpt")
+        if art.speculative_mode != "eagle":
+            raise TrtspecError(f"--ckpt: {root} is a {art.config['architecture']} checkpoint; the tuning is for "
+                               "EAGLE (expected EagleForCausalLM)")
+        return [art]
+    if pair:
+        target_dir = root / "target"
+        draft_dir = _dir(draft_ckpt, "--draft-ckpt") if draft_ckpt is not None else root / "draft"
+    else:
+        target_dir, draft_dir = root, _dir(draft_ckpt, "--draft-ckpt") if draft_ckpt is not None else None
+    if draft_dir is None:
+        raise TrtspecError("--draft-ckpt: needed for a draft-target tuning (or give --ckpt a pair directory "
+                           "with target/ and draft/)")
+    target = _checkpoint(target_dir, "target", "--ckpt")
+    draft = _checkpoint(Path(draft_dir), "draft", "--draft-ckpt")
+    for a in (target, draft):
+        if a.speculative_mode == "eagle":
+            raise TrtspecError(f"{a.path}: an EagleForCausalLM checkpoint, but the tuning is draft-target")
+    return [target, draft]
+
+
+def _hf_dir(path: Path, option: str) -> Path:
+    """An HF directory; a trtspec checkpoint resolves to the HF source its trtspec.json names."""
+    cfg_path = path / "config.json"
+    cfg = read_json(cfg_path, "config.json")
+    if "architectures" in cfg:
+        return path
+    manifest = path / "trtspec.json"
+    if manifest.is_file():
+        try:
+            data = json.loads(manifest.read_text())
+            sources = data.get("sources") or {}
+            for key in ("hf", "target", "base"):
+                src = sources.get(key)
+                src = src.get("path") if isinstance(src, dict) else src
+                if src and (Path(src) / "config.json").is_file():
+                    return Path(src).resolve()
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    raise TrtspecError(f"{option}: {path} is not a Hugging Face model directory (no 'architectures' in "
+                       "config.json); the llmapi flavor runs HF weights on the PyTorch backend")
+
+
+def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
+    """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model)."""
+    target_dir = _hf_dir(_dir(ckpt, "--ckpt"), "--ckpt")
+    draft_dir = _dir(draft_ckpt, "--draft-ckpt")
+    tcfg = read_json(target_dir / "config.json")
+    dcfg = read_json(draft_dir / "config.json")
+    if "architectures" not in dcfg:
+        draft_dir = _hf_dir(draft_dir, "--draft-ckpt")
+        dcfg = read_json(draft_dir / "config.json")
+    return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=str(tcfg.get("torch_dtype"))),
+            Artifact(role="draft", path=draft_dir, kind="hf", config=dcfg, dtype=str(dcfg.get("torch_dtype")))]
+
+
+def is_eagle3(cfg: dict) -> bool:
+    archs = [a.lower() for a in cfg.get("architectures") or []]
+    return any("eagle3" in a for a in archs) or "eagle_config" in cfg
+
+
+def has_tokenizer(path: Path) -> bool:
+    return any((Path(path) / f).is_file() for f in TOKENIZER_MARKERS)
+
+
+def resolve_tokenizer(tokenizer: Path | None, artifacts: list[Artifact], engines_root: Path | None) -> Path:
+    """--tokenizer, else the first of: the target checkpoint/HF dir, the checkpoint a build plan
+    was made from (for engines), that has tokenizer files."""
+    if tokenizer is not None:
+        p = _dir(tokenizer, "--tokenizer")
+        if not has_tokenizer(p):
+            raise TrtspecError(f"--tokenizer: {p} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)})")
+        return p
+    candidates = [a.path for a in artifacts if a.kind != "engine"]
+    if engines_root is not None:
+        for plan_dir in (engines_root, *[a.path.parent.parent for a in artifacts if a.kind == "engine"]):
+            plan = plan_dir / BUILD_PLAN_FILE
+            if plan.is_file():
+                try:
+                    builds = json.loads(plan.read_text()).get("builds") or []
+                except json.JSONDecodeError:
+                    builds = []
+                for b in sorted(builds, key=lambda b: b.get("name") != "target"):
+                    if b.get("checkpoint_dir"):
+                        candidates.append(Path(b["checkpoint_dir"]))
+    for c in candidates:
+        if has_tokenizer(c):
+            return Path(c).resolve()
+    raise TrtspecError("--tokenizer: needed (no tokenizer files next to the checkpoint or the engines' build plan)")

@@ -1,0 +1,161 @@
+"""tensorrt_llm* for the cpu flavor: a python-backend stand-in for the C++ tensorrtllm backend (trtspec).
+
+It takes the subset of `tensorrt_llm`'s tensors that trtspec's models and a direct client use,
+with the same names, types and shapes, and runs the TRT-LLM checkpoint with trtspec.runtime:
+- input_ids / input_lengths / request_output_len / end_id, streaming (one response per target
+  step, carrying that step's new tokens; otherwise one response), exclude_input_in_output (else
+  the prompt is prepended when not streaming), min_tokens (eos is ignored until then);
+- draft_input_ids (a `draft_tokens_external` target): prompt + draft in one forward, the accepted
+  draft prefix plus the target's next token, then plain decoding up to request_output_len, as the
+  executor does with external draft tokens;
+- role "eagle": EAGLE-1 decoding with the model's `eagle_choices` parameter (brace syntax, as the
+  C++ backend parses it);
+- return_perf_metrics: total_accepted_draft_tokens and total_draft_tokens with TRT-LLM's
+  accounting (per verification step: accepted tokens, and min(draft tokens, max path length));
+  acceptance_rate = accepted / drafted.
+Greedy decoding only (temperature 0 or top_k 1), like the rest of the cpu flavor.
+
+The checkpoint is loaded on the first request, not at start-up: in a draft-target repository the
+`spec_decode` model runs both checkpoints in-process, so these models are only used by clients
+that call them directly, and loading them eagerly would double the server's memory and start-up
+time for nothing. initialize() still checks the checkpoint's config.json and rank files, so a bad
+path fails the model load, not the first request.
+Parameters: checkpoint_dir, role (target | draft | eagle), eagle_choices, exclude_input_in_output,
+max_concurrency.
+"""
+
+import json
+import os
+import re
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtspec_triton_common import FINAL, UserError, Workers, cancelled, ids_input, is_true, out, parameters, scalar
+
+
+def parse_choices(text):
+    """`{0}, {0, 1}` -> [[0], [0, 1]] (the C++ backend's syntax; python lists are refused)."""
+    s = (text or "").strip()
+    if not s:
+        return None
+    if s[0] != "{" or s[-1] != "}" or "[" in s:
+        raise ValueError(f"eagle_choices: expected the brace form '{{0}}, {{0, 1}}', got {text!r}")
+    return [[int(x) for x in part.split(",")] for part in re.split(r"\}\s*,\s*\{", s[1:-1])]
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args)
+        self.path = p["checkpoint_dir"]
+        self.role = p.get("role", "target")
+        self.choices = parse_choices(p.get("eagle_choices")) if self.role == "eagle" else None
+        self.exclude_default = is_true(p.get("exclude_input_in_output"), False)
+        with open(os.path.join(self.path, "config.json")) as f:
+            cfg = json.load(f)
+        tp = int((cfg.get("mapping") or {}).get("tp_size", 1))
+        for r in range(tp):
+            if not os.path.isfile(os.path.join(self.path, f"rank{r}.safetensors")):
+                raise FileNotFoundError(f"{self.path}: missing rank{r}.safetensors")
+        self.models, self.load_lock = None, threading.Lock()
+        self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "tensorrt_llm")
+
+    def finalize(self):
+        self.workers.close()
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
+
+    def _load(self):
+        with self.load_lock:
+            if self.models is None:
+                from trtspec.triton_repo.cpu_engine import load_models
+
+                self.models = load_models(self.path)
+        return self.models
+
+    def _handle(self, request, sender):
+        from trtspec.errors import TrtspecError
+        from trtspec.triton_repo import cpu_engine
+
+        prompt = ids_input(request, "input_ids", "input_lengths")
+        n = int(scalar(request, "request_output_len", 0) or 0)
+        if n < 1:
+            raise UserError(f"request_output_len: expected >= 1, got {n}")
+        temperature, top_k = scalar(request, "temperature"), scalar(request, "runtime_top_k")
+        if temperature is not None and float(temperature) > 0 and top_k != 1:
+            raise UserError("the cpu flavor decodes greedily only (send temperature 0 or top_k 1)")
+        if int(scalar(request, "beam_width", 1) or 1) != 1:
+            raise UserError("beam_width: the cpu flavor decodes with beam width 1 only")
+        streaming = bool(scalar(request, "streaming", False))
+        exclude = scalar(request, "exclude_input_in_output")
+        exclude = self.exclude_default if exclude is None else bool(exclude)
+        perf = bool(scalar(request, "return_perf_metrics", False))
+        end_id = scalar(request, "end_id")
+        min_tokens = int(scalar(request, "min_tokens", 0) or 0)
+        draft = tensor_list(request, "draft_input_ids")
+        m = self._load()
+        eos = (int(end_id),) if end_id is not None and int(end_id) >= 0 else m.eos_ids
+        if min_tokens >= n:
+            eos = ()
+        acc = {"accepted": 0, "drafted": 0}
+        try:
+            if self.role == "eagle":
+                depth = max(len(c) for c in self.choices) if self.choices else None
+                pieces = cpu_engine.stream_eagle(m.target, m.eagle, prompt, n, self.choices, eos)
+            elif draft:
+                pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc)
+                depth = None
+            else:
+                pieces = cpu_engine.stream_greedy(m.target, prompt, n, eos)
+                depth = None
+            collected = []
+            for piece in pieces:
+                if cancelled(request) or self.workers.stop.is_set():
+                    return
+                if depth is not None:
+                    s = piece.stats
+                    acc["accepted"], acc["drafted"] = s.accepted_draft_tokens, depth * len(s.steps)
+                if streaming:
+                    sender.send(self._response(piece.tokens, acc, perf, len(prompt), len(piece.tokens)))
+                else:
+                    collected.extend(piece.tokens)
+        except TrtspecError as e:
+            raise UserError(str(e)) from None
+        if streaming:
+            sender.send(flags=FINAL)
+        else:
+            tokens = collected if exclude else prompt + collected
+            sender.send(self._response(tokens, acc, perf, len(prompt), len(collected)), flags=FINAL)
+
+    def _verify_then_decode(self, m, prompt, draft, n, eos, acc):
+        from trtspec.triton_repo import cpu_engine
+
+        tokens, accepted = cpu_engine.verify_draft(m.target, prompt, draft, n, eos)
+        acc["accepted"] += accepted
+        acc["drafted"] += len(draft)
+        done = len(tokens) >= n or (tokens and tokens[-1] in eos)
+        yield cpu_engine.Piece(tokens, None, done, None)
+        if not done:
+            for piece in cpu_engine.stream_greedy(m.target, prompt + tokens, n - len(tokens), eos):
+                yield piece
+
+    def _response(self, tokens, acc, perf, n_input, n_output):
+        outs = [out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),
+                out("sequence_length", [[len(tokens)]], np.int32),
+                out("num_input_tokens", [[n_input]], np.int32),
+                out("num_output_tokens", [[n_output]], np.int32)]
+        if perf:
+            rate = acc["accepted"] / acc["drafted"] if acc["drafted"] else 0.0
+            outs += [out("total_accepted_draft_tokens", [[acc["accepted"]]], np.int32),
+                     out("total_draft_tokens", [[acc["drafted"]]], np.int32),
+                     out("acceptance_rate", [[rate]], np.float32)]
+        return pb_utils.InferenceResponse(output_tensors=outs)
+
+
+def tensor_list(request, name):
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    return [] if t is None else [int(x) for x in t.as_numpy().reshape(-1)]

@@ -1,0 +1,193 @@
+"""generate: the front model of a trtspec repository (decoupled; streams when `stream` is true).
+
+Inputs: text_input, max_tokens, optional stream, workload, temperature, top_k, top_p,
+repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id (the user-facing
+names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are).
+Outputs: text_output (one piece per response when streaming, the whole text otherwise), and per
+request acceptance_length, num_draft_tokens, total_accepted_draft_tokens, total_draft_tokens,
+num_output_tokens and route (which tuned setting served it); the statistics are running totals
+in every streamed response and final in the last one.
+
+Per request: pick the route of its `workload` from the `routing` parameter (tuning.json, see
+trtspec/triton_repo/routing.py; unknown or missing workload -> the default route), tokenize with
+`preprocessing`, then
+- draft-target: call `spec_decode` with num_draft_tokens = the workload's tuned K at the band
+  matching the requests in flight (the largest tuned band <= in flight);
+- EAGLE: call the workload's `tensorrt_llm_<profile>` model (its tree is that model's
+  eagle_choices) with return_perf_metrics, and derive the acceptance length from its counters:
+  TRT-LLM adds min(draft tokens, max path length = tree depth) to total_draft_tokens and
+  (tokens of the iteration - 1) to total_accepted_draft_tokens per iteration, so
+  steps = total_draft_tokens / depth and AL = 1 + accepted / steps, the runtime's definition;
+and detokenize with `postprocessing` (all tokens so far, streaming the new suffix of the text; a
+trailing incomplete UTF-8 character is held back until it completes).
+Parameters: routing (JSON), max_concurrency (worker threads = requests served at once).
+"""
+
+import json
+import threading
+
+import numpy as np
+
+from trtspec_triton_common import FINAL, UserError, Workers, bls, cancelled, out, parameters, scalar
+
+SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
+                      "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
+                      "presence_penalty": ("presence_penalty", np.float32),
+                      "frequency_penalty": ("frequency_penalty", np.float32), "seed": ("seed", np.uint64)}
+SPEC_OUTPUTS = ["output_ids", "sequence_length", "acceptance_length", "total_accepted_draft_tokens",
+                "total_draft_tokens", "num_draft_tokens", "verify_steps"]
+LLM_OUTPUTS = ["output_ids", "sequence_length", "total_accepted_draft_tokens", "total_draft_tokens"]
+
+
+def pick_band(bands, inflight):
+    """The largest tuned band <= the requests in flight (the smallest band below that)."""
+    fit = [b for b in bands if b["concurrency"] <= inflight]
+    return fit[-1] if fit else bands[0]
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args)
+        self.routing = json.loads(p["routing"])
+        self.mode = self.routing["mode"]
+        self.depth = {m["model"]: max(len(c) for c in m["eagle_choices"]) for m in self.routing.get("models", [])}
+        self.lock = threading.Lock()
+        self.inflight = 0
+        self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "generate")
+
+    def finalize(self):
+        self.workers.close()
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
+
+    def route(self, workload, inflight):
+        known = workload in self.routing["workloads"]
+        entry = self.routing["workloads"][workload] if known else self.routing["default"]
+        label = workload if known else "default"
+        if self.mode == "draft-target":
+            bands = entry if known else entry["bands"]
+            band = pick_band(bands, inflight)
+            return {"num_draft_tokens": int(band["num_draft_tokens"]),
+                    "label": f"{label}@{band['concurrency']}:K={band['num_draft_tokens']}"}
+        return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
+                "label": f"{label}:{entry['model']}"}
+
+    def _handle(self, request, sender):
+        with self.lock:
+            self.inflight += 1
+            inflight = self.inflight
+        try:
+            self._generate(request, sender, inflight)
+        finally:
+            with self.lock:
+                self.inflight -= 1
+
+    def _generate(self, request, sender, inflight):
+        text = scalar(request, "text_input")
+        if not text:
+            raise UserError("text_input: empty prompt")
+        max_tokens = scalar(request, "max_tokens")
+        if max_tokens is None or int(max_tokens) < 1:
+            raise UserError(f"max_tokens: expected >= 1, got {max_tokens}")
+        max_tokens = int(max_tokens)
+        stream = bool(scalar(request, "stream", False))
+        workload = scalar(request, "workload", "") or ""
+        route = self.route(workload, inflight)
+        pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
+                  "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32)}
+        for name, key in (("end_id", "END_ID"), ("pad_id", "PAD_ID")):
+            v = scalar(request, name)
+            if v is not None:
+                pre_in[key] = np.array([[v]], np.int32)
+        pre = next(bls("preprocessing", pre_in, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"], False))
+        n = int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])
+        inputs = {"input_ids": pre["INPUT_ID"].reshape(1, -1)[:, :n].astype(np.int32),
+                  "input_lengths": np.array([[n]], np.int32),
+                  "request_output_len": np.array([[max_tokens]], np.int32),
+                  "end_id": pre["OUT_END_ID"].reshape(1, 1).astype(np.int32),
+                  "pad_id": pre["OUT_PAD_ID"].reshape(1, 1).astype(np.int32),
+                  "streaming": np.array([[True]], bool)}
+        for name, (target_name, dtype) in SAMPLING_TO_TRTLLM.items():
+            v = scalar(request, name)
+            if v is not None:
+                inputs[target_name] = np.array([[v]], dtype)
+        if self.mode == "draft-target":
+            model, outputs = "spec_decode", SPEC_OUTPUTS
+            inputs["num_draft_tokens"] = np.array([[route["num_draft_tokens"]]], np.int32)
+        else:
+            model, outputs = route["model"], LLM_OUTPUTS
+            inputs["exclude_input_in_output"] = np.array([[True]], bool)
+            inputs["return_perf_metrics"] = np.array([[True]], bool)
+
+        tokens, sent = [], ""
+        stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
+        for resp in bls(model, inputs, outputs, True, self.workers.stop):
+            if cancelled(request):
+                return
+            ids = resp.get("output_ids")
+            if ids is not None:
+                length = resp.get("sequence_length")
+                k = int(length.reshape(-1)[0]) if length is not None else ids.shape[-1]
+                tokens.extend(int(t) for t in ids.reshape(-1)[:k])
+            self._update_stats(stats, resp, model)
+            if stream and ids is not None and ids.size:
+                piece, sent = self._piece(tokens, sent, final=False)
+                if piece:
+                    sender.send(self._response(piece, stats, route, len(tokens)))
+        if self.workers.stop.is_set():
+            raise UserError("the server is shutting down")
+        piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
+        if piece or not stream:
+            sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
+        if stream:
+            sender.send(flags=FINAL)
+
+    def _update_stats(self, stats, resp, model):
+        def get(name):
+            v = resp.get(name)
+            return None if v is None or v.size == 0 else v.reshape(-1)[0].item()
+
+        accepted, drafted = get("total_accepted_draft_tokens"), get("total_draft_tokens")
+        if accepted is not None:
+            stats["accepted"] = int(accepted)
+        if drafted is not None:
+            stats["drafted"] = int(drafted)
+        if self.mode == "draft-target":
+            al = get("acceptance_length")
+            if al is not None:
+                stats["acceptance_length"] = float(al)
+        else:
+            steps = stats["drafted"] / self.depth[model] if stats["drafted"] else 0
+            stats["acceptance_length"] = 1.0 + stats["accepted"] / steps if steps else 1.0
+
+    def _detok(self, tokens):
+        if not tokens:
+            return ""
+        res = next(bls("postprocessing", {"TOKENS_BATCH": np.array([[tokens]], np.int32),
+                                          "SEQUENCE_LENGTH": np.array([[len(tokens)]], np.int32)}, ["OUTPUT"], False))
+        value = res["OUTPUT"].reshape(-1)[0]
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+    def _piece(self, tokens, sent, final):
+        text = self._detok(tokens)
+        if not final and text.endswith("\ufffd"):
+            return "", sent  # an incomplete multi-byte character: wait for its next token
+        if text.startswith(sent):
+            return text[len(sent):], text
+        # the tokenizer re-segmented earlier text (rare): keep the stream append-only
+        return text[len(sent):] if len(text) > len(sent) else "", text
+
+    def _response(self, text, stats, route, n_tokens):
+        import triton_python_backend_utils as pb_utils
+
+        return pb_utils.InferenceResponse(output_tensors=[
+            out("text_output", np.array([[text.encode("utf-8")]], dtype=object), object),
+            out("acceptance_length", [[stats["acceptance_length"]]], np.float32),
+            out("num_draft_tokens", [[route["num_draft_tokens"]]], np.int32),
+            out("total_accepted_draft_tokens", [[stats["accepted"]]], np.int32),
+            out("total_draft_tokens", [[stats["drafted"]]], np.int32),
+            out("num_output_tokens", [[n_tokens]], np.int32),
+            out("route", np.array([[route["label"].encode("utf-8")]], dtype=object), object)])

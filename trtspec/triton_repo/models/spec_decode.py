@@ -1,0 +1,200 @@
+"""spec_decode: draft-target speculative decoding, streamed, with per-request acceptance (trtspec).
+
+Inputs: tensorrt_llm's request tensors (input_ids, input_lengths, request_output_len, end_id,
+pad_id, streaming, sampling) plus num_draft_tokens (K, the workload's tuned value; 0 = plain
+target decoding). Outputs: output_ids / sequence_length (the new tokens of each step when
+streaming, all of them otherwise), and running acceptance statistics: acceptance_length (tokens
+per target verification step, bonus included), total_accepted_draft_tokens, total_draft_tokens,
+num_draft_tokens, verify_steps.
+
+Two engines, chosen by the `engine` parameter:
+- "bls" (trtllm flavor): each round calls `tensorrt_llm_draft` for up to K tokens, then
+  `tensorrt_llm` with them as draft_input_ids and request_output_len = drafts + 1; the target's
+  output is the accepted prefix plus its own next token. Every round re-sends the whole prefix as a
+  new executor request, which KV-cache reuse (enable_kv_cache_reuse on both models) makes cheap.
+  Unlike upstream's BLS this streams every round and sums the acceptance over all rounds.
+- "trtspec.runtime" (cpu flavor): the same loop in-process on the two TRT-LLM checkpoints with
+  trtspec.runtime (one KV cache per request instead of re-sent prefixes; the tensorrt_llm* models
+  of the repository stay as they are, callable directly). Greedy only: the runtime accepts draft
+  tokens by greedy matching, which makes the output exactly the target's greedy output.
+Concurrency: `max_concurrency` worker threads, one request each.
+"""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtspec_triton_common import FINAL, UserError, Workers, bls, cancelled, ids_input, out, parameters, scalar
+
+SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
+            "frequency_penalty", "seed")
+SAMPLING_DTYPES = {"runtime_top_k": np.int32, "seed": np.uint64}
+
+
+class Stats:
+    def __init__(self, k):
+        self.k, self.steps, self.accepted, self.drafted = k, 0, 0, 0
+
+    def al(self):
+        return (self.accepted + self.steps) / self.steps if self.steps else 1.0
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args)
+        self.engine = p.get("engine", "bls")
+        self.target_model = p.get("target_model", "tensorrt_llm")
+        self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
+        self.max_draft_len = int(p.get("max_draft_len") or 0)
+        if self.engine == "trtspec.runtime":
+            import torch
+
+            from trtspec.triton_repo.cpu_engine import load_models
+
+            threads = int(p.get("torch_threads") or 0)
+            if threads > 0:
+                torch.set_num_threads(threads)
+            self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"])
+        elif self.engine != "bls":
+            raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
+        self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "spec_decode")
+
+    def finalize(self):
+        self.workers.close()
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
+
+    def _handle(self, request, sender):
+        prompt = ids_input(request, "input_ids", "input_lengths")
+        n = int(scalar(request, "request_output_len", 0) or 0)
+        if n < 1:
+            raise UserError(f"request_output_len: expected >= 1, got {n}")
+        k = int(scalar(request, "num_draft_tokens", 0) or 0)
+        if k < 0 or (self.max_draft_len and k > self.max_draft_len):
+            raise UserError(f"num_draft_tokens: {k} is outside [0, max_draft_len={self.max_draft_len}]")
+        end_id = scalar(request, "end_id")
+        streaming = bool(scalar(request, "streaming", False))
+        stats = Stats(k)
+        steps = self._runtime(request, prompt, n, k, end_id, stats) if self.engine == "trtspec.runtime" \
+            else self._bls(request, prompt, n, k, end_id, stats)
+        collected = []
+        for tokens in steps:
+            if cancelled(request) or self.workers.stop.is_set():
+                return
+            if streaming:
+                sender.send(self._response(tokens, stats))
+            else:
+                collected.extend(tokens)
+        if streaming:
+            sender.send(flags=FINAL)
+        else:
+            sender.send(self._response(collected, stats), flags=FINAL)
+
+    def _response(self, tokens, stats):
+        return pb_utils.InferenceResponse(output_tensors=[
+            out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),
+            out("sequence_length", [[len(tokens)]], np.int32),
+            out("acceptance_length", [[stats.al()]], np.float32),
+            out("total_accepted_draft_tokens", [[stats.accepted]], np.int32),
+            out("total_draft_tokens", [[stats.drafted]], np.int32),
+            out("num_draft_tokens", [[stats.k]], np.int32),
+            out("verify_steps", [[stats.steps]], np.int32)])
+
+    # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
+    def _runtime(self, request, prompt, n, k, end_id, stats):
+        greedy_only(request)
+        from trtspec.triton_repo.cpu_engine import stream_draft_target
+
+        eos = (int(end_id),) if end_id is not None and int(end_id) >= 0 else self.models.eos_ids
+        m = self.models
+        try:
+            pieces = stream_draft_target(m.target, m.draft, prompt, n, k, eos)
+            for piece in pieces:
+                s = piece.stats
+                stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
+                stats.drafted = k * len(s.steps)
+                yield piece.tokens
+                if self.workers.stop.is_set():
+                    return
+        except Exception as e:
+            if type(e).__name__ == "TrtspecError":
+                raise UserError(str(e)) from None
+            raise
+
+    # ---- trtllm flavor: BLS calls to the two TensorRT-LLM models ------------------------------
+    def _call(self, model, ids, n, end_id, pad_id, extra):
+        inputs = {"input_ids": np.array([ids], np.int32), "input_lengths": np.array([[len(ids)]], np.int32),
+                  "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[False]], bool),
+                  "exclude_input_in_output": np.array([[True]], bool)}
+        if end_id is not None:
+            inputs["end_id"] = np.array([[end_id]], np.int32)
+        if pad_id is not None:
+            inputs["pad_id"] = np.array([[pad_id]], np.int32)
+        inputs.update(extra)
+        tokens = []
+        for resp in bls(model, inputs, ["output_ids", "sequence_length"], True):
+            ids_out = resp["output_ids"].reshape(-1)
+            length = resp.get("sequence_length")
+            k = int(length.reshape(-1)[0]) if length is not None else ids_out.size
+            tokens.extend(int(t) for t in ids_out[:k])
+        return tokens
+
+    def _bls(self, request, prompt, n, k, end_id, stats):
+        pad_id = scalar(request, "pad_id")
+        sampling = {}
+        for name in SAMPLING:
+            v = scalar(request, name)
+            if v is not None:
+                sampling[name] = np.array([[v]], SAMPLING_DTYPES.get(name, np.float32))
+        end = int(end_id) if end_id is not None else None
+        if k == 0:  # no speculation for this workload: stream the target directly
+            inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
+                      "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[True]], bool),
+                      "exclude_input_in_output": np.array([[True]], bool), **sampling}
+            if end is not None:
+                inputs["end_id"] = np.array([[end]], np.int32)
+            for resp in bls(self.target_model, inputs, ["output_ids", "sequence_length"], True):
+                ids_out = resp["output_ids"].reshape(-1)
+                length = resp.get("sequence_length")
+                new = [int(t) for t in ids_out[: int(length.reshape(-1)[0]) if length is not None else ids_out.size]]
+                stats.steps += len(new)
+                if new:
+                    yield new
+            return
+        out_tokens = []
+        while len(out_tokens) < n:
+            left = n - len(out_tokens)
+            ids = prompt + out_tokens
+            draft = []
+            if k > 0 and left > 1:
+                draft = self._call(self.draft_model, ids, min(k, left - 1), end, pad_id, {})
+            extra = dict(sampling)
+            if draft:
+                extra["draft_input_ids"] = np.array([draft], np.int32)
+            new = self._call(self.target_model, ids, len(draft) + 1, end, pad_id, extra)[:left]
+            if not new:
+                return
+            if draft:
+                a = 0
+                while a < min(len(draft), len(new) - 1) and draft[a] == new[a]:
+                    a += 1
+                stats.steps += 1
+                stats.accepted += a
+                stats.drafted += len(draft)
+            if end is not None and end in new:
+                new = new[: new.index(end) + 1]
+                out_tokens.extend(new)
+                yield new
+                return
+            out_tokens.extend(new)
+            yield new
+
+
+def greedy_only(request):
+    """The cpu flavor accepts draft tokens by greedy matching: refuse sampling rather than ignore it."""
+    temperature = scalar(request, "temperature")
+    top_k = scalar(request, "runtime_top_k")
+    if temperature is not None and float(temperature) > 0 and top_k != 1:
+        raise UserError("the cpu flavor decodes greedily only (send temperature 0 or top_k 1)")

@@ -1,0 +1,135 @@
+"""Helpers shared by trtspec's python-backend models (copied next to each model.py).
+
+Standard library + numpy only: this file also runs in the TensorRT-LLM Triton container.
+"""
+
+import json
+import queue
+import threading
+import traceback
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+TRUE = ("true", "1", "yes", "on")
+
+
+class UserError(Exception):
+    """A bad request: sent back to the client as the response error, without a traceback."""
+
+
+def parameters(args) -> dict:
+    """The model config's `parameters` as {key: string}."""
+    cfg = json.loads(args["model_config"])
+    return {k: v.get("string_value", "") for k, v in (cfg.get("parameters") or {}).items()}
+
+
+def is_true(value, default=False) -> bool:
+    if value is None or value == "":
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() in TRUE
+    return bool(value)
+
+
+def tensor(request, name):
+    """The input as a numpy array, or None when the client did not send it."""
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    return None if t is None else t.as_numpy()
+
+
+def scalar(request, name, default=None):
+    """A [1]- or [batch, 1]-shaped input as one Python value (bytes decoded), or `default`."""
+    arr = tensor(request, name)
+    if arr is None or arr.size == 0:
+        return default
+    value = arr.reshape(-1)[0]
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return value.item() if hasattr(value, "item") else value
+
+
+def ids_input(request, ids_name, len_name=None):
+    """A token-id input of one request as a list (the first batch row, cut at its length)."""
+    arr = tensor(request, ids_name)
+    if arr is None:
+        raise UserError(f"missing input '{ids_name}'")
+    row = arr.reshape(-1) if arr.ndim <= 1 else arr.reshape(arr.shape[0], -1)[0]
+    n = scalar(request, len_name) if len_name else None
+    return [int(x) for x in (row[: int(n)] if n is not None else row)]
+
+
+def out(name, value, dtype):
+    return pb_utils.Tensor(name, np.asarray(value, dtype=dtype))
+
+
+def error_response(message):
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(message)))
+
+
+def cancelled(request) -> bool:
+    fn = getattr(request, "is_cancelled", None)
+    try:
+        return bool(fn()) if fn is not None else False
+    except Exception:  # the request may already be released
+        return False
+
+
+def bls(model, inputs, outputs, decoupled, stop=None):
+    """Call another model. Yields {output name: array} per non-empty response; raises on errors.
+    `inputs`: {name: numpy array with the batch dimension}."""
+    request = pb_utils.InferenceRequest(
+        model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
+        requested_output_names=list(outputs))
+    responses = request.exec(decoupled=True) if decoupled else [request.exec()]
+    for resp in responses:
+        if resp.has_error():
+            raise RuntimeError(f"{model}: {resp.error().message()}")
+        got = {}
+        for name in outputs:
+            t = pb_utils.get_output_tensor_by_name(resp, name)
+            if t is not None:
+                got[name] = t.as_numpy()
+        if got:
+            yield got
+        if stop is not None and stop.is_set():
+            return
+
+
+class Workers:
+    """N daemon threads serving requests of a decoupled model: `execute` returns at once and each
+    request streams its responses from a worker. Daemon threads (not a ThreadPoolExecutor, whose
+    threads are joined at interpreter exit) so that a stub never outlives its server; `stop` is
+    set by finalize() and checked by the request loops between steps."""
+
+    def __init__(self, handler, count: int, name: str):
+        self.handler, self.stop = handler, threading.Event()
+        self.jobs = queue.Queue()
+        self.threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                        for i in range(max(1, int(count)))]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, request) -> None:
+        self.jobs.put(request)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                request = self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            sender = request.get_response_sender()
+            try:
+                self.handler(request, sender)
+            except UserError as e:
+                sender.send(error_response(e), flags=FINAL)
+            except Exception as e:  # a bug or a failed BLS call: report it, keep serving
+                traceback.print_exc()
+                sender.send(error_response(f"{type(e).__name__}: {e}"), flags=FINAL)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=2.0)

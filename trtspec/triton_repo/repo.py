@@ -1,0 +1,344 @@
+"""Write a Triton model repository from tuning.json and the engines / checkpoints it serves.
+
+    make_repository(RepoRequest(tuning=..., flavor="trtllm", engines=..., out=...)) -> RepoResult
+
+Layout (draft-target; EAGLE has tensorrt_llm_<profile> models instead of spec_decode + the pair):
+
+    REPO/
+      README.md              how to launch it, what each model does, the tuned table, memory
+      trtspec-repo.json      manifest: flavor, mode, routing, calls between models, artifacts, launch
+      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py)
+      preprocessing/  postprocessing/  spec_decode/
+      tensorrt_llm/  tensorrt_llm_draft/     config.pbtxt, 1/  (trtllm: C++ backend; cpu: 1/model.py)
+
+The repository is written into a temporary sibling directory, validated there (validate.py: the
+same checks as `trtspec triton --check`), and renamed into place only when it passes, so a failure
+leaves nothing behind (DESIGN.md "Atomic outputs").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .. import __version__
+from ..errors import TrtspecError
+from ..fsutil import atomic_dir, sha256_file
+from . import contracts as c
+from . import render as r
+from .configs import render as render_config
+from .deploy import (FLAVORS, Artifact, is_eagle3, resolve_checkpoints, resolve_engines, resolve_hf,
+                     resolve_tokenizer)
+from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
+from .upstream_facts import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY,
+                             TRITON_CONTAINER, TRTLLM_VERSION_LABEL)
+
+MANIFEST = "trtspec-repo.json"
+MANIFEST_SCHEMA = "trtspec.triton-repo/1"
+DEFAULT_CPU_BATCH = 8
+
+
+@dataclass
+class RepoRequest:
+    tuning: Path
+    flavor: str
+    out: Path
+    engines: Path | None = None
+    draft_engines: Path | None = None
+    ckpt: Path | None = None
+    draft_ckpt: Path | None = None
+    tokenizer: Path | None = None
+    max_batch_size: int | None = None
+    instances: int = 1
+    gpu: str = "h100"
+    eagle_band: int | None = None
+    default_workload: str | None = None
+    overwrite: bool = False
+
+
+@dataclass
+class RepoResult:
+    path: Path
+    flavor: str
+    mode: str
+    models: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _source(name: str) -> str:
+    return resources.files("trtspec.triton_repo.models").joinpath(name).read_text(encoding="utf-8")
+
+
+def _python_files(kind: str) -> dict[str, str]:
+    from .models import COMMON, SOURCES
+
+    return {"model.py": _source(SOURCES[kind]), COMMON: _source(COMMON)}
+
+
+def _check_options(req: RepoRequest) -> None:
+    if req.flavor not in FLAVORS:
+        raise TrtspecError(f"--flavor: {req.flavor!r} is not one of {', '.join(FLAVORS)}")
+    if req.max_batch_size is not None and req.max_batch_size < 1:
+        raise TrtspecError(f"--max-batch-size: expected >= 1, got {req.max_batch_size}")
+    if req.instances < 1:
+        raise TrtspecError(f"--instances: expected >= 1, got {req.instances}")
+    if req.flavor == "trtllm":
+        if req.engines is None:
+            raise TrtspecError("--engines: needed for the trtllm flavor (engine directories from trtspec build)")
+        if req.ckpt is not None or req.draft_ckpt is not None:
+            raise TrtspecError("--ckpt/--draft-ckpt: the trtllm flavor serves engines; give --engines/--draft-engines")
+    else:
+        if req.engines is not None or req.draft_engines is not None:
+            raise TrtspecError(f"--engines: the {req.flavor} flavor serves checkpoints; give --ckpt (and --draft-ckpt)")
+        if req.ckpt is None:
+            raise TrtspecError(f"--ckpt: needed for the {req.flavor} flavor")
+
+
+def make_repository(req: RepoRequest) -> RepoResult:
+    from ..tuning.schema import load_tuning
+
+    _check_options(req)
+    tuning_path = Path(req.tuning).expanduser().resolve()
+    tuning = load_tuning(tuning_path)
+    check_tuning(tuning, str(tuning_path))
+    mode = tuning.mode
+    if req.flavor == "trtllm":
+        arts = resolve_engines(mode, req.engines, req.draft_engines)
+    elif req.flavor == "cpu":
+        arts = resolve_checkpoints(mode, req.ckpt, req.draft_ckpt)
+    else:
+        arts = resolve_hf(mode, req.ckpt, req.draft_ckpt)
+    tokenizer = resolve_tokenizer(req.tokenizer, arts,
+                                  Path(req.engines).resolve() if req.engines is not None else None)
+    builder = _Builder(req, tuning, tuning_path, arts, tokenizer)
+    files = builder.build()
+    from .validate import check_repository
+
+    with atomic_dir(Path(req.out), overwrite=req.overwrite) as tmp:
+        for m in files:
+            d = tmp / m.name
+            (d / "1").mkdir(parents=True)
+            (d / "config.pbtxt").write_text(render_config(m.config, m.comment), encoding="utf-8")
+            for rel, text in m.files.items():
+                (d / "1" / rel).write_text(text, encoding="utf-8")
+        (tmp / MANIFEST).write_text(json.dumps(builder.manifest, indent=2) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(builder.readme(), encoding="utf-8")
+        problems = check_repository(tmp)
+        if problems:
+            raise TrtspecError(f"generated repository failed validation: {problems[0]}"
+                               + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return RepoResult(Path(req.out), req.flavor, mode, [m.name for m in files], builder.warnings)
+
+
+class _Builder:
+    def __init__(self, req: RepoRequest, tuning, tuning_path: Path, arts: list[Artifact], tokenizer: Path):
+        self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer
+        self.mode, self.flavor = tuning.mode, req.flavor
+        self.warnings: list[str] = []
+        self.memory = None
+        self.manifest: dict = {}
+        self.routing: dict = {}
+
+    # ---- limits ---------------------------------------------------------------------------------
+    def _batch(self) -> int:
+        if self.req.max_batch_size is not None:
+            engine_max = min((a.max_batch_size for a in self.arts if a.max_batch_size), default=None)
+            if engine_max is not None and self.req.max_batch_size > engine_max:
+                self.warnings.append(f"--max-batch-size {self.req.max_batch_size} exceeds the engines' max_batch_size "
+                                     f"{engine_max}; the executor queues the rest")
+            return self.req.max_batch_size
+        return min((a.max_batch_size for a in self.arts if a.max_batch_size), default=DEFAULT_CPU_BATCH) \
+            if self.flavor == "trtllm" else DEFAULT_CPU_BATCH
+
+    def _check_draft_lengths(self, routing: dict) -> int:
+        target = self.arts[0]
+        ks = [(w, b["concurrency"], b["num_draft_tokens"]) for w, bands in routing["workloads"].items() for b in bands]
+        ks += [("(default route)", b["concurrency"], b["num_draft_tokens"]) for b in routing["default"]["bands"]]
+        worst = max(ks, key=lambda x: x[2])
+        if self.flavor == "trtllm" and worst[2] > target.max_draft_len:
+            raise TrtspecError(
+                f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
+                f"{worst[2]}, above the target engine's max_draft_len {target.max_draft_len} "
+                f"({target.path / 'config.json'}); rebuild the pair with --max-draft-len {worst[2]} or re-tune")
+        return max(k for _, _, k in ks)
+
+    def _check_trees(self, routing: dict, art: Artifact) -> None:
+        for m in routing["models"]:
+            probs = tree_problems(m["eagle_choices"], art.max_draft_len, art.num_eagle_layers, art.max_non_leaves)
+            if probs:
+                raise TrtspecError(f"{self.tuning_path}: profile '{m['profile']}' tree does not fit {art.path}: "
+                                   f"{probs[0]}")
+
+    # ---- models ---------------------------------------------------------------------------------
+    def build(self) -> list[r.ModelFiles]:
+        req, B = self.req, self._batch()
+        tok = str(self.tokenizer)
+        if self.flavor == "llmapi":
+            return self._build_llmapi(B)
+        files = [r.preprocessing_model(B, tok, req.instances), r.postprocessing_model(B, tok, req.instances)]
+        for f in files:
+            f.files = _python_files(f.kind)
+        llm_names: list[str] = []
+        if self.mode == "draft-target":
+            routing = draft_target_routes(self.tuning, req.default_workload)
+            max_k = self._check_draft_lengths(routing)
+            target, draft = self.arts
+            limit = target.max_draft_len if self.flavor == "trtllm" else max_k
+            if self.flavor == "trtllm":
+                self.memory = self._memory([(c.TENSORRT_LLM, target), (c.TENSORRT_LLM_DRAFT, draft)], shared=True)
+                gpus = self._gpu_ids(target, orchestrator=True)
+                for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
+                    params = r.tensorrtllm_parameters(
+                        engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(name), kv_reuse=True,
+                        decoding_mode="", eagle_choices=None, gpu_device_ids=gpus)
+                    files.append(r.tensorrtllm_model(name, B, art.dtype, params,
+                                                     f"{what} engine ({art.speculative_mode or 'plain'}, "
+                                                     f"max_draft_len {art.max_draft_len})"))
+                spec = r.spec_decode_model(B, B, limit, "bls")
+            else:
+                for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
+                    files.append(r.cpu_llm_model(name, B, str(art.path), what, None, B,
+                                                 f"{what} checkpoint on trtspec.runtime (tensorrt_llm's tensors)"))
+                spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path))
+            spec.files = _python_files("spec_decode")
+            files.append(spec)
+        else:
+            art = self.arts[0]
+            routing = eagle_routes(self.tuning, req.eagle_band, req.default_workload, art.num_eagle_layers)
+            self._check_trees(routing, art)
+            llm_names = [m["model"] for m in routing["models"]]
+            if self.flavor == "trtllm":
+                self.memory = self._memory([(n, art) for n in llm_names], shared=False)
+                gpus = self._gpu_ids(art, orchestrator=len(llm_names) > 1)
+                for m in routing["models"]:
+                    params = r.tensorrtllm_parameters(
+                        engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(m["model"]), kv_reuse=False,
+                        decoding_mode="eagle", eagle_choices=m["eagle_choices"], gpu_device_ids=gpus)
+                    files.append(r.tensorrtllm_model(m["model"], B, art.dtype, params, self._profile_comment(m)))
+            else:
+                for m in routing["models"]:
+                    files.append(r.cpu_llm_model(m["model"], B, str(art.path), "eagle", m["eagle_choices"], B,
+                                                 self._profile_comment(m) + " on trtspec.runtime"))
+        for f in files:
+            if f.kind == "cpu_llm":
+                f.files = _python_files("cpu_llm")
+        self.routing = routing
+        gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
+        gen.files = _python_files("generate")
+        files.insert(0, gen)
+        self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm"))
+        return files
+
+    def _profile_comment(self, m: dict) -> str:
+        tree = f"{m['num_draft_tokens']}-node tree" if m["speculate"] else \
+            "no speculation tuned: the smallest legal tree (a chain of num_eagle_layers nodes)"
+        return f"EAGLE profile {m['profile']} ({tree}) for workloads {', '.join(m['workloads'])}"
+
+    def _gpu_ids(self, art: Artifact, orchestrator: bool) -> str:
+        """Leader mode (one TensorRT-LLM model): each MPI rank uses its own GPU, leave it unset.
+        Orchestrator mode (several models, spawned workers): name the GPUs of the engine's ranks."""
+        return ",".join(str(i) for i in range(art.world_size)) if orchestrator else ""
+
+    def _memory(self, placements, shared: bool):
+        from .memory import plan_memory
+
+        plan = plan_memory(placements, self.req.gpu, shared)
+        self.warnings += plan.warnings
+        return plan
+
+    def _kv(self, name: str) -> int | None:
+        m = next((m for m in self.memory.models if m.model == name), None) if self.memory else None
+        return m.kv_tokens if m and m.kv_tokens > 0 else None
+
+    def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
+        import yaml
+
+        target, draft = self.arts
+        eagle3 = is_eagle3(draft.config)
+        if self.mode == "draft-target":
+            routing = draft_target_routes(self.tuning, self.req.default_workload)
+            ks = sorted({b["num_draft_tokens"] for bands in routing["workloads"].values() for b in bands}
+                        | {b["num_draft_tokens"] for b in routing["default"]["bands"]})
+        else:
+            routing = eagle_routes(self.tuning, self.req.eagle_band, self.req.default_workload)
+            ks = sorted({max(len(p) for p in m["eagle_choices"]) for m in routing["models"]})
+        files = []
+        for k in ks:
+            name = f"{c.TENSORRT_LLM}_k{k}"
+            cfg = {"model": str(target.path), "backend": "pytorch", "tensor_parallel_size": 1,
+                   "pipeline_parallel_size": 1}
+            if k > 0:
+                cfg["speculative_config"] = {
+                    "decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
+                    "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path)}
+            cfg["triton_config"] = {"max_batch_size": 0, "decoupled": True}
+            text = (f"# TensorRT-LLM {TRTLLM_VERSION_LABEL} LLM API arguments (generated by trtspec). Profile: "
+                    f"max_draft_len {k}.\n" + yaml.safe_dump(cfg, sort_keys=False))
+            f = r.llmapi_model(name, text)
+            f.config.model_transaction_policy.decoupled = True
+            files.append(f)
+        routing = _llmapi_routing(routing, self.mode)
+        self.routing = routing
+        gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
+        gen.files = _python_files("generate")
+        files.insert(0, gen)
+        calls = [c.Call(c.GENERATE, f.name, True,
+                        {"text_input": f"{c.GENERATE}.input.text_input",
+                         "sampling_param_max_tokens": f"{c.GENERATE}.input.max_tokens",
+                         "streaming": "const:TYPE_BOOL:1"}, ["text_output"]) for f in files[1:]]
+        self.manifest = self._manifest(files, calls)
+        return files
+
+    # ---- manifest and README --------------------------------------------------------------------
+    def _launch(self, files) -> dict:
+        llm = [f.name for f in files if f.kind in ("tensorrtllm", "llmapi")]
+        world = max(a.world_size for a in self.arts)
+        orchestrator = self.flavor == "trtllm" and len(llm) > 1
+        return {"container": TRITON_CONTAINER, "trtllm_models": llm,
+                "world_size": 1 if orchestrator else (world if self.flavor == "trtllm" else 1),
+                "engine_world_size": world, "orchestrator": orchestrator,
+                "mounts": sorted({str(a.path) for a in self.arts} | {str(self.tokenizer)})}
+
+    def _manifest(self, files, calls) -> dict:
+        return {
+            "schema": MANIFEST_SCHEMA, "flavor": self.flavor, "mode": self.mode, "trtspec_version": __version__,
+            "trtllm_version": TRTLLM_VERSION_LABEL,
+            "tuning": {"path": str(self.tuning_path), "sha256": sha256_file(self.tuning_path),
+                       "concurrency_bands": sorted(self.tuning.concurrency_bands)},
+            "tokenizer": str(self.tokenizer),
+            "artifacts": [{"role": a.role, "kind": a.kind, "path": str(a.path), "max_draft_len": a.max_draft_len,
+                           "num_eagle_layers": a.num_eagle_layers, "max_non_leaves_per_layer": a.max_non_leaves,
+                           "tp": a.tp, "pp": a.pp} for a in self.arts],
+            "models": {f.name: {"kind": f.kind, "description": f.comment} for f in files},
+            "routing": self.routing,
+            "calls": [x.to_dict() for x in calls],
+            "launch": self._launch(files),
+            "memory": self.memory.to_dict() if self.memory else None,
+            "warnings": self.warnings,
+        }
+
+    def readme(self) -> str:
+        from .readme import render_readme
+
+        return render_readme(self.manifest, self.tuning, Path(self.req.out).expanduser().resolve())
+
+
+def _llmapi_routing(routing: dict, mode: str) -> dict:
+    """llmapi: one model per distinct draft length; generate routes workloads to tensorrt_llm_k<K>."""
+    if mode == "draft-target":
+        def entry(bands):
+            k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
+            return {"model": f"{c.TENSORRT_LLM}_k{k}", "num_draft_tokens": k}
+        table = {w: entry(bands) for w, bands in routing["workloads"].items()}
+        default = {"source": routing["default"]["source"], **entry(routing["default"]["bands"])}
+    else:
+        depth = {m["model"]: max(len(p) for p in m["eagle_choices"]) for m in routing["models"]}
+
+        def entry(e):
+            k = depth[e["model"]]
+            return {"model": f"{c.TENSORRT_LLM}_k{k}", "num_draft_tokens": k}
+        table = {w: entry(e) for w, e in routing["workloads"].items()}
+        default = {"source": routing["default"]["source"], **entry(routing["default"])}
+    return {"mode": "llmapi", "workloads": table, "default": default, "models": []}

@@ -1,0 +1,185 @@
+"""Per-workload routes from tuning.json: what `generate` does with each request's `workload`.
+
+Draft-target: K (num_draft_tokens) per workload and concurrency band, all bands served by one
+target/draft pair (K is a per-request setting, so every band costs nothing extra). `generate`
+picks the band from the number of requests it has in flight when a request arrives: the largest
+tuned band <= in-flight (the smallest band below that). That is the batch the engines will see,
+which is what the tuning's step-time model was evaluated at.
+
+EAGLE: `eagle_choices` is a per-model setting, so each served profile is a whole engine instance
+(weights, activations and KV cache again, see the README's memory table). Serving every band's
+profiles would multiply that by the number of bands, so one band is served (`--eagle-band`,
+default the smallest: speculation matters most at low concurrency) and its profiles become
+`tensorrt_llm_<profile>` models. A profile the tuner left without speculation (eagle_choices null)
+still needs a tree (an EAGLE engine always drafts): it gets the cheapest legal one, a chain of
+num_eagle_layers nodes.
+
+Unknown or missing `workload` -> the default route. With `--default-workload NAME` that is NAME's
+route; otherwise it is computed: draft-target, per band the K with the highest tokens/s summed over
+the workloads' tuning sweeps weighted by their profiled token counts (the K a mixed stream of the
+tuned traffic would want); EAGLE, the profile whose workloads carry the most profiled tokens.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import TrtspecError
+from .contracts import TENSORRT_LLM, sanitize
+
+WORKLOAD_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # trtspec.workloads.spec.NAME_RE
+
+
+def chain_tree(depth: int) -> list[list[int]]:
+    return [[0] * d for d in range(1, depth + 1)]
+
+
+def check_tuning(tuning, where: str) -> None:
+    """Consistency the repository relies on (load_tuning checked the schema)."""
+    if not tuning.workloads:
+        raise TrtspecError(f"{where}: no workloads")
+    bands = sorted(tuning.concurrency_bands)
+    for name, w in tuning.workloads.items():
+        if not WORKLOAD_NAME_RE.match(name):
+            raise TrtspecError(f"{where}: workload name {name!r} is not a plain name (letters, digits, _ . -)")
+        got = sorted(b.concurrency for b in w.bands)
+        if got != bands:
+            raise TrtspecError(f"{where}: workload '{name}' has bands {got}, expected concurrency_bands {bands}")
+        for b in w.bands:
+            if tuning.mode == "draft-target" and (b.draft_len is None or b.draft_len < 0):
+                raise TrtspecError(f"{where}: workload '{name}' band {b.concurrency}: draft_len missing")
+    if tuning.mode == "eagle":
+        names = {p.name for p in tuning.profiles or []}
+        for p in tuning.profiles or []:
+            for m in p.workloads:
+                if m not in tuning.workloads:
+                    raise TrtspecError(f"{where}: profile '{p.name}' names workload '{m}', which is not one of the "
+                                       f"tuned workloads ({', '.join(sorted(tuning.workloads))})")
+        for name, w in tuning.workloads.items():
+            for b in w.bands:
+                if b.profile not in names:
+                    raise TrtspecError(f"{where}: workload '{name}' band {b.concurrency} names profile "
+                                       f"{b.profile!r}, which is not in 'profiles'")
+
+
+def _check_default(tuning, default_workload: str | None) -> None:
+    if default_workload is not None and default_workload not in tuning.workloads:
+        raise TrtspecError(f"--default-workload: '{default_workload}' is not a workload of the tuning "
+                           f"({', '.join(sorted(tuning.workloads))})")
+
+
+def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
+    _check_default(tuning, default_workload)
+    bands = sorted(tuning.concurrency_bands)
+    table = {name: [{"concurrency": b.concurrency, "num_draft_tokens": int(b.draft_len)}
+                    for b in sorted(w.bands, key=lambda b: b.concurrency)]
+             for name, w in sorted(tuning.workloads.items())}
+    if default_workload is not None:
+        default = {"source": f"workload {default_workload}", "bands": table[default_workload]}
+    else:
+        default = {"source": "computed (K with the highest token-weighted tokens/s over the tuned workloads)",
+                   "bands": [{"concurrency": c, "num_draft_tokens": _best_shared_k(tuning, c)} for c in bands]}
+    return {"mode": "draft-target", "bands": bands, "workloads": table, "default": default}
+
+
+def _best_shared_k(tuning, concurrency: int) -> int:
+    score: dict[int, float] = {}
+    seen: dict[int, int] = {}
+    for w in tuning.workloads.values():
+        band = next(b for b in w.bands if b.concurrency == concurrency)
+        for p in band.sweep:
+            if p.draft_len is not None:
+                score[p.draft_len] = score.get(p.draft_len, 0.0) + w.num_tokens * p.tokens_per_s
+                seen[p.draft_len] = seen.get(p.draft_len, 0) + 1
+    full = [k for k, n in seen.items() if n == len(tuning.workloads)]
+    if not full:  # no K was swept for every workload: the most common tuned choice
+        ks = [next(b for b in w.bands if b.concurrency == concurrency).draft_len for w in tuning.workloads.values()]
+        return max(set(ks), key=lambda k: (ks.count(k), -k))
+    return max(full, key=lambda k: (score[k], -k))
+
+
+def eagle_routes(tuning, band: int | None = None, default_workload: str | None = None,
+                 num_eagle_layers: int | None = None) -> dict:
+    """Routes plus the served profiles (one tensorrt_llm_<profile> model each) at one band."""
+    _check_default(tuning, default_workload)
+    bands = sorted(tuning.concurrency_bands)
+    band = bands[0] if band is None else band
+    if band not in bands:
+        raise TrtspecError(f"--eagle-band: {band} is not a tuned concurrency band ({', '.join(map(str, bands))})")
+    depth = num_eagle_layers or (tuning.eagle.num_eagle_layers if tuning.eagle else None)
+    profiles = [p for p in tuning.profiles or [] if p.concurrency == band]
+    models, by_profile = [], {}
+    for p in profiles:
+        name = f"{TENSORRT_LLM}_{sanitize(p.name)}"
+        if name in {m["model"] for m in models}:
+            raise TrtspecError(f"tuning: profiles at band {band} sanitize to the same model name {name!r}")
+        choices = p.eagle_choices if p.eagle_choices else chain_tree(depth or 1)
+        entry = {"model": name, "profile": p.name, "workloads": sorted(p.workloads), "eagle_choices": choices,
+                 "num_draft_tokens": len(choices), "speculate": bool(p.eagle_choices),
+                 "mean_throughput_loss": p.mean_throughput_loss}
+        models.append(entry)
+        by_profile[p.name] = entry
+    table = {}
+    for name, w in sorted(tuning.workloads.items()):
+        b = next(b for b in w.bands if b.concurrency == band)
+        e = by_profile.get(b.profile)
+        if e is None:
+            raise TrtspecError(f"tuning: workload '{name}' at band {band} names profile {b.profile!r}, "
+                               "which is not served at that band")
+        table[name] = {"model": e["model"], "profile": e["profile"], "num_draft_tokens": e["num_draft_tokens"]}
+    if default_workload is not None:
+        default = {"source": f"workload {default_workload}", **table[default_workload]}
+    else:
+        weight = {e["model"]: sum(tuning.workloads[m].num_tokens for m in e["workloads"]) for e in models}
+        best = max(models, key=lambda e: (weight[e["model"]], -e["mean_throughput_loss"], e["model"]))
+        default = {"source": "computed (the profile serving the most profiled tokens)", "model": best["model"],
+                   "profile": best["profile"], "num_draft_tokens": best["num_draft_tokens"]}
+    return {"mode": "eagle", "band": band, "bands": bands, "workloads": table, "default": default, "models": models}
+
+
+def braces(choices: list[list[int]]) -> str:
+    """eagle_choices in the brace syntax the C++ backend parses ("{0}, {0, 1}"; reference §3.5)."""
+    return ", ".join("{" + ", ".join(str(i) for i in c) + "}" for c in choices)
+
+
+def parse_braces(text: str) -> list[list[int]]:
+    """The inverse of `braces`, as strict as `csvStrToVecVecInt` (python-list syntax is rejected,
+    because the C++ backend silently ignores it and falls back to mc_sim_7b_63)."""
+    s = text.strip()
+    if not s or s[0] != "{" or s[-1] != "}" or "[" in s or "]" in s:
+        raise ValueError(f"expected the brace form '{{0}}, {{0, 1}}', got {text!r}")
+    out = []
+    for part in re.split(r"\}\s*,\s*\{", s[1:-1]):
+        try:
+            out.append([int(x) for x in part.split(",")])
+        except ValueError:
+            raise ValueError(f"bad choice {{{part}}} in {text!r}") from None
+    return out
+
+
+def tree_problems(choices: list[list[int]], max_draft_len: int, num_eagle_layers: int | None,
+                  max_non_leaves: int | None) -> list[str]:
+    """TRT-LLM's eagle_choices rules (reference §3.3): prefix-closed, no duplicates, at most
+    max_draft_len nodes, depth == num_eagle_layers, at most max_non_leaves non-leaves per level."""
+    probs = []
+    paths = [tuple(c) for c in choices]
+    if any(not p or any(i < 0 for i in p) for p in paths):
+        probs.append("a choice is empty or has a negative index")
+        return probs
+    if len(set(paths)) != len(paths):
+        probs.append("duplicate choices")
+    present = set(paths)
+    missing = next((p for p in paths for d in range(1, len(p)) if p[:d] not in present), None)
+    if missing is not None:
+        probs.append(f"{list(missing)} is present but its prefix is not")
+    if max_draft_len and len(present) > max_draft_len:
+        probs.append(f"{len(present)} nodes exceed the engine's max_draft_len {max_draft_len}")
+    depth = max(len(p) for p in paths)
+    if num_eagle_layers is not None and depth != num_eagle_layers:
+        probs.append(f"depth {depth} differs from num_eagle_layers {num_eagle_layers}")
+    if max_non_leaves is not None:
+        for d in range(1, depth):
+            n = len({p[:d] for p in present if len(p) > d})
+            if n > max_non_leaves:
+                probs.append(f"{n} non-leaf nodes at depth {d} exceed max_non_leaves_per_layer {max_non_leaves}")
+    return probs

@@ -1,0 +1,351 @@
+"""`trtspec serve REPO`: run a generated repository.
+
+cpu flavor: the `tritonserver` binary shipped in the nvidia-pytriton wheel (server 2.51), run the
+way reference/cpu-stack.md §4 found necessary:
+- a backend directory holding `python/{libtriton_python.so, triton_python_backend_utils.py,
+  triton_python_backend_stub}` with the stub of *this* interpreter's Python version (the wheel's
+  default backend path is a container install path);
+- LD_LIBRARY_PATH with the wheel's `nvidia_pytriton.libs` (the stub links its cudart) and this
+  interpreter's LIBDIR (else the stub picks the system libpython and torch fails to import);
+- PATH starting with this interpreter's bin directory (the stub takes sys.prefix from the `python`
+  on PATH, which is how the models see this venv's torch, transformers and trtspec).
+It binds HTTP, gRPC and metrics to 127.0.0.1 only, refuses ports already in use before starting,
+waits for /v2/health/ready, and on failure stops the server and reports the tail of its log.
+The server runs in its own process group (the python-backend stubs are its children); stopping
+sends SIGTERM to the group, waits for Triton's exit timeout, then SIGKILLs whatever is left, so no
+stub outlives it.
+
+trtllm / llmapi flavors: the container launch command for the H100 host (printed, or run with
+--exec), with the MPI world size the repository needs (trtspec-repo.json "launch"): one TensorRT-LLM
+model = leader mode, one tritonserver per rank of the engine (world size = TP x PP, ranks > 0 load
+only the TensorRT-LLM model); several (draft + target, or EAGLE profiles) = orchestrator mode
+(TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor workers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TrtspecError
+from .upstream_facts import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
+
+HOST = "127.0.0.1"
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+EXIT_TIMEOUT_S = 10  # tritonserver --exit-timeout-secs: in-flight requests get this long at shutdown
+KILL_GRACE_S = 10.0
+
+
+class ServerStartError(TrtspecError):
+    """The server did not become ready; `log_tail` holds the last lines of its log."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+def read_manifest(repo: Path) -> dict:
+    path = Path(repo) / "trtspec-repo.json"
+    if not path.is_file():
+        raise TrtspecError(f"{repo}: no trtspec-repo.json (not a repository written by 'trtspec triton')")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TrtspecError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+# ---- cpu flavor: the bundled tritonserver -----------------------------------------------------------
+
+@dataclass
+class Bundle:
+    tritonserver: Path
+    backend_files: list[Path]  # libtriton_python.so, triton_python_backend_utils.py, the stub
+    libs: Path
+
+
+def find_bundle() -> Bundle:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TrtspecError("the bundled tritonserver needs the nvidia-pytriton wheel (pip install nvidia-pytriton==0.7.0)")
+    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+    pyver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    files = [root / "backends" / "python" / "libtriton_python.so",
+             root / "backends" / "python" / "triton_python_backend_utils.py",
+             root / "python_backend_stubs" / pyver / "triton_python_backend_stub"]
+    binary = root / "bin" / "tritonserver"
+    for f in [binary, *files]:
+        if not f.is_file():
+            raise TrtspecError(f"{f}: missing from the nvidia-pytriton wheel (Python {pyver} stub needed)")
+    return Bundle(binary, files, root.parent.parent / "nvidia_pytriton.libs")
+
+
+def server_env(bundle: Bundle) -> dict:
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    parts = [str(bundle.libs), libdir] + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else [])
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in parts if p)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def check_ports(ports: dict[str, int]) -> None:
+    if len(set(ports.values())) != len(ports):
+        raise TrtspecError(f"--http-port/--grpc-port/--metrics-port must differ, got {ports}")
+    for name, port in ports.items():
+        if not 0 < port < 65536:
+            raise TrtspecError(f"--{name}-port: {port} is not a TCP port")
+        if port_in_use(port):
+            raise TrtspecError(f"--{name}-port: {HOST}:{port} is already in use (another server running? "
+                               f"pick a free port with --{name}-port)")
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class CpuServer:
+    """A running bundled tritonserver serving one repository (start() waits for readiness)."""
+
+    def __init__(self, repo: Path, http_port: int | None = None, grpc_port: int | None = None,
+                 metrics_port: int | None = None, log_file: Path | None = None, extra_args: list[str] | None = None):
+        self.repo = Path(repo).resolve()
+        self.ports = {"http": http_port or DEFAULT_PORTS["http"], "grpc": grpc_port or DEFAULT_PORTS["grpc"],
+                      "metrics": metrics_port or DEFAULT_PORTS["metrics"]}
+        self.log_file = Path(log_file) if log_file else self.repo.parent / f"{self.repo.name}.tritonserver.log"
+        self.extra_args = list(extra_args or [])
+        self.proc: subprocess.Popen | None = None
+        self.workdir: Path | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{HOST}:{self.ports['grpc']}"
+
+    @property
+    def http_url(self) -> str:
+        return f"{HOST}:{self.ports['http']}"
+
+    def command(self, backend_dir: Path) -> list[str]:
+        return [str(self.bundle.tritonserver), f"--model-repository={self.repo}", f"--backend-directory={backend_dir}",
+                f"--http-address={HOST}", f"--http-port={self.ports['http']}",
+                f"--grpc-address={HOST}", f"--grpc-port={self.ports['grpc']}",
+                f"--metrics-address={HOST}", f"--metrics-port={self.ports['metrics']}",
+                "--allow-gpu-metrics=false", "--exit-on-error=true", "--strict-readiness=true",
+                f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *self.extra_args]
+
+    def start(self, timeout: float = 300.0) -> "CpuServer":
+        manifest = read_manifest(self.repo)
+        if manifest.get("flavor") != "cpu":
+            raise TrtspecError(f"{self.repo}: a {manifest.get('flavor')} repository; only the cpu flavor runs on "
+                               "the bundled tritonserver (the others print their container command)")
+        check_ports(self.ports)
+        self.bundle = find_bundle()
+        self.workdir = Path(tempfile.mkdtemp(prefix="trtspec-triton-"))
+        backend = self.workdir / "backends" / "python"
+        backend.mkdir(parents=True)
+        for f in self.bundle.backend_files:
+            shutil.copy2(f, backend / f.name)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_file, "wb")
+        try:
+            self.proc = subprocess.Popen(self.command(self.workdir / "backends"), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=server_env(self.bundle),
+                                         cwd=str(self.workdir), start_new_session=True)
+        finally:
+            log.close()
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerStartError(f"tritonserver exited with status {code} while loading {self.repo} "
+                                       f"(log: {self.log_file})", tail(self.log_file))
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerStartError(f"tritonserver was not ready after {timeout:.0f} s (log: {self.log_file})",
+                                       tail(self.log_file))
+            time.sleep(0.25)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = EXIT_TIMEOUT_S + KILL_GRACE_S) -> int | None:
+        """SIGTERM the server's process group, wait, then SIGKILL what is left. Returns the exit status."""
+        code = None
+        if self.proc is not None:
+            pgid = self.proc.pid  # start_new_session: the group id is the server's pid
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                code = self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(pgid, signal.SIGKILL)
+                code = self.proc.wait(timeout=10)
+            _reap_group(pgid)
+            self.proc = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        return code
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap_group(pgid: int, wait: float = 5.0) -> None:
+    """After the server exits, its stubs must go too: SIGKILL any member of the group still alive."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file: Path | None, echo) -> int:
+    """Foreground serving: start, report, wait for Ctrl-C / SIGTERM, stop cleanly."""
+    server = CpuServer(repo, ports.get("http"), ports.get("grpc"), ports.get("metrics"), log_file)
+    stop = {"signal": None}
+
+    def on_signal(signum, _frame):
+        stop["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start(timeout)
+        echo(f"ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {HOST}:{server.ports['metrics']} "
+             f"(log: {server.log_file}); Ctrl-C stops it")
+        while stop["signal"] is None and server.alive():
+            time.sleep(0.2)
+        if stop["signal"] is None:
+            code = server.proc.returncode if server.proc else None
+            log_tail = tail(server.log_file)
+            server.stop()
+            raise ServerStartError(f"tritonserver exited unexpectedly with status {code} (log: {server.log_file})",
+                                   log_tail)
+        echo(f"stopping (signal {stop['signal']})")
+        code = server.stop()
+        echo(f"stopped (tritonserver exit status {code})")
+        return 0
+    finally:
+        server.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# ---- trtllm / llmapi flavors: the container command -------------------------------------------------
+
+def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], image: str | None = None) -> list[str]:
+    repo = Path(repo).resolve()
+    launch = manifest["launch"]
+    p = {k: ports.get(k) or v for k, v in DEFAULT_PORTS.items()}
+    server = [CONTAINER_TRITONSERVER, f"--model-repository={repo}",
+              f"--http-address={HOST}", f"--http-port={p['http']}", f"--grpc-address={HOST}", f"--grpc-port={p['grpc']}",
+              f"--metrics-address={HOST}", f"--metrics-port={p['metrics']}", "--disable-auto-complete-config"]
+    docker = ["docker", "run", "--rm", "--gpus", "all", "--net", "host", "--ipc", "host",
+              "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "-v", f"{repo}:{repo}"]
+    for m in launch.get("mounts", []):
+        docker += ["-v", f"{m}:{m}:ro"]
+    if launch.get("orchestrator"):
+        for k, v in ORCHESTRATOR_ENV.items():
+            docker += ["-e", f"{k}={v}"]
+    docker.append(image or launch["container"])
+    if manifest.get("flavor") == "llmapi":
+        return docker + server
+    world = int(launch.get("world_size", 1))
+    cmd = ["mpirun", "--allow-run-as-root"]
+    for rank in range(world):
+        if rank:
+            cmd.append(":")
+        cmd += ["-n", "1", *server, f"--backend-config=python,shm-region-prefix-name={PYTHON_SHM_PREFIX.format(rank=rank)}"]
+        if rank:
+            cmd.append("--model-control-mode=explicit")
+            cmd += [f"--load-model={m}" for m in launch["trtllm_models"]]
+    return docker + cmd
+
+
+def check_llmapi_model_py(repo: Path, manifest: dict) -> None:
+    missing = [m for m in manifest["launch"]["trtllm_models"] if not (Path(repo) / m / "1" / "model.py").is_file()]
+    if missing:
+        raise TrtspecError(f"{Path(repo) / missing[0] / '1' / 'model.py'}: missing; copy {LLMAPI_MODEL_PY} from the "
+                           "TensorRT-LLM 1.2 sources into each tensorrt_llm_k*/1/ (see the repository README)")
+
+
+def run_container(cmd: list[str]) -> int:
+    if shutil.which(cmd[0]) is None:
+        raise TrtspecError(f"--exec: '{cmd[0]}' is not on PATH (run this on the GPU host, or drop --exec and copy the "
+                           "printed command)")
+    proc = subprocess.Popen(cmd, start_new_session=True)
+
+    def forward(signum, _frame):
+        _signal_group(proc.pid, signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def shell_join(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in cmd)

@@ -1,0 +1,255 @@
+"""Facts about the pinned Triton TensorRT-LLM backend, in one place (DESIGN.md "Pinned upstream").
+
+Pinned release: TensorRT-LLM 1.2.x (the last release line with `trtllm-build` engines), served by the
+Triton TensorRT-LLM backend that ships with it (`NVIDIA/TensorRT-LLM:triton_backend/`, container
+`nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3`, whose Dockerfile pins TENSORRTLLM_VER=1.2.1).
+
+Where the facts come from (reference/triton.md, read from upstream sources; no template text is
+copied into the project, only the names, types and shapes below):
+- `tensorrt_llm` inputs / outputs: the v0.19.0 template of `tensorrtllm_backend` (§1.2, §1.3) with
+  the 1.x changes listed in §0.1: `min_length` -> `min_tokens`, `random_seed` -> `seed`, new inputs
+  `return_num_input_tokens` / `return_num_output_tokens`, new outputs `num_input_tokens` /
+  `num_output_tokens`, and `prompt_embedding_table` typed by a placeholder (we fill it with the
+  engine dtype). Checked against the `triton_backend` template of TensorRT-LLM 1.x.
+  `prompt_ignore_length` (TRT-LLM PR #13633, 2026-04) is later than 1.2.1 and is not included.
+- Parameter keys and how the C++ backend parses each (`model_state.cc`, `model_instance_state.cc`,
+  §1.1): numbers and booleans go through `std::stoi` / `std::stof` / the True/False set inside a
+  `try`, so an empty string is the documented default; lists (`gpu_device_ids`,
+  `participant_ids`) are split on `;` with `std::getline`, so an empty string gives no entries
+  (= unset); `tokenizer_dir`, `guided_decoding_backend`, `xgrammar_tokenizer_info_path` must exist
+  as keys (read outside any `try`); `gpt_model_type` must be a valid batching type;
+  `eagle_choices` / `medusa_choices` are parsed by `csvStrToVecVecInt`, which accepts only the
+  brace form `{0},{0,1}` (§3.5).
+
+`tests/test_triton_facts.py` cross-checks these tables against the v0.19.0 reference templates
+when `/work/shared/reference/upstream-triton` is present (and skips otherwise); nothing here reads
+that directory at run time.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+TRTLLM_VERSION_LABEL = "1.2.x"
+TRITON_CONTAINER = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+BACKEND = "tensorrtllm"
+
+# The stock tritonserver inside that container and the executor worker the backend spawns in
+# orchestrator mode (a literal absolute path in the upstream template).
+CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+EXECUTOR_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+
+
+class Tensor(NamedTuple):
+    name: str
+    data_type: str  # a model_config_pb2.DataType name
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None  # `reshape: { shape: [ ] }` is ()
+    optional: bool = False
+    ragged: bool = False  # allow_ragged_batch
+
+
+def _scalar(name: str, dtype: str, optional: bool = True) -> Tensor:
+    """The common `dims: [ 1 ]`, `reshape: { shape: [ ] }` request scalar."""
+    return Tensor(name, dtype, (1,), (), optional)
+
+
+# Placeholders for data types that the generator fills per deployment.
+LOGITS_DTYPE = "${logits_datatype}"
+ENCODER_FEATURES_DTYPE = "${encoder_input_features_data_type}"
+PROMPT_TABLE_DTYPE = "${prompt_embedding_table_data_type}"
+
+# `tensorrt_llm` inputs of the pinned release, in template order.
+TENSORRT_LLM_INPUTS: tuple[Tensor, ...] = (
+    Tensor("input_ids", "TYPE_INT32", (-1,), None, True, True),
+    Tensor("encoder_input_features", ENCODER_FEATURES_DTYPE, (-1, -1), None, True, True),
+    _scalar("encoder_output_lengths", "TYPE_INT32"),
+    _scalar("input_lengths", "TYPE_INT32", optional=False),
+    _scalar("request_output_len", "TYPE_INT32", optional=False),
+    _scalar("num_return_sequences", "TYPE_INT32"),
+    Tensor("draft_input_ids", "TYPE_INT32", (-1,), None, True, True),
+    Tensor("decoder_input_ids", "TYPE_INT32", (-1,), None, True, True),
+    _scalar("decoder_input_lengths", "TYPE_INT32"),
+    Tensor("draft_logits", LOGITS_DTYPE, (-1, -1), None, True, True),
+    _scalar("draft_acceptance_threshold", "TYPE_FP32"),
+    _scalar("end_id", "TYPE_INT32"),
+    _scalar("pad_id", "TYPE_INT32"),
+    Tensor("stop_words_list", "TYPE_INT32", (2, -1), None, True, True),
+    Tensor("bad_words_list", "TYPE_INT32", (2, -1), None, True, True),
+    Tensor("embedding_bias", "TYPE_FP32", (-1,), None, True, True),
+    _scalar("beam_width", "TYPE_INT32"),
+    _scalar("temperature", "TYPE_FP32"),
+    _scalar("runtime_top_k", "TYPE_INT32"),
+    _scalar("runtime_top_p", "TYPE_FP32"),
+    _scalar("runtime_top_p_min", "TYPE_FP32"),
+    _scalar("runtime_top_p_decay", "TYPE_FP32"),
+    _scalar("runtime_top_p_reset_ids", "TYPE_INT32"),
+    _scalar("len_penalty", "TYPE_FP32"),
+    _scalar("early_stopping", "TYPE_BOOL"),
+    _scalar("repetition_penalty", "TYPE_FP32"),
+    _scalar("min_tokens", "TYPE_INT32"),
+    _scalar("beam_search_diversity_rate", "TYPE_FP32"),
+    _scalar("presence_penalty", "TYPE_FP32"),
+    _scalar("frequency_penalty", "TYPE_FP32"),
+    _scalar("seed", "TYPE_UINT64"),
+    _scalar("return_log_probs", "TYPE_BOOL"),
+    _scalar("return_context_logits", "TYPE_BOOL"),
+    _scalar("return_generation_logits", "TYPE_BOOL"),
+    _scalar("return_perf_metrics", "TYPE_BOOL"),
+    _scalar("return_num_input_tokens", "TYPE_BOOL"),
+    _scalar("return_num_output_tokens", "TYPE_BOOL"),
+    _scalar("exclude_input_in_output", "TYPE_BOOL"),
+    _scalar("stop", "TYPE_BOOL"),
+    _scalar("streaming", "TYPE_BOOL"),
+    Tensor("prompt_embedding_table", PROMPT_TABLE_DTYPE, (-1, -1), None, True, True),
+    Tensor("prompt_table_extra_ids", "TYPE_UINT64", (-1,), None, True, True),
+    _scalar("prompt_vocab_size", "TYPE_INT32"),
+    Tensor("cross_attention_mask", "TYPE_BOOL", (-1, -1), None, True, True),
+    Tensor("mrope_rotary_cos_sin", "TYPE_FP32", (-1,), None, True),
+    Tensor("mrope_position_deltas", "TYPE_INT64", (1,), None, True),
+    _scalar("lora_task_id", "TYPE_UINT64"),
+    Tensor("lora_weights", "TYPE_FP16", (-1, -1), None, True, True),
+    Tensor("lora_config", "TYPE_INT32", (-1, 3), None, True, True),
+    Tensor("context_phase_params", "TYPE_UINT8", (-1,), None, True, True),
+    Tensor("skip_cross_attn_blocks", "TYPE_BOOL", (1,), None, True, True),
+    Tensor("retention_token_range_starts", "TYPE_INT32", (-1,), None, True, True),
+    Tensor("retention_token_range_ends", "TYPE_INT32", (-1,), None, True, True),
+    Tensor("retention_token_range_priorities", "TYPE_INT32", (-1,), None, True, True),
+    Tensor("retention_token_range_durations_ms", "TYPE_INT32", (-1,), None, True, True),
+    Tensor("retention_decode_priority", "TYPE_INT32", (1,), None, True, True),
+    Tensor("retention_decode_duration_ms", "TYPE_INT32", (1,), None, True, True),
+    Tensor("guided_decoding_guide_type", "TYPE_STRING", (1,), None, True, True),
+    Tensor("guided_decoding_guide", "TYPE_STRING", (1,), None, True, True),
+    Tensor("lookahead_window_size", "TYPE_INT32", (1,), None, True, True),
+    Tensor("lookahead_ngram_size", "TYPE_INT32", (1,), None, True, True),
+    Tensor("lookahead_verification_set_size", "TYPE_INT32", (1,), None, True, True),
+)
+
+TENSORRT_LLM_OUTPUTS: tuple[Tensor, ...] = (
+    Tensor("output_ids", "TYPE_INT32", (-1, -1)),
+    Tensor("sequence_length", "TYPE_INT32", (-1,)),
+    Tensor("cum_log_probs", "TYPE_FP32", (-1,)),
+    Tensor("output_log_probs", "TYPE_FP32", (-1, -1)),
+    Tensor("context_logits", LOGITS_DTYPE, (-1, -1)),
+    Tensor("generation_logits", LOGITS_DTYPE, (-1, -1, -1)),
+    Tensor("batch_index", "TYPE_INT32", (1,)),
+    Tensor("sequence_index", "TYPE_INT32", (1,)),
+    Tensor("context_phase_params", "TYPE_UINT8", (-1,)),
+    Tensor("kv_cache_alloc_new_blocks", "TYPE_INT32", (1,)),
+    Tensor("kv_cache_reused_blocks", "TYPE_INT32", (1,)),
+    Tensor("kv_cache_alloc_total_blocks", "TYPE_INT32", (1,)),
+    Tensor("arrival_time_ns", "TYPE_INT64", (1,)),
+    Tensor("first_scheduled_time_ns", "TYPE_INT64", (1,)),
+    Tensor("first_token_time_ns", "TYPE_INT64", (1,)),
+    Tensor("last_token_time_ns", "TYPE_INT64", (1,)),
+    Tensor("acceptance_rate", "TYPE_FP32", (1,)),
+    Tensor("total_accepted_draft_tokens", "TYPE_INT32", (1,)),
+    Tensor("total_draft_tokens", "TYPE_INT32", (1,)),
+    Tensor("num_input_tokens", "TYPE_INT32", (1,)),
+    Tensor("num_output_tokens", "TYPE_INT32", (1,)),
+)
+
+# Parameter keys of `tensorrt_llm`, in template order. `enable_trt_overlap` is commented out in
+# some 1.x revisions and active in others; the C++ backend reads it inside a `try` either way, so
+# we always write it (false).
+TENSORRT_LLM_PARAMETERS: tuple[str, ...] = (
+    "max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type", "gpt_model_path", "encoder_model_path",
+    "max_tokens_in_paged_kv_cache", "max_attention_window_size", "sink_token_length", "batch_scheduler_policy",
+    "kv_cache_free_gpu_mem_fraction", "cross_kv_cache_fraction", "kv_cache_host_memory_bytes",
+    "kv_cache_onboard_blocks", "enable_trt_overlap", "exclude_input_in_output", "cancellation_check_period_ms",
+    "stats_check_period_ms", "iter_stats_max_iterations", "request_stats_max_iterations", "enable_kv_cache_reuse",
+    "normalize_log_probs", "enable_chunked_context", "gpu_device_ids", "participant_ids", "num_nodes",
+    "lora_cache_optimal_adapter_size", "lora_cache_max_adapter_size", "lora_cache_gpu_memory_fraction",
+    "lora_cache_host_memory_bytes", "lora_prefetch_dir", "decoding_mode", "executor_worker_path",
+    "lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size", "medusa_choices",
+    "eagle_choices", "gpu_weights_percent", "enable_context_fmha_fp32_acc", "multi_block_mode", "cuda_graph_mode",
+    "cuda_graph_cache_size", "speculative_decoding_fast_logits", "tokenizer_dir", "guided_decoding_backend",
+    "xgrammar_tokenizer_info_path",
+)
+
+# How the C++ backend reads each key (for the validator): kind, and whether "" means "use the default".
+PARAM_KIND: dict[str, str] = {
+    "max_beam_width": "int", "FORCE_CPU_ONLY_INPUT_TENSORS": "str", "gpt_model_type": "batching",
+    "gpt_model_path": "path", "encoder_model_path": "optional_path", "max_tokens_in_paged_kv_cache": "int",
+    "max_attention_window_size": "int_list", "sink_token_length": "int", "batch_scheduler_policy": "policy",
+    "kv_cache_free_gpu_mem_fraction": "fraction", "cross_kv_cache_fraction": "fraction",
+    "kv_cache_host_memory_bytes": "int", "kv_cache_onboard_blocks": "bool", "enable_trt_overlap": "bool",
+    "exclude_input_in_output": "bool", "cancellation_check_period_ms": "int", "stats_check_period_ms": "int",
+    "iter_stats_max_iterations": "int", "request_stats_max_iterations": "int", "enable_kv_cache_reuse": "bool",
+    "normalize_log_probs": "bool", "enable_chunked_context": "bool", "gpu_device_ids": "id_lists",
+    "participant_ids": "id_lists", "num_nodes": "int", "lora_cache_optimal_adapter_size": "int",
+    "lora_cache_max_adapter_size": "int", "lora_cache_gpu_memory_fraction": "fraction",
+    "lora_cache_host_memory_bytes": "int", "lora_prefetch_dir": "optional_path", "decoding_mode": "decoding_mode",
+    "executor_worker_path": "str", "lookahead_window_size": "int", "lookahead_ngram_size": "int",
+    "lookahead_verification_set_size": "int", "medusa_choices": "choices", "eagle_choices": "choices",
+    "gpu_weights_percent": "fraction", "enable_context_fmha_fp32_acc": "bool", "multi_block_mode": "bool",
+    "cuda_graph_mode": "bool", "cuda_graph_cache_size": "int", "speculative_decoding_fast_logits": "bool",
+    "tokenizer_dir": "str", "guided_decoding_backend": "guided_backend", "xgrammar_tokenizer_info_path": "str",
+}
+# Read outside any try/catch: the key must exist (an empty value is fine).
+REQUIRED_PARAMETER_KEYS = ("gpt_model_type", "tokenizer_dir", "guided_decoding_backend",
+                           "xgrammar_tokenizer_info_path")
+BATCHING_TYPES = ("V1", "v1", "inflight_batching", "inflight_fused_batching")
+SCHEDULER_POLICIES = ("max_utilization", "guaranteed_no_evict")
+DECODING_MODES = ("top_k", "top_p", "top_k_top_p", "beam_search", "medusa", "redrafter", "lookahead", "eagle")
+BOOL_STRINGS = ("True", "true", "TRUE", "1", "False", "false", "FALSE", "0")
+TRUE_STRINGS = ("True", "true", "TRUE", "1")
+# Structural placeholders of the template (protobuf fields, must be filled for the file to parse).
+STRUCTURAL_PLACEHOLDERS = ("triton_backend", "triton_max_batch_size", "decoupled_mode",
+                           "max_queue_delay_microseconds", "max_queue_size", "encoder_input_features_data_type",
+                           "logits_datatype", "prompt_embedding_table_data_type")
+
+# Differences between the v0.19.0 reference templates and the pinned 1.x release (for the
+# cross-check test; §0.1 of the reference).
+RENAMED_SINCE_V0_19 = {"min_length": "min_tokens", "random_seed": "seed"}
+INPUTS_ADDED_SINCE_V0_19 = ("return_num_input_tokens", "return_num_output_tokens")
+OUTPUTS_ADDED_SINCE_V0_19 = ("num_input_tokens", "num_output_tokens")
+PARAMETERS_ADDED_SINCE_V0_19 = ("enable_trt_overlap",)  # commented out in v0.19.0
+DTYPE_PLACEHOLDERS_ADDED_SINCE_V0_19 = {"prompt_embedding_table": PROMPT_TABLE_DTYPE}  # TYPE_FP16 in v0.19.0
+
+# Engine dtype (config.json) -> Triton data type, for the prompt-table placeholder.
+ENGINE_DTYPE_TO_TRITON = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32"}
+
+# ---- llmapi (PyTorch / LLM API backend: all_models/llmapi/tensorrt_llm) --------------------------
+# config.pbtxt: `backend: "python"`, no max_batch_size (the model.yaml `triton_config` decides),
+# inputs `text_input` + `sampling_param_*`; model.py (shipped by TensorRT-LLM, not by us) builds
+# `LLM(**model.yaml minus triton_config)`.
+LLMAPI_INPUTS: tuple[Tensor, ...] = (
+    Tensor("text_input", "TYPE_STRING", (-1,)),
+    Tensor("streaming", "TYPE_BOOL", (1,), None, True),
+    Tensor("sampling_param_beam_width", "TYPE_INT32", (1,), None, True),
+    Tensor("sampling_param_temperature", "TYPE_FP32", (1,), None, True),
+    Tensor("sampling_param_top_k", "TYPE_INT32", (1,), None, True),
+    Tensor("sampling_param_top_p", "TYPE_FP32", (1,), None, True),
+    Tensor("sampling_param_frequency_penalty", "TYPE_FP32", (1,), None, True),
+    Tensor("sampling_param_presence_penalty", "TYPE_FP32", (1,), None, True),
+    Tensor("sampling_param_max_tokens", "TYPE_INT32", (1,), None, True),
+    Tensor("sampling_param_stop", "TYPE_STRING", (-1,), None, True),
+    Tensor("sampling_param_seed", "TYPE_UINT64", (1,), None, True),
+    Tensor("sampling_param_exclude_input_from_output", "TYPE_BOOL", (1,), None, True),
+    Tensor("return_finish_reason", "TYPE_BOOL", (1,), None, True),
+    Tensor("return_stop_reason", "TYPE_BOOL", (1,), None, True),
+    Tensor("return_cumulative_logprob", "TYPE_BOOL", (1,), None, True),
+)
+LLMAPI_OUTPUTS: tuple[Tensor, ...] = (
+    Tensor("text_output", "TYPE_STRING", (-1,)),
+    Tensor("finish_reason", "TYPE_STRING", (-1,)),
+    Tensor("stop_reason", "TYPE_STRING", (-1,)),
+    Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
+)
+# model.yaml: keys map to `LLM()` arguments; `speculative_config` is a *DecodingConfig mapping.
+# TensorRT-LLM 1.2: `Eagle3DecodingConfig` / `DraftTargetDecodingConfig` take `max_draft_len` and
+# `speculative_model_dir` (renamed `speculative_model` after 1.2).
+LLMAPI_MODEL_FILE = "model.yaml"
+LLMAPI_DECODING_EAGLE3 = "Eagle3"
+LLMAPI_DECODING_DRAFT_TARGET = "DraftTarget"
+LLMAPI_SPEC_MODEL_KEY = "speculative_model_dir"
+LLMAPI_MODEL_PY = "triton_backend/all_models/llmapi/tensorrt_llm/1/model.py"  # in the TensorRT-LLM 1.2 sources
+
+# ---- launching (reference §6.2) -----------------------------------------------------------------
+# `scripts/launch_triton_server.py` leader mode: one tritonserver per MPI rank (world size = TP x PP of
+# the engine); ranks != 0 load only the TensorRT-LLM models. Orchestrator mode (TRTLLM_ORCHESTRATOR=1)
+# is needed to serve several TensorRT-LLM models from one server (draft + target, or several EAGLE
+# profiles): one tritonserver, world size 1, the backend spawns its executor workers.
+ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1"}
+PYTHON_SHM_PREFIX = "prefix{rank}_"

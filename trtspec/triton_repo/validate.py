@@ -1,0 +1,373 @@
+"""`trtspec triton --check REPO`: is this repository servable as generated?
+
+Checks, each reported as one line naming the model, file and field:
+1. every `*/config.pbtxt` parses with Triton's protobuf (`model_config_pb2`), its `name` equals its
+   directory, names are safe (contracts.MODEL_NAME_RE), version `1/` exists, python models have
+   `1/model.py` (llmapi models: TensorRT-LLM's own model.py is copied in at launch, see the README);
+2. no `${...}` placeholder anywhere in a config;
+3. `tensorrt_llm*` on the C++ backend matches the pinned template exactly (every input and output
+   with its data type, dims, reshape, optional and ragged flags; every parameter key), parameter
+   values parse the way the C++ backend parses them, and gpt_model_path exists; cpu-flavor
+   `tensorrt_llm*` carry a subset of those tensors, unchanged; llmapi models carry the llmapi
+   template's tensors;
+4. wiring: for every BLS call recorded in trtspec-repo.json, the callee has each input sent with
+   the dtype and dims of the tensor it comes from, every required input of the callee is sent, the
+   outputs read exist, and the call's decoupled mode matches the callee's transaction policy;
+   streaming models (generate, spec_decode, tensorrt_llm*) are decoupled;
+5. limits: every num_draft_tokens of the routing (generate's `routing` parameter) is within the
+   target engine's max_draft_len (from its config.json) and spec_decode's max_draft_len; every
+   EAGLE profile's eagle_choices (brace syntax) fits the engine's max_draft_len, num_eagle_layers
+   and max_non_leaves_per_layer, and the routing's models exist;
+6. paths: engine / checkpoint directories and tokenizer directories named by the configs exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ..errors import TrtspecError
+from . import contracts as c
+from .configs import parse_text, params, tensor_of
+from .routing import parse_braces, tree_problems
+from .upstream_facts import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_OUTPUTS,
+                             PARAM_KIND, SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS,
+                             TENSORRT_LLM_PARAMETERS, Tensor)
+
+MANIFEST = "trtspec-repo.json"
+PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
+STREAMING_KINDS = ("generate", "spec_decode", "tensorrtllm", "cpu_llm")
+
+
+def _same(a: Tensor, b: Tensor, *, ragged: bool = True) -> bool:
+    if not ragged:
+        a, b = a._replace(ragged=False), b._replace(ragged=False)
+    return a == b
+
+
+def _filled(t: Tensor, actual: Tensor) -> bool:
+    """Template tensor (possibly with a ${...} dtype) vs a parsed one: a placeholder matches any dtype."""
+    if t.data_type.startswith("$"):
+        t = t._replace(data_type=actual.data_type)
+    return _same(t, actual)
+
+
+def check_repository(repo: Path) -> list[str]:
+    """All problems found (empty: valid). Raises TrtspecError only when `repo` is not a directory."""
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise TrtspecError(f"{repo}: repository directory not found")
+    probs: list[str] = []
+    manifest = {}
+    mpath = repo / MANIFEST
+    if mpath.is_file():
+        try:
+            manifest = json.loads(mpath.read_text())
+        except json.JSONDecodeError as e:
+            probs.append(f"{mpath}: not valid JSON ({e.msg} at line {e.lineno})")
+    else:
+        probs.append(f"{mpath}: missing (not a trtspec repository?)")
+    kinds = {name: m.get("kind") for name, m in (manifest.get("models") or {}).items()}
+    configs = {}
+    for d in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        cfg_path = d / "config.pbtxt"
+        if not cfg_path.is_file():
+            probs.append(f"{d}: a directory without config.pbtxt (Triton would try to load it as a model)")
+            continue
+        text = cfg_path.read_text(encoding="utf-8")
+        hit = PLACEHOLDER.search(text)
+        if hit:
+            line = text[:hit.start()].count("\n") + 1
+            probs.append(f"{cfg_path}:{line}: unfilled placeholder {hit.group(0)}")
+        try:
+            cfg = parse_text(text, str(cfg_path))
+        except TrtspecError as e:
+            probs.append(str(e))
+            continue
+        if cfg.name != d.name:
+            probs.append(f"{cfg_path}: name '{cfg.name}' differs from its directory '{d.name}'")
+        if not c.MODEL_NAME_RE.match(d.name):
+            probs.append(f"{d}: model name '{d.name}' is not safe (expected {c.MODEL_NAME_RE.pattern})")
+        if not (d / "1").is_dir():
+            probs.append(f"{d}: version directory 1/ missing")
+        kind = kinds.get(d.name)
+        if kind is None:
+            probs.append(f"{d}: not listed in {MANIFEST}")
+        if cfg.backend == "python" and kind != "llmapi" and not (d / "1" / "model.py").is_file():
+            probs.append(f"{d / '1' / 'model.py'}: missing (python backend)")
+        configs[d.name] = cfg
+    for name in kinds:
+        if name not in configs:
+            probs.append(f"{repo / name}: listed in {MANIFEST} but missing")
+    for name, cfg in configs.items():
+        kind = kinds.get(name)
+        where = f"{repo / name / 'config.pbtxt'}"
+        if kind in STREAMING_KINDS and not cfg.model_transaction_policy.decoupled:
+            probs.append(f"{where}: model_transaction_policy.decoupled must be true (this model streams)")
+        if kind == "tensorrtllm":
+            probs += _check_tensorrtllm(cfg, where)
+        elif kind == "cpu_llm":
+            probs += _check_subset(cfg, where)
+            probs += _paths(cfg, where, ("checkpoint_dir",))
+        elif kind == "llmapi":
+            probs += _check_llmapi(cfg, where, repo / name)
+        elif kind in ("preprocessing", "postprocessing"):
+            probs += _paths(cfg, where, ("tokenizer_dir",))
+        elif kind == "spec_decode":
+            p = params(cfg)
+            keys = ("target_checkpoint", "draft_checkpoint") if p.get("engine") == "trtspec.runtime" else ()
+            probs += _paths(cfg, where, keys)
+    probs += _check_wiring(manifest, configs)
+    probs += _check_limits(repo, configs, kinds)
+    return probs
+
+
+def _paths(cfg, where: str, keys) -> list[str]:
+    p = params(cfg)
+    return [f"{where}: parameter {k} = '{p.get(k)}': directory not found" for k in keys
+            if not p.get(k) or not Path(p[k]).is_dir()]
+
+
+def _check_tensorrtllm(cfg, where: str) -> list[str]:
+    probs = []
+    got_in = [tensor_of(t) for t in cfg.input]
+    got_out = [tensor_of(t) for t in cfg.output]
+    for label, want, got in (("input", TENSORRT_LLM_INPUTS, got_in), ("output", TENSORRT_LLM_OUTPUTS, got_out)):
+        by = {t.name: t for t in got}
+        for t in want:
+            if t.name not in by:
+                probs.append(f"{where}: {label} '{t.name}' of the pinned tensorrt_llm template is missing")
+            elif not _filled(t, by[t.name]):
+                probs.append(f"{where}: {label} '{t.name}' is {by[t.name]}, the pinned template has {t}")
+        extra = sorted(set(by) - {t.name for t in want})
+        if extra:
+            probs.append(f"{where}: {label} '{extra[0]}' is not in the pinned tensorrt_llm template")
+    logits = {t.data_type for t in got_out if t.name in ("context_logits", "generation_logits")}
+    logits |= {t.data_type for t in got_in if t.name == "draft_logits"}
+    if len(logits) > 1:
+        probs.append(f"{where}: context_logits / generation_logits / draft_logits disagree on the logits data type")
+    p = params(cfg)
+    missing = [k for k in TENSORRT_LLM_PARAMETERS if k not in p]
+    if missing:
+        probs.append(f"{where}: parameter '{missing[0]}' of the pinned template is missing")
+    extra = sorted(set(p) - set(TENSORRT_LLM_PARAMETERS))
+    if extra:
+        probs.append(f"{where}: parameter '{extra[0]}' is not a key of the pinned template")
+    for k, v in p.items():
+        err = _param_problem(PARAM_KIND.get(k, "str"), v)
+        if err:
+            probs.append(f"{where}: parameter {k} = {v!r}: {err}")
+    if cfg.backend != "tensorrtllm":
+        probs.append(f"{where}: backend '{cfg.backend}', expected 'tensorrtllm'")
+    return probs
+
+
+def _param_problem(kind: str, v: str) -> str | None:
+    if kind == "batching":
+        return None if v in BATCHING_TYPES else f"expected one of {', '.join(BATCHING_TYPES)}"
+    if kind == "path":
+        return None if v and Path(v).is_dir() else "directory not found"
+    if v == "":
+        return None  # the backend's documented "unset" for every other kind
+    if kind == "int":
+        return None if re.fullmatch(r"-?\d+", v) else "expected an integer"
+    if kind == "bool":
+        return None if v in BOOL_STRINGS else f"expected one of {', '.join(BOOL_STRINGS)}"
+    if kind == "fraction":
+        try:
+            return None if 0.0 <= float(v) <= 1.0 else "expected a number in [0, 1]"
+        except ValueError:
+            return "expected a number"
+    if kind == "policy":
+        return None if v in SCHEDULER_POLICIES else f"expected one of {', '.join(SCHEDULER_POLICIES)}"
+    if kind == "decoding_mode":
+        return None if v in DECODING_MODES else f"expected one of {', '.join(DECODING_MODES)}"
+    if kind == "choices":
+        try:
+            parse_braces(v)
+            return None
+        except ValueError as e:
+            return str(e)
+    if kind in ("id_lists", "int_list"):
+        return None if re.fullmatch(r"\d+(\s*,\s*\d+)*(\s*;\s*\d+(\s*,\s*\d+)*)*", v) else "expected '0,1' or '0,1;2,3'"
+    if kind == "optional_path":
+        return None if Path(v).exists() else "path not found"
+    if kind == "guided_backend":
+        return None if v == "xgrammar" else "expected 'xgrammar' or empty"
+    return None
+
+
+def _check_subset(cfg, where: str) -> list[str]:
+    probs = []
+    for label, table, msgs in (("input", TENSORRT_LLM_INPUTS, cfg.input), ("output", TENSORRT_LLM_OUTPUTS, cfg.output)):
+        by = {t.name: t for t in table}
+        for m in msgs:
+            t = tensor_of(m)
+            if t.name not in by:
+                probs.append(f"{where}: {label} '{t.name}' is not a tensorrt_llm tensor")
+            elif not _filled(by[t.name], t):
+                probs.append(f"{where}: {label} '{t.name}' is {t}, tensorrt_llm has {by[t.name]}")
+    choices = params(cfg).get("eagle_choices", "")
+    if choices:
+        try:
+            parse_braces(choices)
+        except ValueError as e:
+            probs.append(f"{where}: parameter eagle_choices: {e}")
+    return probs
+
+
+def _check_llmapi(cfg, where: str, model_dir: Path) -> list[str]:
+    probs = []
+    got_in, got_out = [tensor_of(t) for t in cfg.input], [tensor_of(t) for t in cfg.output]
+    if got_in != list(LLMAPI_INPUTS) or got_out != list(LLMAPI_OUTPUTS):
+        probs.append(f"{where}: inputs/outputs differ from the llmapi template")
+    y = model_dir / "1" / "model.yaml"
+    if not y.is_file():
+        probs.append(f"{y}: missing")
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(y.read_text())
+        except yaml.YAMLError as e:
+            return probs + [f"{y}: not valid YAML ({e})"]
+        if not isinstance(data, dict) or "model" not in data:
+            probs.append(f"{y}: expected a mapping with 'model'")
+        else:
+            spec = data.get("speculative_config")
+            if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("max_draft_len"), int)):
+                probs.append(f"{y}: speculative_config.max_draft_len must be an integer")
+            tc = data.get("triton_config") or {}
+            if bool(tc.get("decoupled")) != bool(cfg.model_transaction_policy.decoupled):
+                probs.append(f"{y}: triton_config.decoupled disagrees with config.pbtxt")
+    return probs
+
+
+def _source_tensor(source: str, configs: dict) -> Tensor | str:
+    """The tensor a `sends` entry refers to, or an error string."""
+    if source.startswith("const:"):
+        _, dtype, dims = source.split(":", 2)
+        return Tensor("const", dtype, tuple(int(x) for x in dims.split(",")))
+    try:
+        model, side, name = source.split(".", 2)
+    except ValueError:
+        return f"bad source '{source}'"
+    cfg = configs.get(model)
+    if cfg is None:
+        return f"source model '{model}' not found"
+    for m in (cfg.input if side == "input" else cfg.output):
+        if m.name == name:
+            return tensor_of(m)
+    return f"{model} has no {side} '{name}'"
+
+
+def _check_wiring(manifest: dict, configs: dict) -> list[str]:
+    probs = []
+    for call in manifest.get("calls") or []:
+        caller, callee = call.get("caller"), call.get("callee")
+        where = f"call {caller} -> {callee}"
+        cfg = configs.get(callee)
+        if cfg is None:
+            probs.append(f"{where}: model '{callee}' not found")
+            continue
+        if bool(call.get("decoupled")) != bool(cfg.model_transaction_policy.decoupled):
+            probs.append(f"{where}: called with decoupled={bool(call.get('decoupled'))} but {callee} has "
+                         f"decoupled: {str(cfg.model_transaction_policy.decoupled).lower()}")
+        inputs = {m.name: tensor_of(m) for m in cfg.input}
+        sends = call.get("sends") or {}
+        for name, source in sends.items():
+            t = inputs.get(name)
+            if t is None:
+                probs.append(f"{where}: {callee} has no input '{name}'")
+                continue
+            s = _source_tensor(source, configs)
+            if isinstance(s, str):
+                probs.append(f"{where}: input '{name}': {s}")
+            elif s.data_type != t.data_type or tuple(s.dims) != tuple(t.dims):
+                probs.append(f"{where}: input '{name}' is {t.data_type} {list(t.dims)} but receives {source} "
+                             f"({s.data_type} {list(s.dims)})")
+        for name, t in inputs.items():
+            if not t.optional and name not in sends:
+                probs.append(f"{where}: required input '{name}' of {callee} is never sent")
+        outs = {m.name for m in cfg.output}
+        for name in call.get("reads") or []:
+            if name not in outs:
+                probs.append(f"{where}: {callee} has no output '{name}'")
+    return probs
+
+
+def _engine_limits(cfg) -> dict | None:
+    """max_draft_len and EAGLE limits of the engine / checkpoint a tensorrt_llm* model serves."""
+    p = params(cfg)
+    path = p.get("gpt_model_path") or p.get("checkpoint_dir")
+    f = Path(path) / "config.json" if path else None
+    if f is None or not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text())
+    except json.JSONDecodeError:
+        return None
+    pre = data.get("pretrained_config", data)
+    build = data.get("build_config") or {}
+    return {"path": str(f), "max_draft_len": int(build.get("max_draft_len") or pre.get("max_draft_len") or 0),
+            "num_eagle_layers": pre.get("num_eagle_layers"),
+            "max_non_leaves": pre.get("max_non_leaves_per_layer"),
+            "engine": "build_config" in data}
+
+
+def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
+    probs = []
+    gen = configs.get(c.GENERATE)
+    if gen is None:
+        return [f"{repo / c.GENERATE}: the front model is missing"]
+    where = f"{repo / c.GENERATE / 'config.pbtxt'}"
+    try:
+        routing = json.loads(params(gen).get("routing", ""))
+    except json.JSONDecodeError as e:
+        return [f"{where}: parameter routing is not JSON ({e.msg})"]
+    mode = routing.get("mode")
+    if mode == "draft-target":
+        ks = [(w, b["num_draft_tokens"]) for w, bands in routing["workloads"].items() for b in bands]
+        ks += [("(default)", b["num_draft_tokens"]) for b in routing["default"]["bands"]]
+        spec = configs.get(c.SPEC_DECODE)
+        spec_limit = int(params(spec).get("max_draft_len") or 0) if spec is not None else 0
+        target = configs.get(c.TENSORRT_LLM)
+        lim = _engine_limits(target) if target is not None and kinds.get(c.TENSORRT_LLM) == "tensorrtllm" else None
+        for w, k in ks:
+            if k < 0:
+                probs.append(f"{where}: routing: workload '{w}' has num_draft_tokens {k} < 0")
+            if spec_limit and k > spec_limit:
+                probs.append(f"{where}: routing: workload '{w}' num_draft_tokens {k} > spec_decode max_draft_len "
+                             f"{spec_limit}")
+            if lim is not None and k > lim["max_draft_len"]:
+                probs.append(f"{where}: routing: workload '{w}' num_draft_tokens {k} > the target engine's "
+                             f"max_draft_len {lim['max_draft_len']} ({lim['path']})")
+        if lim is not None and not lim["engine"]:
+            probs.append(f"{lim['path']}: not an engine config (tensorrt_llm needs an engine directory)")
+    elif mode == "eagle":
+        names = {e["model"] for e in [*routing.get("workloads", {}).values(), routing.get("default", {})]}
+        for name in sorted(names):
+            cfg = configs.get(name)
+            if cfg is None:
+                probs.append(f"{where}: routing names model '{name}', which is not in the repository")
+                continue
+            text = params(cfg).get("eagle_choices", "")
+            mwhere = f"{repo / name / 'config.pbtxt'}"
+            try:
+                choices = parse_braces(text)
+            except ValueError as e:
+                probs.append(f"{mwhere}: eagle_choices: {e}")
+                continue
+            lim = _engine_limits(cfg)
+            if lim is None:
+                continue
+            for pr in tree_problems(choices, lim["max_draft_len"], lim["num_eagle_layers"], lim["max_non_leaves"]):
+                probs.append(f"{mwhere}: eagle_choices: {pr} ({lim['path']})")
+    elif mode == "llmapi":
+        for e in [*routing.get("workloads", {}).values(), routing.get("default", {})]:
+            if e.get("model") not in configs:
+                probs.append(f"{where}: routing names model '{e.get('model')}', which is not in the repository")
+    else:
+        probs.append(f"{where}: routing mode {mode!r} is not draft-target, eagle or llmapi")
+    return probs
