@@ -33,6 +33,14 @@ def quantize_command(
     num_eagle_layers: int = typer.Option(upstream.EAGLE_DEFAULT_NUM_LAYERS, help="EAGLE: tree depth."),
     max_non_leaves: int = typer.Option(upstream.EAGLE_DEFAULT_MAX_NON_LEAVES, help="EAGLE: non-leaf nodes per level."),
     allow_pickle: bool = typer.Option(False, help="Allow a pytorch_model.bin EAGLE head (weights_only=True)."),
+    report: bool = typer.Option(True, "--report/--no-report",
+                                help="Write a quality report (vs the unquantized model) into OUT/quant_report."),
+    report_workloads: str = typer.Option("chat=mt-bench", "--report-workloads",
+                                         help="Workloads of the report (held-out prompts: calibration ids excluded)."),
+    report_samples: int = typer.Option(4, "--report-samples", help="Report prompts per workload (kept small: "
+                                       "the report re-runs both models on the CPU)."),
+    report_max_new_tokens: int = typer.Option(32, "--report-max-new-tokens",
+                                              help="Reference continuation length per report prompt."),
 ):
     """Quantize with ModelOpt (calibrated on workload prompts) into a TensorRT-LLM 1.2 checkpoint."""
     from .quantize import CalibOptions, quantize_eagle, quantize_hf, quantize_pair
@@ -41,6 +49,8 @@ def quantize_command(
         raise TrtspecError("--eagle and --draft are mutually exclusive")
     if draft_format != "same" and not draft:
         raise TrtspecError("--draft-format applies to a draft-target pair; give --draft too")
+    if report and report_samples < 1:
+        raise TrtspecError(f"--report-samples: expected a positive integer, got {report_samples}")
     opts = CalibOptions(calib=calib, samples=calib_samples, seq_len=calib_seq_len, seed=seed)
     common = dict(fmt=format, kv_cache=kv_cache, calib=opts, dtype=dtype, tp=tp, group_size=awq_group_size)
     if eagle:
@@ -51,3 +61,18 @@ def quantize_command(
     else:
         quantize_hf(hf, out, **common)
     typer.echo(f"wrote {out}")
+    if report:
+        from .report import print_report, report_after_quantize
+
+        eagle_opts = dict(max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers,
+                          max_non_leaves=max_non_leaves)
+        try:  # the checkpoint is complete and valid by now: a report that cannot be made is a warning
+            rep = report_after_quantize(hf, out, out / "quant_report", workloads=report_workloads,
+                                        samples=report_samples, max_new_tokens=report_max_new_tokens, seed=seed,
+                                        draft_hf=draft, eagle_head=eagle, eagle_opts=eagle_opts,
+                                        allow_pickle=allow_pickle, progress=lambda m: typer.echo(m, err=True))
+        except TrtspecError as e:
+            typer.echo(f"warning: quality report not written: {e}", err=True)
+            return
+        print_report(rep)
+        typer.echo(f"wrote {out / 'quant_report'} (skip with --no-report)")
