@@ -97,10 +97,12 @@ def _register_stage_commands() -> None:
     """Stage commands live next to their stage (a thin Typer function over its Python API)."""
     from .builders.command import build_command
     from .calib.command import quantize_command
+    from .calib.report_command import quant_report_command
     from .tuning.command import measure_cost_command, tune_command
     from .tuning.profile_command import profile_command
 
     app.command("quantize")(quantize_command)
+    app.command("quant-report")(quant_report_command)
     app.command("build")(build_command)
     app.command("profile")(profile_command)
     app.command("tune")(tune_command)
