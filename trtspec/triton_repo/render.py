@@ -114,9 +114,10 @@ def tensorrtllm_model(name: str, max_batch_size: int, engine_dtype: str, params:
 
 
 def cpu_llm_model(name: str, max_batch_size: int, checkpoint_dir: str, role: str, eagle_choices: list | None,
-                  concurrency: int, comment: str) -> ModelFiles:
+                  concurrency: int, comment: str, lazy_load: bool) -> ModelFiles:
     params = {"checkpoint_dir": checkpoint_dir, "role": role, "eagle_choices": braces(eagle_choices) if eagle_choices
-              else "", "exclude_input_in_output": "true", "max_concurrency": str(concurrency)}
+              else "", "exclude_input_in_output": "true", "lazy_load": "true" if lazy_load else "false",
+              "max_concurrency": str(concurrency)}
     cfg = model_config(name, "python", max_batch_size, c.CPU_LLM_INPUTS, c.CPU_LLM_OUTPUTS, decoupled=True,
                        parameters=params)
     return ModelFiles(name, "cpu_llm", cfg, comment)

@@ -200,7 +200,8 @@ class _Builder:
             else:
                 for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
                     files.append(r.cpu_llm_model(name, B, str(art.path), what, None, B,
-                                                 f"{what} checkpoint on trtspec.runtime (tensorrt_llm's tensors)"))
+                                                 f"{what} checkpoint on trtspec.runtime (tensorrt_llm's tensors; "
+                                                 "loaded on first use: spec_decode serves in-process)", True))
                 spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path))
             spec.files = _python_files("spec_decode")
             files.append(spec)
@@ -220,7 +221,7 @@ class _Builder:
             else:
                 for m in routing["models"]:
                     files.append(r.cpu_llm_model(m["model"], B, str(art.path), "eagle", m["eagle_choices"], B,
-                                                 self._profile_comment(m) + " on trtspec.runtime"))
+                                                 self._profile_comment(m) + " on trtspec.runtime", False))
         for f in files:
             if f.kind == "cpu_llm":
                 f.files = _python_files("cpu_llm")

@@ -166,7 +166,10 @@ class CpuServer:
                 f"--grpc-address={HOST}", f"--grpc-port={self.ports['grpc']}",
                 f"--metrics-address={HOST}", f"--metrics-port={self.ports['metrics']}",
                 "--allow-gpu-metrics=false", "--exit-on-error=true", "--strict-readiness=true",
-                f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *self.extra_args]
+                f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+                # every model is loaded at start, as in the default mode, and a client may still reload one
+                # with another config (a tuning loop; reference triton.md §6.3) without a restart
+                "--model-control-mode=explicit", "--load-model=*", *self.extra_args]
 
     def start(self, timeout: float = 300.0) -> "CpuServer":
         manifest = read_manifest(self.repo)

@@ -15,13 +15,14 @@ with the same names, types and shapes, and runs the TRT-LLM checkpoint with trts
   acceptance_rate = accepted / drafted.
 Greedy decoding only (temperature 0 or top_k 1), like the rest of the cpu flavor.
 
-The checkpoint is loaded on the first request, not at start-up: in a draft-target repository the
-`spec_decode` model runs both checkpoints in-process, so these models are only used by clients
-that call them directly, and loading them eagerly would double the server's memory and start-up
-time for nothing. initialize() still checks the checkpoint's config.json and rank files, so a bad
-path fails the model load, not the first request.
+Loading: with lazy_load true the checkpoint is loaded on the first request, not at start-up. That
+is what draft-target repositories use: their `spec_decode` runs both checkpoints in-process, so
+these models serve only clients that call them directly, and loading them eagerly would double the
+server's memory and start-up time for nothing. initialize() still checks the checkpoint's
+config.json and rank files, so a bad path fails the model load, not the first request. EAGLE
+profiles are the serving path and load eagerly.
 Parameters: checkpoint_dir, role (target | draft | eagle), eagle_choices, exclude_input_in_output,
-max_concurrency.
+lazy_load, max_concurrency.
 """
 
 import json
@@ -59,6 +60,8 @@ class TritonPythonModel:
             if not os.path.isfile(os.path.join(self.path, f"rank{r}.safetensors")):
                 raise FileNotFoundError(f"{self.path}: missing rank{r}.safetensors")
         self.models, self.load_lock = None, threading.Lock()
+        if not is_true(p.get("lazy_load"), False):
+            self._load()
         self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "tensorrt_llm")
 
     def finalize(self):

@@ -1,0 +1,330 @@
+"""End to end on CPU: tiny target + draft -> tuning.json -> cpu-flavor repository -> `trtspec serve`
+-> tritonclient gRPC streaming requests to `generate`.
+
+One server per module (start-up is ~15 s): it is started through the `serve` command in a
+subprocess, exactly as a user runs it, and stopped with SIGTERM at the end, which must exit 0 and
+leave no process behind. What the tests assert:
+- chat and code requests stream pieces that concatenate to exactly the target's greedy text, with
+  the workload's tuned K and the acceptance length trtspec.runtime measures for that K;
+- an unknown or missing workload gets the default route; 10 concurrent streaming requests all
+  complete with the right text; stream=false returns one response;
+- bad requests get an error response (max_tokens 0, sampling on the greedy-only cpu flavor);
+- the cpu `tensorrt_llm` answers tensorrt_llm's own request tensors (draft_input_ids verification);
+- spec_decode's BLS engine (the trtllm flavor's orchestration code, reloaded with engine=bls over
+  the model-control API) calling the cpu `tensorrt_llm_draft` / `tensorrt_llm` gives the same text;
+- a port in use and a model that fails to load are reported clearly (the latter with the log tail);
+- EAGLE: a second repository routes chat and code to their tree profiles, exact text again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_triton_support import TREE_A, TREE_B, tiny_eagle, tiny_pair, tuning_file
+from trtspec.errors import TrtspecError
+from trtspec.triton_repo import cpu_engine
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.serve import CpuServer, ServerStartError, free_port
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+
+SERVE_SCRIPT = """
+import sys, typer
+from trtspec.errors import TrtspecError
+from trtspec.triton_repo.command import serve_command
+app = typer.Typer(add_completion=False)
+app.command()(serve_command)
+try:
+    app(standalone_mode=False)
+except TrtspecError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+PROMPTS = {"chat": "t5 t17 t300 t42 t9", "code": "t9 t8 t7 t100", "other": "t100 t200 t301"}
+MAX_TOKENS = 24
+DT = {"chat": [2, 1], "code": [4, 3]}  # bands 1 and 16: fewer than 16 requests in flight -> band 1
+
+
+def procs_mentioning(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def start_cli(repo: Path, log: Path):
+    ports = {k: free_port() for k in ("http", "grpc", "metrics")}
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, str(repo), "--grpc-port", str(ports["grpc"]),
+                             "--http-port", str(ports["http"]), "--metrics-port", str(ports["metrics"]),
+                             "--log-file", str(log), "--timeout", "240"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 260
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("ready:"):
+            threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
+            return proc, ports
+    proc.kill()
+    raise AssertionError("serve did not become ready:\n" + "".join(lines) + "\n" + log.read_text()[-3000:])
+
+
+def stop_cli(proc, repo: Path) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    deadline = time.monotonic() + 10
+    while procs_mentioning(str(repo)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert procs_mentioning(str(repo)) == [], "processes outlived the server"
+
+
+def request(url: str, text: str, workload: str | None = None, stream: bool = True, max_tokens: int = MAX_TOKENS,
+            model: str = "generate", extra: dict | None = None):
+    """One streaming call; returns (pieces, last response as {output: array}) or raises the error."""
+    c = grpcclient.InferenceServerClient(url)
+    q: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+
+    def inp(name, value, dtype):
+        x = grpcclient.InferInput(name, [1, 1] if np.ndim(value) == 0 else [1, len(value)], dtype)
+        arr = np.array([value] if np.ndim(value) else [[value]],
+                       dtype={"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32}[dtype])
+        if dtype == "BYTES":
+            arr = np.array([[value.encode()]], dtype=object)
+        x.set_data_from_numpy(arr)
+        return x
+
+    if model == "generate":
+        inputs = [inp("text_input", text, "BYTES"), inp("max_tokens", max_tokens, "INT32"),
+                  inp("stream", stream, "BOOL")]
+        if workload is not None:
+            inputs.append(inp("workload", workload, "BYTES"))
+    else:
+        inputs = []
+    for name, (value, dtype) in (extra or {}).items():
+        inputs.append(inp(name, value, dtype))
+    c.async_stream_infer(model, inputs, enable_empty_final_response=True)
+    pieces, last = [], None
+    try:
+        while True:
+            result, error = q.get(timeout=120)
+            if error is not None:
+                raise error
+            if result.get_response().parameters["triton_final_response"].bool_param and not \
+                    result.get_response().outputs:
+                break
+            pieces.append(result)
+            last = result
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        c.stop_stream()
+        c.close()
+    return pieces, last
+
+
+def value(result, name):
+    v = result.as_numpy(name).reshape(-1)[0]
+    return v.decode() if isinstance(v, bytes) else v.item()
+
+
+def text_of(pieces) -> str:
+    return "".join(value(p, "text_output") for p in pieces)
+
+
+@pytest.fixture(scope="module")
+def dt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve_dt").resolve()
+    pair = tiny_pair(d)
+    tuning = tuning_file(d / "t" / "tuning.json", "draft-target", DT, bands=(1, 16))
+    repo = d / "repo"
+    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=pair))
+    models = cpu_engine.load_models(pair / "target", pair / "draft")
+    tok = __import__("transformers").AutoTokenizer.from_pretrained(str(pair / "target"))
+    routing = json.loads((repo / "trtspec-repo.json").read_text())["routing"]
+    t0 = time.monotonic()
+    proc, ports = start_cli(repo, d / "server.log")
+    info = {"repo": repo, "url": f"127.0.0.1:{ports['grpc']}", "ports": ports, "models": models, "tok": tok,
+            "routing": routing, "start_s": time.monotonic() - t0, "log": d / "server.log"}
+    yield info
+    stop_cli(proc, repo)
+
+
+def expected(info, text: str, k: int, max_tokens: int = MAX_TOKENS):
+    """The target's greedy text, the acceptance length trtspec.runtime gets with K, the token count."""
+    cache = info.setdefault("expected", {})
+    if (text, k, max_tokens) not in cache:
+        cache[(text, k, max_tokens)] = _expected(info, text, k, max_tokens)
+    return cache[(text, k, max_tokens)]
+
+
+def _expected(info, text: str, k: int, max_tokens: int):
+    m, tok = info["models"], info["tok"]
+    ids = tok.encode(text)
+    eos = (tok.eos_token_id,)
+    pieces = list(cpu_engine.stream_draft_target(m.target, m.draft, ids, max_tokens, k, eos))
+    greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, max_tokens, eos) for t in p.tokens]
+    assert [t for p in pieces for t in p.tokens] == greedy
+    return tok.decode(greedy, skip_special_tokens=True), pieces[-1].stats.acceptance_length or 1.0, len(greedy)
+
+
+def test_chat_and_code_get_the_target_greedy_text_with_their_tuned_k(dt):
+    for workload, text in (("chat", PROMPTS["chat"]), ("code", PROMPTS["code"])):
+        k = DT[workload][0]
+        pieces, last = request(dt["url"], text, workload)
+        want, al, n = expected(dt, text, k)
+        assert text_of(pieces) == want and len(pieces) > 2  # streamed in pieces
+        assert value(last, "num_draft_tokens") == k
+        assert value(last, "route") == f"{workload}@1:K={k}"
+        assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6)
+        assert 1.0 < al <= k + 1
+        assert value(last, "total_accepted_draft_tokens") > 0
+        assert value(last, "num_output_tokens") == n
+
+
+def test_unknown_and_missing_workload_use_the_default_route(dt):
+    k = dt["routing"]["default"]["bands"][0]["num_draft_tokens"]
+    for workload in ("poetry", None):
+        pieces, last = request(dt["url"], PROMPTS["other"], workload)
+        assert text_of(pieces) == expected(dt, PROMPTS["other"], k)[0]
+        assert value(last, "route") == f"default@1:K={k}" and value(last, "num_draft_tokens") == k
+
+
+def test_ten_concurrent_streaming_requests(dt):
+    jobs = [(w, PROMPTS[w if w in PROMPTS else "other"]) for w in ("chat", "code", "other", None, "chat", "code",
+                                                                   "code", "chat", "other", "chat")]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(jobs)) as ex:
+        results = list(ex.map(lambda j: request(dt["url"], j[1], j[0]), jobs))
+    elapsed = time.monotonic() - t0
+    for (w, text), (pieces, last) in zip(jobs, results):
+        k = DT[w][0] if w in DT else dt["routing"]["default"]["bands"][0]["num_draft_tokens"]
+        assert text_of(pieces) == expected(dt, text, k)[0]
+        assert value(last, "num_draft_tokens") == k
+    assert elapsed < 120
+
+
+def test_non_streaming_returns_one_response(dt):
+    pieces, last = request(dt["url"], PROMPTS["code"], "code", stream=False)
+    assert len(pieces) == 1 and value(last, "text_output") == expected(dt, PROMPTS["code"], 4)[0]
+
+
+def test_bad_requests_get_error_responses(dt):
+    with pytest.raises(Exception, match="max_tokens: expected >= 1, got 0"):
+        request(dt["url"], PROMPTS["chat"], "chat", max_tokens=0)
+    with pytest.raises(Exception, match="decodes greedily only"):
+        request(dt["url"], PROMPTS["chat"], "chat", extra={"temperature": (0.7, "FP32")})
+    pieces, _ = request(dt["url"], PROMPTS["chat"], "chat", max_tokens=3)  # the server still serves
+    assert text_of(pieces)
+
+
+def test_cpu_tensorrt_llm_answers_tensorrt_llm_requests(dt):
+    m, tok = dt["models"], dt["tok"]
+    ids = tok.encode(PROMPTS["chat"])
+    greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, 6, ()) for t in p.tokens]
+    draft = greedy[:2] + [greedy[2] + 1]
+    base = {"input_ids": (ids, "INT32"), "input_lengths": (len(ids), "INT32"), "request_output_len": (4, "INT32"),
+            "exclude_input_in_output": (True, "BOOL"), "return_perf_metrics": (True, "BOOL")}
+    pieces, last = request(dt["url"], "", model="tensorrt_llm", extra={**base, "draft_input_ids": (draft, "INT32")})
+    assert last.as_numpy("output_ids").reshape(-1).tolist() == greedy[:4]  # 2 accepted + bonus + 1 decoded
+    assert value(last, "total_accepted_draft_tokens") == 2 and value(last, "total_draft_tokens") == 3
+    pieces, _ = request(dt["url"], "", model="tensorrt_llm", extra={**base, "streaming": (True, "BOOL")})
+    assert [t for p in pieces for t in p.as_numpy("output_ids").reshape(-1).tolist()] == greedy[:4]
+
+
+def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
+    """The trtllm flavor's orchestration (BLS rounds: draft K tokens, target verifies them) runs here
+    against the python stand-ins: same text. Its acceptance length is per BLS round, and a round
+    emits K + 1 target tokens (after a rejection the executor decodes on to request_output_len,
+    as TRT-LLM's does), so it is not the runtime's number."""
+    c = grpcclient.InferenceServerClient(dt["url"])
+    cfg = c.get_model_config("spec_decode", as_json=True)["config"]
+    original = json.dumps(cfg)
+    cfg["parameters"]["engine"]["string_value"] = "bls"
+    try:
+        c.load_model("spec_decode", config=json.dumps(cfg))
+        for workload in ("chat", "code"):
+            k = DT[workload][0]
+            pieces, last = request(dt["url"], PROMPTS[workload], workload)
+            assert text_of(pieces) == expected(dt, PROMPTS[workload], k)[0]
+            assert value(last, "num_draft_tokens") == k and 1.0 <= value(last, "acceptance_length") <= k + 1
+            assert value(last, "total_draft_tokens") > 0
+    finally:
+        c.load_model("spec_decode", config=original)
+        c.close()
+    pieces, _ = request(dt["url"], PROMPTS["chat"], "chat")
+    assert text_of(pieces) == expected(dt, PROMPTS["chat"], 2)[0]
+
+
+def test_port_in_use_is_refused(dt):
+    with pytest.raises(TrtspecError, match=rf"--grpc-port: 127.0.0.1:{dt['ports']['grpc']} is already in use"):
+        CpuServer(dt["repo"], free_port(), dt["ports"]["grpc"], free_port()).start(30)
+
+
+def test_a_model_that_fails_to_load_is_reported_with_the_log_tail(dt, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "trtspec-repo.json").write_text((dt["repo"] / "trtspec-repo.json").read_text())
+    import shutil
+
+    shutil.copytree(dt["repo"] / "preprocessing", broken / "preprocessing")
+    cfg = broken / "preprocessing" / "config.pbtxt"
+    empty = tmp_path / "no_tokenizer"
+    empty.mkdir()
+    text = cfg.read_text()
+    start = text.index('key: "tokenizer_dir"')
+    old = text[start:].split("string_value: ", 1)[1].split("\n", 1)[0]
+    cfg.write_text(text.replace(old, json.dumps(str(empty))))
+    server = CpuServer(broken, free_port(), free_port(), free_port(), log_file=tmp_path / "broken.log")
+    with pytest.raises(ServerStartError, match="tritonserver exited with status") as e:
+        server.start(120)
+    assert "preprocessing" in e.value.log_tail
+    assert procs_mentioning(str(broken)) == []
+
+
+@pytest.fixture(scope="module")
+def eagle(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve_eagle").resolve()
+    ckpt = tiny_eagle(d)
+    tuning = tuning_file(d / "t" / "tuning.json", "eagle", {"chat": TREE_A, "code": TREE_B}, bands=(1,))
+    repo = d / "repo"
+    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=ckpt))
+    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    yield {"repo": repo, "url": server.grpc_url, "models": cpu_engine.load_models(ckpt),
+           "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(ckpt))}
+    assert server.stop() == 0
+    assert procs_mentioning(str(repo)) == []
+
+
+def test_eagle_profiles_route_by_workload(eagle):
+    m, tok = eagle["models"], eagle["tok"]
+    for workload, tree, model in (("chat", TREE_A, "tensorrt_llm_c1_p0"), ("code", TREE_B, "tensorrt_llm_c1_p1")):
+        ids = tok.encode(PROMPTS[workload])
+        eos = (tok.eos_token_id,)
+        ref = list(cpu_engine.stream_eagle(m.target, m.eagle, ids, MAX_TOKENS, tree, eos))
+        greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, MAX_TOKENS, eos) for t in p.tokens]
+        assert [t for p in ref for t in p.tokens] == greedy
+        pieces, last = request(eagle["url"], PROMPTS[workload], workload)
+        assert text_of(pieces) == tok.decode(greedy, skip_special_tokens=True)
+        assert value(last, "route") == f"{workload}:{model}" and value(last, "num_draft_tokens") == len(tree)
+        assert value(last, "acceptance_length") == pytest.approx(ref[-1].stats.acceptance_length, rel=1e-6)
