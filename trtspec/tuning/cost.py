@@ -7,6 +7,9 @@ already in each sequence's KV cache, on one GPU of a tp-way group:
                           FLOPs / (tensor-core peak of the compute dtype * compute_efficiency))
            + 2 * num_layers * allreduce_latency            (tp > 1 only)
 
+(the sum of the two terms instead of their max when `memory_compute_overlap` is False: the "cpu"
+preset, see below)
+
     bytes = (linear weights * bytes/weight + lm_head * its bytes/weight) / tp
             + batch * (context + num_tokens) * KV bytes per token / tp     (KV read + the new writes)
     FLOPs = 2 * batch * num_tokens * (linear + lm_head parameters) / tp
@@ -18,6 +21,14 @@ long drafts pay off at concurrency 1 and lose at 64 (landscape.md §4.2 caveat 2
 purpose: activation traffic, embedding lookups, norms/rotary, sampling, attention kernels' own
 efficiency (all FLOPs run at the compute dtype's peak). The efficiencies and overheads absorb
 them, and `fit_gpu` fits those four numbers to measured step times (a `CostTable`).
+
+A CPU is not a roofline at decode sizes: one thread streaming a weight matrix does not hide the
+arithmetic of a few extra tokens, so the time of a forward grows by a step per extra token from
+the first one (measured on this project's 2-core box, a 12-layer fp32 model: 27, 35, 40, 54 ms for
+1, 2, 3, 5 tokens). Its preset therefore adds the memory and compute terms: fitted to that table
+the sum has about half the error of the max (11% vs 24% rms), and unlike the max it does not
+predict that verifying K + 1 tokens costs no more than 1 token, which made the tuner pick
+speculation where greedy was faster (scripts/bench_tuning_quality.py).
 
 Quantization (trtllm.md §3): bytes per linear weight fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8
 SmoothQuant, W8A16) 1, INT4 (W4A16, AWQ/GPTQ) 0.5 + one model-dtype scale per `group_size`
@@ -69,6 +80,9 @@ class GpuSpec(BaseModel):
     allreduce_latency_s: float = Field(
         1.0e-5, ge=0, description="one small all-reduce over NVLink (2 per layer when tp > 1). An "
         "assumption (NCCL small-message latency on NVLink is ~5-15 us)")
+    memory_compute_overlap: bool = Field(
+        True, description="True: a forward takes max(memory time, compute time), a GPU's roofline (HBM "
+        "streaming and tensor cores overlap); False: their sum (a CPU at decode sizes, the module docstring)")
 
     def peak_tflops(self, dtype: ComputeDtype) -> float:
         return getattr(self, f"peak_tflops_{dtype}")
@@ -89,7 +103,8 @@ PRESETS: dict[str, GpuSpec] = {
     "cpu": GpuSpec(name="CPU (placeholder peaks, fit before use)", hbm_bandwidth_gbs=20.0,
                    peak_tflops_fp32=0.2, peak_tflops_fp16=0.2, peak_tflops_bf16=0.2, peak_tflops_fp8=0.2,
                    peak_tflops_int8=0.2, bandwidth_efficiency=1.0, compute_efficiency=1.0,
-                   forward_overhead_s=1e-3, eagle_level_overhead_s=1e-3, allreduce_latency_s=0.0),
+                   forward_overhead_s=1e-3, eagle_level_overhead_s=1e-3, allreduce_latency_s=0.0,
+                   memory_compute_overlap=False),
 }
 
 
@@ -221,7 +236,8 @@ def forward_time(gpu: GpuSpec, m: ModelShape, batch: int, num_tokens: int, conte
     t_comp = flops / (gpu.peak_tflops(m.compute_dtype) * 1e12 * gpu.compute_efficiency)
     overhead = gpu.eagle_level_overhead_s if m.role == "eagle" else gpu.forward_overhead_s
     comm = 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
-    return overhead + max(t_mem, t_comp) + comm
+    busy = max(t_mem, t_comp) if gpu.memory_compute_overlap else t_mem + t_comp
+    return overhead + busy + comm
 
 
 class StepTime(BaseModel):

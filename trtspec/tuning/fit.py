@@ -19,7 +19,9 @@ weights 1/seconds so every row counts by its relative error) solves it. The boun
 then recomputed from the new parameters and the solve repeated until it stops changing, from three
 starts (the preset's assignment, all memory-bound, all compute-bound); the lowest error wins.
 A parameter no row informs (say v when every row is memory-bound) keeps the preset's value and is
-reported as not fitted.
+reported as not fitted. Without overlap (`GpuSpec.memory_compute_overlap` False, the "cpu" preset)
+the model is seconds = o_role + u * M + v * C + comm, linear as it stands: every row informs both
+u and v and the bound assignment plays no part.
 """
 
 from __future__ import annotations
@@ -95,8 +97,8 @@ def _solve(rows, M, C, comm, y, mem_bound, base: GpuSpec):
     cols = {
         "forward_overhead_s": np.array([r.role != "eagle" for r in rows], float),
         "eagle_level_overhead_s": np.array([r.role == "eagle" for r in rows], float),
-        "u": np.where(mem_bound, M, 0.0),
-        "v": np.where(mem_bound, 0.0, C),
+        "u": np.where(mem_bound, M, 0.0) if base.memory_compute_overlap else M,
+        "v": np.where(mem_bound, 0.0, C) if base.memory_compute_overlap else C,
     }
     informed = [n for n, c in cols.items() if c.any()]
     names, w = list(informed), 1.0 / y
