@@ -296,7 +296,8 @@ def main() -> int:
         pred = f"{r.predicted:.2f}x" if r.predicted is not None else "-"
         ratio = f"{r.predicted / rep:.2f}" if r.predicted is not None else "-"
         notes = "; ".join(x for x in (r.basis, f"needs {r.needed}" if r.needed else "") if x)
-        print(f"{r.anchor:<4} {r.setup.split(',')[0]:<52} {r.gpu.upper():<4} {rep:>7.2f}x {pred:>9} {ratio:>6}  {notes}")
+        name = r.setup.split(",")[0]
+        print(f"{r.anchor:<4} {name:<52} {r.gpu.upper():<4} {rep:>7.2f}x {pred:>9} {ratio:>6}  {notes}")
     return 0
 
 
