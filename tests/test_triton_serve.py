@@ -152,6 +152,18 @@ def text_of(pieces) -> str:
     return "".join(value(p, "text_output") for p in pieces)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Reference decoding in this process competes with the server for the cores: one intra-op
+    thread (several are ~10x slower on a busy 2-core box)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def dt(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_dt").resolve()

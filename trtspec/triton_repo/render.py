@@ -117,7 +117,7 @@ def cpu_llm_model(name: str, max_batch_size: int, checkpoint_dir: str, role: str
                   concurrency: int, comment: str, lazy_load: bool) -> ModelFiles:
     params = {"checkpoint_dir": checkpoint_dir, "role": role, "eagle_choices": braces(eagle_choices) if eagle_choices
               else "", "exclude_input_in_output": "true", "lazy_load": "true" if lazy_load else "false",
-              "max_concurrency": str(concurrency)}
+              "max_concurrency": str(concurrency), "torch_threads": "1"}
     cfg = model_config(name, "python", max_batch_size, c.CPU_LLM_INPUTS, c.CPU_LLM_OUTPUTS, decoupled=True,
                        parameters=params)
     return ModelFiles(name, "cpu_llm", cfg, comment)
@@ -142,7 +142,7 @@ def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int,
     params = {"engine": engine, "target_model": c.TENSORRT_LLM, "draft_model": c.TENSORRT_LLM_DRAFT,
               "max_draft_len": str(max_draft_len), "max_concurrency": str(concurrency)}
     if engine == "trtspec.runtime":
-        params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt)
+        params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt, torch_threads="1")
     cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, c.SPEC_INPUTS, c.SPEC_OUTPUTS, decoupled=True,
                        parameters=params)
     how = ("BLS calls to tensorrt_llm_draft and tensorrt_llm" if engine == "bls"

@@ -22,7 +22,7 @@ server's memory and start-up time for nothing. initialize() still checks the che
 config.json and rank files, so a bad path fails the model load, not the first request. EAGLE
 profiles are the serving path and load eagerly.
 Parameters: checkpoint_dir, role (target | draft | eagle), eagle_choices, exclude_input_in_output,
-lazy_load, max_concurrency.
+lazy_load, max_concurrency, torch_threads (default 1: one request per worker thread).
 """
 
 import json
@@ -53,6 +53,7 @@ class TritonPythonModel:
         self.role = p.get("role", "target")
         self.choices = parse_choices(p.get("eagle_choices")) if self.role == "eagle" else None
         self.exclude_default = is_true(p.get("exclude_input_in_output"), False)
+        self.torch_threads = int(p.get("torch_threads") or 1)
         with open(os.path.join(self.path, "config.json")) as f:
             cfg = json.load(f)
         tp = int((cfg.get("mapping") or {}).get("tp_size", 1))
@@ -75,7 +76,12 @@ class TritonPythonModel:
     def _load(self):
         with self.load_lock:
             if self.models is None:
+                import torch
+
                 from trtspec.triton_repo.cpu_engine import load_models
+
+                # one request per worker thread: no intra-op threads on top (see spec_decode.py)
+                torch.set_num_threads(self.torch_threads)
 
                 self.models = load_models(self.path)
         return self.models

@@ -1,0 +1,76 @@
+"""The cpu-flavor repository on the real default model (slow): SmolLM2-135M-Instruct as the target
+and its 6-layer truncation as the draft -> a draft-target pair -> tuning.json (chat K=3, code K=2)
+-> cpu repository -> bundled tritonserver -> gRPC streaming requests. Chat (rendered with the chat
+template) and code prompts, 2 of each concurrently, must return exactly the target's greedy text
+(byte-level BPE: multi-byte characters and spaces are where streaming detokenization goes wrong),
+with their tuned K and the acceptance length trtspec.runtime measures."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from test_triton_serve import procs_mentioning, request, text_of, value
+from test_triton_support import tuning_file
+from trtspec.triton_repo import cpu_engine
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.serve import CpuServer, free_port
+
+pytestmark = pytest.mark.slow
+MAX_TOKENS = 24
+K = {"chat": 3, "code": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Reference decoding in this process competes with the server for the cores: one intra-op
+    thread (several are ~10x slower on a busy 2-core box)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_hf, smollm2_draft_hf, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from trtspec.checkpoints.pair import convert_pair
+
+    d = tmp_path_factory.mktemp("smol_triton").resolve()
+    convert_pair(smollm2_hf, smollm2_draft_hf, d / "pair", dtype="float32")
+    tuning = tuning_file(d / "t" / "tuning.json", "draft-target", K, bands=(1,))
+    repo = d / "repo"
+    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=d / "pair"))
+    tok = AutoTokenizer.from_pretrained(str(d / "pair" / "target"))
+    prompts = {"chat": tok.apply_chat_template([{"role": "user", "content": "Write a haiku about café crème."}],
+                                               add_generation_prompt=True, tokenize=False),
+               "code": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"}
+    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(400)
+    yield {"url": server.grpc_url, "tok": tok, "prompts": prompts, "repo": repo,
+           "models": cpu_engine.load_models(d / "pair" / "target", d / "pair" / "draft")}
+    assert server.stop() == 0
+    assert procs_mentioning(str(repo)) == []
+
+
+def test_smollm2_chat_and_code_served_exactly(smol):
+    m, tok = smol["models"], smol["tok"]
+    eos = (tok.eos_token_id,)
+    want = {}
+    for w, text in smol["prompts"].items():
+        ids = tok.encode(text)
+        greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, MAX_TOKENS, eos) for t in p.tokens]
+        spec = list(cpu_engine.stream_draft_target(m.target, m.draft, ids, MAX_TOKENS, K[w], eos))
+        assert [t for p in spec for t in p.tokens] == greedy
+        want[w] = (tok.decode(greedy, skip_special_tokens=True), spec[-1].stats.acceptance_length)
+    jobs = ["chat", "code"] * 2
+    with ThreadPoolExecutor(len(jobs)) as ex:
+        results = list(ex.map(lambda w: request(smol["url"], smol["prompts"][w], w, max_tokens=MAX_TOKENS), jobs))
+    for w, (pieces, last) in zip(jobs, results):
+        assert text_of(pieces) == want[w][0]
+        assert value(last, "num_draft_tokens") == K[w]
+        assert value(last, "acceptance_length") == pytest.approx(want[w][1], rel=1e-6)
+    assert want["chat"][0].strip() and want["code"][0].strip()
