@@ -308,3 +308,89 @@ def test_command(w):
     _edit(out / "generate" / "config.pbtxt", "decoupled: true", "decoupled: false")
     res = CliRunner().invoke(app, ["--check", str(out)])
     assert isinstance(res.exception, TrtspecError) and "problem(s)" in str(res.exception)
+
+
+# ---- serve for the GPU flavors: the container command ---------------------------------------------
+
+def test_serve_prints_the_container_command(w, trt_dt):
+    from trtspec.triton_repo.command import serve_command
+
+    app = typer.Typer()
+    app.command()(serve_command)
+    res = CliRunner().invoke(app, [str(trt_dt), "--grpc-port", "9001"])
+    assert res.exit_code == 0, res.output
+    cmd = res.output.strip()
+    assert cmd.startswith("docker run --rm --gpus all") and "-e TRTLLM_ORCHESTRATOR=1" in cmd
+    assert f"-v {trt_dt}:{trt_dt}" in cmd and f"-v {w['dt_build'] / 'engines' / 'target'}:" in cmd
+    assert "mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver" in cmd and " : " not in cmd
+    assert f"--model-repository={trt_dt}" in cmd and "--grpc-address=127.0.0.1 --grpc-port=9001" in cmd
+    res = CliRunner().invoke(app, [str(trt_dt), "--exec"], env={"PATH": "/nonexistent"})
+    assert isinstance(res.exception, TrtspecError) and "'docker' is not on PATH" in str(res.exception)
+
+
+def test_tensor_parallel_engine_runs_one_server_per_rank(w):
+    from trtspec.triton_repo.serve import container_command
+
+    tp2 = {**EAGLE, "mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}
+    engine = fake_engine(w["root"] / "eagle_tp2", tp2, spec_mode="eagle", max_draft_len=63)
+    tuning = tuning_file(w["root"] / "t_tp2" / "tuning.json", "eagle", {"chat": TREE_A, "code": TREE_A})
+    repo = make(w, "trt_tp2", tuning=tuning, flavor="trtllm", engines=engine, tokenizer=w["tok"])
+    assert check_repository(repo) == []
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert manifest["launch"]["world_size"] == 2 and not manifest["launch"]["orchestrator"]
+    cmd = " ".join(container_command(repo, manifest, {}))
+    rank0, rank1 = cmd.split("mpirun --allow-run-as-root ", 1)[1].split(" : ")
+    assert "shm-region-prefix-name=prefix0_" in rank0 and "--load-model" not in rank0
+    assert rank1.endswith("shm-region-prefix-name=prefix1_ --model-control-mode=explicit "
+                          "--load-model=tensorrt_llm_c1_p0")
+    assert "MPI world size: 2 (leader mode)" in (repo / "README.md").read_text()
+
+
+# ---- llmapi flavor ---------------------------------------------------------------------------------
+
+def _hf(path: Path, config: dict) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_llmapi_repository(w):
+    import yaml
+
+    from trtspec.triton_repo.command import serve_command
+
+    target = _hf(w["root"] / "hf_target", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"})
+    head = _hf(w["root"] / "hf_eagle3", {"architectures": ["LlamaForCausalLMEagle3"], "torch_dtype": "bfloat16",
+                                         "eagle_config": {"use_aux_hidden_state": True}})
+    repo = make(w, "llmapi", tuning=w["dt_tuning"], flavor="llmapi", ckpt=target, draft_ckpt=head,
+                default_workload="code")
+    assert check_repository(repo) == []
+    models = sorted(p.name for p in repo.iterdir() if p.is_dir())
+    assert models == ["generate", "tensorrt_llm_k0", "tensorrt_llm_k3", "tensorrt_llm_k5"]  # chat 3, code 5, math 0
+    y = yaml.safe_load((repo / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
+    assert y["model"] == str(target) and y["backend"] == "pytorch"
+    assert y["speculative_config"] == {"decoding_type": "Eagle3", "max_draft_len": 3,
+                                       "speculative_model_dir": str(head)}
+    assert y["triton_config"] == {"max_batch_size": 0, "decoupled": True}
+    assert "speculative_config" not in yaml.safe_load((repo / "tensorrt_llm_k0" / "1" / "model.yaml").read_text())
+    routing = json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
+    assert routing["workloads"]["chat"]["model"] == "tensorrt_llm_k3" and routing["default"]["model"] == \
+        "tensorrt_llm_k5"
+    readme = (repo / "README.md").read_text()
+    assert "model.py" in readme and "acceptance_length` is 0" in readme
+    # consistency: a model.yaml edited to another draft length is caught
+    text = (repo / "tensorrt_llm_k3" / "1" / "model.yaml").read_text()
+    bad = _copy(w, "llmapi", "llmapi_bad")
+    (bad / "tensorrt_llm_k3" / "1" / "model.yaml").write_text(text.replace("max_draft_len: 3", "max_draft_len: 4"))
+    assert any("speculative_config.max_draft_len 4 but the routing sends num_draft_tokens 3" in p
+               for p in check_repository(bad))
+    # serve: no MPI (PyTorch backend, TP 1); --exec wants TensorRT-LLM's model.py in place first
+    app = typer.Typer()
+    app.command()(serve_command)
+    res = CliRunner().invoke(app, [str(repo)])
+    assert res.exit_code == 0 and "mpirun" not in res.output and "--model-repository=" in res.output
+    res = CliRunner().invoke(app, [str(repo), "--exec"])
+    assert isinstance(res.exception, TrtspecError) and "tensorrt_llm_k0/1/model.py: missing" in str(res.exception)
+    with pytest.raises(TrtspecError, match="not a Hugging Face model directory"):
+        make(w, "llmapi2", tuning=w["dt_tuning"], flavor="llmapi", ckpt=w["dt_build"] / "engines" / "target",
+             draft_ckpt=head)

@@ -110,8 +110,11 @@ def make_repository(req: RepoRequest) -> RepoResult:
         arts = resolve_checkpoints(mode, req.ckpt, req.draft_ckpt)
     else:
         arts = resolve_hf(mode, req.ckpt, req.draft_ckpt)
-    tokenizer = resolve_tokenizer(req.tokenizer, arts,
-                                  Path(req.engines).resolve() if req.engines is not None else None)
+    if req.flavor == "llmapi" and req.tokenizer is None:
+        tokenizer = arts[0].path  # the LLM API loads the tokenizer of the HF directory itself
+    else:
+        tokenizer = resolve_tokenizer(req.tokenizer, arts,
+                                      Path(req.engines).resolve() if req.engines is not None else None)
     builder = _Builder(req, tuning, tuning_path, arts, tokenizer)
     files = builder.build()
     from .validate import check_repository
@@ -259,12 +262,11 @@ class _Builder:
         target, draft = self.arts
         eagle3 = is_eagle3(draft.config)
         if self.mode == "draft-target":
-            routing = draft_target_routes(self.tuning, self.req.default_workload)
-            ks = sorted({b["num_draft_tokens"] for bands in routing["workloads"].values() for b in bands}
-                        | {b["num_draft_tokens"] for b in routing["default"]["bands"]})
+            routing = _llmapi_routing(draft_target_routes(self.tuning, self.req.default_workload), self.mode)
         else:
-            routing = eagle_routes(self.tuning, self.req.eagle_band, self.req.default_workload)
-            ks = sorted({max(len(p) for p in m["eagle_choices"]) for m in routing["models"]})
+            routing = _llmapi_routing(eagle_routes(self.tuning, self.req.eagle_band, self.req.default_workload),
+                                      self.mode)
+        ks = sorted({e["num_draft_tokens"] for e in [*routing["workloads"].values(), routing["default"]]})
         files = []
         for k in ks:
             name = f"{c.TENSORRT_LLM}_k{k}"
@@ -280,15 +282,20 @@ class _Builder:
             f = r.llmapi_model(name, text)
             f.config.model_transaction_policy.decoupled = True
             files.append(f)
-        routing = _llmapi_routing(routing, self.mode)
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")
         files.insert(0, gen)
+        sampling = {"sampling_param_temperature": "temperature", "sampling_param_top_k": "top_k",
+                    "sampling_param_top_p": "top_p", "sampling_param_presence_penalty": "presence_penalty",
+                    "sampling_param_frequency_penalty": "frequency_penalty", "sampling_param_seed": "seed"}
         calls = [c.Call(c.GENERATE, f.name, True,
-                        {"text_input": f"{c.GENERATE}.input.text_input",
+                        {"text_input": "const:TYPE_STRING:-1",
                          "sampling_param_max_tokens": f"{c.GENERATE}.input.max_tokens",
-                         "streaming": "const:TYPE_BOOL:1"}, ["text_output"]) for f in files[1:]]
+                         "sampling_param_exclude_input_from_output": "const:TYPE_BOOL:1",
+                         "streaming": "const:TYPE_BOOL:1",
+                         **{k: f"{c.GENERATE}.input.{v}" for k, v in sampling.items()}}, ["text_output"])
+                 for f in files[1:]]
         self.manifest = self._manifest(files, calls)
         return files
 
@@ -327,7 +334,10 @@ class _Builder:
 
 
 def _llmapi_routing(routing: dict, mode: str) -> dict:
-    """llmapi: one model per distinct draft length; generate routes workloads to tensorrt_llm_k<K>."""
+    """llmapi: one model per distinct draft length (max_draft_len is a per-model LLM() argument, and
+    each model is a whole LLM instance, so one band is served: the smallest, as for EAGLE engines;
+    for an EAGLE tuning the chain length is the served tree's depth); generate routes workloads to
+    tensorrt_llm_k<K>."""
     if mode == "draft-target":
         def entry(bands):
             k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)

@@ -365,9 +365,21 @@ def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
             for pr in tree_problems(choices, lim["max_draft_len"], lim["num_eagle_layers"], lim["max_non_leaves"]):
                 probs.append(f"{mwhere}: eagle_choices: {pr} ({lim['path']})")
     elif mode == "llmapi":
+        import yaml
+
         for e in [*routing.get("workloads", {}).values(), routing.get("default", {})]:
             if e.get("model") not in configs:
                 probs.append(f"{where}: routing names model '{e.get('model')}', which is not in the repository")
+                continue
+            y = repo / e["model"] / "1" / "model.yaml"
+            try:
+                spec = (yaml.safe_load(y.read_text()) or {}).get("speculative_config") or {}
+            except (OSError, yaml.YAMLError, AttributeError):
+                continue  # reported by the model's own checks
+            k = int(spec.get("max_draft_len") or 0) if isinstance(spec, dict) else 0
+            if k != e.get("num_draft_tokens"):
+                probs.append(f"{y}: speculative_config.max_draft_len {k} but the routing sends "
+                             f"num_draft_tokens {e.get('num_draft_tokens')} to this model")
     else:
         probs.append(f"{where}: routing mode {mode!r} is not draft-target, eagle or llmapi")
     return probs

@@ -34,6 +34,11 @@ SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("run
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
                       "presence_penalty": ("presence_penalty", np.float32),
                       "frequency_penalty": ("frequency_penalty", np.float32), "seed": ("seed", np.uint64)}
+LLMAPI_SAMPLING = {"temperature": ("sampling_param_temperature", np.float32),
+                   "top_k": ("sampling_param_top_k", np.int32), "top_p": ("sampling_param_top_p", np.float32),
+                   "presence_penalty": ("sampling_param_presence_penalty", np.float32),
+                   "frequency_penalty": ("sampling_param_frequency_penalty", np.float32),
+                   "seed": ("sampling_param_seed", np.uint64)}
 SPEC_OUTPUTS = ["output_ids", "sequence_length", "acceptance_length", "total_accepted_draft_tokens",
                 "total_draft_tokens", "num_draft_tokens", "verify_steps"]
 LLM_OUTPUTS = ["output_ids", "sequence_length", "total_accepted_draft_tokens", "total_draft_tokens"]
@@ -96,6 +101,8 @@ class TritonPythonModel:
         stream = bool(scalar(request, "stream", False))
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
+        if self.mode == "llmapi":
+            return self._llmapi(request, sender, route, text, max_tokens, stream)
         pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
                   "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32)}
         for name, key in (("end_id", "END_ID"), ("pad_id", "PAD_ID")):
@@ -143,6 +150,33 @@ class TritonPythonModel:
         if piece or not stream:
             sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
         if stream:
+            sender.send(flags=FINAL)
+
+    def _llmapi(self, request, sender, route, text, max_tokens, stream):
+        """llmapi flavor: the LLM API model tokenizes, drafts and detokenizes itself; its streamed
+        text_output pieces are forwarded as they are. It reports no acceptance counters to Triton
+        (acceptance_length stays 0)."""
+        inputs = {"text_input": np.array([text.encode("utf-8")], dtype=object),
+                  "sampling_param_max_tokens": np.array([max_tokens], np.int32),
+                  "sampling_param_exclude_input_from_output": np.array([True], bool),
+                  "streaming": np.array([True], bool)}
+        for name, (key, dtype) in LLMAPI_SAMPLING.items():
+            v = scalar(request, name)
+            if v is not None:
+                inputs[key] = np.array([v], dtype)
+        stats = {"acceptance_length": 0.0, "accepted": 0, "drafted": 0}
+        parts = []
+        for resp in bls(route["model"], inputs, ["text_output"], True, self.workers.stop):
+            if cancelled(request):
+                return
+            piece = "".join(v.decode("utf-8") if isinstance(v, bytes) else str(v)
+                            for v in resp["text_output"].reshape(-1))
+            parts.append(piece)
+            if stream and piece:
+                sender.send(self._response(piece, stats, route, 0))
+        if not stream:
+            sender.send(self._response("".join(parts), stats, route, 0), flags=FINAL)
+        else:
             sender.send(flags=FINAL)
 
     def _update_stats(self, stats, resp, model):
