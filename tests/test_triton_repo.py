@@ -204,7 +204,10 @@ def test_validation_finds_limits_and_paths(w, trt_dt):
     _edit(gen, '\\"concurrency\\":1,\\"num_draft_tokens\\":5', '\\"concurrency\\":1,\\"num_draft_tokens\\":9')
     shutil.rmtree(w["root"] / "tokenizer_copy", ignore_errors=True)
     _edit(repo / "preprocessing" / "config.pbtxt", str(w["tok"]), str(w["root"] / "tokenizer_gone"))
+    _edit(repo / "tensorrt_llm_draft" / "config.pbtxt", 'key: "enable_kv_cache_reuse"\n  value {\n    string_value: '
+          '"true"', 'key: "enable_kv_cache_reuse"\n  value {\n    string_value: "false"')
     probs = "\n".join(check_repository(repo))
+    assert "tensorrt_llm_draft/config.pbtxt: enable_kv_cache_reuse must be true for draft-target" in probs
     assert "routing: workload 'code' num_draft_tokens 9 > spec_decode max_draft_len 8" in probs
     assert "routing: workload 'code' num_draft_tokens 9 > the target engine's max_draft_len 8" in probs
     assert "parameter tokenizer_dir = " in probs and "tokenizer_gone': directory not found" in probs

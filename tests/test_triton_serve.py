@@ -250,6 +250,25 @@ def test_bad_requests_get_error_responses(dt):
     assert text_of(pieces)
 
 
+def test_a_cancelled_stream_frees_the_server(dt):
+    c = grpcclient.InferenceServerClient(dt["url"])
+    q: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    text = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[PROMPTS["code"].encode()]], dtype=object))
+    n = grpcclient.InferInput("max_tokens", [1, 1], "INT32")
+    n.set_data_from_numpy(np.array([[200]], np.int32))
+    s = grpcclient.InferInput("stream", [1, 1], "BOOL")
+    s.set_data_from_numpy(np.array([[True]]))
+    c.async_stream_infer("generate", [text, n, s])
+    result, error = q.get(timeout=60)
+    assert error is None and value(result, "text_output")
+    c.stop_stream(cancel_requests=True)
+    c.close()
+    pieces, _ = request(dt["url"], PROMPTS["chat"], "chat")  # served as usual; shutdown is checked at teardown
+    assert text_of(pieces) == expected(dt, PROMPTS["chat"], 2)[0]
+
+
 def test_cpu_tensorrt_llm_answers_tensorrt_llm_requests(dt):
     m, tok = dt["models"], dt["tok"]
     ids = tok.encode(PROMPTS["chat"])
@@ -307,10 +326,18 @@ def test_a_model_that_fails_to_load_is_reported_with_the_log_tail(dt, tmp_path):
     start = text.index('key: "tokenizer_dir"')
     old = text[start:].split("string_value: ", 1)[1].split("\n", 1)[0]
     cfg.write_text(text.replace(old, json.dumps(str(empty))))
-    server = CpuServer(broken, free_port(), free_port(), free_port(), log_file=tmp_path / "broken.log")
-    with pytest.raises(ServerStartError, match="tritonserver exited with status") as e:
-        server.start(120)
-    assert "preprocessing" in e.value.log_tail
+    import typer
+    from typer.testing import CliRunner
+
+    from trtspec.triton_repo.command import serve_command
+
+    app = typer.Typer()
+    app.command()(serve_command)
+    res = CliRunner().invoke(app, [str(broken), "--http-port", str(free_port()), "--grpc-port", str(free_port()),
+                                   "--metrics-port", str(free_port()), "--log-file", str(tmp_path / "broken.log")])
+    assert isinstance(res.exception, ServerStartError)
+    assert "tritonserver exited with status" in str(res.exception) and "broken.log" in str(res.exception)
+    assert "--- tritonserver log (last lines) ---" in res.output and "preprocessing" in res.exception.log_tail
     assert procs_mentioning(str(broken)) == []
 
 

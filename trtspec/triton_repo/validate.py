@@ -15,7 +15,8 @@ Checks, each reported as one line naming the model, file and field:
    outputs read exist, and the call's decoupled mode matches the callee's transaction policy;
    streaming models (generate, spec_decode, tensorrt_llm*) are decoupled;
 5. limits: every num_draft_tokens of the routing (generate's `routing` parameter) is within the
-   target engine's max_draft_len (from its config.json) and spec_decode's max_draft_len; every
+   target engine's max_draft_len (from its config.json) and spec_decode's max_draft_len, and KV-cache
+   reuse is on for both draft-target engines; every
    EAGLE profile's eagle_choices (brace syntax) fits the engine's max_draft_len, num_eagle_layers
    and max_non_leaves_per_layer, and the routing's models exist;
 6. paths: engine / checkpoint directories and tokenizer directories named by the configs exist.
@@ -345,6 +346,12 @@ def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
                              f"max_draft_len {lim['max_draft_len']} ({lim['path']})")
         if lim is not None and not lim["engine"]:
             probs.append(f"{lim['path']}: not an engine config (tensorrt_llm needs an engine directory)")
+        for name in (c.TENSORRT_LLM, c.TENSORRT_LLM_DRAFT):
+            if kinds.get(name) == "tensorrtllm" and configs.get(name) is not None:
+                reuse = params(configs[name]).get("enable_kv_cache_reuse", "")
+                if reuse not in ("true", "True", "TRUE", "1"):
+                    probs.append(f"{repo / name / 'config.pbtxt'}: enable_kv_cache_reuse must be true for draft-target "
+                                 f"(every round re-sends the prefix), got {reuse!r}")
     elif mode == "eagle":
         names = {e["model"] for e in [*routing.get("workloads", {}).values(), routing.get("default", {})]}
         for name in sorted(names):

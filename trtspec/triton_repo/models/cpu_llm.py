@@ -33,7 +33,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec_triton_common import FINAL, UserError, Workers, cancelled, ids_input, is_true, out, parameters, scalar
+from trtspec_triton_common import FINAL, UserError, Workers, check_running, ids_input, is_true, out, parameters, scalar
 
 
 def parse_choices(text):
@@ -123,8 +123,7 @@ class TritonPythonModel:
                 depth = None
             collected = []
             for piece in pieces:
-                if cancelled(request) or self.workers.stop.is_set():
-                    return
+                check_running(request, self.workers.stop)
                 if depth is not None:
                     s = piece.stats
                     acc["accepted"], acc["drafted"] = s.accepted_draft_tokens, depth * len(s.steps)

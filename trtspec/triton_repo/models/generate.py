@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from trtspec_triton_common import FINAL, UserError, Workers, bls, cancelled, out, parameters, scalar
+from trtspec_triton_common import FINAL, UserError, Workers, bls, check_running, out, parameters, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -132,8 +132,7 @@ class TritonPythonModel:
         tokens, sent = [], ""
         stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
         for resp in bls(model, inputs, outputs, True, self.workers.stop):
-            if cancelled(request):
-                return
+            check_running(request, self.workers.stop)
             ids = resp.get("output_ids")
             if ids is not None:
                 length = resp.get("sequence_length")
@@ -144,8 +143,7 @@ class TritonPythonModel:
                 piece, sent = self._piece(tokens, sent, final=False)
                 if piece:
                     sender.send(self._response(piece, stats, route, len(tokens)))
-        if self.workers.stop.is_set():
-            raise UserError("the server is shutting down")
+        check_running(request, self.workers.stop)
         piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
         if piece or not stream:
             sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
@@ -167,8 +165,7 @@ class TritonPythonModel:
         stats = {"acceptance_length": 0.0, "accepted": 0, "drafted": 0}
         parts = []
         for resp in bls(route["model"], inputs, ["text_output"], True, self.workers.stop):
-            if cancelled(request):
-                return
+            check_running(request, self.workers.stop)
             piece = "".join(v.decode("utf-8") if isinstance(v, bytes) else str(v)
                             for v in resp["text_output"].reshape(-1))
             parts.append(piece)

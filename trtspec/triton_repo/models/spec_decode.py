@@ -24,7 +24,7 @@ intra-op threads `torch_threads`, default 1).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec_triton_common import FINAL, UserError, Workers, bls, cancelled, ids_input, out, parameters, scalar
+from trtspec_triton_common import FINAL, UserError, Workers, bls, check_running, ids_input, out, parameters, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
             "frequency_penalty", "seed")
@@ -84,8 +84,7 @@ class TritonPythonModel:
             else self._bls(request, prompt, n, k, end_id, stats)
         collected = []
         for tokens in steps:
-            if cancelled(request) or self.workers.stop.is_set():
-                return
+            check_running(request, self.workers.stop)
             if streaming:
                 sender.send(self._response(tokens, stats))
             else:
@@ -119,8 +118,6 @@ class TritonPythonModel:
                 stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
                 stats.drafted = k * len(s.steps)
                 yield piece.tokens
-                if self.workers.stop.is_set():
-                    return
         except Exception as e:
             if type(e).__name__ == "TrtspecError":
                 raise UserError(str(e)) from None

@@ -19,6 +19,18 @@ class UserError(Exception):
     """A bad request: sent back to the client as the response error, without a traceback."""
 
 
+class Cancelled(UserError):
+    """The client cancelled the request, or the server is shutting down: stop early, but still
+    close the response stream (an unclosed decoupled request would hold the server's shutdown)."""
+
+
+def check_running(request, stop) -> None:
+    if stop is not None and stop.is_set():
+        raise Cancelled("the server is shutting down")
+    if cancelled(request):
+        raise Cancelled("request cancelled")
+
+
 def parameters(args) -> dict:
     """The model config's `parameters` as {key: string}."""
     cfg = json.loads(args["model_config"])
@@ -124,12 +136,19 @@ class Workers:
             try:
                 self.handler(request, sender)
             except UserError as e:
-                sender.send(error_response(e), flags=FINAL)
+                _send_final_error(sender, e)
             except Exception as e:  # a bug or a failed BLS call: report it, keep serving
                 traceback.print_exc()
-                sender.send(error_response(f"{type(e).__name__}: {e}"), flags=FINAL)
+                _send_final_error(sender, f"{type(e).__name__}: {e}")
 
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=2.0)
+
+
+def _send_final_error(sender, message) -> None:
+    try:
+        sender.send(error_response(message), flags=FINAL)
+    except Exception:  # the stream is already closed (a cancelled request): nothing left to tell
+        pass
