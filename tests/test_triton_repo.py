@@ -397,3 +397,18 @@ def test_llmapi_repository(w):
     with pytest.raises(TrtspecError, match="not a Hugging Face model directory"):
         make(w, "llmapi2", tuning=w["dt_tuning"], flavor="llmapi", ckpt=w["dt_build"] / "engines" / "target",
              draft_ckpt=head)
+
+
+def test_rendering_round_trips():
+    """What we write parses back to exactly the message we built (the explicit "" / 0 values we add
+    for readability are the protobuf defaults)."""
+    from trtspec.triton_repo import render as r
+    from trtspec.triton_repo.configs import parse_text, render
+
+    params_ = r.tensorrtllm_parameters(engine_dir="/e", tokenizer_dir="/t", kv_tokens=None, kv_reuse=True,
+                                       decoding_mode="", eagle_choices=None, gpu_device_ids="")
+    for m in (r.tensorrtllm_model("tensorrt_llm", 8, "bfloat16", params_, "c"),
+              r.spec_decode_model(8, 8, 4, "bls"), r.preprocessing_model(8, "/t", 2)):
+        text = render(m.config, m.comment)
+        assert parse_text(text, "x") == m.config
+        assert 'string_value: ""' in text or m.kind != "tensorrtllm"

@@ -85,6 +85,10 @@ def render(cfg, comment: str = "") -> str:
 
     lines = "".join(f"# {c}\n" for c in comment.splitlines()) if comment else ""
     body = _EMPTY_PARAMETER.sub(r'\1    string_value: ""\n\2', text_format.MessageToString(cfg))
+    # likewise the zero queue settings of dynamic_batching (upstream fills them with 0 explicitly)
+    if cfg.HasField("dynamic_batching") and cfg.dynamic_batching.max_queue_delay_microseconds == 0:
+        body = body.replace("  default_queue_policy {\n", "  max_queue_delay_microseconds: 0\n  default_queue_policy {\n", 1)
+    body = body.replace("  default_queue_policy {\n  }\n", "  default_queue_policy {\n    max_queue_size: 0\n  }\n")
     return HEADER + lines + "\n" + body
 
 
