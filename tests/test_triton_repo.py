@@ -308,6 +308,8 @@ def test_command(w):
     assert parse_file(out / "tensorrt_llm" / "config.pbtxt").max_batch_size == 16
     res = CliRunner().invoke(app, ["--check", str(out)])
     assert res.exit_code == 0 and "valid" in res.output
+    res = CliRunner().invoke(app, ["--tuning", str(w["dt_tuning"]), "--out", str(w["root"] / "cli2")])
+    assert isinstance(res.exception, TrtspecError) and "--flavor: needed" in str(res.exception)
     _edit(out / "generate" / "config.pbtxt", "decoupled: true", "decoupled: false")
     res = CliRunner().invoke(app, ["--check", str(out)])
     assert isinstance(res.exception, TrtspecError) and "problem(s)" in str(res.exception)
@@ -412,3 +414,13 @@ def test_rendering_round_trips():
         text = render(m.config, m.comment)
         assert parse_text(text, "x") == m.config
         assert 'string_value: ""' in text or m.kind != "tensorrtllm"
+
+
+def test_command_module_imports_stay_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, trtspec.triton_repo.command; "
+            "print(sorted(m for m in ('torch', 'transformers', 'grpc', 'google.protobuf') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

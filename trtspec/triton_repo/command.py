@@ -16,8 +16,9 @@ from ..errors import TrtspecError
 
 def triton_command(
     tuning: Optional[Path] = typer.Option(None, "--tuning", help="tuning.json from trtspec tune."),
-    flavor: str = typer.Option("trtllm", "--flavor", help="trtllm (C++ backend, engines) | llmapi (PyTorch backend, "
-                                                         "HF weights) | cpu (trtspec.runtime on checkpoints)."),
+    flavor: Optional[str] = typer.Option(None, "--flavor", help="trtllm (C++ backend, engines) | llmapi (PyTorch "
+                                                               "backend, HF weights) | cpu (trtspec.runtime on "
+                                                               "checkpoints)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Repository directory to write (new or empty)."),
     engines: Optional[Path] = typer.Option(None, "--engines", help="trtllm: engine directory, or a trtspec build "
                                                                   "output directory (engines/<name>/)."),
@@ -53,6 +54,8 @@ def triton_command(
         return
     if tuning is None:
         raise TrtspecError("--tuning: needed (or --check REPO)")
+    if flavor is None:
+        raise TrtspecError("--flavor: needed (trtllm, llmapi or cpu)")
     if out is None:
         raise TrtspecError("--out: needed (the repository directory to write)")
     from .repo import RepoRequest, make_repository
