@@ -396,6 +396,17 @@ def test_llmapi_repository(w):
     assert res.exit_code == 0 and "mpirun" not in res.output and "--model-repository=" in res.output
     res = CliRunner().invoke(app, [str(repo), "--exec"])
     assert isinstance(res.exception, TrtspecError) and "tensorrt_llm_k0/1/model.py: missing" in str(res.exception)
+    converted = fake_ckpt(w["root"] / "converted", LLAMA)  # a trtspec checkpoint names its HF source
+    (converted / "trtspec.json").write_text(json.dumps({"sources": [{"role": "hf", "path": str(target)}]}))
+    repo2 = make(w, "llmapi_from_ckpt", tuning=w["dt_tuning"], flavor="llmapi", ckpt=converted, draft_ckpt=head)
+    assert yaml.safe_load((repo2 / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())["model"] == str(target)
+    pair = w["root"] / "converted_pair"  # a trtspec pair directory names both HF sources
+    pair.mkdir()
+    (pair / "trtspec.json").write_text(json.dumps({"sources": [{"role": "target", "path": str(target)},
+                                                               {"role": "draft", "path": str(head)}]}))
+    repo3 = make(w, "llmapi_from_pair", tuning=w["dt_tuning"], flavor="llmapi", ckpt=pair)
+    spec = yaml.safe_load((repo3 / "tensorrt_llm_k5" / "1" / "model.yaml").read_text())["speculative_config"]
+    assert spec["speculative_model_dir"] == str(head) and spec["max_draft_len"] == 5
     with pytest.raises(TrtspecError, match="not a Hugging Face model directory"):
         make(w, "llmapi2", tuning=w["dt_tuning"], flavor="llmapi", ckpt=w["dt_build"] / "engines" / "target",
              draft_ckpt=head)

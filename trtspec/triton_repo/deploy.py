@@ -181,32 +181,44 @@ def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -
     return [target, draft]
 
 
-def _hf_dir(path: Path, option: str) -> Path:
+def _recorded_source(path: Path, roles: tuple[str, ...]) -> Path | None:
+    """The HF directory a trtspec checkpoint was converted from (its trtspec.json `sources`:
+    [{"role": "hf" | "target" | "draft" | "eagle_head", "path": ...}])."""
+    manifest = path / "trtspec.json"
+    if not manifest.is_file():
+        return None
+    try:
+        sources = json.loads(manifest.read_text()).get("sources") or []
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    by_role = {s.get("role"): s.get("path") for s in sources if isinstance(s, dict)}
+    for role in roles:
+        src = by_role.get(role)
+        if src and (Path(src) / "config.json").is_file():
+            return Path(src).resolve()
+    return None
+
+
+def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) -> Path:
     """An HF directory; a trtspec checkpoint resolves to the HF source its trtspec.json names."""
-    cfg_path = path / "config.json"
-    cfg = read_json(cfg_path, "config.json")
+    cfg = read_json(path / "config.json", "config.json") if (path / "config.json").is_file() else {}
     if "architectures" in cfg:
         return path
-    manifest = path / "trtspec.json"
-    if manifest.is_file():
-        try:
-            data = json.loads(manifest.read_text())
-            sources = data.get("sources") or {}
-            for key in ("hf", "target", "base"):
-                src = sources.get(key)
-                src = src.get("path") if isinstance(src, dict) else src
-                if src and (Path(src) / "config.json").is_file():
-                    return Path(src).resolve()
-        except (json.JSONDecodeError, AttributeError):
-            pass
+    src = _recorded_source(path, roles)
+    if src is not None:
+        return src
     raise TrtspecError(f"{option}: {path} is not a Hugging Face model directory (no 'architectures' in "
                        "config.json); the llmapi flavor runs HF weights on the PyTorch backend")
 
 
 def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
     """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model)."""
-    target_dir = _hf_dir(_dir(ckpt, "--ckpt"), "--ckpt")
-    draft_dir = _dir(draft_ckpt, "--draft-ckpt")
+    root = _dir(ckpt, "--ckpt")
+    target_dir = _hf_dir(root, "--ckpt")
+    if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
+        draft_dir = _recorded_source(root, ("draft",))
+    else:
+        draft_dir = _dir(draft_ckpt, "--draft-ckpt")
     tcfg = read_json(target_dir / "config.json")
     dcfg = read_json(draft_dir / "config.json")
     if "architectures" not in dcfg:
