@@ -98,6 +98,7 @@ def _register_stage_commands() -> None:
     from .builders.command import build_command
     from .calib.command import quantize_command
     from .calib.report_command import quant_report_command
+    from .triton_repo.command import serve_command, triton_command
     from .tuning.command import measure_cost_command, tune_command
     from .tuning.profile_command import profile_command
 
@@ -107,6 +108,8 @@ def _register_stage_commands() -> None:
     app.command("profile")(profile_command)
     app.command("tune")(tune_command)
     app.command("measure-cost")(measure_cost_command)
+    app.command("triton")(triton_command)
+    app.command("serve")(serve_command)
 
 
 _register_stage_commands()
