@@ -58,8 +58,8 @@ K = 1 about 12% faster than greedy where it is about 12% slower. The per-row "me
 lines and the "(vs K=0)" columns show it. A fit per batch size, or a CPU model with a separate
 1-token term, would be the fix; the GPU roofline (max) does not have this problem on a GPU.
 
-Run (about 7-8 minutes on 2 cores, up to 17 when other processes load them; one torch thread, so the timings are not distorted by
-OpenMP spin-waiting against other processes):
+Run (about 7-8 minutes on 2 cores, up to 17 when other processes load them; one torch thread, so
+the timings are not distorted by OpenMP spin-waiting against other processes):
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_tuning_quality.py [--reps 3] [--only synthetic]
         [--json results.json]
