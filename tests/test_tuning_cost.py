@@ -197,3 +197,20 @@ def test_measure_runtime_then_fit(tmp_path):
               "draft": shapes_from_checkpoint(tmp_path / "ckpt", "draft")["draft"]}
     gpu, report = fit_gpu(table, shapes)
     assert report.num_rows == 8 and report.rms_relative_error < 10
+
+
+def test_additive_mode_sums_memory_and_compute_and_fits():
+    """The cpu preset adds memory and compute time (a CPU forward slows with every extra token);
+    a GPU overlaps them. The two modes differ, and a fit in additive mode recovers its truth."""
+    m = shape()
+    gpu = gpu_preset("h100")
+    added = gpu.model_copy(update={"memory_compute_overlap": False})
+    for b, n in ((1, 1), (64, 16), (256, 64)):
+        overlap, summed = forward_time(gpu, m, b, n, 1024), forward_time(added, m, b, n, 1024)
+        assert summed > overlap
+    truth = added.model_copy(update=TRUE)
+    fitted, report = fit_gpu(synthetic_table(truth, shapes3()), shapes3(), base=added)
+    for k, v in TRUE.items():
+        assert getattr(fitted, k) == pytest.approx(v, rel=1e-4), k
+    assert report.rms_relative_error < 1e-6
+    assert gpu_preset("cpu").memory_compute_overlap is False
