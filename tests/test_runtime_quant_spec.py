@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 
-from tiny_models import make_eagle_head, make_hf_model, save_tiny_tokenizer
+from tiny_models import make_eagle_head, make_hf_model, save_tiny_tokenizer, scale_layer_outputs
 from trtspec.calib.quantize import CalibOptions, quantize_eagle, quantize_pair
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.eagle import convert_eagle
@@ -33,15 +33,6 @@ def bigram_head(base_model) -> dict:
     return {"embed_tokens.weight": base_model.model.embed_tokens.weight.detach().clone(),
             "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1), "fc.bias": torch.zeros(H),
             "layers.0.self_attn.o_proj.weight": torch.zeros(H, H), "layers.0.mlp.down_proj.weight": torch.zeros(H, I)}
-
-
-def scale_layer_outputs(model, scale: float):
-    """Layers that write only `scale` of their output: a near-bigram model that drafts predict often."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("o_proj.weight", "down_proj.weight")):
-                p.mul_(scale)
-    return model
 
 
 @pytest.fixture(scope="module")

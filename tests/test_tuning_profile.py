@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from tiny_models import make_eagle_head, make_hf_model
+from tiny_models import make_eagle_head, make_hf_model, scale_layer_outputs
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.eagle import convert_eagle
 from trtspec.runtime.generate import generate_batch, load_models
@@ -25,14 +25,6 @@ TREES = {
     "wide": [[0], [1], [2], [0, 0], [1, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
     "mixed": [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1]],
 }
-
-
-def scale_layer_outputs(model, scale):
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("o_proj.weight", "down_proj.weight")):
-                p.mul_(scale)
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -116,3 +116,14 @@ def save_tiny_tokenizer(out: Path, vocab_size: int = 1001, rename: dict[int, str
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(str(out))
+
+
+def scale_layer_outputs(model, scale: float):
+    """Layers that write only `scale` of their output into the residual stream: a near-bigram model
+    (next token ~ argmax lm_head . embed(token)) that a bigram draft or EAGLE head predicts often
+    but not always. scale 0 gives the pure bigram model itself."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(scale)
+    return model
