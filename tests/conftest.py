@@ -24,3 +24,16 @@ def smollm2_draft_hf(smollm2_hf, tmp_path_factory):
     from trtspec.checkpoints.derive import truncate_layers
 
     return truncate_layers(smollm2_hf, tmp_path_factory.mktemp("smollm2_draft") / "draft", 6)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Reference decoding in a test process that also runs a server competes for the cores: one
+    intra-op thread (several are ~10x slower on a busy 2-core box). Use with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -14,17 +14,7 @@ from trtspec.triton_repo import cpu_engine
 
 NEW = 40
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Reference decoding in this process competes with the server for the cores: one intra-op
-    thread (several are ~10x slower on a busy 2-core box)."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,8 @@ PROMPTS = {"chat": "t5 t17 t300 t42 t9", "code": "t9 t8 t7 t100", "other": "t100
 MAX_TOKENS = 24
 DT = {"chat": [2, 1], "code": [4, 3]}  # bands 1 and 16: fewer than 16 requests in flight -> band 1
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def procs_mentioning(text: str) -> list[int]:
     out = []
@@ -150,18 +152,6 @@ def value(result, name):
 
 def text_of(pieces) -> str:
     return "".join(value(p, "text_output") for p in pieces)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Reference decoding in this process competes with the server for the cores: one intra-op
-    thread (several are ~10x slower on a busy 2-core box)."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

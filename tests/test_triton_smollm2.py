@@ -17,21 +17,9 @@ from trtspec.triton_repo import cpu_engine
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.serve import CpuServer, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 MAX_TOKENS = 24
 K = {"chat": 3, "code": 2}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Reference decoding in this process competes with the server for the cores: one intra-op
-    thread (several are ~10x slower on a busy 2-core box)."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
