@@ -1,0 +1,1 @@
+"""Perf runs against a served repository: load generation, results.json, reports."""

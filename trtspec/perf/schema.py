@@ -1,0 +1,151 @@
+"""`results.json` of `trtspec perf` (schema "trtspec.perf/1"): what was sent, what came back, and the
+aggregates the report draws.
+
+Definitions (all times in seconds, measured on the client with `time.perf_counter`):
+- TTFT: request sent -> first response that carries at least one output token.
+- E2E: request sent -> final response received.
+- ITL (per request, genai-perf's definition so the two tools can be compared):
+  (E2E - TTFT) / (output_tokens - 1); undefined (None) for requests with fewer than 2 tokens.
+- chunk gaps: the times between consecutive token-carrying responses. With speculation one response
+  carries one verify round (AL tokens on average), so chunk gaps are per round, not per token.
+- output_tokens: `num_output_tokens` of the final response (the server's count, not a re-tokenization).
+- acceptance_length (AL): the repository's `acceptance_length` output of the final response
+  = tokens emitted / target verify steps for that request (1.0 = nothing accepted). A run's AL is
+  token-weighted: sum(output_tokens) / sum(output_tokens / AL), i.e. total tokens over total steps.
+- Throughput of a run: sum of output tokens of the successful measured requests / the measured window
+  (first measured send -> last measured completion); requests/s likewise. Warm-up requests are sent
+  first, are not stored and are not counted.
+- Percentiles: numpy's default (linear interpolation) over the successful requests of a run.
+- speedup (a Comparison): output tokens/s with speculation / output tokens/s with speculation off,
+  same workload, same concurrency (or request rate), same server, same invocation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import TrtspecError
+from ..fsutil import read_json
+
+PERF_SCHEMA = "trtspec.perf/1"
+
+
+class RequestRecord(BaseModel):
+    """One measured request."""
+    model_config = ConfigDict(extra="forbid")
+    index: int  # order of sending within its run
+    prompt_id: str  # the workload sample id
+    start_s: float  # send time relative to the run's start
+    status: Literal["ok", "error", "timeout"]
+    error: str | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: float | None = None
+    chunk_gaps_s: list[float] = Field(default_factory=list)
+    responses: int = 0  # token-carrying responses received
+    output_tokens: int = 0
+    acceptance_length: float | None = None
+    num_draft_tokens: int | None = None  # the K the repository used (draft-target), from its outputs
+    route: str | None = None  # the repository's route label (which tuned setting served it)
+
+
+class Percentiles(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    requests_ok: int
+    errors: int
+    timeouts: int
+    window_s: float
+    requests_per_s: float
+    output_tokens: int
+    output_tokens_per_s: float
+    acceptance_length: float | None = None  # token-weighted, see module docstring
+    ttft_s: Percentiles
+    itl_s: Percentiles
+    e2e_s: Percentiles
+
+
+class Run(BaseModel):
+    """One (workload, speculation on/off, load point) measurement."""
+    model_config = ConfigDict(extra="forbid")
+    workload: str
+    speculation: bool  # False = the baseline (speculation off through the same repository)
+    concurrency: int | None = None  # closed loop: requests kept in flight
+    request_rate: float | None = None  # open loop: Poisson arrivals per second
+    started_at: str  # ISO 8601 wall-clock time
+    completed: bool  # False when the run was cut short (server died, interrupted); see error
+    error: str | None = None
+    requests: list[RequestRecord]
+    summary: RunSummary
+
+
+class Comparison(BaseModel):
+    """Speculation on vs off for one workload and load point, with the tuner's prediction."""
+    model_config = ConfigDict(extra="forbid")
+    workload: str
+    concurrency: int | None = None
+    request_rate: float | None = None
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    speedup: float
+    acceptance_length: float | None = None
+    predicted_speedup: float | None = None  # tuning.json, the band the repository serves at this load
+    predicted_acceptance_length: float | None = None
+    predicted_draft_len: int | None = None
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    model: str
+    workloads: dict[str, str]  # name -> source, as given on the command line
+    concurrency: list[int] = Field(default_factory=list)
+    request_rate: float | None = None
+    requests: int | None = None  # per run
+    duration_s: float | None = None  # per run
+    warmup: int
+    timeout_s: float
+    max_tokens: int
+    baseline: bool
+    seed: int
+    tuning: str | None = None  # tuning.json the predictions came from
+
+
+class PerfResults(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_id: Literal["trtspec.perf/1"] = Field(PERF_SCHEMA, alias="schema")
+    created: str  # ISO 8601
+    trtspec_version: str
+    settings: Settings
+    completed: bool  # every planned run finished
+    error: str | None = None  # why not
+    runs: list[Run]
+    comparisons: list[Comparison] = Field(default_factory=list)
+
+
+def load_results(path: Path) -> PerfResults:
+    """Read and validate results.json; errors are one line naming the file and field."""
+    path = Path(path)
+    data = read_json(path, "perf results")
+    if isinstance(data, dict) and data.get("schema") != PERF_SCHEMA:
+        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {PERF_SCHEMA!r}")
+    try:
+        return PerfResults.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise TrtspecError(f"{path}: field {loc!r}: {err['msg']}") from None
+
+
+def dump_results(results: PerfResults) -> str:
+    return results.model_dump_json(by_alias=True, indent=1) + "\n"
