@@ -6,6 +6,7 @@ subprocess, exactly as a user runs it, and stopped with SIGTERM at the end, whic
 leave no process behind. What the tests assert:
 - chat and code requests stream pieces that concatenate to exactly the target's greedy text, with
   the workload's tuned K and the acceptance length trtspec.runtime measures for that K;
+- speculation=false (perf --baseline) gives the same greedy text with K=0 and AL 1.0; EAGLE refuses it;
 - an unknown or missing workload gets the default route; 10 concurrent streaming requests all
   complete with the right text; stream=false returns one response;
 - bad requests get an error response (max_tokens 0, sampling on the greedy-only cpu flavor);
@@ -226,6 +227,19 @@ def test_ten_concurrent_streaming_requests(dt):
     assert elapsed < 120
 
 
+def test_speculation_off_gives_the_target_greedy_text_with_k_0(dt):
+    """`speculation=false` (trtspec perf --baseline): the plain target through the same repository."""
+    for workload in ("code", None):
+        pieces, last = request(dt["url"], PROMPTS["code"], workload, extra={"speculation": (False, "BOOL")})
+        want, _, n = expected(dt, PROMPTS["code"], 4)
+        assert text_of(pieces) == want and len(pieces) > 2
+        assert value(last, "num_draft_tokens") == 0 and value(last, "acceptance_length") == 1.0
+        assert value(last, "total_draft_tokens") == 0 and value(last, "num_output_tokens") == n
+        assert value(last, "route") == f"{workload or 'default'}:speculation-off:K=0"
+    _, last = request(dt["url"], PROMPTS["code"], "code", extra={"speculation": (True, "BOOL")})
+    assert value(last, "num_draft_tokens") == 4
+
+
 def test_non_streaming_returns_one_response(dt):
     pieces, last = request(dt["url"], PROMPTS["code"], "code", stream=False)
     assert len(pieces) == 1 and value(last, "text_output") == expected(dt, PROMPTS["code"], 4)[0]
@@ -357,3 +371,5 @@ def test_eagle_profiles_route_by_workload(eagle):
         assert text_of(pieces) == tok.decode(greedy, skip_special_tokens=True)
         assert value(last, "route") == f"{workload}:{model}" and value(last, "num_draft_tokens") == len(tree)
         assert value(last, "acceptance_length") == pytest.approx(ref[-1].stats.acceptance_length, rel=1e-6)
+    with pytest.raises(Exception, match="engines always draft; measure the baseline against a target-only"):
+        request(eagle["url"], PROMPTS["chat"], "chat", extra={"speculation": (False, "BOOL")})

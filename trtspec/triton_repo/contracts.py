@@ -71,6 +71,9 @@ SAMPLING_TO_TRTLLM = {"temperature": "temperature", "top_k": "runtime_top_k", "t
 GENERATE_INPUTS = (
     Tensor("text_input", "TYPE_STRING", (1,)), Tensor("max_tokens", "TYPE_INT32", (1,)),
     _opt("stream", "TYPE_BOOL"), _opt("workload", "TYPE_STRING"),
+    # false: no drafting for this request (draft-target sends K=0, the plain target), so `trtspec perf
+    # --baseline` measures speculation off through the same repository; EAGLE engines always draft.
+    _opt("speculation", "TYPE_BOOL"),
     _opt("temperature", "TYPE_FP32"), _opt("top_k", "TYPE_INT32"), _opt("top_p", "TYPE_FP32"),
     _opt("repetition_penalty", "TYPE_FP32"), _opt("presence_penalty", "TYPE_FP32"),
     _opt("frequency_penalty", "TYPE_FP32"), _opt("seed", "TYPE_UINT64"),

@@ -2,7 +2,10 @@
 
 Inputs: text_input, max_tokens, optional stream, workload, temperature, top_k, top_p,
 repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id (the user-facing
-names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are).
+names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are), and
+speculation (default true; false = speculation off for this request, so that a baseline is measured
+through the same repository: draft-target sends K=0 to spec_decode, the plain target; EAGLE and
+llmapi engines always draft, so they refuse it and a baseline needs a target-only deployment).
 Outputs: text_output (one piece per response when streaming, the whole text otherwise), and per
 request acceptance_length, num_draft_tokens, total_accepted_draft_tokens, total_draft_tokens,
 num_output_tokens and route (which tuned setting served it); the statistics are running totals
@@ -80,6 +83,12 @@ class TritonPythonModel:
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": f"{label}:{entry['model']}"}
 
+    def _speculation_off(self, route):
+        if self.mode != "draft-target":
+            raise UserError(f"speculation=false: this {self.mode} repository's engines always draft; measure the "
+                            "baseline against a target-only deployment (a repository without speculation)")
+        return {"num_draft_tokens": 0, "label": route["label"].split("@")[0] + ":speculation-off:K=0"}
+
     def _handle(self, request, sender):
         with self.lock:
             self.inflight += 1
@@ -101,6 +110,8 @@ class TritonPythonModel:
         stream = bool(scalar(request, "stream", False))
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
+        if not bool(scalar(request, "speculation", True)):
+            route = self._speculation_off(route)
         if self.mode == "llmapi":
             return self._llmapi(request, sender, route, text, max_tokens, stream)
         pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
