@@ -1,0 +1,170 @@
+"""The figures of the perf report, each returned as PNG bytes (matplotlib, Agg backend).
+
+Every function takes plain data the report already derived from results.json and either returns
+PNG bytes or raises `NoPlot` with one sentence saying why the figure cannot be drawn; the report
+shows that sentence in the figure's place, so partial results never abort the report.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+
+SPEC, BASE = "speculation", "baseline"
+COLORS = {SPEC: "#1f77b4", BASE: "#7f7f7f"}
+
+
+class NoPlot(Exception):
+    """The figure cannot be drawn from these results; the message says why (shown in the report)."""
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100)
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _grid(n: int, width: float = 4.6, height: float = 3.4):
+    """One small panel per workload, at most 3 per row (workload names differ in scale, so no
+    shared y axis)."""
+    plt = _plt()
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def throughput(points: dict[str, dict[str, list[tuple[float, float]]]], xlabel: str) -> bytes:
+    """points: {workload: {"speculation"|"baseline": [(load, tokens/s), ...]}}."""
+    points = {w: {k: v for k, v in s.items() if v} for w, s in points.items()}
+    points = {w: s for w, s in points.items() if s}
+    if not points:
+        raise NoPlot("no run finished with successful requests, so there is no throughput to plot.")
+    fig, axes = _grid(len(points))
+    for ax, (w, series) in zip(axes, points.items()):
+        for kind, pts in series.items():
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=COLORS[kind], label=kind)
+        ax.set(title=w, xlabel=xlabel, ylabel="output tokens/s")
+        ax.set_xticks(sorted({p[0] for pts in series.values() for p in pts}))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def cdf(samples: dict[str, dict[tuple[str, str], list[float]]], what: str) -> bytes:
+    """Empirical CDFs in milliseconds: {workload: {(kind, load label): [seconds, ...]}}; colour per
+    load point, solid = speculation, dashed = baseline. A CDF shows the whole distribution (median,
+    tail) of a few dozen requests without binning choices."""
+    samples = {w: {k: v for k, v in s.items() if v} for w, s in samples.items()}
+    samples = {w: s for w, s in samples.items() if s}
+    if not samples:
+        raise NoPlot(f"no successful request has a {what} (ITL needs at least 2 output tokens).")
+    plt = _plt()
+    cmap = plt.get_cmap("tab10")
+    loads = sorted({load for s in samples.values() for _, load in s}, key=_load_key)
+    fig, axes = _grid(len(samples))
+    for ax, (w, series) in zip(axes, samples.items()):
+        for (kind, load), xs in sorted(series.items(), key=lambda kv: (_load_key(kv[0][1]), kv[0][0] != SPEC)):
+            xs = np.sort(np.asarray(xs, dtype=float)) * 1e3
+            ys = np.arange(1, len(xs) + 1) / len(xs)
+            ax.step(xs, ys, where="post", label=f"{kind} {load}", color=cmap(loads.index(load) % 10),
+                    linestyle="-" if kind == SPEC else "--")
+        ax.set(title=w, xlabel=f"{what} (ms)", ylabel="fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def bars(groups: dict[str, list[tuple[str, float | None, float | None]]], ylabel: str, title: str,
+         ref_line: float | None = None, why_empty: str = "nothing to plot.") -> bytes:
+    """Grouped bars: {workload: [(load label, measured, predicted), ...]}; the predicted value is a
+    black tick over its bar (absent when None). `ref_line` draws a dashed horizontal line (1.0 for
+    speedup: below it speculation loses)."""
+    groups = {w: [b for b in bs if b[1] is not None or b[2] is not None] for w, bs in groups.items()}
+    groups = {w: bs for w, bs in groups.items() if bs}
+    if not groups:
+        raise NoPlot(why_empty)
+    plt = _plt()
+    width_per = max(len(bs) for bs in groups.values())
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * width_per * len(groups) + 2), 3.8))
+    bw = 0.8 / width_per
+    cmap = plt.get_cmap("tab10")
+    loads = sorted({b[0] for bs in groups.values() for b in bs}, key=_load_key)
+    predicted_labelled = False
+    for gi, (w, bs) in enumerate(groups.items()):
+        for bi, (load, measured, predicted) in enumerate(bs):
+            x = gi + (bi - (len(bs) - 1) / 2) * bw
+            color = cmap(loads.index(load) % 10)
+            if measured is not None:
+                ax.bar(x, measured, bw * 0.9, color=color, label=load)
+                ax.annotate(f"{measured:.2f}", (x, measured), ha="center", va="bottom", fontsize=7)
+            if predicted is not None:
+                ax.plot([x - bw * 0.45, x + bw * 0.45], [predicted, predicted], color="black", lw=2,
+                        label=None if predicted_labelled else "predicted (tuning.json)")
+                predicted_labelled = True
+    if ref_line is not None:
+        ax.axhline(ref_line, color="red", ls="--", lw=1)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set(ylabel=ylabel, title=title)
+    top = max(v for bs in groups.values() for b in bs for v in b[1:] if v is not None)
+    ax.set_ylim(0, max(top, ref_line or 0) * 1.3)  # headroom for the legend above the bars
+    ax.grid(alpha=0.3, axis="y")
+    handles, labels = ax.get_legend_handles_labels()
+    seen = {}
+    for h, lab in zip(handles, labels):
+        seen.setdefault(lab, h)
+    ax.legend(seen.values(), seen.keys(), fontsize=8, loc="upper right", ncol=min(len(seen), 4))
+    return _png(fig)
+
+
+def predicted_vs_measured(points: list[tuple[str, str, float, float]]) -> bytes:
+    """points: [(workload, load label, predicted speedup, measured speedup)], colour per workload,
+    marker per load, with the y = x line: points below it fall short of the tuner's prediction."""
+    if not points:
+        raise NoPlot("no load point has both a measured speedup and a prediction.")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.6, 4.8))
+    xs, ys = [p[2] for p in points], [p[3] for p in points]
+    hi = max(xs + ys + [1.0]) * 1.1
+    lo = min(xs + ys + [1.0]) * 0.9
+    ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="y = x")
+    workloads = list(dict.fromkeys(p[0] for p in points))
+    loads = sorted({p[1] for p in points}, key=_load_key)
+    cmap, markers = plt.get_cmap("tab10"), "os^DvP*X"
+    for w, load, x, y in points:
+        ax.scatter([x], [y], color=cmap(workloads.index(w) % 10), marker=markers[loads.index(load) % len(markers)],
+                   s=50, zorder=3, label=f"{w} {load}")
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="predicted speedup (tuning.json)", ylabel="measured speedup",
+           title="predicted vs measured speedup")
+    ax.set_aspect("equal")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return _png(fig)
+
+
+def _load_key(label: str):
+    """'c=4' < 'c=16' numerically; request-rate labels after concurrencies."""
+    kind, _, num = label.partition("=")
+    try:
+        return (kind != "c", float(num.split("/")[0]))
+    except ValueError:
+        return (True, math.inf)

@@ -1,0 +1,322 @@
+"""report.html of a `trtspec perf` run: one self-contained page (inline CSS, plots as base64 PNGs,
+no scripts, fonts or links to fetch) that can be mailed or opened on a host with no network.
+
+Order: a headline per workload and load point (tokens/s with and without speculation, measured vs
+predicted speedup and acceptance length), the six figures, per-run tables, errors, settings.
+Everything is derived from results.json (trtspec/perf/schema.py has the metric definitions) and,
+when given, tuning.json. Partial results render: a figure that cannot be drawn is replaced by a
+sentence saying why, so a crashed or interrupted perf run still gets a readable report.
+All strings that came from the user or the server (workload names, errors, URLs) are escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+from ..fsutil import write_text_atomic
+from . import plots
+from .schema import PerfResults, Run, load_results
+
+# id -> (title, alt text). Ids are stable: tests and users link to them.
+FIGURES = {
+    "plot-throughput": ("Throughput vs load", "output tokens/s against concurrency, speculation vs baseline, "
+                                              "per workload"),
+    "plot-ttft": ("Time to first token", "CDF of TTFT per workload, speculation vs baseline"),
+    "plot-itl": ("Inter-token latency", "CDF of per-request ITL per workload, speculation vs baseline"),
+    "plot-acceptance": ("Acceptance length", "measured acceptance length per workload and load point, "
+                                             "predicted from tuning.json as black ticks"),
+    "plot-speedup": ("Speedup vs baseline", "output tokens/s with speculation / without, per workload and "
+                                            "load point"),
+    "plot-predicted-vs-measured": ("Predicted vs measured speedup", "tuning.json predicted speedup against the "
+                                                                    "measured speedup, with the y = x line"),
+}
+
+
+@dataclass
+class Headline:
+    """One workload at one load point: the numbers the top of the report shows."""
+    workload: str
+    load: str
+    tokens_per_s: float | None
+    baseline_tokens_per_s: float | None
+    speedup: float | None
+    predicted_speedup: float | None
+    acceptance_length: float | None
+    predicted_acceptance_length: float | None
+    predicted_draft_len: int | None
+
+
+def load_label(run) -> str:
+    """'c=4' (closed loop) or 'rate=2/s' (open loop): the load point of a Run or Comparison."""
+    if run.concurrency is not None:
+        return f"c={run.concurrency}"
+    if run.request_rate is not None:
+        return f"rate={run.request_rate:g}/s"
+    return "load=?"
+
+
+def pick_band(bands, concurrency: int | None):
+    """The band the repository serves at this load (the rule of the `generate` model: the largest
+    tuned band <= requests in flight, else the smallest band)."""
+    bands = sorted(bands, key=lambda b: b.concurrency)
+    if not bands:
+        return None
+    fit = [b for b in bands if concurrency is not None and b.concurrency <= concurrency]
+    return fit[-1] if fit else bands[0]
+
+
+def _ok(run: Run) -> bool:
+    return run.summary.requests_ok > 0
+
+
+def headlines(results: PerfResults, tuning=None) -> list[Headline]:
+    """Per (workload, load point) of the speculation runs: measured tokens/s, the baseline run's
+    tokens/s at the same load, speedup = their ratio, the run's token-weighted AL, and the
+    prediction of tuning.json (else the one results.json's comparisons recorded)."""
+    base = {(r.workload, load_label(r)): r for r in results.runs if not r.speculation}
+    comps = {(c.workload, load_label(c)): c for c in results.comparisons}
+    out = []
+    spec_runs = [r for r in results.runs if r.speculation]
+    for r in spec_runs or [r for r in results.runs if not r.speculation]:
+        key = (r.workload, load_label(r))
+        b = r if not r.speculation else base.get(key)
+        tps = r.summary.output_tokens_per_s if r.speculation and _ok(r) else None
+        btps = b.summary.output_tokens_per_s if b is not None and _ok(b) else None
+        speedup = tps / btps if tps is not None and btps else None
+        pred_s = pred_al = pred_k = None
+        band = None
+        if tuning is not None and r.workload in tuning.workloads:
+            band = pick_band(tuning.workloads[r.workload].bands, r.concurrency)
+        if band is not None:
+            pred_s, pred_al, pred_k = band.speedup, band.acceptance_length, band.draft_len
+        elif key in comps:
+            c = comps[key]
+            pred_s, pred_al, pred_k = c.predicted_speedup, c.predicted_acceptance_length, c.predicted_draft_len
+        out.append(Headline(r.workload, key[1], tps, btps, speedup, pred_s,
+                            r.summary.acceptance_length if r.speculation else None, pred_al, pred_k))
+    return out
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+def _x_axis(results: PerfResults) -> tuple[str, callable]:
+    if any(r.concurrency is not None for r in results.runs):
+        return "concurrency (requests in flight)", lambda r: r.concurrency
+    return "request rate (requests/s)", lambda r: r.request_rate
+
+
+def _kind(run: Run) -> str:
+    return plots.SPEC if run.speculation else plots.BASE
+
+
+def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callable]:
+    """id -> a thunk that draws the figure (PNG bytes) or raises plots.NoPlot."""
+    xlabel, xof = _x_axis(results)
+    tp: dict = {}
+    ttft: dict = {}
+    itl: dict = {}
+    for r in results.runs:
+        tp.setdefault(r.workload, {})
+        ttft.setdefault(r.workload, {})
+        itl.setdefault(r.workload, {})
+        if _ok(r) and xof(r) is not None:
+            tp[r.workload].setdefault(_kind(r), []).append((xof(r), r.summary.output_tokens_per_s))
+        ok = [q for q in r.requests if q.status == "ok"]
+        ttft[r.workload][(_kind(r), load_label(r))] = [q.ttft_s for q in ok if q.ttft_s is not None]
+        itl[r.workload][(_kind(r), load_label(r))] = [q.itl_s for q in ok if q.itl_s is not None]
+    al: dict = {}
+    sp: dict = {}
+    for h in heads:
+        al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length))
+        sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None))
+    no_base = not any(not r.speculation and _ok(r) for r in results.runs)
+    no_spec = not any(r.speculation and _ok(r) for r in results.runs)
+    why_speedup = ("no baseline run (speculation off) finished with successful requests"
+                   + (" (settings.baseline is false)" if not results.settings.baseline else "")
+                   + ", so there is no speedup to show." if no_base else
+                   "no speculation run finished with successful requests." if no_spec else
+                   "no workload has a speculation run and a baseline run at the same load.")
+    if all(h.predicted_speedup is None for h in heads):
+        why_pred = "no tuning.json was given (--tuning) and results.json holds no predictions."
+    else:
+        why_pred = why_speedup if all(h.speedup is None for h in heads) else \
+            "no load point has both a measured speedup and a prediction."
+    pvm = [(h.workload, h.load, h.predicted_speedup, h.speedup) for h in heads
+           if h.speedup is not None and h.predicted_speedup is not None]
+    return {
+        "plot-throughput": lambda: plots.throughput(tp, xlabel),
+        "plot-ttft": lambda: plots.cdf(ttft, "TTFT"),
+        "plot-itl": lambda: plots.cdf(itl, "ITL"),
+        "plot-acceptance": lambda: plots.bars(
+            al, "acceptance length (tokens / verify step)", "acceptance length per workload",
+            why_empty="no speculation run reported an acceptance length"
+                      + ("" if no_spec else " (the server's acceptance_length output was absent)") + "."),
+        "plot-speedup": lambda: plots.bars(sp, "speedup (x)", "speedup vs baseline (red: 1.0)", ref_line=1.0,
+                                           why_empty=why_speedup),
+        "plot-predicted-vs-measured": lambda: (_raise(why_pred) if not pvm else plots.predicted_vs_measured(pvm)),
+    }
+
+
+def _raise(why: str):
+    raise plots.NoPlot(why)
+
+
+# ---- HTML ---------------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em} th,td{border:1px solid #ddd;padding:.3em .6em;
+text-align:right} th{background:#f4f4f4} td.l,th.l{text-align:left}
+.big{font-size:1.25em;font-weight:600} .good{color:#1a7f37} .bad{color:#c62828} .muted{color:#777}
+.banner{background:#fff3cd;border:1px solid #e0c060;padding:.6em 1em;margin:1em 0}
+figure{margin:1em 0} figcaption{font-weight:600;margin-bottom:.3em} img{max-width:100%}
+.missing{background:#f6f6f6;border:1px dashed #aaa;padding:1em;color:#555}
+code{background:#f4f4f4;padding:0 .2em}
+"""
+
+
+def _num(v, fmt: str = "{:.1f}", suffix: str = "") -> str:
+    return '<span class="muted">n/a</span>' if v is None else escape(fmt.format(v) + suffix)
+
+
+def _ms(v) -> str:
+    return _num(None if v is None else v * 1e3, "{:.1f}")
+
+
+def _speed_cls(v) -> str:
+    return "" if v is None else (" good" if v >= 1.0 else " bad")
+
+
+def _headline_table(heads: list[Headline]) -> str:
+    rows = []
+    for h in heads:
+        gap = "" if h.speedup is None or not h.predicted_speedup else \
+            f' <span class="muted">({(h.speedup / h.predicted_speedup - 1) * 100:+.0f}% vs predicted)</span>'
+        rows.append(
+            f'<tr class="headline" data-workload="{escape(h.workload)}" data-load="{escape(h.load)}">'
+            f'<td class="l big">{escape(h.workload)}</td><td class="l">{escape(h.load)}</td>'
+            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}</td>'
+            f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}</td>'
+            f'<td class="big{_speed_cls(h.speedup)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}{gap}</td>'
+            f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}</td>'
+            f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}</td>'
+            f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}</td>'
+            f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td></tr>')
+    return ('<table id="headline"><tr><th class="l">workload</th><th class="l">load</th><th>tokens/s (tuned)</th>'
+            '<th>tokens/s (baseline)</th><th>speedup measured</th><th>speedup predicted</th><th>AL measured</th>'
+            '<th>AL predicted</th><th>K predicted</th></tr>' + "".join(rows) + "</table>")
+
+
+def _figure(fid: str, draw) -> str:
+    title, alt = FIGURES[fid]
+    try:
+        png = draw()
+    except plots.NoPlot as e:
+        return (f'<figure id="fig-{fid}"><figcaption>{escape(title)}</figcaption>'
+                f'<div class="missing" id="{fid}-missing">Not shown: {escape(str(e))}</div></figure>')
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure id="fig-{fid}"><figcaption>{escape(title)}</figcaption>'
+            f'<img id="{fid}" alt="{escape(alt)}" src="data:image/png;base64,{data}"></figure>')
+
+
+def _run_table(results: PerfResults) -> str:
+    head = ('<tr><th class="l">workload</th><th class="l">speculation</th><th class="l">load</th><th>ok</th>'
+            '<th>errors</th><th>timeouts</th><th>req/s</th><th>tok/s</th><th>AL</th>'
+            + "".join(f"<th>{m} p{p} (ms)</th>" for m in ("TTFT", "ITL", "E2E") for p in (50, 90, 99))
+            + '<th class="l">completed</th></tr>')
+    rows = []
+    for r in results.runs:
+        s = r.summary
+        pct = "".join(f"<td>{_ms(getattr(getattr(s, m), p))}</td>" for m in ("ttft_s", "itl_s", "e2e_s")
+                      for p in ("p50", "p90", "p99"))
+        bad = ' class="bad"' if s.errors or s.timeouts else ""
+        rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td class="l">{"on" if r.speculation else "off"}'
+                    f'</td><td class="l">{escape(load_label(r))}</td><td>{s.requests_ok}</td><td{bad}>{s.errors}</td>'
+                    f'<td{bad}>{s.timeouts}</td><td>{_num(s.requests_per_s, "{:.2f}")}</td>'
+                    f'<td>{_num(s.output_tokens_per_s)}</td><td>{_num(s.acceptance_length, "{:.2f}")}</td>{pct}'
+                    f'<td class="l{"" if r.completed else " bad"}">{"yes" if r.completed else "no"}</td></tr>')
+    return '<table id="runs">' + head + "".join(rows) + "</table>"
+
+
+def _errors(results: PerfResults) -> str:
+    """Distinct error messages per run with their counts (a thousand identical timeouts are one line)."""
+    items = []
+    for r in results.runs:
+        counts: dict[str, int] = {}
+        if r.error:
+            counts[f"run stopped: {r.error}"] = 1
+        for q in r.requests:
+            if q.status != "ok":
+                msg = f"{q.status}: {q.error or 'no message'}"
+                counts[msg] = counts.get(msg, 0) + 1
+        for msg, n in counts.items():
+            items.append(f"<li><b>{escape(r.workload)}</b> ({'spec' if r.speculation else 'baseline'}, "
+                         f"{escape(load_label(r))}): {escape(msg)}{f' &times; {n}' if n > 1 else ''}</li>")
+    if not items:
+        return '<p id="errors">No errors or timeouts.</p>'
+    return '<ul id="errors">' + "".join(items) + "</ul>"
+
+
+def _settings(results: PerfResults, tuning_path: str | None) -> str:
+    s = results.settings.model_dump()
+    s["workloads"] = ", ".join(f"{k}={v}" for k, v in results.settings.workloads.items())
+    s["concurrency"] = ", ".join(str(c) for c in results.settings.concurrency) or None
+    if tuning_path:
+        s["tuning (report)"] = tuning_path
+    s["trtspec_version"], s["created"] = results.trtspec_version, results.created
+    rows = "".join(f'<tr><th class="l">{escape(k)}</th><td class="l">{escape("" if v is None else str(v))}</td></tr>'
+                   for k, v in s.items())
+    return f'<table id="settings">{rows}</table>'
+
+
+def render_report(results: PerfResults, tuning=None, tuning_path: str | None = None) -> str:
+    """The whole report.html as a string (pure: no files read or written)."""
+    heads = headlines(results, tuning)
+    st = results.settings
+    banner = ""
+    if not results.completed or any(not r.completed for r in results.runs):
+        why = results.error or next((r.error for r in results.runs if r.error), None) or "no reason recorded"
+        banner = (f'<div class="banner" id="partial">Partial results: not every planned run finished '
+                  f'({escape(why)}). Figures show what was measured.</div>')
+    if not results.runs:
+        banner += '<div class="banner" id="no-runs">results.json holds no runs.</div>'
+    figures = figure_data(results, heads)
+    body = [
+        f"<h1>trtspec perf: {escape(st.model)}</h1>",
+        f'<p class="muted">{escape(st.url)} &middot; {escape(results.created)} &middot; max_tokens {st.max_tokens}'
+        f" &middot; {len(results.runs)} runs</p>",
+        banner,
+        "<h2>Headline</h2>",
+        _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
+        '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load. '
+        "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
+        "load.</p>",
+        "<h2>Figures</h2>",
+        *(_figure(fid, draw) for fid, draw in figures.items()),
+        "<h2>Runs</h2>", _run_table(results),
+        "<h2>Errors</h2>", _errors(results),
+        "<h2>Settings</h2>", _settings(results, tuning_path),
+    ]
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>trtspec perf report: {escape(st.model)}</title><style>{CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(results: Path, out_html: Path, tuning: Path | None = None) -> Path:
+    """Read results.json (and tuning.json), write report.html atomically; returns its path."""
+    from ..tuning.schema import load_tuning
+
+    res = load_results(Path(results))
+    tun = load_tuning(Path(tuning)) if tuning is not None else None
+    return write_report_from(res, out_html, tun, str(tuning) if tuning is not None else None)
+
+
+def write_report_from(results: PerfResults, out_html: Path, tuning=None, tuning_path: str | None = None) -> Path:
+    """Same from objects in memory (what `trtspec perf` calls after a run)."""
+    out_html = Path(out_html)
+    write_text_atomic(out_html, render_report(results, tuning, tuning_path))
+    return out_html
