@@ -1,0 +1,197 @@
+"""`trtspec run RECIPE`: recipe validation, run/skip decisions from input hashes, --force / --until /
+--dry-run, failures that name the stage, and every example recipe.
+
+The pipeline tests run real stages on tiny random models (a near-bigram 2-layer Llama target, its
+first layer derived as the draft, a word-level tokenizer, a JSONL workload of "tN" prompts): derive
+-> convert -> build (the fake trtllm-build on PATH, so the runner's engine path is exercised;
+orchestration only) -> profile -> tune. What is asserted is what a user sees: which stages ran or
+were skipped, the manifest, the outputs, and one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_helpers import run_cli
+from fake_trtllm_build import install_fake
+from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
+from trtspec.errors import TrtspecError
+from trtspec.pipeline.runner import ORDER, run_recipe
+from trtspec.recipe import load_recipe, parse_recipe
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+PROMPTS = ["t5 t17 t300 t42 t9", "t9 t8 t7 t100", "t100 t200 t301", "t11 t12 t13 t14 t15"]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """An HF target with the tiny tokenizer and a prompt file; returns the directory."""
+    d = tmp_path_factory.mktemp("recipe")
+    model = make_hf_model("llama", d / "hf", num_key_value_heads=1)
+    scale_layer_outputs(model, 0.1).save_pretrained(d / "hf")
+    save_tiny_tokenizer(d / "hf")
+    (d / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    return d
+
+
+def write_recipe(d: Path, **over) -> Path:
+    """A recipe next to the tiny model, with relative paths (resolved against the recipe file)."""
+    recipe = {"name": "tiny", "target": "hf", "draft": {"derive": {"layers": 1}}, "dtype": "float32",
+              "build": {"gpu": "h100", "max_batch_size": 4, "max_seq_len": 128, "engines": True},
+              "workloads": {"logs": "prompts.jsonl"},
+              "profile": {"samples": 2, "max_new_tokens": 12, "max_k": 3},
+              "tune": {"cost": "h100", "concurrency_bands": [1, 4]}}
+    for k, v in over.items():
+        if v is None:
+            recipe.pop(k, None)
+        else:
+            recipe[k] = v
+    path = d / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def statuses(report) -> dict[str, str]:
+    return {r.stage: r.status for r in report.rows}
+
+
+def one_line_error(capsys, *args) -> str:
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+# ---- validation ----------------------------------------------------------------------------------------
+
+def test_unknown_key_is_named_with_the_allowed_keys(tmp_path, capsys):
+    path = write_recipe(tmp_path, tune={"cost": "h100", "bands": [1]})
+    err = one_line_error(capsys, "run", path, "--dry-run")
+    assert "unknown key 'tune.bands'" in err and "concurrency_bands" in err and str(path) in err
+
+
+def test_missing_target_and_bad_stage_names(tmp_path, capsys):
+    err = one_line_error(capsys, "run", write_recipe(tmp_path, target=None), "--dry-run")
+    assert "target: required" in err
+    path = write_recipe(tmp_path)
+    err = one_line_error(capsys, "run", path, "--until", "compile", "--dry-run")
+    assert "--until: unknown stage 'compile'" in err and ", ".join(ORDER) in err
+    assert "--force: unknown stage" in one_line_error(capsys, "run", path, "--force", "tuning")
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"draft": {"hf": "a", "eagle": "b"}}, "draft: give exactly one of hf, eagle, derive"),
+    ({"draft": {"eagle": "head"}, "mode": "draft-target"}, "does not match draft.eagle"),
+    ({"quantization": {"format": "fp4"}}, "quantization.format"),
+    ({"perf": {"concurrency": [1]}}, "perf needs a triton section"),
+    ({"tune": {"cost": "h100", "concurrency_bands": [4, 4]}}, "tune.concurrency_bands: expected distinct"),
+    ({"workloads": {}}, "workloads: give at least one"),
+])
+def test_structural_errors_name_the_field(data, expected):
+    base = {"target": "t", "draft": {"hf": "d"}, "workloads": {"chat": "mt-bench"}}
+    with pytest.raises(TrtspecError, match=expected) as e:
+        parse_recipe({**base, **data}, "r.yaml")
+    assert "\n" not in str(e.value) and str(e.value).startswith("r.yaml: ")
+
+
+def test_relative_paths_resolve_against_the_recipe_file(tmp_path):
+    r = load_recipe(write_recipe(tmp_path, tune={"cost": "costs/table.json"}))
+    assert r.target == str(tmp_path / "hf") and r.workloads == {"logs": str(tmp_path / "prompts.jsonl")}
+    assert r.tune.cost == str(tmp_path / "costs" / "table.json") and r.mode == "draft-target"
+
+
+def test_missing_inputs_stop_a_real_run_before_any_stage(tmp_path, capsys):
+    err = one_line_error(capsys, "run", write_recipe(tmp_path), "--out", tmp_path / "out")
+    assert "input not found: target: " in err and not (tmp_path / "out" / "hf-draft").exists()
+
+
+# ---- example recipes -----------------------------------------------------------------------------------
+
+def test_cpu_demo_example_is_the_packaged_demo_recipe():
+    packaged = REPO / "trtspec" / "recipes" / "cpu-demo.yaml"
+    assert (EXAMPLES / "cpu-demo.yaml").read_bytes() == packaged.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["llama31-8b-eagle-fp8-h100.yaml", "qwen25-draft-target-h100.yaml", "cpu-demo.yaml"])
+def test_every_example_dry_runs(name, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "run", EXAMPLES / name, "--out", tmp_path / "o", "--dry-run")
+    assert code == 0, err
+    report = run_recipe(EXAMPLES / name, tmp_path / "o", dry_run=True)
+    s = statuses(report)
+    assert set(ORDER) <= set(s) and not (tmp_path / "o").exists()  # nothing written by a dry run
+    recipe = load_recipe(EXAMPLES / name)
+    assert s["quantize"] == "run" and s["convert"] == "n/a" and s["build"] == "run"
+    if recipe.triton.flavor == "trtllm":  # no engines here: the H100 commands instead
+        assert s["triton"] == s["serve"] == s["perf"] == "n/a"
+        note = {r.stage: r.note for r in report.rows}
+        assert "build.sh" in note["triton"] and "trtspec serve" in note["serve"] and "trtspec perf" in note["perf"]
+        assert s["inputs"] == "missing" and "/models/" in out  # placeholders the user edits
+    else:
+        assert s["serve"] == s["perf"] == s["report"] == "run" and "inputs" not in s
+
+
+# ---- the pipeline on tiny models -----------------------------------------------------------------------
+
+@pytest.fixture
+def fake_build_on_path(tmp_path, monkeypatch):
+    install_fake(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_pipeline_runs_skips_reruns_downstream_and_forces(tiny, tmp_path, fake_build_on_path):
+    recipe, out = write_recipe(tiny), tmp_path / "out"
+    first = run_recipe(recipe, out, until="tune")
+    assert statuses(first) == {"derive": "ran", "convert": "ran", "quantize": "n/a", "build": "ran",
+                               "profile": "ran", "tune": "ran"}
+    assert (out / "build" / "engines" / "target" / "config.json").is_file()  # the runner built (fake) engines
+    tuning = json.loads((out / "tuning.json").read_text())
+    assert sorted(tuning["concurrency_bands"]) == [1, 4] and set(tuning["workloads"]) == {"logs"}
+    manifest = json.loads((out / "run-manifest.json").read_text())
+    assert manifest["stages"]["profile"]["status"] == "ran" and len(manifest["stages"]["profile"]["input_hash"]) == 64
+
+    again = run_recipe(recipe, out, until="tune")
+    assert set(statuses(again).values()) <= {"skipped", "n/a"}
+    assert json.loads((out / "run-manifest.json").read_text())["stages"]["tune"] == manifest["stages"]["tune"]
+
+    write_recipe(tiny, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]})  # only tune's section changes
+    plan = statuses(run_recipe(recipe, out, until="tune", dry_run=True))
+    assert plan["tune"] == "run" and plan["profile"] == plan["derive"] == "skip"
+    changed = statuses(run_recipe(recipe, out, until="tune"))
+    assert changed["tune"] == "ran" and {changed[s] for s in ("derive", "convert", "build", "profile")} == {"skipped"}
+    assert sorted(json.loads((out / "tuning.json").read_text())["concurrency_bands"]) == [1, 2, 8]
+
+    write_recipe(tiny, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]},
+                 profile={"samples": 3, "max_new_tokens": 12, "max_k": 3})  # profile and everything after it
+    changed = statuses(run_recipe(recipe, out, until="tune"))
+    assert changed["profile"] == changed["tune"] == "ran" and changed["convert"] == changed["build"] == "skipped"
+
+    forced = statuses(run_recipe(recipe, out, until="tune", force="build"))
+    assert forced["build"] == forced["profile"] == forced["tune"] == "ran" and forced["convert"] == "skipped"
+
+    (out / "profile.json").unlink()  # a deleted output re-runs its stage and those after it
+    assert statuses(run_recipe(recipe, out, until="tune"))["profile"] == "ran"
+
+
+def test_a_failing_stage_is_named_and_earlier_outputs_stay(tiny, tmp_path, capsys):
+    (tiny / "bad-cost.json").write_text("{not json")
+    recipe, out = write_recipe(tiny, build=None), tmp_path / "out"
+    run_recipe(recipe, out, until="profile")
+    before = (out / "profile.json").read_bytes()
+    write_recipe(tiny, build=None, tune={"cost": "bad-cost.json"})
+    err = one_line_error(capsys, "run", recipe, "--out", out)
+    assert err.startswith("error: stage tune failed: ") and "bad-cost.json" in err
+    stages = json.loads((out / "run-manifest.json").read_text())["stages"]
+    assert stages["tune"]["status"] == "failed" and stages["profile"]["status"] == "ran"
+    assert (out / "profile.json").read_bytes() == before and not (out / "tuning.json").exists()
+    write_recipe(tiny, build=None)  # fixed: the failed stage runs, the rest is skipped
+    fixed = statuses(run_recipe(recipe, out, until="tune"))
+    assert fixed["tune"] == "ran" and fixed["profile"] == "skipped" and fixed["build"] == "n/a"

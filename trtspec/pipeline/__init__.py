@@ -1,0 +1,7 @@
+"""`trtspec run RECIPE.yaml`: the whole pipeline from one recipe (trtspec/recipe.py), stage by stage.
+
+    state.py    OUT/run-manifest.json, input hashes and output fingerprints (run or skip)
+    stages.py   one small function per stage over the stage's Python API, and where it writes
+    runner.py   decisions (run / skip / n/a), --until / --force / --dry-run, the summary tables
+    command.py  the Typer command
+"""

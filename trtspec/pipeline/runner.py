@@ -1,0 +1,315 @@
+"""`trtspec run RECIPE`: the stages in order, each run or skipped by its input hash (state.py).
+
+    derive -> convert | quantize -> build -> profile -> tune -> triton -> serve -> perf -> report
+
+Decisions, per stage: not applicable (the recipe does not ask for it, or it needs a GPU host: the
+note says what to run there), forced (--force at or before it), or run when its input hash differs
+from the one recorded in OUT/run-manifest.json or its outputs are gone, else skipped. `--dry-run`
+makes the same decisions without running anything (a stage after one that would run is "run:
+upstream changes", since its inputs cannot be known yet).
+
+serve is not a stage with lasting output: it starts the cpu-flavor tritonserver when perf is about
+to run and the server is stopped right after perf, and in a `finally` on any failure, so no server
+outlives `trtspec run`. A failing stage is recorded as failed (it re-runs next time), the summary
+is printed, and the run ends with one `error:` line naming the stage; earlier outputs stay valid.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import TrtspecError
+from ..recipe import Recipe, load_recipe
+from . import stages as st
+from .state import RunManifest, canonical, fingerprint, outputs_exist, sha256_text
+
+ORDER = ("derive", "convert", "quantize", "build", "profile", "tune", "triton", "serve", "perf", "report")
+
+
+def _ck(r: Recipe) -> str:
+    return "quantize" if r.quantization is not None else "convert"
+
+
+def _models_section(r: Recipe) -> dict:
+    return {"target": r.target, "draft": r.draft.model_dump(), "mode": r.mode, "dtype": r.dtype, "tp": r.tp,
+            "eagle": r.eagle.model_dump() if r.mode == "eagle" else None}
+
+
+def _build_section(r: Recipe) -> dict:
+    b = r.build.model_dump()
+    b["max_draft_len"] = st.build_options(r).max_draft_len
+    b["trtllm_build_on_path"] = st.trtllm_build_on_path() if r.build.engines else None
+    return b
+
+
+def _triton_section(r: Recipe) -> dict:
+    return r.triton.model_dump(exclude={"ports", "start_timeout_s"}) | {"gpu": r.build.gpu if r.build else "h100"}
+
+
+def _na(cond, why: str):
+    return lambda ctx: None if cond(ctx.recipe) else why
+
+
+STAGES = {s.name: s for s in (
+    st.Stage("derive", lambda r: [], lambda r: {"target": r.target, "derive": r.draft.model_dump()},
+             lambda p: [p.hf_draft], _na(lambda r: r.draft.derive is not None, "the draft is given, not derived"),
+             st.run_derive),
+    st.Stage("convert", lambda r: ["derive"], _models_section, lambda p: [p.ckpt],
+             _na(lambda r: r.quantization is None, "quantization is set: quantize writes the checkpoint"),
+             st.run_convert),
+    st.Stage("quantize", lambda r: ["derive"],
+             lambda r: _models_section(r) | {"quantization": r.quantization.model_dump(), "workloads": r.workloads},
+             lambda p: [p.ckpt], _na(lambda r: r.quantization is not None, "no quantization (convert instead)"),
+             st.run_quantize),
+    st.Stage("build", lambda r: [_ck(r)], _build_section, lambda p: [p.build],
+             _na(lambda r: r.build is not None, "no build section"), st.run_build),
+    st.Stage("profile", lambda r: [_ck(r)], lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads},
+             lambda p: [p.profile], lambda ctx: None, st.run_profile),
+    st.Stage("tune", lambda r: [_ck(r), "profile"], lambda r: r.tune.model_dump(), lambda p: [p.tuning, p.plots],
+             lambda ctx: None, st.run_tune),
+    st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else []), _triton_section, lambda p: [p.repo],
+             lambda ctx: st.triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), st.run_triton),
+    st.Stage("serve", lambda r: ["triton"], lambda r: r.triton.ports.model_dump(), lambda p: [],
+             st.serve_not_applicable, st.start_server),
+    st.Stage("perf", lambda r: ["triton", "tune"], lambda r: {"perf": r.perf.model_dump(), "workloads": r.workloads},
+             lambda p: [p.perf], st.perf_not_applicable, st.run_perf),
+    st.Stage("report", lambda r: ["perf", "tune"], lambda r: {}, lambda p: [p.report],
+             lambda ctx: st.perf_not_applicable(ctx) and "no perf results here (perf did not run)", st.run_report),
+)}
+
+EXTERNALS = {"derive": ("target",), "convert": ("target", "draft."), "quantize": ("target", "draft.", "quantization."),
+             "profile": ("workloads.",), "tune": ("tune.",), "perf": ("workloads.",)}
+
+
+def check_stage(name: str | None, option: str) -> str | None:
+    if name is not None and name not in ORDER:
+        raise TrtspecError(f"{option}: unknown stage {name!r} (stages: {', '.join(ORDER)})")
+    return name
+
+
+@dataclass
+class Row:
+    stage: str
+    status: str  # ran | skipped | failed | n/a | run (dry run) | skip (dry run)
+    seconds: float | None = None
+    output: str = ""
+    note: str = ""
+
+
+@dataclass
+class RunReport:
+    rows: list[Row] = field(default_factory=list)
+    results: Path | None = None
+    report: Path | None = None
+
+
+class Runner:
+    def __init__(self, recipe_path: Path, out: Path, console: Console | None = None):
+        self.recipe_path = Path(recipe_path)
+        self.recipe = load_recipe(self.recipe_path)
+        self.ctx = st.Ctx(self.recipe, self.recipe_path, st.Paths(Path(out).resolve()), console or Console())
+        self.manifest = RunManifest(self.ctx.paths.out, self.recipe_path)
+        self.planned: dict[str, str] = {}  # stage -> run | skip | n/a, decided this invocation
+        self.dry_run = False
+
+    # ---- hashing ----
+
+    def input_hash(self, stage: st.Stage) -> str | None:
+        """None when an upstream stage will run first (dry run): its outputs are not known yet."""
+        r = self.recipe
+        prefixes = EXTERNALS.get(stage.name, ())
+        ext = {k: fingerprint(Path(p)) for k, p in st.external_inputs(r).items() if prefixes and k.startswith(prefixes)}
+        if r.uses_default_target and stage.name in ("derive", "convert", "quantize"):
+            ext["target"] = fingerprint(st.default_target_dir())
+        up = {}
+        for dep in stage.deps(r):
+            if self.planned.get(dep) == "run" and self.dry_run:
+                return None
+            entry = self.manifest.get(dep) or {}
+            up[dep] = {"status": entry.get("status"), "input_hash": entry.get("input_hash"),
+                       "outputs": [fingerprint(Path(p)) for p in entry.get("outputs", [])]}
+        return sha256_text(canonical({"stage": stage.name, "section": stage.section(r), "externals": ext,
+                                      "upstream": up}))
+
+    def decide(self, stage: st.Stage, forced: bool) -> tuple[str, str, str | None]:
+        """(decision, reason, input hash) with decision run | skip | n/a."""
+        why_not = stage.applies(self.ctx)
+        if why_not is not None:
+            return "n/a", why_not, None
+        h = self.input_hash(stage)
+        if h is None:
+            return "run", "upstream changes", None
+        if forced:
+            return "run", "forced", h
+        prev = self.manifest.get(stage.name)
+        if prev is None or prev.get("status") != "ran":
+            return "run", "not run before" if prev is None else f"last run {prev.get('status')}", h
+        if prev.get("input_hash") != h:
+            return "run", "inputs changed", h
+        if not outputs_exist(prev):
+            return "run", "outputs missing", h
+        return "skip", "inputs unchanged", h
+
+    # ---- running ----
+
+    def run(self, until: str | None = None, force: str | None = None, dry_run: bool = False) -> RunReport:
+        check_stage(until, "--until")
+        check_stage(force, "--force")
+        self.dry_run = dry_run
+        last = ORDER.index(until) if until else len(ORDER) - 1
+        first_forced = ORDER.index(force) if force else len(ORDER)
+        report = RunReport()
+        missing = st.missing_inputs(self.recipe)
+        if missing and not dry_run:
+            raise TrtspecError(f"{self.recipe_path}: input not found: {missing[0]} (edit the recipe)")
+        if not dry_run and self.recipe.threads:
+            import torch
+
+            torch.set_num_threads(self.recipe.threads)
+        if not dry_run and self.recipe.uses_default_target:
+            st.target_hf(self.ctx)  # build the embedded default once, before any input hash reads it
+        try:
+            for i, name in enumerate(ORDER[: last + 1]):
+                row = self._stage(STAGES[name], i >= first_forced, until)
+                report.rows.append(row)
+                if name == "perf":
+                    st.stop_server(self.ctx)
+                if row.status == "failed":
+                    self.print_summary(report)
+                    raise TrtspecError(f"stage {name} failed: {row.note}")
+        finally:
+            st.stop_server(self.ctx)
+        if missing:
+            report.rows.append(Row("inputs", "missing", note="; ".join(missing) + " (edit the recipe before running)"))
+        if not dry_run and (self.ctx.paths.perf / "results.json").is_file() and last >= ORDER.index("perf"):
+            report.results = self.ctx.paths.perf / "results.json"
+        if not dry_run and self.ctx.paths.report.is_file() and last >= ORDER.index("report"):
+            report.report = self.ctx.paths.report
+        return report
+
+    def _stage(self, stage: st.Stage, forced: bool, until: str | None) -> Row:
+        if stage.name == "serve":  # starts the server only when perf is about to run
+            return self._serve(stage, forced, until)
+        if stage.name == "triton" and self.dry_run:
+            b = self.recipe.build
+            self.ctx.notes["engines_predicted"] = (st.engines_built(self.ctx) if self.planned.get("build") == "skip"
+                                                   else bool(b and b.engines and st.trtllm_build_on_path()))
+        decision, reason, h = self.decide(stage, forced)
+        self.planned[stage.name] = decision
+        outputs = [str(p) for p in stage.outputs(self.ctx.paths)]
+        if decision == "n/a":
+            if not self.dry_run:
+                self.manifest.record(stage.name, {"status": "n/a", "note": reason})
+            return Row(stage.name, "n/a", note=reason)
+        if self.dry_run:
+            return Row(stage.name, decision, output=_short(outputs, self.ctx.paths.out), note=reason)
+        if decision == "skip":
+            return Row(stage.name, "skipped", output=_short(outputs, self.ctx.paths.out),
+                       note=self.manifest.get(stage.name).get("note", ""))
+        return self._execute(stage, h, outputs, reason)
+
+    def _execute(self, stage: st.Stage, h: str | None, outputs: list[str], reason: str) -> Row:
+        self.ctx.console.print(f"[bold]{stage.name}[/] ({reason})")
+        start = time.perf_counter()
+        try:
+            note = stage.run(self.ctx)
+        except TrtspecError as e:
+            return self._failed(stage, h, start, str(e))
+        except Exception as e:  # a bug, not a user mistake: keep the traceback next to the outputs
+            log = self.ctx.paths.out / "logs" / f"{stage.name}.traceback.txt"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(traceback.format_exc())
+            return self._failed(stage, h, start, f"{type(e).__name__}: {e} (traceback: {log})")
+        seconds = time.perf_counter() - start
+        self.manifest.record(stage.name, {"status": "ran", "input_hash": h, "outputs": outputs, "note": note,
+                                          "seconds": round(seconds, 2),
+                                          "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        return Row(stage.name, "ran", seconds, _short(outputs, self.ctx.paths.out), note)
+
+    def _failed(self, stage: st.Stage, h: str | None, start: float, msg: str) -> Row:
+        seconds = time.perf_counter() - start
+        self.manifest.record(stage.name, {"status": "failed", "input_hash": h, "error": msg,
+                                          "seconds": round(seconds, 2)})
+        return Row(stage.name, "failed", seconds, note=msg)
+
+    def _serve(self, stage: st.Stage, forced: bool, until: str | None) -> Row:
+        why_not = stage.applies(self.ctx)
+        if why_not is not None:
+            self.planned["serve"] = "n/a"
+            return Row("serve", "n/a", note=why_not)
+        perf_decision = "run" if until == "serve" else self.decide(STAGES["perf"], forced)[0]
+        self.planned["serve"] = perf_decision
+        if self.dry_run:
+            return Row("serve", perf_decision, note="for perf" if perf_decision == "run" else "perf is skipped")
+        if perf_decision != "run":
+            return Row("serve", "skipped", note="perf is skipped")
+        row = self._execute(stage, self.input_hash(stage), [str(self.ctx.paths.server_log)], "for perf")
+        if until == "serve":
+            st.stop_server(self.ctx)
+        return row
+
+    # ---- output ----
+
+    def print_summary(self, report: RunReport) -> None:
+        con = self.ctx.console
+        title = f"trtspec run {self.recipe_path.name} -> {self.ctx.paths.out}" + (" (dry run)" if self.dry_run else "")
+        table = Table(title=title)
+        for col in ("stage", "status", "time", "output", "note"):
+            table.add_column(col, overflow="fold")
+        long_notes = []
+        for r in report.rows:
+            style = {"failed": "red", "n/a": "dim", "skipped": "cyan", "skip": "cyan", "missing": "yellow"}.get(r.status)
+            note = r.note
+            if len(note) > 90:
+                long_notes.append((r.stage, note))
+                note = note[:87] + "..."
+            table.add_row(r.stage, f"[{style}]{r.status}[/]" if style else r.status,
+                          "" if r.seconds is None else f"{r.seconds:.1f} s", r.output, note)
+        con.print(table)
+        for name, note in long_notes:
+            con.print(f"{name}: {note}", soft_wrap=True, highlight=False)
+        if report.results is not None:
+            print_speedups(report.results, con)
+        if report.report is not None:
+            con.print(f"report: {report.report}", soft_wrap=True, highlight=False)
+
+
+def _short(outputs: list[str], out: Path) -> str:
+    return ", ".join(str(Path(p).relative_to(out)) if Path(p).is_relative_to(out) else p for p in outputs)
+
+
+def print_speedups(results_path: Path, console: Console) -> list:
+    """Measured speedup (perf, speculation on vs off) next to the tuner's prediction, per workload."""
+    from ..perf.schema import load_results
+
+    results = load_results(results_path)
+    table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
+    for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "predicted", "AL meas.", "AL pred.", "K"):
+        table.add_column(col, justify="right")
+
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    for c in results.comparisons:
+        load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
+        table.add_row(c.workload, load, f(c.tokens_per_s, ".1f"), f(c.baseline_tokens_per_s, ".1f"),
+                      f(c.speedup, ".2f") + "x", f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else ""),
+                      f(c.acceptance_length, ".2f"), f(c.predicted_acceptance_length, ".2f"),
+                      f(c.predicted_draft_len, "d"))
+    console.print(table)
+    return results.comparisons
+
+
+def run_recipe(recipe: Path, out: Path, until: str | None = None, force: str | None = None, dry_run: bool = False,
+               console: Console | None = None) -> RunReport:
+    """Load, run (or plan) and summarise; raises TrtspecError naming the failed stage."""
+    runner = Runner(recipe, out, console)
+    report = runner.run(until, force, dry_run)
+    runner.print_summary(report)
+    return report

@@ -1,0 +1,362 @@
+"""The stages of `trtspec run`, each a small function over an existing stage API (never the CLI).
+
+Every stage declares what it reads (`deps`: earlier stages; `section`: its part of the recipe;
+`externals`: files outside OUT), where it writes (`outputs`), whether it applies to this recipe
+(`applies`: None, or why not plus what to run instead) and `run`, which returns a one-line note.
+The runner (runner.py) hashes the first three to decide run or skip.
+
+Outputs live at fixed places under OUT (see `Paths`), each written atomically by the API it calls
+(fsutil.atomic_dir / write_text_atomic), so a failed stage leaves the previous good output or none.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from ..errors import TrtspecError
+from ..recipe import COST_PRESETS, Recipe
+
+
+@dataclass
+class Paths:
+    out: Path
+
+    def __post_init__(self):
+        o = self.out
+        self.hf_draft, self.ckpt, self.build = o / "hf-draft", o / "checkpoint", o / "build"
+        self.profile, self.tuning, self.plots = o / "profile.json", o / "tuning.json", o / "tuning_plots"
+        self.repo, self.server_log, self.perf = o / "triton-repo", o / "tritonserver.log", o / "perf"
+        self.report = o / "report" / "report.html"
+
+
+@dataclass
+class Ctx:
+    recipe: Recipe
+    recipe_path: Path
+    paths: Paths
+    console: Console
+    server: object | None = None  # the CpuServer the serve stage started for perf
+    notes: dict = field(default_factory=dict)
+
+    def log(self, msg: str) -> None:
+        self.console.print(f"  {msg}", highlight=False)
+
+
+# ---- inputs from outside OUT -------------------------------------------------------------------------
+
+def default_target_dir() -> Path:
+    from ..checkpoints.default_model import CACHE_NAME, default_cache_root
+
+    return default_cache_root() / CACHE_NAME
+
+
+def target_hf(ctx: Ctx, build: bool = True) -> Path:
+    """The target's HF directory; the embedded default is converted from its GGUF on first use."""
+    if ctx.recipe.uses_default_target:
+        if not build:
+            return default_target_dir()
+        from ..checkpoints.default_model import smollm2_dir
+
+        return smollm2_dir()
+    return Path(ctx.recipe.target)
+
+
+def draft_hf(ctx: Ctx) -> Path | None:
+    d = ctx.recipe.draft
+    return ctx.paths.hf_draft if d.derive is not None else Path(d.hf) if d.hf is not None else None
+
+
+def external_inputs(recipe: Recipe) -> dict[str, str]:
+    """{field: path} of every file or directory the recipe reads from outside OUT."""
+    found = {}
+    if not recipe.uses_default_target:
+        found["target"] = recipe.target
+    for key in ("hf", "eagle"):
+        if getattr(recipe.draft, key) is not None:
+            found[f"draft.{key}"] = getattr(recipe.draft, key)
+    for n, s in recipe.workloads.items():
+        if "/" in s or s.endswith((".jsonl", ".csv", ".gz")):
+            found[f"workloads.{n}"] = s
+    if recipe.quantization is not None and recipe.quantization.calib:
+        for n, s in recipe.quantization.calib.items():
+            if "/" in s:
+                found[f"quantization.calib.{n}"] = s
+    if recipe.tune.cost not in COST_PRESETS:
+        found["tune.cost"] = recipe.tune.cost
+    return found
+
+
+def missing_inputs(recipe: Recipe) -> list[str]:
+    return [f"{k}: {p}" for k, p in external_inputs(recipe).items() if not Path(p).exists()]
+
+
+def _workload_files(recipe: Recipe) -> list[str]:
+    return [p for k, p in external_inputs(recipe).items() if k.startswith("workloads.")]
+
+
+# ---- stage functions ---------------------------------------------------------------------------------
+
+def run_derive(ctx: Ctx) -> str:
+    from ..checkpoints.derive import truncate_layers
+
+    n = ctx.recipe.draft.derive.layers
+    truncate_layers(target_hf(ctx), ctx.paths.hf_draft, n, overwrite=True)
+    return f"first {n} layers of the target"
+
+
+def run_convert(ctx: Ctx) -> str:
+    r, out = ctx.recipe, ctx.paths.ckpt
+    if r.mode == "eagle":
+        from ..checkpoints.eagle import convert_eagle
+
+        e = r.eagle
+        convert_eagle(target_hf(ctx), Path(r.draft.eagle), out, dtype=r.dtype, tp=r.tp, max_draft_len=e.max_draft_len,
+                      num_eagle_layers=e.num_eagle_layers, max_non_leaves=e.max_non_leaves, overwrite=True)
+        return "EagleForCausalLM checkpoint"
+    from ..checkpoints.pair import convert_pair
+
+    convert_pair(target_hf(ctx), draft_hf(ctx), out, dtype=r.dtype, tp=r.tp, overwrite=True)
+    return "pair: target/ + draft/"
+
+
+def run_quantize(ctx: Ctx) -> str:
+    from ..calib.quantize import CalibOptions, quantize_eagle, quantize_pair
+
+    r, q, out = ctx.recipe, ctx.recipe.quantization, ctx.paths.ckpt
+    calib = q.calib if q.calib is not None else r.workloads
+    opts = CalibOptions(calib=[f"{n}={s}" for n, s in calib.items()], samples=q.samples, seq_len=q.seq_len,
+                        seed=q.seed)
+    common = dict(fmt=q.format, kv_cache=q.kv_cache, calib=opts, dtype=r.dtype, tp=r.tp, group_size=q.awq_group_size,
+                  overwrite=True)
+    e = r.eagle
+    eagle_opts = dict(max_draft_len=e.max_draft_len, num_eagle_layers=e.num_eagle_layers,
+                      max_non_leaves=e.max_non_leaves)
+    hf = target_hf(ctx)
+    if r.mode == "eagle":
+        quantize_eagle(hf, Path(r.draft.eagle), out, **eagle_opts, **common)
+    else:
+        quantize_pair(hf, draft_hf(ctx), out, draft_format=q.draft_format, **common)
+    note = f"{q.format}" + (f" + {q.kv_cache} KV" if q.kv_cache else "")
+    if q.report:
+        from ..calib.report import print_report, report_after_quantize
+        from ..recipe import QualityReport
+
+        rep = q.report if isinstance(q.report, QualityReport) else QualityReport()
+        report = report_after_quantize(
+            hf, out, out / "quant_report", workloads=[f"{n}={s}" for n, s in rep.workloads.items()],
+            samples=rep.samples, max_new_tokens=rep.max_new_tokens, seed=q.seed,
+            draft_hf=draft_hf(ctx) if r.mode == "draft-target" else None,
+            eagle_head=Path(r.draft.eagle) if r.mode == "eagle" else None, eagle_opts=eagle_opts, progress=ctx.log)
+        print_report(report, ctx.console)
+        agree = (report.get("summary") or {}).get("min_top1_agreement")
+        if agree is not None:
+            note += f"; top-1 agreement vs unquantized {agree:.1%} (checkpoint/quant_report)"
+    return note
+
+
+def trtllm_build_on_path() -> bool:
+    from ..builders.run import find_trtllm_build
+
+    return find_trtllm_build() is not None
+
+
+def build_options(recipe: Recipe):
+    from ..builders.plan import BuildOptions
+
+    b = recipe.build
+    k = b.max_draft_len or (recipe.profile.max_k if recipe.mode == "draft-target" else None)
+    return BuildOptions(gpu=b.gpu, max_batch_size=b.max_batch_size, max_input_len=b.max_input_len,
+                        max_seq_len=b.max_seq_len, max_num_tokens=b.max_num_tokens, max_draft_len=k,
+                        draft_logits=b.draft_logits)
+
+
+def run_build(ctx: Ctx) -> str:
+    from ..builders.plan import make_plan
+    from ..builders.run import build
+
+    b = ctx.recipe.build
+    plan = make_plan(ctx.paths.ckpt, build_options(ctx.recipe))
+    for w in plan.warnings:
+        ctx.log(f"warning: {w}")
+    res = build(plan, ctx.paths.build, dry_run=not b.engines, timeout=b.timeout_s, overwrite=True,
+                on_line=lambda name, line: ctx.log(f"[{name}] {line}"))
+    if res.built:
+        return f"engines built: {', '.join(x.engine_dir for x in plan.builds)}"
+    why = "build.engines is false" if not b.engines else "trtllm-build is not on PATH"
+    return f"plan + build.sh only ({why}); engines: run {ctx.paths.build / 'build.sh'} on the H100 host"
+
+
+def engines_built(ctx: Ctx) -> bool:
+    return (ctx.paths.build / "engine_manifest.json").is_file()
+
+
+def run_profile(ctx: Ctx) -> str:
+    from ..fsutil import write_text_atomic
+    from ..tuning.profile import run_profile as profile
+    from ..tuning.schema import dump_json
+    from ..workloads import load_workloads
+
+    p = ctx.recipe.profile
+    wls = load_workloads(ctx.recipe.workload_entries(), seed=p.seed, samples=p.samples,
+                         max_new_tokens=p.max_new_tokens)
+    result = profile(ctx.paths.ckpt, wls, p.max_k, None, p.tree_top_k, progress=ctx.log)
+    write_text_atomic(ctx.paths.profile, dump_json(result))
+    return "; ".join(f"{n}: AL(K={p.max_k}) {w.accept_length_by_k.get(p.max_k, float('nan')):.2f}"
+                     for n, w in result.workloads.items())
+
+
+def run_tune(ctx: Ctx) -> str:
+    from ..fsutil import atomic_dir, write_text_atomic
+    from ..tuning.command import run_tune as tune
+    from ..tuning.report import print_summary, write_plots
+    from ..tuning.schema import dump_json
+    from ..tuning.select import SelectConfig
+
+    t = ctx.recipe.tune
+    cfg = SelectConfig(concurrency_bands=t.concurrency_bands, max_profiles=t.max_profiles,
+                       context_tokens=t.context_tokens)
+    tuning = tune(ctx.paths.profile, t.cost, None, None, cfg, t.eagle_node_budget)
+    write_text_atomic(ctx.paths.tuning, dump_json(tuning))
+    with atomic_dir(ctx.paths.plots, overwrite=True) as tmp:
+        write_plots(tuning, tmp)
+    print_summary(tuning, ctx.console)
+    first = min(t.concurrency_bands)
+    picks = []
+    for name, w in tuning.workloads.items():
+        band = next(b for b in w.bands if b.concurrency == first)
+        what = f"K={band.draft_len}" if band.draft_len is not None else f"tree {band.profile}"
+        picks.append(f"{name}@{first}: {what} x{band.speedup:.2f}")
+    return "; ".join(picks)
+
+
+def triton_not_applicable(ctx: Ctx, predicted_build: bool | None = None) -> str | None:
+    r = ctx.recipe
+    if r.triton is None:
+        return "no triton section"
+    if r.triton.flavor != "trtllm":
+        return None
+    built = engines_built(ctx) if predicted_build is None else predicted_build
+    if built:
+        return None
+    p = ctx.paths
+    names = ("eagle",) if r.mode == "eagle" else ("target", "draft")
+    engines = f"--engines {p.build / 'engines' / names[0]}" + (
+        f" --draft-engines {p.build / 'engines' / names[1]}" if len(names) > 1 else "")
+    return (f"needs engines; on the H100 host: bash {p.build / 'build.sh'} && trtspec triton --tuning {p.tuning} "
+            f"{engines} --flavor trtllm --out {p.repo}")
+
+
+def run_triton(ctx: Ctx) -> str:
+    from ..triton_repo.repo import RepoRequest, make_repository
+
+    r, p = ctx.recipe, ctx.paths
+    t = r.triton
+    trtllm = t.flavor == "trtllm"
+    res = make_repository(RepoRequest(
+        tuning=p.tuning, flavor=t.flavor, out=p.repo, engines=p.build if trtllm else None,
+        ckpt=None if trtllm else p.ckpt, max_batch_size=t.max_batch_size, instances=t.instances,
+        gpu=r.build.gpu if r.build else "h100", eagle_band=t.eagle_band, default_workload=t.default_workload,
+        overwrite=True))
+    for w in res.warnings:
+        ctx.log(f"warning: {w}")
+    return f"{res.flavor} flavor, {res.mode}: {', '.join(res.models)}"
+
+
+def serve_not_applicable(ctx: Ctx) -> str | None:
+    r = ctx.recipe
+    if r.perf is None or r.triton is None:
+        return "no perf section (the server is started only for perf)"
+    if r.triton.flavor != "cpu":
+        return f"{r.triton.flavor} flavor runs in the TensorRT-LLM container; on the H100 host: " \
+               f"trtspec serve {ctx.paths.repo} --exec"
+    return None
+
+
+def start_server(ctx: Ctx) -> str:
+    from ..triton_repo.serve import CpuServer, free_port
+
+    t = ctx.recipe.triton
+    ports = {k: getattr(t.ports, k) or free_port() for k in ("http", "grpc", "metrics")}
+    server = CpuServer(ctx.paths.repo, ports["http"], ports["grpc"], ports["metrics"], log_file=ctx.paths.server_log)
+    server.start(t.start_timeout_s)
+    ctx.server = server
+    return f"tritonserver ready on gRPC {server.grpc_url} (stopped after perf; log {ctx.paths.server_log.name})"
+
+
+def stop_server(ctx: Ctx) -> None:
+    if ctx.server is not None:
+        ctx.server.stop()
+        ctx.server = None
+
+
+def perf_command(ctx: Ctx) -> str:
+    """The perf run as a command line, for flavors that are served elsewhere (the H100 host)."""
+    p = ctx.recipe.perf
+    grpc = ctx.recipe.triton.ports.grpc or 8001
+    args = ["trtspec", "perf", "--url", f"127.0.0.1:{grpc}", "--workloads", ",".join(ctx.recipe.workload_entries()),
+            "--tuning", str(ctx.paths.tuning), "--max-tokens", str(p.max_tokens), "--out", str(ctx.paths.perf)]
+    if p.concurrency:
+        args += ["--concurrency", ",".join(map(str, p.concurrency))]
+    if p.requests:
+        args += ["--requests", str(p.requests)]
+    return shlex.join(args)
+
+
+def perf_not_applicable(ctx: Ctx) -> str | None:
+    r = ctx.recipe
+    if r.perf is None:
+        return "no perf section"
+    if r.triton.flavor != "cpu":
+        return f"served on the H100 host; with the server up there: {perf_command(ctx)}"
+    return None
+
+
+def run_perf(ctx: Ctx) -> str:
+    from ..fsutil import atomic_dir
+    from ..perf.runner import PerfOptions, run_perf as perf
+
+    if ctx.server is None:
+        raise TrtspecError("perf: no server is running (the serve stage starts it)")
+    p = ctx.recipe.perf
+    with atomic_dir(ctx.paths.perf, overwrite=True) as tmp:
+        results = perf(PerfOptions(
+            url=ctx.server.grpc_url, model=p.model, workloads=dict(ctx.recipe.workloads), concurrency=p.concurrency,
+            request_rate=p.request_rate, requests=p.requests, duration_s=p.duration_s, warmup=p.warmup,
+            baseline=p.baseline, timeout_s=p.timeout_s, max_tokens=p.max_tokens, seed=p.seed,
+            tuning=ctx.paths.tuning, out=tmp))
+        if not results.completed:
+            raise TrtspecError(f"perf run incomplete: {results.error}")
+    return f"{len(results.runs)} runs, {len(results.comparisons)} comparisons"
+
+
+def run_report(ctx: Ctx) -> str:
+    from ..fsutil import atomic_dir
+    from ..perf.report import write_report
+
+    target = ctx.paths.report
+    with atomic_dir(target.parent, overwrite=True) as tmp:
+        write_report(ctx.paths.perf / "results.json", tmp / target.name, ctx.paths.tuning)
+    return str(target)
+
+
+def remove_output(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    deps: Callable[[Recipe], list[str]]
+    section: Callable[[Recipe], object]
+    outputs: Callable[[Paths], list[Path]]
+    applies: Callable[[Ctx], str | None]  # None: applies; else the reason (and what to do instead)
+    run: Callable[[Ctx], str]

@@ -1,0 +1,95 @@
+"""`OUT/run-manifest.json`: what each stage last produced, and from what.
+
+Why hashes of inputs rather than timestamps: a recipe edit that changes nothing a stage reads (say
+the perf concurrency) must not re-run a 2-minute quantization, and an edit that does (the draft
+layers) must re-run everything after it. A stage's input hash is sha256 over
+
+- its own recipe section(s) (canonical JSON),
+- fingerprints of the external files it reads (HF directories, prompt files, cost tables),
+- for every stage it reads: that stage's input hash and a fingerprint of its outputs as they are now.
+
+The last item is what propagates changes downstream: a re-run upstream stage has a new input hash,
+and an output edited by hand changes its fingerprint, so every reader re-runs.
+
+Fingerprints hash the content of files up to 16 MiB and (size, mtime) of larger ones: checkpoints
+of an 8B model are tens of GB and re-reading them on every `trtspec run` would cost minutes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..fsutil import read_json, write_text_atomic
+
+MANIFEST = "run-manifest.json"
+SCHEMA = "trtspec.run/1"
+CONTENT_LIMIT = 16 << 20
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _file_digest(path: Path, st: os.stat_result) -> str:
+    if st.st_size > CONTENT_LIMIT:
+        return f"size={st.st_size},mtime={st.st_mtime_ns}"
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(path: Path) -> str | None:
+    """A digest of a file or a directory tree (relative names + file digests); None if missing."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    h = hashlib.sha256()
+    if path.is_file():
+        h.update(_file_digest(path, path.stat()).encode())
+        return h.hexdigest()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(root) / name
+            st = p.stat()
+            h.update(f"{p.relative_to(path).as_posix()}\0{_file_digest(p, st)}\n".encode())
+    return h.hexdigest()
+
+
+class RunManifest:
+    """The per-stage records of one output directory, written atomically after every stage."""
+
+    def __init__(self, out: Path, recipe_path: Path):
+        self.path = Path(out) / MANIFEST
+        self.data = {"schema": SCHEMA, "recipe": str(Path(recipe_path).resolve()), "stages": {}}
+        if self.path.is_file():
+            old = read_json(self.path, "run manifest")
+            if isinstance(old, dict) and old.get("schema") == SCHEMA and isinstance(old.get("stages"), dict):
+                self.data["stages"] = old["stages"]
+
+    def get(self, stage: str) -> dict | None:
+        return self.data["stages"].get(stage)
+
+    def record(self, stage: str, entry: dict) -> None:
+        self.data["stages"][stage] = entry
+        self.save()
+
+    def forget(self, stage: str) -> None:
+        if self.data["stages"].pop(stage, None) is not None:
+            self.save()
+
+    def save(self) -> None:
+        write_text_atomic(self.path, json.dumps(self.data, indent=2) + "\n")
+
+
+def outputs_exist(entry: dict | None) -> bool:
+    return bool(entry) and entry.get("status") == "ran" and all(Path(p).exists() for p in entry.get("outputs", []))
