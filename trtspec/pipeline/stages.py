@@ -300,11 +300,18 @@ def perf_command(ctx: Ctx) -> str:
     p = ctx.recipe.perf
     grpc = ctx.recipe.triton.ports.grpc or 8001
     args = ["trtspec", "perf", "--url", f"127.0.0.1:{grpc}", "--workloads", ",".join(ctx.recipe.workload_entries()),
-            "--tuning", str(ctx.paths.tuning), "--max-tokens", str(p.max_tokens), "--out", str(ctx.paths.perf)]
+            "--tuning", str(ctx.paths.tuning), "--max-tokens", str(p.max_tokens), "--warmup", str(p.warmup),
+            "--timeout", f"{p.timeout_s:g}", "--seed", str(p.seed), "--out", str(ctx.paths.perf)]
     if p.concurrency:
         args += ["--concurrency", ",".join(map(str, p.concurrency))]
+    if p.request_rate:
+        args += ["--request-rate", f"{p.request_rate:g}"]
     if p.requests:
         args += ["--requests", str(p.requests)]
+    if p.duration_s:
+        args += ["--duration", f"{p.duration_s:g}"]
+    if p.baseline:
+        args.append("--baseline")
     return shlex.join(args)
 
 
