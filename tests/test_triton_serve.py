@@ -10,6 +10,7 @@ leave no process behind. What the tests assert:
 - an unknown or missing workload gets the default route; 10 concurrent streaming requests all
   complete with the right text; stream=false returns one response;
 - bad requests get an error response (max_tokens 0, sampling on the greedy-only cpu flavor);
+- genai-perf's tensorrtllm payload (exclude_input_in_output=true) is accepted, false is refused;
 - the cpu `tensorrt_llm` answers tensorrt_llm's own request tensors (draft_input_ids verification);
 - spec_decode's BLS engine (the trtllm flavor's orchestration code, reloaded with engine=bls over
   the model-control API) calling the cpu `tensorrt_llm_draft` / `tensorrt_llm` gives the same text;
@@ -252,6 +253,15 @@ def test_bad_requests_get_error_responses(dt):
         request(dt["url"], PROMPTS["chat"], "chat", extra={"temperature": (0.7, "FP32")})
     pieces, _ = request(dt["url"], PROMPTS["chat"], "chat", max_tokens=3)  # the server still serves
     assert text_of(pieces)
+
+
+def test_genai_perf_tensorrtllm_payload_is_accepted(dt):
+    """genai-perf's tensorrtllm payload always adds exclude_input_in_output=true (perf_analyzer refuses
+    an input the model does not declare); false would ask for the prompt echoed, which generate never does."""
+    pieces, last = request(dt["url"], PROMPTS["code"], "code", extra={"exclude_input_in_output": (True, "BOOL")})
+    assert text_of(pieces) == expected(dt, PROMPTS["code"], 4)[0]
+    with pytest.raises(Exception, match="exclude_input_in_output: only true is supported"):
+        request(dt["url"], PROMPTS["code"], "code", extra={"exclude_input_in_output": (False, "BOOL")})
 
 
 def test_a_cancelled_stream_frees_the_server(dt):

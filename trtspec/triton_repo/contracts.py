@@ -74,6 +74,9 @@ GENERATE_INPUTS = (
     # false: no drafting for this request (draft-target sends K=0, the plain target), so `trtspec perf
     # --baseline` measures speculation off through the same repository; EAGLE engines always draft.
     _opt("speculation", "TYPE_BOOL"),
+    # genai-perf 0.0.16's tensorrtllm payload always carries exclude_input_in_output=true, and
+    # perf_analyzer refuses an input the model does not declare; generate never echoes the prompt.
+    _opt("exclude_input_in_output", "TYPE_BOOL"),
     _opt("temperature", "TYPE_FP32"), _opt("top_k", "TYPE_INT32"), _opt("top_p", "TYPE_FP32"),
     _opt("repetition_penalty", "TYPE_FP32"), _opt("presence_penalty", "TYPE_FP32"),
     _opt("frequency_penalty", "TYPE_FP32"), _opt("seed", "TYPE_UINT64"),

@@ -2,7 +2,8 @@
 
 Inputs: text_input, max_tokens, optional stream, workload, temperature, top_k, top_p,
 repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id (the user-facing
-names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are), and
+names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are; that
+includes exclude_input_in_output, which must be true: the prompt is never echoed), and
 speculation (default true; false = speculation off for this request, so that a baseline is measured
 through the same repository: draft-target sends K=0 to spec_decode, the plain target; EAGLE and
 llmapi engines always draft, so they refuse it and a baseline needs a target-only deployment).
@@ -108,6 +109,8 @@ class TritonPythonModel:
             raise UserError(f"max_tokens: expected >= 1, got {max_tokens}")
         max_tokens = int(max_tokens)
         stream = bool(scalar(request, "stream", False))
+        if not bool(scalar(request, "exclude_input_in_output", True)):
+            raise UserError("exclude_input_in_output: only true is supported (text_output never includes the prompt)")
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
         if not bool(scalar(request, "speculation", True)):
