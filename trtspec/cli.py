@@ -98,6 +98,7 @@ def _register_stage_commands() -> None:
     from .builders.command import build_command
     from .calib.command import quantize_command
     from .calib.report_command import quant_report_command
+    from .perf.command import perf_command
     from .pipeline.command import run_command
     from .perf.report_command import perf_report_command
     from .triton_repo.command import serve_command, triton_command
@@ -112,6 +113,7 @@ def _register_stage_commands() -> None:
     app.command("measure-cost")(measure_cost_command)
     app.command("triton")(triton_command)
     app.command("serve")(serve_command)
+    app.command("perf")(perf_command)
     app.command("run")(run_command)
     app.command("perf-report")(perf_report_command)
 

@@ -1,0 +1,167 @@
+"""`trtspec perf` end to end against a real tritonserver serving the tiny draft-target repository.
+
+One server per module (CpuServer, ~15 s to start). What the tests assert:
+- closed loop at concurrency 1 and 2 with --baseline and --tuning: every request completes; each
+  record's token count, acceptance length, K and route equal what an independent tritonclient
+  streaming request gets for the same prompt (speculation on: the workload's tuned K; off: K=0,
+  AL 1.0); the summaries recomputed here from the records with numpy equal the stored ones; the
+  comparison rows carry speedup = tokens/s on / off and the tuned band's prediction; the CSVs agree
+  with results.json; the command line prints one summary line per run;
+- an open-loop run (Poisson arrivals) sends the planned number of requests;
+- clear errors: no server at the URL (within the connect timeout, naming the URL and `trtspec
+  serve`), a model that is not there, a bad workload spec (before any server contact).
+Fault tests (a server killed mid-run, requests beyond --timeout) are in test_perf_faults.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+
+import numpy as np
+import pytest
+
+from cli_helpers import run_cli
+from test_triton_serve import DT, request, text_of, value
+from test_triton_support import tiny_pair, tuning_file
+from trtspec.errors import TrtspecError
+from trtspec.perf.runner import PerfOptions, run_perf
+from trtspec.perf.schema import load_results
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.serve import CpuServer, free_port
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPTS = {"chat": ["t5 t17 t300 t42 t9", "t11 t12 t13 t14"], "code": ["t9 t8 t7 t100", "t20 t21 t400"]}
+MAX_TOKENS = 16
+REQUESTS = 4
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    d = tmp_path_factory.mktemp("perf").resolve()
+    pair = tiny_pair(d)
+    tuning = tuning_file(d / "t" / "tuning.json", "draft-target", DT, bands=(1, 16))
+    repo = d / "repo"
+    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=pair))
+    files = {}
+    for name, texts in PROMPTS.items():
+        files[name] = d / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps({"prompt": t, "id": f"{name}{i}"}) + "\n" for i, t in enumerate(texts)))
+    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    yield {"url": server.grpc_url, "tuning": tuning, "files": files, "dir": d}
+    server.stop()
+
+
+def options(served, out, **kw) -> PerfOptions:
+    base = dict(url=served["url"], workloads={k: str(v) for k, v in served["files"].items()}, concurrency=[1, 2],
+                requests=REQUESTS, warmup=1, timeout_s=60, max_tokens=MAX_TOKENS, progress=False, out=out)
+    return PerfOptions(**{**base, **kw})
+
+
+def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
+    out = tmp_path / "perf"
+    res = run_perf(options(served, out, baseline=True, tuning=served["tuning"]))
+    assert res.completed and res.error is None
+    assert [(r.workload, r.concurrency, r.speculation) for r in res.runs] == [
+        (w, c, s) for w in ("chat", "code") for c in (1, 2) for s in (True, False)]
+    expected = {}
+    for r in res.runs:
+        assert r.completed and len(r.requests) == REQUESTS and r.concurrency in (1, 2) and r.request_rate is None
+        assert [q.index for q in r.requests] == list(range(REQUESTS))
+        starts = [q.start_s for q in r.requests]
+        assert starts == sorted(starts) and starts[0] >= 0
+        k = DT[r.workload][0] if r.speculation else 0
+        for q in r.requests:
+            assert q.status == "ok" and q.error is None and q.prompt_id.startswith(r.workload)
+            text = PROMPTS[r.workload][int(q.prompt_id[len(r.workload):])]
+            key = (r.workload, text, r.speculation)
+            if key not in expected:  # an independent request for the same prompt, same mode
+                extra = {} if r.speculation else {"speculation": (False, "BOOL")}
+                pieces, last = request(served["url"], text, r.workload, max_tokens=MAX_TOKENS, extra=extra)
+                assert text_of(pieces)
+                expected[key] = (value(last, "num_output_tokens"), value(last, "acceptance_length"),
+                                 value(last, "num_draft_tokens"), value(last, "route"), len(pieces))
+            n, al, kk, route, pieces = expected[key]
+            assert (q.output_tokens, q.num_draft_tokens, q.route, q.responses) == (n, k, route, pieces)
+            assert kk == k and q.acceptance_length == pytest.approx(al, rel=1e-6)
+            if not r.speculation:
+                assert q.acceptance_length == 1.0 and route == f"{r.workload}:speculation-off:K=0"
+            assert 0 < q.ttft_s <= q.e2e_s and q.itl_s == pytest.approx((q.e2e_s - q.ttft_s) / (n - 1))
+            assert len(q.chunk_gaps_s) == pieces - 1 and sum(q.chunk_gaps_s) <= q.e2e_s - q.ttft_s + 1e-9
+        # the summary, recomputed from the records
+        s, ok = r.summary, r.requests
+        window = max(q.start_s + q.e2e_s for q in ok) - min(q.start_s for q in ok)
+        tokens = sum(q.output_tokens for q in ok)
+        assert (s.requests_ok, s.errors, s.timeouts, s.output_tokens) == (REQUESTS, 0, 0, tokens)
+        assert s.window_s == pytest.approx(window) and s.output_tokens_per_s == pytest.approx(tokens / window)
+        assert s.requests_per_s == pytest.approx(REQUESTS / window)
+        assert s.acceptance_length == pytest.approx(tokens / sum(q.output_tokens / q.acceptance_length for q in ok))
+        for metric in ("ttft_s", "e2e_s", "itl_s"):
+            xs = [getattr(q, metric) for q in ok]
+            got = getattr(s, metric)
+            assert (got.p50, got.p90, got.p99) == pytest.approx(tuple(np.percentile(xs, [50, 90, 99])))
+        if r.speculation:
+            assert s.acceptance_length > 1.0
+    assert len(res.comparisons) == 4
+    for c in res.comparisons:
+        on, off = [r for r in res.runs if (r.workload, r.concurrency) == (c.workload, c.concurrency)]
+        assert c.speedup == pytest.approx(on.summary.output_tokens_per_s / off.summary.output_tokens_per_s)
+        assert c.acceptance_length == on.summary.acceptance_length
+        assert c.predicted_draft_len == DT[c.workload][0] and c.predicted_speedup > 0  # band 1 serves c <= 2
+        assert c.predicted_acceptance_length >= 1.0
+    # files: results.json is the returned object; the CSVs are views of it
+    assert load_results(out / "results.json") == res
+    rows = list(csv.DictReader(open(out / "requests.csv")))
+    assert len(rows) == 8 * REQUESTS
+    flat = [(r, q) for r in res.runs for q in r.requests]
+    for row, (r, q) in zip(rows, flat):
+        assert (row["workload"], row["speculation"], int(row["concurrency"])) == (r.workload, str(r.speculation),
+                                                                                  r.concurrency)
+        assert (row["prompt_id"], int(row["output_tokens"]), row["route"]) == (q.prompt_id, q.output_tokens, q.route)
+        assert float(row["e2e_s"]) == q.e2e_s and float(row["acceptance_length"]) == q.acceptance_length
+    summary = list(csv.DictReader(open(out / "summary.csv")))
+    assert [float(x["output_tokens_per_s"]) for x in summary] == [r.summary.output_tokens_per_s for r in res.runs]
+    assert [float(x["ttft_s_p99"]) for x in summary] == [r.summary.ttft_s.p99 for r in res.runs]
+
+
+def test_open_loop_and_the_command_line(served, tmp_path, capsys):
+    out = tmp_path / "cli"
+    code, stdout, stderr = run_cli(capsys, "perf", "--url", served["url"], "--workloads",
+                                   f"chat={served['files']['chat']}", "--request-rate", "20", "--requests", "6",
+                                   "--warmup", "0", "--max-tokens", "8", "--no-progress", "--out", out)
+    assert code == 0, stderr
+    res = load_results(out / "results.json")
+    assert res.completed and len(res.runs) == 1
+    r = res.runs[0]
+    assert r.concurrency is None and r.request_rate == 20 and len(r.requests) == 6
+    assert all(q.status == "ok" and q.output_tokens > 0 for q in r.requests)
+    assert "chat         spec r=20/s" in stdout and f"wrote {out / 'results.json'}" in stdout
+
+
+def test_no_server_is_a_clear_error_within_the_timeout(tmp_path, capsys):
+    port = free_port()
+    t0 = time.monotonic()
+    with pytest.raises(TrtspecError, match=rf"no Triton server answers at 127.0.0.1:{port} .*trtspec serve"):
+        run_perf(PerfOptions(url=f"127.0.0.1:{port}", workloads={"chat": "mt-bench"}, connect_timeout_s=2,
+                             progress=False, out=tmp_path / "x"))
+    assert time.monotonic() - t0 < 6
+    code, _, stderr = run_cli(capsys, "perf", "--url", f"127.0.0.1:{port}", "--workloads", "chat=mt-bench",
+                              "--connect-timeout", "1", "--out", tmp_path / "y")
+    assert code == 2 and stderr.startswith("error: no Triton server answers at") and len(stderr.splitlines()) == 1
+    assert not (tmp_path / "y").exists()
+
+
+def test_missing_model_and_bad_workloads_are_clear_errors(served, tmp_path, capsys):
+    with pytest.raises(TrtspecError, match=r"model 'nope' is not ready .*\(models: .*generate.*spec_decode"):
+        run_perf(options(served, tmp_path / "a", model="nope"))
+    code, _, stderr = run_cli(capsys, "perf", "--url", "127.0.0.1:1", "--workloads", "chat=/nowhere/x.jsonl",
+                              "--out", tmp_path / "b")
+    assert code == 2 and "/nowhere/x.jsonl" in stderr and stderr.startswith("error:")
+    code, _, stderr = run_cli(capsys, "perf", "--url", "127.0.0.1:1", "--workloads", "a=mt-bench,a=humaneval",
+                              "--out", tmp_path / "c")
+    assert code == 2 and "workload name 'a' used twice" in stderr  # parsed before any server contact
+    code, _, stderr = run_cli(capsys, "perf", "--url", "127.0.0.1:1", "--workloads", "chat=mt-bench",
+                              "--concurrency", "1,x", "--out", tmp_path / "d")
+    assert code == 2 and "--concurrency: expected comma-separated integers" in stderr

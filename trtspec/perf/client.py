@@ -1,0 +1,278 @@
+"""The gRPC side of `trtspec perf`: checking the server, building requests, timing one streamed request.
+
+Why the stream is driven at the protobuf level: tritonclient.grpc.aio's `stream_infer` builds a new
+request message from `InferInput` objects on every send and cannot ask for Triton's empty final
+response (`triton_enable_empty_final_response` is a reserved parameter there). A decoupled model
+such as `generate` closes its stream with a final flag that carries no outputs, so without that
+response the client cannot tell when a streamed request ended. We therefore use tritonclient's own
+protobuf messages and gRPC service stub (`tritonclient.grpc.service_pb2[_grpc]`, the same ones the
+clients use) on a grpc.aio channel: each prompt's request message is built once and re-sent as it
+is, and each worker keeps one bidirectional stream open across its requests (one request in flight
+per stream, so every response on it belongs to the current request). The aio client
+(`tritonclient.grpc.aio.InferenceServerClient`) does the health, metadata and config checks.
+
+Per response only the few bytes that matter are decoded (Triton's raw little-endian tensor contents):
+whether it carries tokens, and from the last one with outputs the repository's statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from dataclasses import dataclass, field
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from ..errors import TrtspecError
+
+# What the load generator reads from a response, when the model has it (see contracts.GENERATE_OUTPUTS).
+WANTED_OUTPUTS = ("text_output", "num_output_tokens", "acceptance_length", "num_draft_tokens", "route")
+MAX_MESSAGE = 2**31 - 1
+_F32 = struct.Struct("<f")
+_I32 = struct.Struct("<i")
+_timeout = getattr(asyncio, "timeout", None)  # Python >= 3.11; 3.10 falls back to wait_for
+
+
+class ServerGone(TrtspecError):
+    """The connection to the server failed mid-run (the server died or went away)."""
+
+
+@dataclass
+class ModelInfo:
+    """What `check_server` learned about the model: the inputs it takes and the outputs we read."""
+    name: str
+    inputs: set[str]
+    outputs: list[str]
+    decoupled: bool
+
+
+@dataclass(slots=True)
+class Result:
+    """One request as measured (plain slots: built at up to thousands per second)."""
+    prompt_id: str
+    start: float  # perf_counter at send
+    status: str = "ok"
+    error: str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    token_times: list[float] = field(default_factory=list)  # perf_counter of each token-carrying response
+    output_tokens: int = 0
+    acceptance_length: float | None = None
+    num_draft_tokens: int | None = None
+    route: str | None = None
+
+
+def _bytes_tensor(value: bytes) -> bytes:
+    return struct.pack("<I", len(value)) + value
+
+
+def build_request(model: str, info: ModelInfo, text: str, max_tokens: int, workload: str | None,
+                  speculation: bool | None) -> service_pb2.ModelInferRequest:
+    """The request message for one prompt (built once, sent many times). Inputs the model does not
+    declare (workload, speculation on a foreign model) are left out; stream is always true."""
+    req = service_pb2.ModelInferRequest(model_name=model)
+    req.parameters["triton_enable_empty_final_response"].bool_param = True
+
+    def add(name: str, datatype: str, raw: bytes) -> None:
+        req.inputs.add(name=name, datatype=datatype, shape=[1, 1])
+        req.raw_input_contents.append(raw)
+
+    add("text_input", "BYTES", _bytes_tensor(text.encode("utf-8")))
+    add("max_tokens", "INT32", _I32.pack(int(max_tokens)))
+    if "stream" in info.inputs:
+        add("stream", "BOOL", b"\x01")
+    if workload is not None and "workload" in info.inputs:
+        add("workload", "BYTES", _bytes_tensor(workload.encode("utf-8")))
+    if speculation is not None and "speculation" in info.inputs:
+        add("speculation", "BOOL", b"\x01" if speculation else b"\x00")
+    for name in info.outputs:
+        req.outputs.add(name=name)
+    return req
+
+
+def _first_bytes(raw: bytes) -> str:
+    n = _I32.unpack_from(raw)[0] if len(raw) >= 4 else 0
+    return raw[4:4 + n].decode("utf-8", errors="replace")
+
+
+def _read_stats(resp, result: Result, counted: bool) -> None:
+    """Statistics of the last response that carried outputs (running totals in the repository)."""
+    raws = resp.raw_output_contents
+    for i, o in enumerate(resp.outputs):
+        if i >= len(raws):
+            break
+        raw = raws[i]
+        if o.name == "num_output_tokens" and len(raw) >= 4:
+            result.output_tokens = _I32.unpack_from(raw)[0]
+        elif o.name == "acceptance_length" and len(raw) >= 4:
+            al = _F32.unpack_from(raw)[0]
+            result.acceptance_length = float(al) if al > 0 else None  # llmapi reports 0 = unknown
+        elif o.name == "num_draft_tokens" and len(raw) >= 4:
+            result.num_draft_tokens = _I32.unpack_from(raw)[0]
+        elif o.name == "route":
+            result.route = _first_bytes(raw)
+    if not counted:  # a model without num_output_tokens: one token per token-carrying response
+        result.output_tokens = len(result.token_times)
+
+
+def _token_progress(resp, seen: int) -> tuple[bool, int]:
+    """(does this response carry new tokens, the running token count). With num_output_tokens the
+    server's count decides; otherwise a non-empty text_output does."""
+    raws = resp.raw_output_contents
+    text_nonempty = False
+    for i, o in enumerate(resp.outputs):
+        if i >= len(raws):
+            break
+        if o.name == "num_output_tokens":
+            raw = raws[i]
+            n = _I32.unpack_from(raw)[0] if len(raw) >= 4 else seen
+            return n > seen, n
+        if o.name == "text_output":
+            raw = raws[i]
+            text_nonempty = len(raw) > 4 and _I32.unpack_from(raw)[0] > 0
+    return text_nonempty, seen + (1 if text_nonempty else 0)
+
+
+class Stream:
+    """One bidirectional ModelStreamInfer call, reused for consecutive requests of one worker.
+    A timed-out request cancels the call (its responses would otherwise arrive on the next
+    request's turn); the next request opens a fresh one."""
+
+    def __init__(self, stub: service_pb2_grpc.GRPCInferenceServiceStub, url: str):
+        self.stub, self.url, self.call = stub, url, None
+
+    def close(self) -> None:
+        if self.call is not None:
+            self.call.cancel()
+            self.call = None
+
+    async def send(self, request, prompt_id: str, timeout_s: float, counted: bool) -> Result:
+        """Send one request and time its responses until the final one; never raises for a request
+        error or a timeout (they are the result's status), raises ServerGone when the connection fails."""
+        if self.call is None:
+            self.call = self.stub.ModelStreamInfer()
+        result = Result(prompt_id, time.perf_counter())
+        try:
+            if _timeout is not None:
+                async with _timeout(timeout_s):
+                    last = await self._exchange(self.call, request, result)
+            else:  # Python 3.10
+                last = await asyncio.wait_for(self._exchange(self.call, request, result), timeout_s)
+        except asyncio.CancelledError:  # the run is being stopped: this call is mid-request, drop it
+            self.close()
+            raise
+        except (TimeoutError, asyncio.TimeoutError):
+            self.close()
+            result.status, result.error = "timeout", f"no final response within {timeout_s:g} s"
+            return result
+        except grpc.aio.AioRpcError as e:
+            self.close()
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+                raise ServerGone(f"lost the connection to the server at {self.url} "
+                                 f"({e.code().name}: {e.details() or 'no details'})") from None
+            result.status, result.error = "error", f"{e.code().name}: {e.details()}"
+            return result
+        if result.status == "ok":
+            times = result.token_times
+            if times:
+                result.ttft = times[0] - result.start
+            if last is not None:
+                _read_stats(last, result, counted)
+        return result
+
+    async def _exchange(self, call, request, result: Result):
+        """Write the request, read until its final response; returns the last response with outputs."""
+        perf = time.perf_counter
+        times = result.token_times
+        seen, last = 0, None
+        await call.write(request)
+        while True:
+            msg = await call.read()
+            now = perf()
+            if msg is grpc.aio.EOF:
+                self.close()
+                raise ServerGone(f"the server at {self.url} closed the stream mid-request")
+            if msg.error_message:
+                result.status, result.error, result.e2e = "error", msg.error_message, now - result.start
+                return None
+            resp = msg.infer_response
+            if resp.outputs:
+                new, seen = _token_progress(resp, seen)
+                if new:
+                    times.append(now)
+                last = resp
+            final = resp.parameters.get("triton_final_response")
+            if final is None or final.bool_param:  # a model without the flag answers once
+                result.e2e = now - result.start
+                return last
+
+
+def open_channel(url: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(url, options=[("grpc.max_send_message_length", MAX_MESSAGE),
+                                                   ("grpc.max_receive_message_length", MAX_MESSAGE)])
+
+
+async def check_server(url: str, model: str, timeout_s: float) -> ModelInfo:
+    """Is a Triton server up at `url` and is `model` ready? One clear TrtspecError otherwise, within
+    `timeout_s` (a server still starting gets until then)."""
+    from tritonclient.grpc.aio import InferenceServerClient
+    from tritonclient.utils import InferenceServerException
+
+    client = InferenceServerClient(url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        last = "no answer"
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if await client.is_server_live(client_timeout=max(0.2, min(2.0, left))):
+                    break
+            except InferenceServerException as e:
+                last = (e.message() or str(e)).splitlines()[0][:200]
+            if time.monotonic() >= deadline:
+                raise TrtspecError(f"no Triton server answers at {url} (gRPC) after {timeout_s:g} s ({last}); "
+                                   "start one with `trtspec serve REPO --grpc-port PORT` and pass --url 127.0.0.1:PORT")
+            await asyncio.sleep(0.2)
+        try:
+            ready = await client.is_model_ready(model, client_timeout=timeout_s)
+        except InferenceServerException:
+            ready = False
+        if not ready:
+            try:
+                index = await client.get_model_repository_index(as_json=True, client_timeout=timeout_s)
+                names = sorted(m.get("name", "?") + ("" if m.get("state") == "READY" else f" ({m.get('state', '?')})")
+                               for m in index.get("models", []))
+            except InferenceServerException:
+                names = []
+            raise TrtspecError(f"model {model!r} is not ready on the server at {url} "
+                               f"(models: {', '.join(names) or 'none'}); check --model and the server log")
+        meta = await client.get_model_metadata(model, as_json=True, client_timeout=timeout_s)
+        cfg = (await client.get_model_config(model, as_json=True, client_timeout=timeout_s))["config"]
+    finally:
+        await client.close()
+    inputs = {i["name"] for i in meta.get("inputs", [])}
+    missing = [n for n in ("text_input", "max_tokens") if n not in inputs]
+    if missing:
+        raise TrtspecError(f"model {model!r} at {url} has no input {missing[0]!r} (inputs: {', '.join(sorted(inputs))}); "
+                           "trtspec perf drives text_input/max_tokens models such as a trtspec repository's 'generate'")
+    outputs = [o["name"] for o in meta.get("outputs", []) if o["name"] in WANTED_OUTPUTS]
+    decoupled = bool((cfg.get("model_transaction_policy") or {}).get("decoupled"))
+    return ModelInfo(model, inputs, outputs, decoupled)
+
+
+async def tokenizer_dir(url: str, timeout_s: float) -> str | None:
+    """The tokenizer the repository's `preprocessing` model loads (servers bind 127.0.0.1, so the
+    client runs on the same host and can read it), or None without such a model."""
+    from tritonclient.grpc.aio import InferenceServerClient
+    from tritonclient.utils import InferenceServerException
+
+    client = InferenceServerClient(url)
+    try:
+        cfg = (await client.get_model_config("preprocessing", as_json=True, client_timeout=timeout_s))["config"]
+    except InferenceServerException:
+        return None
+    finally:
+        await client.close()
+    return ((cfg.get("parameters") or {}).get("tokenizer_dir") or {}).get("string_value") or None

@@ -1,0 +1,59 @@
+"""Speculation on vs off per workload and load point, next to what the tuner predicted.
+
+The prediction is the tuned band the repository serves at that load, chosen with the same rule as
+the repository's `generate` model (`pick_band`: the largest tuned band <= the requests in flight,
+else the smallest band), so a measured speedup is compared with the number the served K came from.
+Open-loop runs have no fixed concurrency, so they get no prediction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .schema import Comparison, Run
+
+
+def pick_band(bands: list, concurrency: int):
+    """The largest band <= concurrency, else the smallest (as generate.pick_band on sorted bands)."""
+    ordered = sorted(bands, key=lambda b: b.concurrency)
+    fit = [b for b in ordered if b.concurrency <= concurrency]
+    return fit[-1] if fit else ordered[0]
+
+
+def load_predictions(path: Path | None):
+    if path is None:
+        return None
+    from ..tuning.schema import load_tuning
+
+    return load_tuning(Path(path))
+
+
+def _draft_len(band) -> int:
+    if band.draft_len is not None:
+        return int(band.draft_len)
+    return len(band.eagle_choices) if band.eagle_choices else 0
+
+
+def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
+    """One row per (workload, load point) that has both a speculation and a baseline run."""
+    def key(r: Run):
+        return (r.workload, r.concurrency, r.request_rate)
+
+    base = {key(r): r for r in runs if not r.speculation}
+    out = []
+    for r in runs:
+        b = base.get(key(r)) if r.speculation else None
+        if b is None:
+            continue
+        tps, btps = r.summary.output_tokens_per_s, b.summary.output_tokens_per_s
+        row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
+                         tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=tps / btps if btps > 0 else 0.0,
+                         acceptance_length=r.summary.acceptance_length)
+        wt = tuning.workloads.get(r.workload) if tuning is not None else None
+        if wt is not None and wt.bands and r.concurrency is not None:
+            band = pick_band(wt.bands, r.concurrency)
+            row.predicted_speedup = band.speedup
+            row.predicted_acceptance_length = band.acceptance_length
+            row.predicted_draft_len = _draft_len(band)
+        out.append(row)
+    return out

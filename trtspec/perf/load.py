@@ -1,0 +1,127 @@
+"""Load patterns: closed loop (N workers, one request in flight each) and open loop (Poisson arrivals).
+
+Why both: closed-loop concurrency is what the tuning's concurrency bands mean (the server sees N
+requests in flight and picks the band <= N), so it is the load point a comparison with the tuner's
+prediction needs; open loop at a fixed request rate is how production traffic arrives (latency then
+includes queueing, and an overloaded server shows it instead of being throttled by the client).
+
+Every request is bounded by its own timeout (client.Stream.send), so both loops end on their own;
+the caller still puts a run-level guard around them. A lost connection (ServerGone) stops the
+loop at once and propagates; the results gathered so far stay in `results`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .client import Result, Stream
+
+
+@dataclass
+class Prompt:
+    id: str
+    request: object  # the prebuilt ModelInferRequest
+
+
+@dataclass
+class Plan:
+    """What one run sends: `requests` requests, or as many as fit in `duration_s`."""
+    prompts: list[Prompt]  # cycled through in order
+    requests: int | None
+    duration_s: float | None
+    timeout_s: float
+    counted: bool  # the model reports num_output_tokens
+
+
+class StreamPool:
+    """Idle streams for reuse (open loop takes one per arrival; closed loop one per worker)."""
+
+    def __init__(self, new: Callable[[], Stream]):
+        self.new, self.idle = new, []
+
+    def take(self) -> Stream:
+        return self.idle.pop() if self.idle else self.new()
+
+    def give(self, s: Stream) -> None:
+        self.idle.append(s)
+
+    def close(self) -> None:
+        for s in self.idle:
+            s.close()
+        self.idle.clear()
+
+
+async def closed_loop(pool: StreamPool, plan: Plan, concurrency: int, results: list[Result]) -> None:
+    """`concurrency` workers, each sending its next request as soon as its previous one ended."""
+    state = {"next": 0}
+    t_end = time.perf_counter() + plan.duration_s if plan.duration_s else None
+    n_prompts = len(plan.prompts)
+
+    async def worker() -> None:
+        stream = pool.take()
+        try:
+            while True:
+                i = state["next"]
+                if plan.requests is not None and i >= plan.requests:
+                    return
+                if t_end is not None and time.perf_counter() >= t_end:
+                    return
+                state["next"] = i + 1
+                p = plan.prompts[i % n_prompts]
+                results.append(await stream.send(p.request, p.id, plan.timeout_s, plan.counted))
+        finally:
+            pool.give(stream)
+
+    await _all(worker() for _ in range(concurrency))
+
+
+async def open_loop(pool: StreamPool, plan: Plan, rate: float, seed: int, results: list[Result]) -> None:
+    """Arrivals with exponential gaps of mean 1/rate (seeded), each on an idle or new stream."""
+    rng = random.Random(seed)
+    start = time.perf_counter()
+    t_end = start + plan.duration_s if plan.duration_s else None
+    tasks: list[asyncio.Task] = []
+
+    async def one(p: Prompt) -> None:
+        stream = pool.take()
+        try:
+            results.append(await stream.send(p.request, p.id, plan.timeout_s, plan.counted))
+        finally:
+            pool.give(stream)
+
+    try:
+        due, i = start, 0
+        while plan.requests is None or i < plan.requests:
+            due += rng.expovariate(rate)
+            if t_end is not None and due >= t_end:
+                break
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for t in tasks:  # a lost connection ends the arrivals too
+                if t.done() and t.exception() is not None:
+                    raise t.exception()
+            tasks.append(asyncio.ensure_future(one(plan.prompts[i % len(plan.prompts)])))
+            i += 1
+        await _all(tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def _all(aws) -> None:
+    """Run all; the first exception cancels the others and is raised."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if t.exception() is not None:
+                raise t.exception()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

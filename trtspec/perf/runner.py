@@ -1,0 +1,261 @@
+"""`trtspec perf` as a Python API: `run_perf(PerfOptions(...)) -> PerfResults`.
+
+    from trtspec.perf.runner import PerfOptions, run_perf
+    results = run_perf(PerfOptions(url="127.0.0.1:8001", workloads={"chat": "mt-bench"},
+                                   concurrency=[1, 4], baseline=True, out=Path("perf")))
+
+Order of work, and why:
+1. everything that can be wrong without a server is checked first (options, workload specs, files,
+   tuning.json), then the server and model (clear error within --timeout), then the prompts are
+   rendered as profiling rendered them (trtspec.perf.prompts);
+2. with --baseline, one probe request with speculation=false, so a repository that cannot switch
+   speculation off (EAGLE) fails at once with the server's reason instead of after a run of errors;
+3. runs: for each workload, for each load point, speculation on then off (adjacent, so the two
+   halves of a comparison see the same machine state), each after its own warm-up;
+4. after every run results.json / CSVs are rewritten; a failure (server gone, run-level guard,
+   Ctrl-C) appends the cut-short run, marks `completed: false` with the reason, writes, and raises
+   `PerfRunError` (a TrtspecError carrying the partial results).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .. import __version__
+from ..errors import TrtspecError
+from . import client, load, prompts
+from .compare import comparisons, load_predictions
+from .output import write_results
+from .schema import PerfResults, Run, Settings
+from .stats import summarize, to_record
+
+RUN_GUARD_SLACK_S = 30.0
+
+
+class PerfRunError(TrtspecError):
+    """A perf invocation stopped before its last run; `results` holds what was measured (also on disk)."""
+
+    def __init__(self, message: str, results: PerfResults):
+        super().__init__(message)
+        self.results = results
+
+
+class PerfOptions(BaseModel):
+    """Options of one perf invocation (the CLI flags, one to one)."""
+    model_config = ConfigDict(extra="forbid")
+    url: str = "127.0.0.1:8001"
+    model: str = "generate"
+    workloads: dict[str, str] = Field(min_length=1)  # name -> packaged set or JSONL/CSV path
+    concurrency: list[int] = Field(default_factory=list)  # closed-loop load points ([1] if none and no rate)
+    request_rate: float | None = Field(None, gt=0)  # open loop: Poisson arrivals per second
+    requests: int | None = Field(None, ge=1)  # per run; default 8 x concurrency (>= 16), open loop 10 s of arrivals
+    duration_s: float | None = Field(None, gt=0)  # per run, instead of a request count
+    warmup: int = Field(2, ge=0)  # requests per run before measuring, not recorded
+    baseline: bool = False  # also measure speculation off (speculation=false) through the same repository
+    timeout_s: float = Field(60.0, gt=0)  # per request (first send to final response)
+    connect_timeout_s: float = Field(10.0, gt=0)  # how long to wait for the server and model to answer
+    max_tokens: int = Field(256, ge=1)
+    seed: int = 0
+    tuning: Path | None = None  # tuning.json: predicted speedup / AL / K in the comparisons
+    out: Path
+    tokenizer: Path | None = None  # for the chat template; default: the repository's preprocessing tokenizer
+    chat: bool = True  # render prompts with the chat template, as `trtspec profile` does
+    progress: bool = True  # a rich progress bar on stderr
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.requests is not None and self.duration_s is not None:
+            raise ValueError("give at most one of requests and duration_s")
+        if any(c < 1 for c in self.concurrency):
+            raise ValueError(f"concurrency values must be >= 1, got {self.concurrency}")
+        return self
+
+
+def check_options(options: PerfOptions | dict) -> PerfOptions:
+    """Validate (again: a constructed model may have been mutated); errors become one-line TrtspecErrors."""
+    data = options.model_dump() if isinstance(options, PerfOptions) else options
+    try:
+        return PerfOptions.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "options"
+        raise TrtspecError(f"perf options: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def load_points(o: PerfOptions) -> list[tuple[int | None, float | None]]:
+    points: list[tuple[int | None, float | None]] = [(c, None) for c in dict.fromkeys(o.concurrency)]
+    if o.request_rate is not None:
+        points.append((None, o.request_rate))
+    return points or [(1, None)]
+
+
+def run_perf(options: PerfOptions) -> PerfResults:
+    """Measure every workload x load point (x speculation on/off with baseline); write --out files."""
+    o = check_options(options)
+    specs = prompts.parse_workloads(o.workloads)
+    workloads = prompts.load_all(specs, o.seed)
+    tuning = load_predictions(o.tuning)
+    return asyncio.run(_run(o, workloads, tuning))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _settings(o: PerfOptions) -> Settings:
+    return Settings(url=o.url, model=o.model, workloads=dict(o.workloads), concurrency=list(o.concurrency),
+                    request_rate=o.request_rate, requests=o.requests, duration_s=o.duration_s, warmup=o.warmup,
+                    timeout_s=o.timeout_s, max_tokens=o.max_tokens, baseline=o.baseline, seed=o.seed,
+                    tuning=str(o.tuning) if o.tuning else None)
+
+
+async def _prepare(o: PerfOptions, workloads: list):
+    info = await client.check_server(o.url, o.model, o.connect_timeout_s)
+    if o.baseline and "speculation" not in info.inputs:
+        raise TrtspecError(f"--baseline: model {o.model!r} at {o.url} has no 'speculation' input (a repository "
+                           "written before it existed, or not a trtspec repository); regenerate it with `trtspec triton`")
+    tokenizer = None
+    if o.chat:
+        path = o.tokenizer or await client.tokenizer_dir(o.url, o.connect_timeout_s)
+        if path is None:
+            raise TrtspecError(f"the server at {o.url} has no 'preprocessing' model to take the tokenizer from; the chat "
+                               "template is rendered on the client: pass --tokenizer DIR, or --no-chat for plain prompts")
+        tokenizer = prompts.load_tokenizer(path)
+    return info, prompts.render_all(workloads, o.seed, tokenizer, o.chat)
+
+
+def _plan(o: PerfOptions, info, texts, speculation: bool | None, concurrency, rate) -> load.Plan:
+    ps = [load.Prompt(pid, client.build_request(o.model, info, text, o.max_tokens, name, speculation))
+          for name, pid, text in texts]
+    n = o.requests
+    if n is None and o.duration_s is None:
+        n = max(16, 8 * concurrency) if concurrency else max(16, math.ceil(10 * rate))
+    return load.Plan(ps, n, o.duration_s, o.timeout_s, "num_output_tokens" in info.outputs)
+
+
+def _guard_s(plan: load.Plan, concurrency, rate) -> float:
+    """The longest a run may take: every request is bounded by its timeout, so this only trips on a bug
+    or a stalled event loop; it keeps a run from hanging forever all the same."""
+    if concurrency:
+        busy = (plan.duration_s or 0) + math.ceil((plan.requests or 0) / concurrency) * plan.timeout_s
+        return busy + plan.timeout_s + RUN_GUARD_SLACK_S
+    arrivals = plan.duration_s if plan.duration_s else 3 * (plan.requests or 0) / rate + 20 / rate
+    return arrivals + plan.timeout_s + RUN_GUARD_SLACK_S
+
+
+async def _probe(o: PerfOptions, info, texts, channel) -> None:
+    name, pid, text = texts[0]
+    req = client.build_request(o.model, info, text, 1, name, False)
+    r = await client.Stream(client.service_pb2_grpc.GRPCInferenceServiceStub(channel), o.url).send(
+        req, pid, o.timeout_s, True)
+    if r.status != "ok":
+        raise TrtspecError(f"--baseline: the server refused speculation=false: {r.error}")
+
+
+async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, progress, task) -> float:
+    """Warm-up, then the measured requests into `results`; returns the run's start (perf_counter)."""
+    if warmup:
+        wplan = load.Plan(plan.prompts, warmup, None, plan.timeout_s, plan.counted)
+        await load.closed_loop(pool, wplan, concurrency or 1, [])
+    start = time.perf_counter()
+    ticker = asyncio.ensure_future(_tick(progress, task, results)) if progress is not None else None
+    try:
+        async with _guard(_guard_s(plan, concurrency, rate)):
+            if concurrency:
+                await load.closed_loop(pool, plan, concurrency, results)
+            else:
+                await load.open_loop(pool, plan, rate, seed, results)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            progress.update(task, completed=len(results))
+    return start
+
+
+@contextlib.asynccontextmanager
+async def _guard(seconds: float):
+    try:
+        if hasattr(asyncio, "timeout"):
+            async with asyncio.timeout(seconds):
+                yield
+        else:  # Python 3.10: no run-level guard beyond the per-request timeouts
+            yield
+    except TimeoutError:
+        raise TrtspecError(f"the run exceeded its {seconds:.0f} s guard (every request has a "
+                           "--timeout, so the client stalled); stopped") from None
+
+
+async def _tick(progress, task, results) -> None:
+    while True:
+        progress.update(task, completed=len(results))
+        await asyncio.sleep(0.1)
+
+
+def _progress(o: PerfOptions):
+    if not o.progress:
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True))
+
+
+async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
+    info, rendered = await _prepare(o, workloads)
+    res = PerfResults(created=_now(), trtspec_version=__version__, settings=_settings(o), completed=False, runs=[])
+    channel = client.open_channel(o.url)
+    stub = client.service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    modes = [True, False] if o.baseline else [True]
+    try:
+        if o.baseline:
+            first = workloads[0].name
+            await _probe(o, info, [(first, *rendered[first][0])], channel)
+        with _progress(o) as progress:
+            for wl in workloads:
+                texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
+                for concurrency, rate in load_points(o):
+                    for spec_on in modes:
+                        plan = _plan(o, info, texts, None if spec_on else False, concurrency, rate)
+                        await _one_run(o, res, stub, plan, wl.name, spec_on, concurrency, rate, progress, tuning)
+        res.completed = True
+        write_results(res, o.out)
+        return res
+    finally:
+        await channel.close()
+
+
+async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurrency, rate, progress, tuning):
+    label = f"{workload} {'spec' if spec_on else 'base'} " + (f"c={concurrency}" if concurrency else f"r={rate:g}/s")
+    task = progress.add_task(label, total=plan.requests) if progress is not None else None
+    pool = load.StreamPool(lambda: client.Stream(stub, o.url))
+    results: list[client.Result] = []
+    started_at, start, error = _now(), time.perf_counter(), None
+    try:
+        start = await _measure(pool, plan, concurrency, rate, o.seed, results, o.warmup, progress, task)
+    except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
+        error = str(e) or "interrupted"
+        if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
+            error = "interrupted"
+    finally:
+        pool.close()
+    results.sort(key=lambda r: r.start)
+    records = [to_record(i, r, start) for i, r in enumerate(results)]
+    res.runs.append(Run(workload=workload, speculation=spec_on, concurrency=concurrency, request_rate=rate,
+                        started_at=started_at, completed=error is None, error=error, requests=records,
+                        summary=summarize(records)))
+    res.comparisons = comparisons(res.runs, tuning)
+    if error is not None:
+        where = f"{workload}, speculation {'on' if spec_on else 'off'}, " + \
+                (f"concurrency {concurrency}" if concurrency else f"rate {rate:g}/s")
+        res.error = f"run {len(res.runs)} ({where}): {error}"
+        path = write_results(res, o.out)
+        raise PerfRunError(f"{res.error}; partial results in {path}", res)
+    write_results(res, o.out)
