@@ -122,6 +122,7 @@ def test_server_killed_mid_run_leaves_partial_results(slow, tmp_path, capsys):
     finished, cut = res.runs[:-1], res.runs[-1]
     assert finished and all(r.completed and r.error is None for r in finished)  # the 1.5 s runs before the kill
     assert not cut.completed and cut.error and cut.requests
+    assert [q.error for q in cut.requests if q.status == "error"][-1] in res.error  # the request that found out
     assert cut.summary.requests_ok == sum(q.status == "ok" for q in cut.requests)
     rows = list(csv.DictReader(open(out / "requests.csv")))
     assert len(rows) == sum(len(r.requests) for r in res.runs)

@@ -36,7 +36,9 @@ _timeout = getattr(asyncio, "timeout", None)  # Python >= 3.11; 3.10 falls back 
 
 
 class ServerGone(TrtspecError):
-    """The connection to the server failed mid-run (the server died or went away)."""
+    """The connection to the server failed mid-run (the server died or went away). `result` is the
+    request that found out (status error), so that the partial run still records it."""
+    result: "Result | None" = None
 
 
 @dataclass
@@ -167,12 +169,17 @@ class Stream:
             self.close()
             result.status, result.error = "timeout", f"no final response within {timeout_s:g} s"
             return result
+        except ServerGone as e:
+            result.status, result.error, e.result = "error", str(e), result
+            raise
         except grpc.aio.AioRpcError as e:
             self.close()
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
-                raise ServerGone(f"lost the connection to the server at {self.url} "
-                                 f"({e.code().name}: {e.details() or 'no details'})") from None
             result.status, result.error = "error", f"{e.code().name}: {e.details()}"
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+                gone = ServerGone(f"lost the connection to the server at {self.url} "
+                                  f"({e.code().name}: {e.details() or 'no details'})")
+                result.error, gone.result = str(gone), result
+                raise gone from None
             return result
         if result.status == "ok":
             times = result.token_times

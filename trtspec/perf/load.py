@@ -7,7 +7,8 @@ includes queueing, and an overloaded server shows it instead of being throttled 
 
 Every request is bounded by its own timeout (client.Stream.send), so both loops end on their own;
 the caller still puts a run-level guard around them. A lost connection (ServerGone) stops the
-loop at once and propagates; the results gathered so far stay in `results`.
+loop at once and propagates; the results gathered so far stay in `results`, with the request that
+found out as an error (the other requests in flight then are cancelled and not recorded).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .client import Result, Stream
+from .client import Result, ServerGone, Stream
 
 
 @dataclass
@@ -72,7 +73,7 @@ async def closed_loop(pool: StreamPool, plan: Plan, concurrency: int, results: l
                     return
                 state["next"] = i + 1
                 p = plan.prompts[i % n_prompts]
-                results.append(await stream.send(p.request, p.id, plan.timeout_s, plan.counted))
+                results.append(await _send(stream, p, plan, results))
         finally:
             pool.give(stream)
 
@@ -89,7 +90,7 @@ async def open_loop(pool: StreamPool, plan: Plan, rate: float, seed: int, result
     async def one(p: Prompt) -> None:
         stream = pool.take()
         try:
-            results.append(await stream.send(p.request, p.id, plan.timeout_s, plan.counted))
+            results.append(await _send(stream, p, plan, results))
         finally:
             pool.give(stream)
 
@@ -111,6 +112,15 @@ async def open_loop(pool: StreamPool, plan: Plan, rate: float, seed: int, result
     finally:
         for t in tasks:
             t.cancel()
+
+
+async def _send(stream: Stream, p: Prompt, plan: Plan, results: list[Result]) -> Result:
+    try:
+        return await stream.send(p.request, p.id, plan.timeout_s, plan.counted)
+    except ServerGone as e:
+        if e.result is not None:
+            results.append(e.result)
+        raise
 
 
 async def _all(aws) -> None:
