@@ -130,10 +130,15 @@ def test_open_loop_and_the_command_line(served, tmp_path, capsys):
     out = tmp_path / "cli"
     code, stdout, stderr = run_cli(capsys, "perf", "--url", served["url"], "--workloads",
                                    f"chat={served['files']['chat']}", "--request-rate", "20", "--requests", "6",
-                                   "--warmup", "0", "--max-tokens", "8", "--no-progress", "--out", out)
+                                   "--warmup", "0", "--max-tokens", "8", "--no-progress", "--out", out,
+                                   "--export-genai-perf", tmp_path / "gp")
     assert code == 0, stderr
     res = load_results(out / "results.json")
     assert res.completed and len(res.runs) == 1
+    # the genai-perf export of the same invocation (tests/test_perf_genai_perf.py checks its content) and the report
+    (gp_run,) = json.loads((tmp_path / "gp" / "genai_perf_export.json").read_text())["runs"]
+    assert gp_run["request_rate"] == 20 and gp_run["argv"][gp_run["argv"].index("--request-count") + 1] == "6"
+    assert 'id="plot-throughput"' in (out / "report.html").read_text() and f"wrote {out / 'report.html'}" in stdout
     r = res.runs[0]
     assert r.concurrency is None and r.request_rate == 20 and len(r.requests) == 6
     assert all(q.status == "ok" and q.output_tokens > 0 for q in r.requests)

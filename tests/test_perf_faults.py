@@ -119,6 +119,7 @@ def test_server_killed_mid_run_leaves_partial_results(slow, tmp_path, capsys):
     assert f"partial results in {out / 'results.json'}" in stderr
     res = load_results(out / "results.json")
     assert not res.completed and res.error and res.error in stderr
+    assert 'id="partial"' in (out / "report.html").read_text()  # the report of what was measured
     finished, cut = res.runs[:-1], res.runs[-1]
     assert finished and all(r.completed and r.error is None for r in finished)  # the 1.5 s runs before the kill
     assert not cut.completed and cut.error and cut.requests

@@ -48,10 +48,13 @@ def perf_command(
                                                                       "the repository's preprocessing tokenizer)."),
     chat: bool = typer.Option(True, "--chat/--no-chat", help="Render prompts with the chat template, as profile does."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    export_genai_perf: Optional[Path] = typer.Option(
+        None, "--export-genai-perf", help="Also write genai-perf 0.0.16 inputs and commands reproducing these runs "
+                                          "into this directory (trtspec.perf.genai_perf)."),
 ):
     """Load-test a served repository over gRPC streaming: TTFT, ITL, E2E, tokens/s, acceptance; --baseline speedup."""
     from .prompts import parse_workloads
-    from .runner import PerfOptions, check_options, run_perf
+    from .runner import PerfRunError, check_options, run_perf
 
     specs = parse_workloads(workloads)
     options = check_options(dict(
@@ -60,7 +63,15 @@ def perf_command(
         requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
         connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
         tokenizer=tokenizer, chat=chat, progress=progress))
-    results = run_perf(options)
+    if export_genai_perf is not None:
+        from .genai_perf import export_for_options
+
+        typer.echo(f"wrote {export_for_options(options, export_genai_perf)}")
+    try:
+        results = run_perf(options)
+    except PerfRunError as e:  # what was measured still gets its report
+        _write_report(e.results, options)
+        raise
     for run in results.runs:
         s = run.summary
         point = f"c={run.concurrency}" if run.concurrency else f"r={run.request_rate:g}/s"
@@ -73,4 +84,15 @@ def perf_command(
         pred = f" (predicted {c.predicted_speedup:.2f}x)" if c.predicted_speedup is not None else ""
         point = f"c={c.concurrency}" if c.concurrency else f"r={c.request_rate:g}/s"
         typer.echo(f"speedup {c.workload} {point}: {c.speedup:.2f}x{pred}")
+    _write_report(results, options)
     typer.echo(f"wrote {Path(out) / 'results.json'}")
+
+
+def _write_report(results, options) -> None:
+    """report.html next to results.json (trtspec.perf.report), with tuning.json's predictions when given."""
+    from ..tuning.schema import load_tuning
+    from .report import write_report_from
+
+    tuning = load_tuning(options.tuning) if options.tuning else None
+    path = write_report_from(results, Path(options.out) / "report.html", tuning, str(options.tuning or "") or None)
+    typer.echo(f"wrote {path}")

@@ -1,0 +1,143 @@
+"""`trtspec perf --export-genai-perf`: the genai-perf 0.0.16 commands and input files that reproduce a perf
+invocation. Checked here: the inputs are our prompts in sending order, one command per run with the
+same max_tokens / load / request count / warm-up / workload / speculation, shell quoting of any
+workload name, the strip() caveat reported. When the genai-perf venv of scripts/bench_genai_perf.py
+exists, genai-perf's own parser and input generator read every exported command (no server needed)
+and must produce exactly our payloads and the perf_analyzer load we ask for. The real runs against a
+served SmolLM2 repository are scripts/bench_genai_perf.py."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trtspec.errors import TrtspecError
+from trtspec.perf.genai_perf import MANIFEST, SCRIPT, default_requests, export_genai_perf
+
+GP_PYTHON = Path.home() / ".cache" / "trtspec" / "venvs" / "genai-perf-0.0.16" / "bin" / "python"
+PROMPTS = {"chat": [("c1", "Write a haiku about the sea."), ("c2", "Name three colors.\n"), ("c3", "Why?")],
+           "we:ird 'x' $HOME": [("w1", "def add(a, b):\n    return a + b")]}
+
+
+def tokenizer_dir(tmp_path: Path) -> Path:
+    from test_triton_support import tiny_tokenizer_dir
+
+    return tiny_tokenizer_dir(tmp_path / "tok")
+
+
+def script_commands(script: Path) -> list[list[str]]:
+    return [shlex.split(line)[1:] for line in script.read_text().splitlines() if line.startswith('"$GENAI_PERF"')]
+
+
+def flag(argv: list[str], name: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == name]
+
+
+def test_export_writes_inputs_and_one_command_per_run(tmp_path):
+    tok = tokenizer_dir(tmp_path)
+    script = export_genai_perf(tmp_path / "gp", prompts=PROMPTS, url="127.0.0.1:8001", model="generate", tokenizer=tok,
+                               max_tokens=48, concurrency=[1, 4], warmup=3, baseline=True, seed=7)
+    assert script == tmp_path / "gp" / SCRIPT and script.stat().st_mode & 0o111
+    man = json.loads((tmp_path / "gp" / MANIFEST).read_text())
+    for name, items in PROMPTS.items():
+        lines = (tmp_path / "gp" / man["inputs"][name]).read_text().splitlines()
+        assert [json.loads(x) for x in lines] == [{"text": t} for _, t in items]  # sending order, exact text
+    assert man["prompts_changed_by_strip"] == {"chat": ["c2"], "we:ird 'x' $HOME": []}
+    assert "1 prompt(s) of workload 'chat' reach the model changed" in script.read_text()
+    assert "warm-up raised from 3 to the concurrency" in script.read_text()
+    # a re-run starts each run from a clean artifact directory (perf_analyzer never overwrites its export)
+    lines = script.read_text().splitlines()
+    assert all(lines[i - 2] == f"rm -rf {r['artifact_dir']}" for i, r in
+               zip([k for k, x in enumerate(lines) if x.startswith('"$GENAI_PERF"')], man["runs"]))
+    cmds = script_commands(script)
+    runs = man["runs"]
+    assert len(cmds) == len(runs) == 2 * 2 * 2  # workloads x concurrency x speculation on/off
+    assert [r["argv"][1:] for r in runs] == cmds  # the script's quoting round-trips every argument
+    seen = set()
+    for r, argv in zip(runs, cmds):
+        seen.add((r["workload"], r["concurrency"], r["speculation"]))
+        assert argv[:2] == ["profile", "-m"] and flag(argv, "-u") == ["127.0.0.1:8001"]
+        assert flag(argv, "--endpoint-type") == ["kserve"] and flag(argv, "--backend") == ["tensorrtllm"]
+        assert "--streaming" in argv and flag(argv, "--tokenizer") == [str(tok.resolve())]
+        assert flag(argv, "--output-tokens-mean") == ["48"] and flag(argv, "--output-tokens-stddev") == ["0"]
+        assert flag(argv, "--concurrency") == [str(r["concurrency"])]
+        assert flag(argv, "--request-count") == [str(default_requests(r["concurrency"], None))]
+        # perf_analyzer 2.51 hangs when 0 < warm-up < concurrency: at least `concurrency` warm-up requests
+        assert flag(argv, "--warmup-request-count") == [str(max(3, r["concurrency"]))]
+        assert flag(argv, "--random-seed") == ["7"]
+        extra = [json.loads(x) for x in flag(argv, "--extra-inputs")]
+        assert extra == ([{"workload": r["workload"]}] + ([] if r["speculation"] else [{"speculation": False}]))
+        assert flag(argv, "--artifact-dir") == [r["artifact_dir"]]
+        assert flag(argv, "--input-file") == [man["inputs"][r["workload"]]]
+    assert len(seen) == 8 and len({r["artifact_dir"] for r in runs}) == 8
+
+
+def test_export_open_loop_duration_and_errors(tmp_path):
+    tok = tokenizer_dir(tmp_path)
+    script = export_genai_perf(tmp_path / "gp", prompts={"chat": PROMPTS["chat"]}, url="h:1", model="m", tokenizer=tok,
+                               max_tokens=8, concurrency=[], request_rate=2.5, duration_s=12.5, warmup=0)
+    (argv,) = script_commands(script)
+    assert flag(argv, "--request-rate") == ["2.5"] and "--concurrency" not in argv
+    assert flag(argv, "--measurement-interval") == ["12500"] and "--request-count" not in argv
+    assert "--warmup-request-count" not in argv and "--extra-inputs" in argv
+    assert argv[-3:] == ["--", "--request-distribution", "poisson"]  # perf's open loop is Poisson
+    script = export_genai_perf(tmp_path / "gp2", prompts={"chat": PROMPTS["chat"]}, url="h:1", model="m",
+                               tokenizer=tok, max_tokens=8, concurrency=[], request_rate=2.0)
+    assert flag(script_commands(script)[0], "--request-count") == ["20"]  # 10 s of arrivals, as perf
+    with pytest.raises(TrtspecError, match="not a directory"):
+        export_genai_perf(tmp_path / "gp3", prompts={"chat": PROMPTS["chat"]}, url="h:1", model="m",
+                          tokenizer=tmp_path / "nope", max_tokens=8, concurrency=[1])
+    with pytest.raises(TrtspecError, match="at least one prompt"):
+        export_genai_perf(tmp_path / "gp4", prompts={"chat": []}, url="h:1", model="m", tokenizer=tok, max_tokens=8,
+                          concurrency=[1])
+    assert not (tmp_path / "gp3").exists() and not (tmp_path / "gp4").exists()
+
+
+PROBE = r"""
+import json, sys, os
+os.environ["HF_HUB_OFFLINE"] = "1"
+from genai_perf.parser import parse_args
+from genai_perf.config.input.create_config import CreateConfig
+from genai_perf.subcommand.profile import Profile
+out = []
+for argv in json.load(open(sys.argv[1])):
+    sys.argv = ["genai-perf"] + argv
+    args, extra = parse_args()
+    config = CreateConfig.create(args, extra)
+    p = Profile(config, extra)
+    objectives = p._create_objectives_based_on_stimulus()
+    pa = p._create_perf_analyzer_config(objectives)
+    p._create_tokenizer()
+    p._create_artifact_directory(pa)
+    p._generate_inputs(pa)
+    inputs = json.load(open(pa.get_artifact_directory() / "inputs.json"))
+    out.append({"inputs": inputs["data"], "pa": pa.create_command()})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not GP_PYTHON.exists(), reason="no genai-perf 0.0.16 venv (scripts/bench_genai_perf.py creates it)")
+def test_genai_perf_itself_reads_the_export(tmp_path):
+    tok = tokenizer_dir(tmp_path)
+    script = export_genai_perf(tmp_path / "gp", prompts=PROMPTS, url="127.0.0.1:8001", model="generate", tokenizer=tok,
+                               max_tokens=48, concurrency=[2], requests=5, warmup=1, baseline=True)
+    runs = json.loads((tmp_path / "gp" / MANIFEST).read_text())["runs"]
+    (tmp_path / "argv.json").write_text(json.dumps([r["argv"][1:] for r in runs]))
+    r = subprocess.run([str(GP_PYTHON), "-c", PROBE, str(tmp_path / "argv.json")], capture_output=True, text=True,
+                       cwd=script.parent, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for run, g in zip(runs, got):
+        want = [{"model": "generate", "text_input": [t.strip()], "max_tokens": [48], "exclude_input_in_output": [True],
+                 "stream": [True], "workload": [run["workload"]], **({} if run["speculation"] else
+                                                                    {"speculation": [False]})}
+                for _, t in PROMPTS[run["workload"]]]
+        assert g["inputs"] == want  # our prompts (stripped: genai-perf's caveat), in order, our inputs
+        pa = g["pa"]
+        assert pa[pa.index("--concurrency-range") + 1] == "2" and pa[pa.index("--request-count") + 1] == "5"
+        assert pa[pa.index("--warmup-request-count") + 1] == "2" and pa[pa.index("-u") + 1] == "127.0.0.1:8001"
+        assert "--streaming" in pa and pa[pa.index("-m") + 1] == "generate"
