@@ -28,8 +28,10 @@ test: setup
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m "not slow"
 
+# The packaged demo recipe (examples/cpu-demo.yaml == trtspec/recipes/cpu-demo.yaml, what `trtspec demo` runs);
+# a second `make demo` skips every stage whose inputs did not change.
 demo: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/trtspec demo --out out/demo
+	HF_HUB_OFFLINE=1 $(VENV)/bin/trtspec run examples/cpu-demo.yaml --out out/demo
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

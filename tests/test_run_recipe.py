@@ -23,6 +23,7 @@ from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
 from trtspec.errors import TrtspecError
 from trtspec.pipeline.runner import ORDER, run_recipe
 from trtspec.recipe import load_recipe, parse_recipe
+from trtspec.triton_repo.serve import port_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -121,6 +122,16 @@ def test_cpu_demo_example_is_the_packaged_demo_recipe():
     assert (EXAMPLES / "cpu-demo.yaml").read_bytes() == packaged.read_bytes()
 
 
+def test_trtspec_demo_plans_the_packaged_recipe(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "demo", "--out", tmp_path / "demo", "--dry-run")
+    assert code == 0, err
+    assert "trtspec run cpu-demo.yaml" in out and "(dry run)" in out and not (tmp_path / "demo").exists()
+    recipe = load_recipe(EXAMPLES / "cpu-demo.yaml")  # what the demo promises, kept true by this test
+    assert recipe.uses_default_target and recipe.draft.derive and recipe.quantization.format == "fp8"
+    assert recipe.tune.cost == "cpu" and recipe.triton.flavor == "cpu" and recipe.perf.baseline
+    assert set(recipe.workloads.items()) == {("chat", "mt-bench"), ("code", "humaneval")}
+
+
 @pytest.mark.parametrize("name", ["llama31-8b-eagle-fp8-h100.yaml", "qwen25-draft-target-h100.yaml", "cpu-demo.yaml"])
 def test_every_example_dry_runs(name, tmp_path, capsys):
     code, out, err = run_cli(capsys, "run", EXAMPLES / name, "--out", tmp_path / "o", "--dry-run")
@@ -195,3 +206,41 @@ def test_a_failing_stage_is_named_and_earlier_outputs_stay(tiny, tmp_path, capsy
     write_recipe(tiny, build=None)  # fixed: the failed stage runs, the rest is skipped
     fixed = statuses(run_recipe(recipe, out, until="tune"))
     assert fixed["tune"] == "ran" and fixed["profile"] == "skipped" and fixed["build"] == "n/a"
+
+
+def test_full_recipe_serves_measures_and_reports(tiny, tmp_path, capsys):
+    """triton (cpu flavor) -> serve (the bundled tritonserver) -> perf with a baseline -> report.html,
+    and the summary's speedup table. A perf failure still stops the server; so does success."""
+    pytest.importorskip("tritonclient.grpc")
+    perf = {"concurrency": [1], "requests": 2, "warmup": 0, "max_tokens": 8, "timeout_s": 60}
+    recipe = write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120},
+                          perf={**perf, "model": "no_such_model"})
+    out = tmp_path / "out"
+    err = one_line_error(capsys, "run", recipe, "--out", out)
+    assert err.startswith("error: stage perf failed: ") and "no_such_model" in err
+    s = json.loads((out / "run-manifest.json").read_text())["stages"]
+    assert s["serve"]["status"] == "ran" and s["perf"]["status"] == "failed" and (out / "triton-repo").is_dir()
+    assert not port_in_use(serve_port(s))  # stopped although perf failed
+
+    write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf)
+    code, stdout, err = run_cli(capsys, "run", recipe, "--out", out)
+    assert code == 0, err
+    s = json.loads((out / "run-manifest.json").read_text())["stages"]
+    assert s["triton"]["status"] == "ran" and {n: s[n]["status"] for n in ("serve", "perf", "report")} == \
+        dict.fromkeys(("serve", "perf", "report"), "ran")
+    assert "triton " in stdout and "skipped" in stdout  # the repository was reused
+    results = json.loads((out / "perf" / "results.json").read_text())
+    assert results["completed"] and {r["speculation"] for r in results["runs"]} == {True, False}
+    (cmp,) = results["comparisons"]
+    assert cmp["workload"] == "logs" and cmp["predicted_speedup"] is not None
+    assert (out / "report" / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
+    assert "measured (perf) vs predicted (tune)" in stdout and f"report: {out / 'report' / 'report.html'}" in stdout
+    assert not port_in_use(serve_port(s))  # stopped after perf
+    again = statuses(run_recipe(recipe, out))
+    assert again["serve"] == again["perf"] == again["report"] == "skipped"
+    plan = statuses(run_recipe(recipe, out, force="perf", dry_run=True))  # perf forced: the server starts for it
+    assert plan["triton"] == "skip" and plan["serve"] == plan["perf"] == plan["report"] == "run"
+
+
+def serve_port(stages: dict) -> int:
+    return int(stages["serve"]["note"].split("gRPC 127.0.0.1:")[1].split()[0])

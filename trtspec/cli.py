@@ -122,11 +122,14 @@ _register_stage_commands()
 
 
 @app.command()
-def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Where the demo writes its artifacts.")):
-    """Run the pipeline on the embedded SmolLM2-135M-Instruct, on CPU."""
+def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Where the demo writes its artifacts."),
+         until: Optional[str] = typer.Option(None, "--until", help="Stop after this stage (see trtspec run)."),
+         force: Optional[str] = typer.Option(None, "--force", help="Re-run this stage and every stage after it."),
+         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing.")):
+    """Run the whole pipeline on the embedded SmolLM2-135M-Instruct, on CPU (the packaged cpu-demo recipe)."""
     from .demo import run_demo
 
-    run_demo(out)
+    run_demo(out, until, force, dry_run)
 
 
 def main() -> None:

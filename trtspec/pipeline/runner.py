@@ -164,6 +164,7 @@ class Runner:
         self.dry_run = dry_run
         last = ORDER.index(until) if until else len(ORDER) - 1
         first_forced = ORDER.index(force) if force else len(ORDER)
+        self.perf_forced = ORDER.index("perf") >= first_forced
         report = RunReport()
         missing = st.missing_inputs(self.recipe)
         if missing and not dry_run:
@@ -195,7 +196,7 @@ class Runner:
 
     def _stage(self, stage: st.Stage, forced: bool, until: str | None) -> Row:
         if stage.name == "serve":  # starts the server only when perf is about to run
-            return self._serve(stage, forced, until)
+            return self._serve(stage, until)
         if stage.name == "triton" and self.dry_run:
             b = self.recipe.build
             self.ctx.notes["engines_predicted"] = (st.engines_built(self.ctx) if self.planned.get("build") == "skip"
@@ -238,12 +239,12 @@ class Runner:
                                           "seconds": round(seconds, 2)})
         return Row(stage.name, "failed", seconds, note=msg)
 
-    def _serve(self, stage: st.Stage, forced: bool, until: str | None) -> Row:
+    def _serve(self, stage: st.Stage, until: str | None) -> Row:
         why_not = stage.applies(self.ctx)
         if why_not is not None:
             self.planned["serve"] = "n/a"
             return Row("serve", "n/a", note=why_not)
-        perf_decision = "run" if until == "serve" else self.decide(STAGES["perf"], forced)[0]
+        perf_decision = "run" if until == "serve" else self.decide(STAGES["perf"], self.perf_forced)[0]
         self.planned["serve"] = perf_decision
         if self.dry_run:
             return Row("serve", perf_decision, note="for perf" if perf_decision == "run" else "perf is skipped")

@@ -207,8 +207,10 @@ def run_profile(ctx: Ctx) -> str:
                          max_new_tokens=p.max_new_tokens)
     result = profile(ctx.paths.ckpt, wls, p.max_k, None, p.tree_top_k, progress=ctx.log)
     write_text_atomic(ctx.paths.profile, dump_json(result))
-    return "; ".join(f"{n}: AL(K={p.max_k}) {w.accept_length_by_k.get(p.max_k, float('nan')):.2f}"
-                     for n, w in result.workloads.items())
+    def al(w, k):  # profile.json keys K as strings
+        return w.accept_length_by_k.get(str(k), float("nan"))
+
+    return "; ".join(f"{n}: AL K=1 {al(w, 1):.2f}, K={p.max_k} {al(w, p.max_k):.2f}" for n, w in result.workloads.items())
 
 
 def run_tune(ctx: Ctx) -> str:
