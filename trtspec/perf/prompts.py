@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..workloads import Workload, load_workload, parse_workload_specs, render_text
+from ..workloads.spec import parse_one
 
 
 def parse_workloads(workloads: dict[str, str] | str | list[str]) -> list:
@@ -23,7 +24,7 @@ def parse_workloads(workloads: dict[str, str] | str | list[str]) -> list:
     if isinstance(workloads, dict):
         if not workloads:
             raise TrtspecError("no workloads given; expected NAME=SOURCE[,NAME=SOURCE...]")
-        return parse_workload_specs([f"{k}={v}" for k, v in workloads.items()])
+        return [parse_one(f"{k}={v}") for k, v in workloads.items()]  # one entry each: a path may hold a comma
     return parse_workload_specs(workloads)
 
 
