@@ -150,3 +150,23 @@ def test_csv_files_agree_with_results_json(tmp_path):
     for row, r in zip(summary, runs):
         assert float(row["output_tokens_per_s"]) == r.summary.output_tokens_per_s
         assert float(row["itl_s_p90"]) == r.summary.itl_s.p90 and int(row["timeouts"]) == r.summary.timeouts
+
+
+@pytest.mark.slow
+def test_perf_prompts_encode_to_the_ids_profiling_measured(smollm2_hf):
+    """perf sends render_text (chat template text) and the repository's preprocessing encodes it with
+    add_special_tokens=True; for SmolLM2 that is exactly the ids `trtspec profile` rendered."""
+    from transformers import AutoTokenizer
+
+    from trtspec.perf.prompts import load_all, parse_workloads, render_all
+    from trtspec.workloads import render
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_hf))
+    workloads = load_all(parse_workloads({"chat": "mt-bench", "code": "humaneval"}), seed=0)
+    texts = render_all(workloads, 0, tok, chat=True)
+    for wl in workloads:
+        by_id = {s.id: s for s in wl.samples}
+        assert sorted(pid for pid, _ in texts[wl.name]) == sorted(by_id)
+        for pid, text in texts[wl.name][:20]:
+            assert text.startswith("<|im_start|>")
+            assert tok.encode(text, add_special_tokens=True) == render(by_id[pid], tok)
