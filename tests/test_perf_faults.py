@@ -4,7 +4,7 @@ The model (`slow`, generate's request interface: text_input, max_tokens, stream)
 request with max_tokens text_output responses 50 ms apart from its own thread, so requests take a
 known time and stop early when cancelled. The module's one server is killed by the last test.
 - requests longer than --timeout are counted as timeouts, the run ends on time and the server is
-  still usable afterwards;
+  still usable afterwards; requests the server answers with an error are counted as errors;
 - the server killed mid-run (SIGKILL, as a crash): the command ends within seconds with one
   `error:` line, exit 2, and results.json holds the requests measured so far with `completed: false`
   and the reason, next to CSVs that match it.
@@ -49,6 +49,11 @@ MODEL_PY = textwrap.dedent('''
 
     def serve(request, n):
         sender = request.get_response_sender()
+        text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+        if text.startswith(b"fail"):
+            sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("asked to fail")),
+                        flags=FINAL)
+            return
         for i in range(n):
             time.sleep(0.05)
             if request.is_cancelled():
@@ -100,6 +105,22 @@ def test_requests_beyond_the_timeout_are_counted_and_do_not_hang(slow, tmp_path)
     ok = run_perf(opts.model_copy(update={"max_tokens": 3, "timeout_s": 10, "out": tmp_path / "ok"}))
     assert [q.status for q in ok.runs[0].requests] == ["ok"] * 6  # the cancelled streams freed the server
     assert all(q.output_tokens == 3 and q.responses == 3 for q in ok.runs[0].requests)
+
+
+def test_request_errors_are_counted_and_the_run_goes_on(slow, tmp_path):
+    prompts = tmp_path / "mixed.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t, "id": t}) + "\n" for t in ("hello", "fail", "hi", "fail2")))
+    res = run_perf(PerfOptions(url=slow["server"].grpc_url, model="slow", workloads={"m": str(prompts)},
+                               concurrency=[2], requests=8, warmup=0, timeout_s=10, max_tokens=2, chat=False,
+                               progress=False, out=tmp_path / "e"))
+    run = res.runs[0]
+    assert res.completed and run.completed and len(run.requests) == 8
+    for q in run.requests:
+        if q.prompt_id.startswith("fail"):
+            assert q.status == "error" and "asked to fail" in q.error and q.ttft_s is None
+        else:
+            assert q.status == "ok" and q.output_tokens == 2
+    assert (run.summary.errors, run.summary.requests_ok) == (4, 4)
 
 
 def test_server_killed_mid_run_leaves_partial_results(slow, tmp_path, capsys):
