@@ -159,12 +159,13 @@ async def _probe(o: PerfOptions, info, texts, channel) -> None:
         raise TrtspecError(f"--baseline: the server refused speculation=false: {r.error}")
 
 
-async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, progress, task) -> float:
-    """Warm-up, then the measured requests into `results`; returns the run's start (perf_counter)."""
+async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, progress, task, clock: dict) -> None:
+    """Warm-up, then the measured requests into `results`; clock gets the measured start (perf_counter
+    and wall time)."""
     if warmup:
         wplan = load.Plan(plan.prompts, warmup, None, plan.timeout_s, plan.counted)
         await load.closed_loop(pool, wplan, concurrency or 1, [])
-    start = time.perf_counter()
+    clock.update(start=time.perf_counter(), started_at=_now())
     ticker = asyncio.ensure_future(_tick(progress, task, results)) if progress is not None else None
     try:
         async with _guard(_guard_s(plan, concurrency, rate)):
@@ -176,7 +177,6 @@ async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, pr
         if ticker is not None:
             ticker.cancel()
             progress.update(task, completed=len(results))
-    return start
 
 
 @contextlib.asynccontextmanager
@@ -237,9 +237,9 @@ async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurren
     task = progress.add_task(label, total=plan.requests) if progress is not None else None
     pool = load.StreamPool(lambda: client.Stream(stub, o.url))
     results: list[client.Result] = []
-    started_at, start, error = _now(), time.perf_counter(), None
+    clock, error = {"start": time.perf_counter(), "started_at": _now()}, None
     try:
-        start = await _measure(pool, plan, concurrency, rate, o.seed, results, o.warmup, progress, task)
+        await _measure(pool, plan, concurrency, rate, o.seed, results, o.warmup, progress, task, clock)
     except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
         error = str(e) or "interrupted"
         if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
@@ -247,9 +247,9 @@ async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurren
     finally:
         pool.close()
     results.sort(key=lambda r: r.start)
-    records = [to_record(i, r, start) for i, r in enumerate(results)]
+    records = [to_record(i, r, clock["start"]) for i, r in enumerate(results)]
     res.runs.append(Run(workload=workload, speculation=spec_on, concurrency=concurrency, request_rate=rate,
-                        started_at=started_at, completed=error is None, error=error, requests=records,
+                        started_at=clock["started_at"], completed=error is None, error=error, requests=records,
                         summary=summarize(records)))
     res.comparisons = comparisons(res.runs, tuning)
     if error is not None:
