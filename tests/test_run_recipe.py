@@ -159,7 +159,10 @@ def fake_build_on_path(tmp_path, monkeypatch):
 
 
 def test_pipeline_runs_skips_reruns_downstream_and_forces(tiny, tmp_path, fake_build_on_path):
-    recipe, out = write_recipe(tiny), tmp_path / "out"
+    prompts = tmp_path / "w.jsonl"  # a workload file of this test only (its content changes below)
+    prompts.write_text((tiny / "prompts.jsonl").read_text())
+    workloads = {"logs": str(prompts)}
+    recipe, out = write_recipe(tiny, workloads=workloads), tmp_path / "out"
     first = run_recipe(recipe, out, until="tune")
     assert statuses(first) == {"derive": "ran", "convert": "ran", "quantize": "n/a", "build": "ran",
                                "profile": "ran", "tune": "ran"}
@@ -173,14 +176,14 @@ def test_pipeline_runs_skips_reruns_downstream_and_forces(tiny, tmp_path, fake_b
     assert set(statuses(again).values()) <= {"skipped", "n/a"}
     assert json.loads((out / "run-manifest.json").read_text())["stages"]["tune"] == manifest["stages"]["tune"]
 
-    write_recipe(tiny, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]})  # only tune's section changes
+    write_recipe(tiny, workloads=workloads, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]})  # tune only
     plan = statuses(run_recipe(recipe, out, until="tune", dry_run=True))
     assert plan["tune"] == "run" and plan["profile"] == plan["derive"] == "skip"
     changed = statuses(run_recipe(recipe, out, until="tune"))
     assert changed["tune"] == "ran" and {changed[s] for s in ("derive", "convert", "build", "profile")} == {"skipped"}
     assert sorted(json.loads((out / "tuning.json").read_text())["concurrency_bands"]) == [1, 2, 8]
 
-    write_recipe(tiny, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]},
+    write_recipe(tiny, workloads=workloads, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]},
                  profile={"samples": 3, "max_new_tokens": 12, "max_k": 3})  # profile and everything after it
     changed = statuses(run_recipe(recipe, out, until="tune"))
     assert changed["profile"] == changed["tune"] == "ran" and changed["convert"] == changed["build"] == "skipped"
@@ -190,6 +193,10 @@ def test_pipeline_runs_skips_reruns_downstream_and_forces(tiny, tmp_path, fake_b
 
     (out / "profile.json").unlink()  # a deleted output re-runs its stage and those after it
     assert statuses(run_recipe(recipe, out, until="tune"))["profile"] == "ran"
+
+    prompts.write_text(prompts.read_text().replace("t100", "t101"))  # same path, new content
+    changed = statuses(run_recipe(recipe, out, until="tune"))
+    assert changed["profile"] == changed["tune"] == "ran" and changed["convert"] == "skipped"
 
 
 def test_a_failing_stage_is_named_and_earlier_outputs_stay(tiny, tmp_path, capsys):

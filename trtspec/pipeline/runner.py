@@ -83,7 +83,10 @@ STAGES = {s.name: s for s in (
              lambda ctx: st.perf_not_applicable(ctx) and "no perf results here (perf did not run)", st.run_report),
 )}
 
-EXTERNALS = {"derive": ("target",), "convert": ("target", "draft."), "quantize": ("target", "draft.", "quantization."),
+# Which external inputs (stages.external_inputs keys, by prefix) each stage reads; quantize calibrates on
+# the workloads unless quantization.calib names its own sources.
+EXTERNALS = {"derive": ("target",), "convert": ("target", "draft."),
+             "quantize": ("target", "draft.", "quantization.", "workloads."),
              "profile": ("workloads.",), "tune": ("tune.",), "perf": ("workloads.",)}
 
 

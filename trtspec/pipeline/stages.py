@@ -80,8 +80,8 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     for key in ("hf", "eagle"):
         if getattr(recipe.draft, key) is not None:
             found[f"draft.{key}"] = getattr(recipe.draft, key)
-    for n, s in recipe.workloads.items():
-        if "/" in s or s.endswith((".jsonl", ".csv", ".gz")):
+    for n, s in recipe.workloads.items():  # resolved paths are absolute; packaged names have no "/"
+        if "/" in s:
             found[f"workloads.{n}"] = s
     if recipe.quantization is not None and recipe.quantization.calib:
         for n, s in recipe.quantization.calib.items():
@@ -94,10 +94,6 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
 
 def missing_inputs(recipe: Recipe) -> list[str]:
     return [f"{k}: {p}" for k, p in external_inputs(recipe).items() if not Path(p).exists()]
-
-
-def _workload_files(recipe: Recipe) -> list[str]:
-    return [p for k, p in external_inputs(recipe).items() if k.startswith("workloads.")]
 
 
 # ---- stage functions ---------------------------------------------------------------------------------
