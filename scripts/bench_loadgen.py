@@ -1,15 +1,17 @@
 """How fast is the `trtspec perf` load generator itself? Requests/s against a model that does no work,
 next to perf_analyzer 2.51 (Triton's C++ load generator) on the same model and server.
 
-    .venv/bin/python scripts/bench_loadgen.py [--concurrency 32] [--seconds 5] [--tries 3] [--no-perf-analyzer]
+    .venv/bin/python scripts/bench_loadgen.py [--concurrency 32] [--processes 2] [--tokens 3] [--seconds 5] [--tries 3]
+                                              [--no-perf-analyzer]
 
 What it does:
 1. writes a python-backend model repository into a temp dir: `echo`, decoupled, with generate's
    request interface (text_input, max_tokens, stream in) that answers each request with
    max_tokens text_output responses and the final flag straight from `execute`, no sleep;
 2. serves it with the bundled tritonserver (the same launch as `trtspec serve`, CpuServer);
-3. runs trtspec's load generator (closed loop, --concurrency workers, --seconds per try) and prints
-   its requests/s (best of --tries: the box is shared, so timings are noisy);
+3. runs trtspec's load generator (closed loop, --concurrency workers over --processes client
+   processes, --seconds per try) and prints its requests/s (best of --tries: the box is shared, so
+   timings are noisy);
 4. runs perf_analyzer 2.51 (gRPC streaming, same concurrency and responses per request) and prints
    its rate and the ratio. perf_analyzer comes from the tritonclient==2.51.0 wheel in its own venv
    (it pins numpy<2 / protobuf<5), created under ~/.cache/trtspec/venvs/ on first use, with the two
@@ -78,7 +80,8 @@ def write_repo(root: Path) -> Path:
     return repo
 
 
-def trtspec_rate(url: str, concurrency: int, seconds: float, tokens: int, out: Path) -> tuple[float, dict]:
+def trtspec_rate(url: str, concurrency: int, seconds: float, tokens: int, out: Path,
+                 processes: int = 1) -> tuple[float, dict]:
     from trtspec.perf.runner import PerfOptions, run_perf
 
     out.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,7 @@ def trtspec_rate(url: str, concurrency: int, seconds: float, tokens: int, out: P
     prompts.write_text("".join(json.dumps({"prompt": f"hello {i}"}) + "\n" for i in range(64)))
     res = run_perf(PerfOptions(url=url, model=MODEL, workloads={"bench": str(prompts)}, concurrency=[concurrency],
                                duration_s=seconds, warmup=concurrency * 4, timeout_s=30, max_tokens=tokens,
-                               chat=False, progress=False, out=out))
+                               chat=False, progress=False, processes=processes, out=out))
     s = res.runs[0].summary
     return s.requests_per_s, {"ok": s.requests_ok, "errors": s.errors, "timeouts": s.timeouts,
                               "tokens_per_request": s.output_tokens / max(1, s.requests_ok)}
@@ -135,6 +138,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--tokens", type=int, default=3, help="text_output responses per request")
     ap.add_argument("--tries", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=2, help="client processes of trtspec perf (--processes)")
     ap.add_argument("--no-perf-analyzer", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="trtspec-bench-loadgen-") as tmp:
@@ -143,7 +147,8 @@ def main() -> int:
         with CpuServer(repo, free_port(), free_port(), free_port(), log_file=work / "server.log").start(120) as server:
             ours = []
             for i in range(args.tries):
-                rate, info = trtspec_rate(server.grpc_url, args.concurrency, args.seconds, args.tokens, work / f"ours{i}")
+                rate, info = trtspec_rate(server.grpc_url, args.concurrency, args.seconds, args.tokens, work / f"ours{i}",
+                                          args.processes)
                 ours.append(rate)
                 print(f"trtspec perf    try {i + 1}: {rate:8.1f} requests/s  {info}", flush=True)
             pa = []
@@ -153,8 +158,8 @@ def main() -> int:
                     pa.append(rate)
                     print(f"perf_analyzer   try {i + 1}: {rate:8.1f} requests/s", flush=True)
     best = max(ours)
-    line = f"best of {args.tries}: trtspec perf {best:.1f} requests/s at concurrency {args.concurrency}, " \
-           f"{args.tokens} responses per request"
+    line = f"best of {args.tries}: trtspec perf {best:.1f} requests/s at concurrency {args.concurrency} " \
+           f"({args.processes} client processes), {args.tokens} responses per request"
     if pa:
         line += f"; perf_analyzer {PA_VERSION} {max(pa):.1f} requests/s; ratio {best / max(pa):.2f}"
     print(line)

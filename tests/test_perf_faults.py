@@ -5,6 +5,7 @@ request with max_tokens text_output responses 50 ms apart from its own thread, s
 known time and stop early when cancelled. The module's one server is killed by the last test.
 - requests longer than --timeout are counted as timeouts, the run ends on time and the server is
   still usable afterwards; requests the server answers with an error are counted as errors;
+- --processes 2 splits each run over two client processes (all requests recorded, one time base);
 - the server killed mid-run (SIGKILL, as a crash): the command ends within seconds with one
   `error:` line, exit 2, and results.json holds the requests measured so far with `completed: false`
   and the reason, next to CSVs that match it.
@@ -19,6 +20,7 @@ import signal
 import textwrap
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -121,6 +123,23 @@ def test_request_errors_are_counted_and_the_run_goes_on(slow, tmp_path):
         else:
             assert q.status == "ok" and q.output_tokens == 2
     assert (run.summary.errors, run.summary.requests_ok) == (4, 4)
+
+
+def test_load_spread_over_client_processes(slow, tmp_path):
+    """--processes 2: the run's requests are split over two spawned clients that start together."""
+    base = dict(url=slow["server"].grpc_url, model="slow", workloads={"p": str(slow["prompts"])}, warmup=1,
+                timeout_s=10, max_tokens=2, chat=False, progress=False, processes=2)
+    res = run_perf(PerfOptions(**base, concurrency=[1, 4], requests=9, out=tmp_path / "c"))
+    for run in res.runs:
+        assert run.completed and len(run.requests) == 9 and run.summary.requests_ok == 9
+        assert [q.index for q in run.requests] == list(range(9)) and run.requests[0].start_s == 0.0
+        assert all(q.output_tokens == 2 for q in run.requests)
+        counts = Counter(q.prompt_id for q in run.requests)  # the 5 prompts cycled: 9 = 2 + 2 + 2 + 2 + 1
+        assert sorted(counts.values()) == [1, 2, 2, 2, 2] and set(counts) == {f"p.jsonl:{i}" for i in range(1, 6)}
+    one, four = (r.summary.window_s for r in res.runs)
+    assert four < one  # 4 workers in flight beat 1 (each request takes 100 ms)
+    res = run_perf(PerfOptions(**base, request_rate=40, requests=8, out=tmp_path / "r"))
+    assert len(res.runs[0].requests) == 8 and res.runs[0].summary.requests_ok == 8
 
 
 def test_server_killed_mid_run_leaves_partial_results(slow, tmp_path, capsys):

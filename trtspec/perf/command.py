@@ -48,6 +48,8 @@ def perf_command(
                                                                       "the repository's preprocessing tokenizer)."),
     chat: bool = typer.Option(True, "--chat/--no-chat", help="Render prompts with the chat template, as profile does."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    processes: int = typer.Option(1, "--processes", help="Client processes sharing each run's load (for request "
+                                                         "rates one Python process cannot drive)."),
     export_genai_perf: Optional[Path] = typer.Option(
         None, "--export-genai-perf", help="Also write genai-perf 0.0.16 inputs and commands reproducing these runs "
                                           "into this directory (trtspec.perf.genai_perf)."),
@@ -62,7 +64,7 @@ def perf_command(
         concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
         requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
         connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
-        tokenizer=tokenizer, chat=chat, progress=progress))
+        tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
 

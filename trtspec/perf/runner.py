@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .. import __version__
 from ..errors import TrtspecError
-from . import client, load, prompts
+from . import client, load, procs, prompts
 from .compare import comparisons, load_predictions
 from .output import write_results
 from .schema import PerfResults, Run, Settings
@@ -68,6 +68,7 @@ class PerfOptions(BaseModel):
     tokenizer: Path | None = None  # for the chat template; default: the repository's preprocessing tokenizer
     chat: bool = True  # render prompts with the chat template, as `trtspec profile` does
     progress: bool = True  # a rich progress bar on stderr
+    processes: int = Field(1, ge=1)  # client processes sharing each run's load (see trtspec.perf.procs)
 
     @model_validator(mode="after")
     def _check(self):
@@ -166,7 +167,7 @@ async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, pr
         wplan = load.Plan(plan.prompts, warmup, None, plan.timeout_s, plan.counted)
         await load.closed_loop(pool, wplan, concurrency or 1, [])
     clock.update(start=time.perf_counter(), started_at=_now())
-    ticker = asyncio.ensure_future(_tick(progress, task, results)) if progress is not None else None
+    ticker = asyncio.ensure_future(_tick(progress, task, lambda: len(results))) if progress is not None else None
     try:
         async with _guard(_guard_s(plan, concurrency, rate)):
             if concurrency:
@@ -177,6 +178,25 @@ async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, pr
         if ticker is not None:
             ticker.cancel()
             progress.update(task, completed=len(results))
+
+
+async def _measure_procs(ps, shares, plan, concurrency, rate, results, progress, task, clock: dict) -> None:
+    """The same over several client processes (trtspec.perf.procs): they warm up, meet at a barrier
+    and measure together; the start is the earliest measured send."""
+    ticker = asyncio.ensure_future(_tick(progress, task, ps.done)) if progress is not None else None
+    clock.update(started_at=_now())
+    try:
+        async with _guard(_guard_s(plan, concurrency, rate) + procs.BARRIER_TIMEOUT_S):
+            got, error = await ps.run(shares)
+        results.extend(got)
+        if results:
+            clock["start"] = min(r.start for r in results)
+        if error:
+            raise client.ServerGone(error)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            progress.update(task, completed=ps.done())
 
 
 @contextlib.asynccontextmanager
@@ -192,9 +212,9 @@ async def _guard(seconds: float):
                            "--timeout, so the client stalled); stopped") from None
 
 
-async def _tick(progress, task, results) -> None:
+async def _tick(progress, task, done) -> None:
     while True:
-        progress.update(task, completed=len(results))
+        progress.update(task, completed=done())
         await asyncio.sleep(0.1)
 
 
@@ -214,6 +234,7 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
     channel = client.open_channel(o.url)
     stub = client.service_pb2_grpc.GRPCInferenceServiceStub(channel)
     modes = [True, False] if o.baseline else [True]
+    ps = procs.Processes(o.processes) if o.processes > 1 else None
     try:
         if o.baseline:
             first = workloads[0].name
@@ -223,23 +244,34 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
                 texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
                 for concurrency, rate in load_points(o):
                     for spec_on in modes:
-                        plan = _plan(o, info, texts, None if spec_on else False, concurrency, rate)
-                        await _one_run(o, res, stub, plan, wl.name, spec_on, concurrency, rate, progress, tuning)
+                        speculation = None if spec_on else False
+                        plan = _plan(o, info, texts, speculation, concurrency, rate)
+                        split = procs.shares(ps.n, o.url, info, [(pid, text, w) for w, pid, text in texts],
+                                             speculation, o.max_tokens, o.timeout_s, plan.counted, concurrency,
+                                             plan.requests, plan.duration_s, rate, o.seed, o.warmup) if ps else None
+                        await _one_run(o, res, stub, plan, wl.name, spec_on, concurrency, rate, progress, tuning,
+                                       ps, split)
         res.completed = True
         write_results(res, o.out)
         return res
     finally:
+        if ps is not None:
+            ps.close()
         await channel.close()
 
 
-async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurrency, rate, progress, tuning):
+async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurrency, rate, progress, tuning,
+                   ps=None, split=None):
     label = f"{workload} {'spec' if spec_on else 'base'} " + (f"c={concurrency}" if concurrency else f"r={rate:g}/s")
     task = progress.add_task(label, total=plan.requests) if progress is not None else None
     pool = load.StreamPool(lambda: client.Stream(stub, o.url))
     results: list[client.Result] = []
     clock, error = {"start": time.perf_counter(), "started_at": _now()}, None
     try:
-        await _measure(pool, plan, concurrency, rate, o.seed, results, o.warmup, progress, task, clock)
+        if ps is not None:
+            await _measure_procs(ps, split, plan, concurrency, rate, results, progress, task, clock)
+        else:
+            await _measure(pool, plan, concurrency, rate, o.seed, results, o.warmup, progress, task, clock)
     except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
         error = str(e) or "interrupted"
         if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):

@@ -1,0 +1,150 @@
+"""Spreading one run's load over several client processes (`--processes N`).
+
+Why: one Python process drives a gRPC stream at a few hundred microseconds of CPU per message
+(grpc.aio's own cost; ours is a small part of it), so against a fast server with short answers a
+single client process, not the server, sets the ceiling, and on a shared box its one thread only
+gets its share of a core. Several processes, each with its own event loop, channel and streams,
+lift that ceiling the way perf_analyzer's threads do.
+
+How a run is split: closed loop, process i runs concurrency_i workers (the concurrency divided as
+evenly as possible) and its share of --requests; open loop, process i runs Poisson arrivals at
+rate / N with its own seed (the superposition of N independent Poisson processes of rate R/N is a
+Poisson process of rate R). Each process warms up on its own, then all wait on one barrier, so the
+measured phases start together; `time.perf_counter` is the system-wide monotonic clock on Linux,
+so the send times of all processes share one time base. Processes are started once per invocation
+(spawn: grpc must not be forked) and each returns its Results and, if the server went away, why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from . import client, load
+
+BARRIER_TIMEOUT_S = 120.0
+
+_shared: dict = {}
+
+
+@dataclass
+class Share:
+    """One process's part of a run."""
+    slot: int
+    url: str
+    info: client.ModelInfo
+    prompts: list[tuple[str, str, str]]  # (sample id, text, workload)
+    speculation: bool | None
+    max_tokens: int
+    timeout_s: float
+    counted: bool
+    concurrency: int | None  # closed loop: this process's workers (0: it only joins the barrier)
+    requests: int | None
+    duration_s: float | None
+    rate: float | None
+    seed: int
+    warmup: int
+
+
+def split(total: int, parts: int) -> list[int]:
+    """total as `parts` near-equal non-negative integers, larger ones first."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _init(counts, barrier) -> None:
+    _shared.update(counts=counts, barrier=barrier)
+
+
+def run_share(share: Share) -> tuple[list[client.Result], str | None]:
+    """Child process: warm up, wait for the others, measure; never raises for a lost server."""
+    return asyncio.run(_share(share))
+
+
+async def _share(s: Share) -> tuple[list[client.Result], str | None]:
+    channel = client.open_channel(s.url)
+    stub = client.service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    pool = load.StreamPool(lambda: client.Stream(stub, s.url))
+    prompts = [load.Prompt(pid, client.build_request(s.info.name, s.info, text, s.max_tokens, wl, s.speculation))
+               for pid, text, wl in s.prompts]
+    plan = load.Plan(prompts, s.requests, s.duration_s, s.timeout_s, s.counted)
+    results: list[client.Result] = []
+    counts = _shared["counts"]
+    ticker = asyncio.ensure_future(_count(counts, s.slot, results))
+    closed = s.rate is None
+    try:
+        if s.warmup and (s.concurrency or not closed):
+            await load.closed_loop(pool, load.Plan(prompts, s.warmup, None, s.timeout_s, s.counted),
+                                   s.concurrency or 1, [])
+        await asyncio.get_running_loop().run_in_executor(None, _shared["barrier"].wait, BARRIER_TIMEOUT_S)
+        if closed and s.concurrency:
+            await load.closed_loop(pool, plan, s.concurrency, results)
+        elif not closed:
+            await load.open_loop(pool, plan, s.rate, s.seed, results)
+        return results, None
+    except client.ServerGone as e:
+        return results, str(e)
+    except threading.BrokenBarrierError:
+        return results, f"the client processes did not all reach the start within {BARRIER_TIMEOUT_S:.0f} s"
+    finally:
+        ticker.cancel()
+        counts[s.slot] = len(results)
+        pool.close()
+        await channel.close()
+
+
+async def _count(counts, slot: int, results: list) -> None:
+    while True:
+        counts[slot] = len(results)
+        await asyncio.sleep(0.1)
+
+
+class Processes:
+    """N spawned client processes for the whole invocation, with the shared progress counters."""
+
+    def __init__(self, n: int):
+        ctx = multiprocessing.get_context("spawn")
+        self.n = n
+        self.counts = ctx.Array("q", n, lock=False)
+        self.barrier = ctx.Barrier(n)
+        self.pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init, initargs=(self.counts, self.barrier))
+
+    def done(self) -> int:
+        return int(sum(self.counts))
+
+    async def run(self, shares: list[Share]) -> tuple[list[client.Result], str | None]:
+        """Run one share per process; merged results, and the first reason a process stopped early."""
+        for i in range(self.n):
+            self.counts[i] = 0
+        loop = asyncio.get_running_loop()
+        outs = await asyncio.gather(*[loop.run_in_executor(self.pool, run_share, s) for s in shares])
+        results = [r for rs, _ in outs for r in rs]
+        errors = [e for _, e in outs if e]
+        return results, (errors[0] if errors else None)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def shares(n: int, url: str, info, prompts, speculation, max_tokens: int, timeout_s: float, counted: bool,
+           concurrency: int | None, requests: int | None, duration_s: float | None, rate: float | None,
+           seed: int, warmup: int) -> list[Share]:
+    """Split one run into n shares (see the module docstring)."""
+    if concurrency:  # closed loop: requests and warm-up follow the workers
+        conc = split(concurrency, n)
+        active = sum(c > 0 for c in conc)
+        reqs = split(requests, active) + [0] * (n - active) if requests is not None else [None] * n
+        warm = split(warmup, active) + [0] * (n - active)
+    else:
+        conc = [None] * n
+        reqs = split(requests, n) if requests is not None else [None] * n
+        warm = split(warmup, n)
+    out, offset = [], 0
+    for i in range(n):
+        rotated = prompts[offset % len(prompts):] + prompts[:offset % len(prompts)]
+        out.append(Share(i, url, info, rotated, speculation, max_tokens, timeout_s, counted, conc[i], reqs[i],
+                         duration_s, rate / n if rate else None, seed + i, warm[i]))
+        offset += reqs[i] or 0
+    return out
