@@ -130,6 +130,7 @@ def test_load_spread_over_client_processes(slow, tmp_path):
     base = dict(url=slow["server"].grpc_url, model="slow", workloads={"p": str(slow["prompts"])}, warmup=1,
                 timeout_s=10, max_tokens=2, chat=False, progress=False, processes=2)
     res = run_perf(PerfOptions(**base, concurrency=[1, 4], requests=9, out=tmp_path / "c"))
+    assert res.settings.processes == 2
     for run in res.runs:
         assert run.completed and len(run.requests) == 9 and run.summary.requests_ok == 9
         assert [q.index for q in run.requests] == list(range(9)) and run.requests[0].start_s == 0.0

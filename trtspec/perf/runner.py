@@ -114,7 +114,7 @@ def _settings(o: PerfOptions) -> Settings:
     return Settings(url=o.url, model=o.model, workloads=dict(o.workloads), concurrency=list(o.concurrency),
                     request_rate=o.request_rate, requests=o.requests, duration_s=o.duration_s, warmup=o.warmup,
                     timeout_s=o.timeout_s, max_tokens=o.max_tokens, baseline=o.baseline, seed=o.seed,
-                    tuning=str(o.tuning) if o.tuning else None)
+                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes)
 
 
 async def _prepare(o: PerfOptions, workloads: list):

@@ -119,6 +119,7 @@ class Settings(BaseModel):
     baseline: bool
     seed: int
     tuning: str | None = None  # tuning.json the predictions came from
+    processes: int = 1  # client processes that shared each run's load (trtspec perf --processes)
 
 
 class PerfResults(BaseModel):
