@@ -1,7 +1,7 @@
 """How fast is the `trtspec perf` load generator itself? Requests/s against a model that does no work,
 next to perf_analyzer 2.51 (Triton's C++ load generator) on the same model and server.
 
-    .venv/bin/python scripts/bench_loadgen.py [--concurrency 32] [--processes 2] [--tokens 3] [--seconds 5] [--tries 3]
+    .venv/bin/python scripts/bench_loadgen.py [--concurrency 32] [--processes 1] [--tokens 3] [--seconds 5] [--tries 3]
                                               [--no-perf-analyzer]
 
 What it does:
@@ -138,7 +138,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--tokens", type=int, default=3, help="text_output responses per request")
     ap.add_argument("--tries", type=int, default=3)
-    ap.add_argument("--processes", type=int, default=2, help="client processes of trtspec perf (--processes)")
+    ap.add_argument("--processes", type=int, default=1, help="client processes of trtspec perf (--processes)")
     ap.add_argument("--no-perf-analyzer", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="trtspec-bench-loadgen-") as tmp:
