@@ -2,7 +2,8 @@
 calibrated on 64 MT-Bench + HumanEval prompts of at most 256 tokens, on the CPU.
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_quantize.py [--threads 1] [--samples 64] [--seq-len 256]
-        [--format fp8] [--kv-cache fp8] [--out DIR] [--report-samples 8] [--report-max-new-tokens 32]
+        [--format fp8] [--kv-cache fp8] [--exclude PATTERN] [--keep-sensitive N] [--out DIR]
+        [--report-samples 8] [--report-max-new-tokens 32]
 
 Prints the calibration time (ModelOpt's forward loop) and the whole quantize (load, calibrate,
 export, self-check); the target is well under 5 minutes on a 2-core box. Measured on the shared
@@ -33,6 +34,10 @@ def main() -> None:
     ap.add_argument("--format", default="fp8")
     ap.add_argument("--kv-cache", default="fp8")
     ap.add_argument("--calib", default="chat=mt-bench,code=humaneval")
+    ap.add_argument("--exclude", action="append", default=[], help="keep matching linears unquantized (repeatable)")
+    ap.add_argument("--keep-sensitive", type=int, default=0, help="keep the N most sensitive GEMMs unquantized")
+    ap.add_argument("--sensitivity-samples", type=int, default=8)
+    ap.add_argument("--sensitivity-seq-len", type=int, default=64)
     ap.add_argument("--out", type=Path, default=None, help="keep the checkpoint here (default: a temp dir)")
     ap.add_argument("--report-samples", type=int, default=8, help="held-out MT-Bench prompts (0: no report)")
     ap.add_argument("--report-max-new-tokens", type=int, default=32)
@@ -42,7 +47,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from trtspec.calib import CalibOptions, quantize_hf
+    from trtspec.calib import CalibOptions, KeepSensitive, quantize_hf
     from trtspec.checkpoints.default_model import smollm2_dir
 
     hf = smollm2_dir()
@@ -50,7 +55,9 @@ def main() -> None:
         out = args.out or Path(tmp) / "ckpt"
         start = time.perf_counter()
         quantize_hf(hf, out, fmt=args.format, kv_cache=args.kv_cache, dtype="bfloat16",
-                    calib=CalibOptions(calib=args.calib, samples=args.samples, seq_len=args.seq_len, seed=0))
+                    calib=CalibOptions(calib=args.calib, samples=args.samples, seq_len=args.seq_len, seed=0),
+                    exclude=args.exclude, keep_sensitive=KeepSensitive(args.keep_sensitive, args.sensitivity_samples,
+                                                                       args.sensitivity_seq_len))
         total = time.perf_counter() - start
         calib = json.loads((out / "trtspec.json").read_text())["options"]["calibration"]
         size = sum(f.stat().st_size for f in out.glob("rank*.safetensors")) / 2**20
@@ -58,6 +65,12 @@ def main() -> None:
               f"tokens (<= {args.seq_len} each), {args.threads} threads")
         print(f"calibration: {calib['seconds']:.1f} s   whole quantize: {total:.1f} s   checkpoint: {size:.0f} MiB",
               flush=True)
+        mixed = json.loads((out / "trtspec.json").read_text())["options"].get("mixed_precision")
+        if mixed:
+            sens = mixed.get("sensitivity") or {}
+            print(f"unquantized GEMMs: {mixed['excluded_gemms']}/{mixed['total_gemms']} "
+                  f"({', '.join(mixed['excluded_linears'])})"
+                  + (f"   sensitivity measurement: {sens['seconds']:.1f} s" if sens else ""), flush=True)
         if args.report_samples > 0:
             from trtspec.calib.report import print_report, report_after_quantize
 

@@ -16,7 +16,8 @@ are averaged and the weights resmoothed), so the oracle is the fake-quant model 
 What TRT-LLM runs differs from the fake-quant model in the precision of a few parameters, and the
 runtime emulates TRT-LLM (runtime/quant.py). `as_trtllm_uses_them` gives the oracle those precisions:
 FP8 scales cast to the model dtype (FP8Linear), smoothing / pre-quant scales as the checkpoint stores
-them (float16), AWQ scales cast to float16 at build, one KV scale per attention = max(k, v) and, for
+them (float16), AWQ scales cast to float16 at build, the weights of linears kept unquantized
+(mixed precision) as stored (float16), one KV scale per attention = max(k, v) and, for
 FP8, at least 1.0 (ModelOpt's export clamps it). With those, runtime and oracle compute the same
 quantized values; what is left is float32 arithmetic order (ModelOpt multiplies by 448 / amax where
 TensorRT divides by the scale), which moves a value across a rounding boundary only when it is within
@@ -96,6 +97,9 @@ def as_trtllm_uses_them(model, fmt: str):
     half = (lambda t: t.half().float())
     for _, lin in quantized_linears(model):
         iq, wq = lin.input_quantizer, lin.weight_quantizer
+        if not wq.is_enabled:  # kept in the model dtype (mixed precision): the checkpoint's float16 weight
+            lin.weight.copy_(half(lin.weight))
+            continue
         if fmt.startswith("fp8"):  # FP8Linear: cast(activation/weights_scaling_factor, model dtype)
             iq.amax = half(iq.amax.float() / 448) * 448
             s = wq.amax.float() / 448
@@ -356,6 +360,50 @@ def test_fp8_fc_and_gate_are_requantized_to_one_scale(calibrated, tmp_path):
     assert torch.equal(w.gate.weight, t[gate + "weight"].float() * half(2 * s))  # already on that grid
     before = t[fc + "weight"].float() * half(s)
     assert not torch.equal(w.fc.weight, before) and torch.allclose(w.fc.weight, before, rtol=2 ** -3, atol=1e-3)
+
+
+def test_mixed_checkpoint_matches_fake_quant(base_model, tmp_path):
+    """Mixed precision: ModelOpt quantizes with some linears' quantizers disabled and its export
+    lists them in exclude_modules (float16 weights, no scales); the runtime runs those linears in
+    float and the rest in FP8, and the FP8 KV cache everywhere.
+
+    Compared with the KV quantizers off on both sides the logits agree as tightly as the uniform
+    formats do. With them on, layer 1's K/V come from an unquantized qkv at KV scale 1.0 (the
+    floor), so FP8 steps are as coarse as 0.25-0.5 there and a 1-ulp float difference between the
+    two implementations (RoPE order) flips a couple of K codes, moving the logits of the few
+    positions that attend to them (measured: 2 flips, 0.16 max); the rest stay within tolerance.
+    Control: the same model fully quantized is far away."""
+    import modelopt.torch.quantization as mtq
+    from modelopt.torch.export import export_tensorrt_llm_checkpoint
+
+    torch.set_num_threads(1)
+    cfg = modelopt_config("fp8_kv")
+    cfg["quant_cfg"] += [{"quantizer_name": "model.layers.0.mlp.down_proj.*", "enable": False},
+                         {"quantizer_name": "model.layers.1.self_attn.[qkv]_proj.*", "enable": False}]
+    g = torch.Generator().manual_seed(1)
+    calib = [torch.randint(0, V, (2, 32), generator=g) for _ in range(4)]
+    model = mtq.quantize(copy.deepcopy(base_model), cfg, lambda m: [m(b) for b in calib])
+    export_tensorrt_llm_checkpoint(model, "llama", torch.float16, export_dir=str(tmp_path), inference_tensor_parallel=1)
+    c = Calibrated("fp8_kv", model, tmp_path, base_model, torch.randint(0, V, (3, 24), generator=g))
+    dec = c.decoder()
+    assert dec.layers[0].proj.act_quant is None and dec.layers[1].qkv.act_quant is None
+    assert dec.layers[0].dense.act_quant == dec.layers[1].proj.act_quant == "fp8"
+    assert all(w.kv is not None for w in dec.layers)
+    assert torch.equal(dec.layers[0].proj.weight, base_model.model.layers[0].mlp.down_proj.weight.half().float())
+    oracle = c.oracle()
+    close = ((c.ours(dec) - oracle).abs() < MAX_DIFF).all(dim=-1)
+    assert close.float().mean() > 0.9, close
+    full = mtq.quantize(copy.deepcopy(base_model), modelopt_config("fp8_kv"), lambda m: [m(b) for b in calib])
+    assert (c.logits(as_trtllm_uses_them(full, "fp8_kv")) - oracle).abs().max() > 10 * MAX_DIFF
+
+    for w in dec.layers:
+        w.kv = None
+    no_kv = as_trtllm_uses_them(model, "fp8_kv")
+    for layer in no_kv.model.layers:
+        layer.self_attn.k_bmm_quantizer.disable()
+        layer.self_attn.v_bmm_quantizer.disable()
+    d = (c.ours(dec) - c.logits(no_kv)).abs()
+    assert d.max() < MAX_DIFF and d.mean() < MEAN_DIFF, (d.max().item(), d.mean().item())
 
 
 # --- Tensor parallel: the same calibrated model exported at tp=2 runs exactly like tp=1 -------------

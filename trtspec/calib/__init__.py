@@ -7,7 +7,8 @@
 
 Stages (one module each): `formats` (the four H100 formats and their ModelOpt recipes),
 `refusals` (requests TRT-LLM cannot build), `data` (workload prompts -> token ids), `calibrate`
-(mtq.quantize + reading the quantizers back), `eagle_head` (base + EAGLE head as one module),
+(mtq.quantize + reading the quantizers back), `mixed`/`sensitivity` (linears kept in the model
+dtype: named by pattern, or the most sensitive ones measured), `eagle_head` (base + EAGLE head as one module),
 `export` (quantizer state -> TRT-LLM tensors, plain torch), `pipeline`/`eagle_quant`/`quantize`
 (the checkpoint writers), `command` (the `trtspec quantize` Typer command).
 
@@ -20,7 +21,7 @@ import importlib
 _EXPORTS = {"CalibSet": "data", "load_calib_set": "data", "token_id_set": "data",
             "FORMATS": "formats", "KV_FORMATS": "formats", "check_format": "formats", "check_kv_format": "formats",
             "CalibOptions": "quantize", "quantize_eagle": "quantize", "quantize_hf": "quantize",
-            "quantize_pair": "quantize"}
+            "quantize_pair": "quantize", "KeepSensitive": "pipeline"}
 __all__ = sorted(_EXPORTS)
 
 

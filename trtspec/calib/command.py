@@ -27,6 +27,15 @@ def quantize_command(
     draft: Optional[Path] = typer.Option(None, "--draft", help="HF draft model (draft-target pair: out/target, out/draft)."),
     draft_format: str = typer.Option("same", "--draft-format",
                                      help="The draft's format: same (as --format), one of the formats, or none."),
+    exclude: Optional[list[str]] = typer.Option(
+        None, "--exclude", help="Keep matching linears in the model dtype (repeatable; fnmatch on TRT-LLM names, "
+        "e.g. 'transformer.layers.0.*' or '*.mlp.proj'); written to quantization.exclude_modules."),
+    keep_sensitive: int = typer.Option(0, "--keep-sensitive", help="Also keep the N most sensitive GEMMs in the model "
+                                       "dtype, measured after calibration on calibration prompts."),
+    sensitivity_samples: int = typer.Option(8, "--sensitivity-samples",
+                                            help="--keep-sensitive: calibration prompts the measurement runs on."),
+    sensitivity_seq_len: int = typer.Option(64, "--sensitivity-seq-len",
+                                            help="--keep-sensitive: tokens kept per measurement prompt."),
     awq_group_size: int = typer.Option(upstream.AWQ_DEFAULT_GROUP_SIZE, "--awq-group-size",
                                        help="w4a16_awq: input channels per scale group."),
     max_draft_len: int = typer.Option(upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN, help="EAGLE: maximum number of tree nodes."),
@@ -51,6 +60,10 @@ def quantize_command(
         raise TrtspecError("--draft-format applies to a draft-target pair; give --draft too")
     if report and report_samples < 1:
         raise TrtspecError(f"--report-samples: expected a positive integer, got {report_samples}")
+    mixed = bool(exclude) or keep_sensitive != 0
+    if mixed and (eagle or draft):
+        raise TrtspecError("--exclude/--keep-sensitive: mixed precision is written for a plain decoder only, "
+                           "not with --eagle or --draft")
     opts = CalibOptions(calib=calib, samples=calib_samples, seq_len=calib_seq_len, seed=seed)
     common = dict(fmt=format, kv_cache=kv_cache, calib=opts, dtype=dtype, tp=tp, group_size=awq_group_size)
     if eagle:
@@ -59,7 +72,11 @@ def quantize_command(
     elif draft:
         quantize_pair(hf, draft, out, draft_format=draft_format, **common)
     else:
-        quantize_hf(hf, out, **common)
+        from .pipeline import KeepSensitive
+
+        patterns = [p for item in exclude or [] for p in item.split(",")]
+        quantize_hf(hf, out, exclude=patterns, keep_sensitive=KeepSensitive(keep_sensitive, sensitivity_samples,
+                                                                             sensitivity_seq_len), **common)
     typer.echo(f"wrote {out}")
     if report:
         from .report import print_report, report_after_quantize

@@ -83,9 +83,12 @@ def check_kv_format(name: str | None) -> str | None:
     raise TrtspecError(f"--kv-cache {name}: expected fp8 or int8 (or leave it out for a model-dtype KV cache)")
 
 
-def modelopt_config(fmt: QuantFormat, kv_algo: str | None, group_size: int) -> dict | None:
+def modelopt_config(fmt: QuantFormat, kv_algo: str | None, group_size: int, disabled: list[dict] | None = None
+                    ) -> dict | None:
     """The `mtq.quantize` config for this request, or None when nothing needs calibrating
-    (w8a16 without a KV format). KV quantizers are ModelOpt's `*[kv]_bmm_quantizer` pattern."""
+    (w8a16 without a KV format). KV quantizers are ModelOpt's `*[kv]_bmm_quantizer` pattern.
+    `disabled`: entries that switch quantizers off (mixed.exclusion_config), appended last so
+    they win over the format's patterns, as ModelOpt applies quant_cfg entries in order."""
     import modelopt.torch.quantization as mtq
 
     if fmt.modelopt_cfg is None and kv_algo is None:
@@ -103,4 +106,6 @@ def modelopt_config(fmt: QuantFormat, kv_algo: str | None, group_size: int) -> d
     elif kv_algo == "INT8":
         cfg["quant_cfg"] = cfg["quant_cfg"] + [{"quantizer_name": "*[kv]_bmm_quantizer",
                                                 "cfg": {"num_bits": 8, "axis": None}}]
+    if disabled:
+        cfg["quant_cfg"] = cfg["quant_cfg"] + list(disabled)
     return cfg

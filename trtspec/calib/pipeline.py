@@ -1,11 +1,14 @@
 """The steps every quantize entry point shares: load the HF model, calibrate, write the plans.
 
 `write_quantized_decoder` is the whole pipeline of one decoder (a plain target, or each model of
-a draft-target pair); eagle_quant.py is the EAGLE variant.
+a draft-target pair); eagle_quant.py is the EAGLE variant. `keep_sensitive` is the measured
+mixed-precision step between calibration and writing (mixed.py, sensitivity.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from .calibrate import QuantState, calibrate, collect, plain_weights
 from .data import CalibSet
 from .export import QuantSource
 from .formats import QuantFormat, modelopt_config
+from .mixed import exclusion_config, expand_units, hf_modules, linear_units, unit_of
 
 
 def needs_calibration(layout: QuantLayout) -> bool:
@@ -88,16 +92,72 @@ class Calibrated:
     seconds: float
 
 
-def calibrate_decoder(hf_dir: Path, fmt: QuantFormat, layout: QuantLayout, calib: CalibSet) -> Calibrated:
-    """Load the HF decoder in `hf_dir` and calibrate it for `layout` on `calib`."""
-    cfg = modelopt_config(fmt, layout.kv_cache_quant_algo, layout.group_size)
+def calibrate_decoder(hf_dir: Path, fmt: QuantFormat, layout: QuantLayout, calib: CalibSet,
+                      excluded_hf: list[str] | None = None) -> Calibrated:
+    """Load the HF decoder in `hf_dir` and calibrate it for `layout` on `calib`; the quantizers of
+    the HF modules `excluded_hf` are disabled in ModelOpt's config (mixed.exclusion_config)."""
+    cfg = modelopt_config(fmt, layout.kv_cache_quant_algo, layout.group_size,
+                          exclusion_config(excluded_hf) if excluded_hf else None)
     model = load_hf(hf_dir)
     announce(Path(hf_dir).name, fmt, layout, calib)
     return Calibrated(model, cfg, calib, calibrate(model, cfg, calib.prompts))
 
 
+@dataclass
+class KeepSensitive:
+    """`--keep-sensitive N`: keep the N most sensitive units (mixed.py) in the model dtype, measured
+    on `samples` calibration prompts of at most `seq_len` tokens (sensitivity.py)."""
+
+    count: int = 0
+    samples: int = 8
+    seq_len: int = 64
+
+
+def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantLayout, cal: Calibrated,
+                      keep: KeepSensitive, progress=print) -> tuple[QuantLayout, dict]:
+    """Measure every still-quantized unit of the calibrated model and exclude the `keep.count`
+    most sensitive: returns the new layout and the manifest record. The measurement runs on the
+    checkpoint as written with the current layout (a temporary copy) against the float32
+    conversion of the same HF model; the chosen units' quantizers are then disabled in the
+    ModelOpt model too, so model and checkpoint say the same thing."""
+    from ..checkpoints.convert import convert_hf
+    from ..checkpoints.trtllm_ckpt import load_checkpoint
+    from ..runtime.model import Decoder
+    from ..runtime.quant import MODEL_DTYPES
+    from .sensitivity import measure, sensitivity_prompts
+
+    units = linear_units(d.plans)
+    candidates = [u for u, ls in units.items() if all(layout.quantizes(x) for x in ls)]
+    prompts = sensitivity_prompts(cal.calib.prompts, keep.samples, keep.seq_len)
+    progress(f"measuring the sensitivity of {len(candidates)} quantized GEMMs on {len(prompts)} calibration prompts")
+    with tempfile.TemporaryDirectory(prefix="trtspec-sensitivity-") as tmp:
+        probe, ref = Path(tmp) / "probe", Path(tmp) / "ref"
+        probe.mkdir()
+        write_quantized_decoder(d, probe, fmt, layout, cal)
+        convert_hf(d.hf_dir, ref, dtype="float32")
+        sens = measure(Decoder(load_checkpoint(probe)), Decoder(load_checkpoint(ref)), candidates, prompts,
+                       MODEL_DTYPES[d.dtype])
+    top = sens.ranked()[: keep.count]
+    chosen = expand_units(top, units)
+    disable = set(hf_modules(d.plans, set(chosen)))
+    for name, module in cal.model.named_modules():
+        if name.rsplit(".", 1)[0] in disable and name.endswith(("input_quantizer", "weight_quantizer")):
+            module.disable()
+    progress(f"kept in {d.dtype}: {', '.join(unit_of(u) for u in top)} ({sens.seconds:.0f} s)")
+    return dataclasses.replace(layout, exclude=layout.exclude + chosen), sens.manifest(top)
+
+
+def mixed_record(layout: QuantLayout, d: PreparedDecoder, patterns: list[str] | None, keep: KeepSensitive | None,
+                 sensitivity: dict | None) -> dict:
+    units = linear_units(d.plans)
+    excluded = [u for u, ls in units.items() if not all(layout.quantizes(x) for x in ls)]
+    return {"exclude_patterns": list(patterns or []), "keep_sensitive": keep.count if keep else 0,
+            "excluded_linears": list(layout.exclude), "excluded_gemms": len(excluded), "total_gemms": len(units),
+            "sensitivity": sensitivity}
+
+
 def write_quantized_decoder(d: PreparedDecoder, out: Path, fmt: QuantFormat, layout: QuantLayout,
-                            calibrated: Calibrated | None) -> None:
+                            calibrated: Calibrated | None, mixed: dict | None = None) -> None:
     """Write one decoder checkpoint into the directory `out`: from the calibrated model's weights
     and quantizer states, or (no calibration: W8A16) streamed from the HF files."""
     states, sources = None, {"base": d.weights}
@@ -111,8 +171,11 @@ def write_quantized_decoder(d: PreparedDecoder, out: Path, fmt: QuantFormat, lay
     cfg_json["quantization"] = quantization_block(layout)
     write_json(out / "config.json", cfg_json)
     copy_tokenizer(d.hf_dir, out)
-    write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)], options_record(
-        fmt, layout, d.dtype, d.tp, {"family": d.spec.family, "calibration": calib_manifest(calibrated)}))
+    extra = {"family": d.spec.family, "calibration": calib_manifest(calibrated)}
+    if mixed is not None:
+        extra["mixed_precision"] = mixed
+    write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)],
+                   options_record(fmt, layout, d.dtype, d.tp, extra))
     from ..checkpoints.validate import validate_checkpoint
 
     validate_checkpoint(out)  # header-only self-check before the directory is renamed into place

@@ -19,7 +19,7 @@ needs no calibration and streams from disk like `trtspec convert`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import upstream
@@ -37,7 +37,9 @@ from ..tokenizer import load_tokenizer
 from .data import CalibSet, check_calib_options, load_calib_set, token_id_set
 from .eagle_quant import calibrate_eagle, write_quantized_eagle
 from .formats import QuantFormat, check_format, check_kv_format
-from .pipeline import calibrate_decoder, needs_calibration, write_quantized_decoder
+from .mixed import check_mixed_algo, hf_modules, resolve_excludes
+from .pipeline import (KeepSensitive, calibrate_decoder, exclude_sensitive, mixed_record, needs_calibration,
+                       write_quantized_decoder)
 from .refusals import check_request, quant_dtype
 
 
@@ -69,20 +71,45 @@ def _layout(fmt: QuantFormat, kv_algo: str | None, group_size: int) -> QuantLayo
 
 def quantize_hf(hf_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
                 calib: CalibOptions | None = None, dtype: str = "auto", tp: int = 1,
-                group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False) -> Path:
-    """Quantize the HF decoder in `hf_dir` into a TRT-LLM checkpoint at `out_dir`."""
+                group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False,
+                exclude: list[str] | None = None, keep_sensitive: KeepSensitive | None = None) -> Path:
+    """Quantize the HF decoder in `hf_dir` into a TRT-LLM checkpoint at `out_dir`.
+
+    exclude: fnmatch patterns of TRT-LLM linears kept in the model dtype; keep_sensitive: keep
+    the N most sensitive ones as well, measured after calibration (mixed.py)."""
     hf_dir, out_dir, calib = Path(hf_dir), Path(out_dir), calib or CalibOptions()
     qfmt, kv_algo = check_format(fmt), check_kv_format(kv_cache)
     layout = _layout(qfmt, kv_algo, group_size)
     check_request(layout, speculative=None)
     check_calib_options(calib.samples, calib.seq_len)
+    keep = check_keep_sensitive(keep_sensitive, layout.quant_algo)
     check_output_dir(out_dir, overwrite)
     d = prepare_decoder(hf_dir, quant_dtype(dtype, hf_dir), tp)
+    layout = replace(layout, exclude=resolve_excludes(exclude or [], d.plans, layout.quant_algo))
     check_group_size(d.plans, layout, tp, str(hf_dir / "config.json"))
     data = calib.load(hf_dir) if needs_calibration(layout) else None
+    mixed = None
     with atomic_dir(out_dir, overwrite) as tmp:
-        write_quantized_decoder(d, tmp, qfmt, layout, calibrate_decoder(hf_dir, qfmt, layout, data) if data else None)
+        cal = calibrate_decoder(hf_dir, qfmt, layout, data, hf_modules(d.plans, set(layout.exclude))) if data else None
+        sensitivity = None
+        if keep is not None:
+            layout, sensitivity = exclude_sensitive(d, qfmt, layout, cal, keep)
+        if layout.exclude or keep is not None:
+            mixed = mixed_record(layout, d, exclude, keep, sensitivity)
+        write_quantized_decoder(d, tmp, qfmt, layout, cal, mixed)
     return out_dir
+
+
+def check_keep_sensitive(keep: KeepSensitive | None, algo: str | None) -> KeepSensitive | None:
+    """None when nothing is to be measured (absent, or a count of 0)."""
+    if keep is None or keep.count == 0:
+        return None
+    for value, flag, low in ((keep.count, "--keep-sensitive", 0), (keep.samples, "--sensitivity-samples", 1),
+                             (keep.seq_len, "--sensitivity-seq-len", 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise TrtspecError(f"{flag}: expected an integer >= {low}, got {value!r}")
+    check_mixed_algo(algo, "--keep-sensitive")
+    return keep
 
 
 def quantize_pair(target_hf: Path, draft_hf: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,

@@ -16,6 +16,8 @@ Per workload, both checkpoints run in the PyTorch runtime with TRT-LLM numerics:
   tokens included) and (b) the reference continuation (`perplexity.continuation`: biased in the
   reference's favour, since it is the reference's own greedy text; read it as "how far the quantized
   model drifts from the reference's choices"). `ratio` = quantized / reference.
+- **mixed precision.** A checkpoint written with `--exclude`/`--keep-sensitive` is reported as is
+  (its unquantized GEMMs run unquantized); `quantized.mixed_precision` says which and how many.
 - **held-out prompts.** The prompts are drawn (seeded) only from samples not used for calibration:
   the quantized checkpoint's `trtspec.json` lists, per calibration source, the sample ids it was
   calibrated on (`options.calibration.sources[].ids`; multi-turn records appear as `ID#turnN`, and
@@ -175,6 +177,20 @@ def _acceptance(models, prompts, max_new_tokens: int, max_k: int):
     return mode, summarize(mode, lists, max_k), profiles
 
 
+def mixed_precision(ckpt: Path) -> dict | None:
+    """What `trtspec quantize --exclude/--keep-sensitive` kept in the model dtype (the manifest's
+    options.mixed_precision, sensitivity scores left out), or None for a uniform checkpoint."""
+    path = Path(ckpt) / "trtspec.json"
+    if not path.is_file():
+        return None
+    mixed = (read_json(path, "trtspec.json manifest").get("options") or {}).get("mixed_precision")
+    if not mixed:
+        return None
+    sens = mixed.get("sensitivity") or {}
+    return {k: mixed.get(k) for k in ("excluded_gemms", "total_gemms", "excluded_linears", "exclude_patterns",
+                                      "keep_sensitive")} | {"sensitivity_kept": sens.get("kept")}
+
+
 def _quant_block(ckpt: Path) -> dict:
     cfg = Path(ckpt) / "config.json"
     return (read_json(cfg, "TRT-LLM config.json").get("quantization") or {}) if cfg.is_file() else {}
@@ -278,6 +294,7 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
         "trtspec_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "quantized": {"path": str(Path(quant_ckpt).resolve()), "quantization": _quant_block(quant_ckpt),
+                      "mixed_precision": mixed_precision(quant_ckpt),
                       "draft": str(Path(draft_ckpt).resolve()) if draft_ckpt else None,
                       "draft_quantization": _quant_block(draft_ckpt) if draft_ckpt else None},
         "reference": {"path": str(Path(ref_ckpt).resolve()), "quantization": _quant_block(ref_ckpt),
@@ -375,8 +392,10 @@ def _fmt(x, spec=".4f") -> str:
 def report_table(report: dict):
     from rich.table import Table
 
+    mixed = report["quantized"].get("mixed_precision")
+    kept = f", {mixed['excluded_gemms']}/{mixed['total_gemms']} GEMMs unquantized" if mixed else ""
     t = Table(title=f"quantization quality ({report['quantized']['quantization'].get('quant_algo')}, "
-                    f"KV {report['quantized']['quantization'].get('kv_cache_quant_algo')}) vs reference")
+                    f"KV {report['quantized']['quantization'].get('kv_cache_quant_algo')}{kept}) vs reference")
     for col in ("workload", "samples", "held-out", "positions", "logit RMSE", "top-1 agree", "ppl ref",
                 "ppl quant", "AL ref", "AL quant", "ΔAL"):
         t.add_column(col, justify="left" if col == "workload" else "right")

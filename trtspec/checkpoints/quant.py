@@ -24,6 +24,13 @@ W8A16 keeps full-precision weights: trtllm-build quantizes every `*{qkv,dense,fc
 that is not int8 itself (`preprocess_weights`), as ModelOpt's own int8_wo export relies on (§3.7).
 AWQ scales are float32 because that is what ModelOpt's export writes (TRT-LLM casts them to the
 model dtype when it transposes them at build time); the docs' "model dtype" is not what ships.
+
+Mixed precision: a linear matched by `exclude_modules` (TRT-LLM's quantize() tests each module's
+full name with fnmatch, §3.3) stays a plain model-dtype weight without scales. trtspec writes
+excluded linears by their *exact* names, because trtllm-build's fuse_gate_mlp decides whether the
+fused mlp.gate + mlp.fc GEMM is FP8 by exact membership of `...mlp.fc` in the list, not by
+fnmatch: a wildcard that excludes mlp.fc and mlp.gate would still get an FP8 fused GEMM built
+from float weights. check_gate_pairs refuses such checkpoints.
 """
 
 from __future__ import annotations
@@ -52,10 +59,17 @@ class QuantLayout:
     quant_algo: str | None = None  # one of upstream.TRTSPEC_QUANT_ALGOS, or None
     kv_cache_quant_algo: str | None = None  # FP8 | INT8 | None
     group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE
+    # exclude_modules patterns beyond lm_head and TRT-LLM's defaults (which match no linear): the
+    # exact names of linears kept in the model dtype, or a read checkpoint's own patterns.
+    exclude: tuple[str, ...] = ()
 
     @property
     def quantized(self) -> bool:
         return bool(self.quant_algo or self.kv_cache_quant_algo)
+
+    def quantizes(self, linear: str) -> bool:
+        """Whether TRT-LLM's quantize() replaces the linear module `linear` (fnmatch, §3.3)."""
+        return not any(fnmatch.fnmatchcase(linear, p) for p in self.exclude)
 
 
 def layout_from_config(cfg: dict, where: str) -> QuantLayout:
@@ -78,7 +92,11 @@ def layout_from_config(cfg: dict, where: str) -> QuantLayout:
                            f"{q.get('pre_quant_scale')}: trtspec writes and checks symmetric AWQ with pre-quant "
                            "scales only (has_zero_point false, pre_quant_scale true, as ModelOpt exports)")
     group = int(q.get("group_size") or upstream.AWQ_DEFAULT_GROUP_SIZE)
-    return QuantLayout(algo, kv, group)
+    exclude = q.get("exclude_modules")
+    if exclude is not None and not (isinstance(exclude, list) and all(isinstance(x, str) for x in exclude)):
+        raise TrtspecError(f"{where}: quantization.exclude_modules must be a list of module-name patterns, "
+                           f"got {exclude!r}")
+    return QuantLayout(algo, kv, group, tuple(exclude or ()))
 
 
 def exclude_modules(eagle: bool) -> list[str]:
@@ -94,7 +112,8 @@ def quantization_block(layout: QuantLayout, eagle: bool = False) -> dict:
     if layout.quant_algo == "W4A16_AWQ":
         block.update(group_size=layout.group_size, has_zero_point=False, pre_quant_scale=True)
     if layout.quantized:
-        block["exclude_modules"] = exclude_modules(eagle)
+        mods = exclude_modules(eagle)
+        block["exclude_modules"] = mods + [m for m in layout.exclude if m not in mods]
     return block
 
 
@@ -114,6 +133,25 @@ def check_exclusions(cfg: dict, where: str) -> None:
         if not any(fnmatch.fnmatchcase(head, p) for p in patterns):
             raise TrtspecError(f"{where}: quantization.exclude_modules {patterns} does not exclude '{head}'; "
                                "TRT-LLM would quantize it but its weight is unquantized (add \"*lm_head\")")
+
+
+def check_gate_pairs(plans: list[TensorPlan], layout: QuantLayout, where: str) -> None:
+    """mlp.fc and mlp.gate are one GEMM in the engine (fuse_gate_mlp, FP8 only fuses quantized):
+    both quantized, or both excluded with `...mlp.fc` named exactly (see module doc)."""
+    if layout.quant_algo != "FP8":
+        return
+    names = {linear_of(p.name) for p in plans} - {None}
+    for fc in sorted(n for n in names if n.endswith(".mlp.fc")):
+        gate = fc[: -len("fc")] + "gate"
+        if gate not in names:
+            continue
+        if layout.quantizes(fc) != layout.quantizes(gate):
+            raise TrtspecError(f"{where}: quantization.exclude_modules excludes only one of '{fc}' and '{gate}'; "
+                               "trtllm-build fuses them into one GEMM, so exclude both or neither")
+        if not layout.quantizes(fc) and fc not in layout.exclude:
+            raise TrtspecError(f"{where}: quantization.exclude_modules matches '{fc}' only by a wildcard; "
+                               "trtllm-build's fuse_gate_mlp tests the exact name and would build an FP8 GEMM "
+                               f"from its float weights: list \"{fc}\" itself")
 
 
 def linear_of(name: str) -> str | None:
@@ -160,7 +198,7 @@ def quant_plans(plans: list[TensorPlan], layout: QuantLayout, shard: Callable[[s
     out: list[TensorPlan] = []
     for plan in plans:
         linear = linear_of(plan.name) if quantize_weights else None
-        if linear is None:
+        if linear is None or not layout.quantizes(linear):
             out.append(plan)
         else:
             rows, cols = plan.shape
@@ -183,7 +221,7 @@ def check_group_size(plans: list[TensorPlan], layout: QuantLayout, tp: int, wher
         raise TrtspecError(f"{where}: AWQ group size must be positive, got {g}")
     for plan in plans:
         linear = linear_of(plan.name)
-        if linear is None:
+        if linear is None or not layout.quantizes(linear):
             continue
         out, inp = plan.shape
         per_rank = inp // tp if is_row(linear) else inp

@@ -15,7 +15,7 @@ from .. import upstream
 from ..errors import TrtspecError
 from .eagle import eagle_plans
 from .layout import TensorPlan, decoder_plans, shard_for
-from .quant import check_exclusions, check_group_size, layout_from_config, quant_plans
+from .quant import check_exclusions, check_gate_pairs, check_group_size, layout_from_config, quant_plans
 from .trtllm_ckpt import TrtllmCheckpoint, load_checkpoint
 from .writer import TORCH_DTYPES
 
@@ -35,6 +35,7 @@ def expected_plans(ckpt: TrtllmCheckpoint) -> list[TensorPlan]:
     layout = layout_from_config(ckpt.config, where)
     check_exclusions(ckpt.config, where)
     check_group_size(plans, layout, ckpt.tp, where)
+    check_gate_pairs(plans, layout, where)
     return quant_plans(plans, layout, lambda n: shard_for(n, *ckpt.spec_for(n), layout.quant_algo))
 
 
