@@ -170,3 +170,14 @@ def test_perf_prompts_encode_to_the_ids_profiling_measured(smollm2_hf):
         for pid, text in texts[wl.name][:20]:
             assert text.startswith("<|im_start|>")
             assert tok.encode(text, add_special_tokens=True) == render(by_id[pid], tok)
+
+
+def test_the_perf_command_module_imports_no_grpc_or_torch():
+    """`trtspec --help` registers the perf command; that must not pull in grpc, tritonclient or torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, trtspec.perf.command; "
+            "print([m for m in ('grpc', 'tritonclient', 'torch', 'transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
