@@ -216,3 +216,35 @@ def test_validator_refuses_gate_pairs_trtllm_would_misbuild(mixed, tmp_path):
         validate_checkpoint(_edit_exclude(ours, tmp_path / "g", base + ["transformer.layers.2.mlp.gate"]))
     with pytest.raises(TrtspecError, match="exclude_modules must be a list"):
         validate_checkpoint(_edit_exclude(ours, tmp_path / "s", "lm_head"))
+
+
+# ---- the command and the report ---------------------------------------------------------------------
+
+def test_command_exclude_reaches_checkpoint_manifest_and_report(tmp_path):
+    from test_quant_report import run, write_prompts
+    from tiny_models import save_tiny_tokenizer
+    from trtspec.calib.command import quantize_command
+    from trtspec.calib.report import JSON_NAME, report_table
+
+    torch.set_num_threads(1)
+    make_hf_model("llama", tmp_path / "hf", **{**TINY, "vocab_size": 1001}, num_hidden_layers=2)
+    save_tiny_tokenizer(tmp_path / "hf")
+    write_prompts(tmp_path / "chat.jsonl", 6)
+    chat = f"chat={tmp_path / 'chat.jsonl'}"
+    r = run("quantize", quantize_command, "--hf", tmp_path / "hf", "--format", "fp8", "--kv-cache", "fp8",
+            "--calib", chat, "--calib-samples", 3, "--calib-seq-len", 32, "--exclude", "*.0.mlp.proj,*.1.mlp.gate",
+            "--out", tmp_path / "out", "--report-workloads", chat, "--report-samples", 2, "--report-max-new-tokens", 4)
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    want = ["transformer.layers.0.mlp.proj", "transformer.layers.1.mlp.fc", "transformer.layers.1.mlp.gate"]
+    mixed = json.loads((tmp_path / "out" / "trtspec.json").read_text())["options"]["mixed_precision"]
+    assert mixed["excluded_linears"] == want and mixed["exclude_patterns"] == ["*.0.mlp.proj", "*.1.mlp.gate"]
+    assert (mixed["excluded_gemms"], mixed["total_gemms"], mixed["keep_sensitive"], mixed["sensitivity"]) == \
+        (2, 8, 0, None)
+    report = json.loads((tmp_path / "out" / "quant_report" / JSON_NAME).read_text())
+    assert report["quantized"]["mixed_precision"]["excluded_linears"] == want
+    assert set(want) <= set(report["quantized"]["quantization"]["exclude_modules"])
+    assert "2/8 GEMMs unquantized" in report_table(report).title
+
+    r = run("quantize", quantize_command, "--hf", tmp_path / "hf", "--draft", tmp_path / "hf", "--format", "fp8",
+            "--calib", chat, "--keep-sensitive", 2, "--out", tmp_path / "pair", "--no-report")
+    assert isinstance(r.exception, TrtspecError) and "plain decoder only" in str(r.exception)

@@ -173,8 +173,23 @@ def test_smollm2_fp8_fp8kv_report(smollm2_report):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 4 item 4 acceptance not met: FP8 + FP8 KV SmolLM2-135M agrees "
-                                       "on ~88% of MT-Bench positions (bench_quantize.py); bf16/fp16 without "
-                                       "FP8 agree on 100%, so the loss is FP8 numerics, not the report")
+                                       "on 88.2% of 254 held-out MT-Bench positions (bench_quantize.py), and at "
+                                       "most 91.3% with the 2-20 most sensitive of its 120 GEMMs kept in bf16 "
+                                       "(--keep-sensitive); see the docstring")
 def test_smollm2_fp8_fp8kv_top1_agreement_on_mt_bench(smollm2_report):
-    """Acceptance of issue 4 item 4: >= 95% top-1 agreement with the unquantized model on MT-Bench."""
+    """Acceptance of issue 4 item 4: >= 95% top-1 agreement with the unquantized model on MT-Bench.
+
+    Measured on 8 held-out MT-Bench prompts x 32 reference tokens (254 positions; one position is
+    0.4 points, the binomial standard error near 90% is ~1.9 points), runtime numerics, calibration
+    64 MT-Bench + HumanEval prompts x <= 256 tokens:
+      all GEMMs FP8 + FP8 KV (the default recipe)              88.2%
+      FP8 GEMMs, KV cache in bf16                              89.0%
+      all 120 GEMMs in bf16, FP8 KV cache only                 96.1%
+      --keep-sensitive N (leave-one-out KL on 8 x 64 calibration tokens), N GEMMs in bf16:
+        N = 2, 4, 6, 8, 10, 12, 16, 20, 24:  90.2 89.4 86.6 90.2 89.4 90.6 91.3 90.9 90.6%
+        N = 30, 45, 60 (25-50% of the GEMMs):  93.3 90.6 89.8%
+    Every FP8 tensor carries ~2.6% relative error (3 mantissa bits; the KV cache's too, whether or
+    not the scale is floored at 1.0), no small set of GEMMs carries the loss (only ~16 GEMMs have a
+    leave-one-out score above the measurement noise), and 95% is out of reach short of leaving most
+    GEMMs unquantized. bf16/fp16 without FP8 agree on 100%."""
     assert smollm2_report[1]["workloads"]["chat"]["top1_agreement"] >= 0.95
