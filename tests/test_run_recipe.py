@@ -251,3 +251,43 @@ def test_full_recipe_serves_measures_and_reports(tiny, tmp_path, capsys):
 
 def serve_port(stages: dict) -> int:
     return int(stages["serve"]["note"].split("gRPC 127.0.0.1:")[1].split()[0])
+
+
+def test_eagle_recipe_converts_profiles_and_tunes_a_tree(tiny, tmp_path):
+    from tiny_models import make_eagle_head
+
+    make_eagle_head(tiny / "hf", tmp_path / "head")
+    recipe = write_recipe(tmp_path, target=str(tiny / "hf"), draft={"eagle": "head"}, build=None,
+                          workloads={"logs": str(tiny / "prompts.jsonl")},
+                          eagle={"max_draft_len": 8, "num_eagle_layers": 2, "max_non_leaves": 2},
+                          profile={"samples": 2, "max_new_tokens": 8, "max_k": 2, "tree_top_k": 3})
+    s = statuses(run_recipe(recipe, tmp_path / "out", until="tune"))
+    assert s == {"derive": "n/a", "convert": "ran", "quantize": "n/a", "build": "n/a", "profile": "ran", "tune": "ran"}
+    config = json.loads((tmp_path / "out" / "checkpoint" / "config.json").read_text())
+    assert config["architecture"] == "EagleForCausalLM" and config["num_eagle_layers"] == 2
+    tuning = json.loads((tmp_path / "out" / "tuning.json").read_text())
+    assert tuning["mode"] == "eagle" and tuning["profiles"]
+
+
+def test_quantize_stage_and_its_section(tiny, tmp_path):
+    """FP8 through ModelOpt on the tiny pair; a changed quantization section re-runs quantize, not derive."""
+    quant = {"format": "fp8", "calib": {"logs": "prompts.jsonl"}, "samples": 2, "seq_len": 16}
+    recipe, out = write_recipe(tiny, dtype="float16", build=None, quantization=quant), tmp_path / "out"
+    s = statuses(run_recipe(recipe, out, until="quantize"))
+    assert s == {"derive": "ran", "convert": "n/a", "quantize": "ran"}
+    for part in ("target", "draft"):
+        cfg = json.loads((out / "checkpoint" / part / "config.json").read_text())
+        assert cfg["quantization"]["quant_algo"] == "FP8"
+    write_recipe(tiny, dtype="float16", build=None, quantization={**quant, "samples": 3})
+    s = statuses(run_recipe(recipe, out, until="quantize"))
+    assert s["derive"] == "skipped" and s["quantize"] == "ran"
+    manifest = json.loads((out / "checkpoint" / "trtspec.json").read_text())
+    assert manifest["options"]["format"] == "fp8"
+
+
+def test_the_run_command_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, trtspec.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
