@@ -17,10 +17,6 @@ from pathlib import Path
 RECIPE = "cpu-demo.yaml"
 
 
-def recipe_text() -> str:
-    return resources.files("trtspec.recipes").joinpath(RECIPE).read_text(encoding="utf-8")
-
-
 def run_demo(out: Path, until: str | None = None, force: str | None = None, dry_run: bool = False):
     from rich.console import Console
 
