@@ -25,10 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import TrtspecError
-from ..fsutil import read_json
+from ..schema_io import load_versioned
 
 PERF_SCHEMA = "trtspec.perf/1"
 
@@ -136,16 +135,7 @@ class PerfResults(BaseModel):
 
 def load_results(path: Path) -> PerfResults:
     """Read and validate results.json; errors are one line naming the file and field."""
-    path = Path(path)
-    data = read_json(path, "perf results")
-    if isinstance(data, dict) and data.get("schema") != PERF_SCHEMA:
-        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {PERF_SCHEMA!r}")
-    try:
-        return PerfResults.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise TrtspecError(f"{path}: field {loc!r}: {err['msg']}") from None
+    return load_versioned(path, PerfResults, PERF_SCHEMA, "perf results")
 
 
 def dump_results(results: PerfResults) -> str:

@@ -19,10 +19,10 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import TrtspecError
-from ..fsutil import read_json
+from ..schema_io import load_versioned
 from .acceptance import summarize
 from .cost import GpuSpec, ModelShape
 from .fit import FitReport
@@ -129,13 +129,6 @@ def _check_sample(s: ProfileSample, where: str, eagle: bool, K: int, top_k: int 
                              f"<= {K}, optionally ending in -1")
 
 
-def _pydantic_error(path: Path, e: ValidationError) -> TrtspecError:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return TrtspecError(f"{path}: {'field ' + repr(loc) + ': ' if loc else ''}{msg}")
-
-
 def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
     """The stored aggregates must be what replaying the stored samples gives (acceptance.summarize)."""
     for name, w in profile.workloads.items():
@@ -155,14 +148,7 @@ def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
 
 def load_profile(path: Path, check: bool = True) -> Profile:
     """Read and validate profile.json; every error is one line naming the file and field."""
-    path = Path(path)
-    data = read_json(path, "profile")
-    if isinstance(data, dict) and data.get("schema") != PROFILE_SCHEMA:
-        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {PROFILE_SCHEMA!r}")
-    try:
-        profile = Profile.model_validate(data)
-    except ValidationError as e:
-        raise _pydantic_error(path, e) from None
+    profile = load_versioned(path, Profile, PROFILE_SCHEMA, "profile")
     if check:
         check_aggregates(profile, path)
     return profile
@@ -272,11 +258,4 @@ class Tuning(BaseModel):
 
 def load_tuning(path: Path) -> Tuning:
     """Read and validate tuning.json (what the Triton repository stage consumes)."""
-    path = Path(path)
-    data = read_json(path, "tuning")
-    if isinstance(data, dict) and data.get("schema") != TUNING_SCHEMA:
-        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {TUNING_SCHEMA!r}")
-    try:
-        return Tuning.model_validate(data)
-    except ValidationError as e:
-        raise _pydantic_error(path, e) from None
+    return load_versioned(path, Tuning, TUNING_SCHEMA, "tuning")
