@@ -144,14 +144,34 @@ def ours(url: str, files: dict, workload: str, c: int, args, tok: Path, out: Pat
                          progress=False, out=out))
 
 
-def theirs(export: Path, run: dict, env: dict) -> None:
+def theirs(export: Path, run: dict, env: dict, wait: bool = True) -> subprocess.Popen:
     subprocess.run(["rm", "-rf", run["artifact_dir"]], cwd=export, check=True)
-    log = export / f"{Path(run['artifact_dir']).name}.log"
-    with open(log, "w") as f:
-        p = subprocess.run([env["GENAI_PERF"], *run["argv"][1:]], cwd=export, env=env, stdout=f,
-                           stderr=subprocess.STDOUT)
-    if p.returncode != 0:
+    log = open(export / f"{Path(run['artifact_dir']).name}.log", "w")
+    p = subprocess.Popen([env["GENAI_PERF"], *run["argv"][1:]], cwd=export, env=env, stdout=log,
+                         stderr=subprocess.STDOUT)
+    if wait:
+        finish(p, log.name)
+    return p
+
+
+def finish(p: subprocess.Popen, log: str) -> None:
+    if p.wait() != 0:
         sys.exit(f"genai-perf failed (exit {p.returncode}); see {log}")
+
+
+def wait_for_perf_analyzer(export: Path, artifact_dir: str, gp: subprocess.Popen) -> None:
+    """Until genai-perf (tokenizer loaded, inputs written) has started perf_analyzer for this run."""
+    needle = f"{artifact_dir}/".encode()
+    while gp.poll() is None:
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    cmd = (d / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if cmd.startswith(b"perf_analyzer") and needle in cmd:
+                    return
+        time.sleep(0.2)
 
 
 def our_requests(results_json: Path) -> tuple[list[float], list[float], list[int]]:
@@ -207,6 +227,8 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per workload")
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--report-only", action="store_true", help="print the table of a finished run again")
+    ap.add_argument("--simultaneous", action="store_true",
+                    help="run both clients at once (each at concurrency c): identical machine state for both")
     args = ap.parse_args()
     concurrency = [int(x) for x in args.concurrency.split(",")]
     out = args.out.resolve()
@@ -241,7 +263,14 @@ def main() -> int:
                     argv[argv.index("--warmup-request-count") + 1] = str(c)
                     art = argv[argv.index("--artifact-dir") + 1] = f"{run['artifact_dir']}-r{rnd}"
                     order = ("ours", "genai-perf") if (rnd + wi) % 2 == 0 else ("genai-perf", "ours")
-                    for who in order:
+                    if args.simultaneous:  # both clients at concurrency c at once: the server sees 2c
+                        print(f"[{time.time() - t0:6.0f} s] {w} c={c} round {rnd}: both ...", flush=True)
+                        gp = theirs(export, {"artifact_dir": art, "argv": argv}, env, wait=False)
+                        wait_for_perf_analyzer(export, art, gp)
+                        ours(url, files, w, c, args, tok, out / "ours" / f"{w}-c{c}-r{rnd}")
+                        finish(gp, str(export / f"{Path(art).name}.log"))
+                        order = ("simultaneous",)
+                    for who in order if not args.simultaneous else ():
                         print(f"[{time.time() - t0:6.0f} s] {w} c={c} round {rnd}: {who} ...", flush=True)
                         if who == "ours":
                             ours(url, files, w, c, args, tok, out / "ours" / f"{w}-c{c}-r{rnd}")
