@@ -144,13 +144,21 @@ def ours(url: str, files: dict, workload: str, c: int, args, tok: Path, out: Pat
                          progress=False, out=out))
 
 
-def theirs(export: Path, run: dict, env: dict, wait: bool = True) -> subprocess.Popen:
-    subprocess.run(["rm", "-rf", run["artifact_dir"]], cwd=export, check=True)
-    log = open(export / f"{Path(run['artifact_dir']).name}.log", "w")
-    p = subprocess.Popen([env["GENAI_PERF"], *run["argv"][1:]], cwd=export, env=env, stdout=log,
-                         stderr=subprocess.STDOUT)
-    if wait:
-        finish(p, log.name)
+def theirs(export: Path, run: dict, env: dict, wait: bool = True, attempts: int = 2) -> subprocess.Popen:
+    """Start (and with `wait`, finish) one exported genai-perf command. perf_analyzer 2.51 now and then
+    leaves an empty profile export at concurrency > 1 (genai-perf then fails parsing it); such a
+    block is run again once, and a second failure stops the bench."""
+    for attempt in range(1, attempts + 1):
+        subprocess.run(["rm", "-rf", run["artifact_dir"]], cwd=export, check=True)
+        log = open(export / f"{Path(run['artifact_dir']).name}.log", "w")
+        p = subprocess.Popen([env["GENAI_PERF"], *run["argv"][1:]], cwd=export, env=env, stdout=log,
+                             stderr=subprocess.STDOUT)
+        if not wait:
+            return p
+        if p.wait() == 0:
+            return p
+        print(f"genai-perf failed (exit {p.returncode}, attempt {attempt}/{attempts}); see {log.name}", flush=True)
+    finish(p, log.name)
     return p
 
 
