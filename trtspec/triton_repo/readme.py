@@ -42,7 +42,8 @@ not generated here): `{model_py}` from the TensorRT-LLM {trtllm} sources. Then
 }
 
 MODEL_TEXT = {
-    "generate": "front model (decoupled): `text_input`, `max_tokens`, `stream`, `workload` + sampling inputs -> "
+    "generate": "front model (decoupled): `text_input`, `max_tokens`, `stream`, `workload` + sampling inputs "
+                "(optional `speculation`: false = no draft tokens, the baseline `trtspec perf --baseline` measures) -> "
                 "`text_output` (streamed pieces when `stream` is true), `acceptance_length`, `num_draft_tokens`, ...; "
                 "routes each request by workload (table below)",
     "preprocessing": "tokenizer: text -> token ids",
