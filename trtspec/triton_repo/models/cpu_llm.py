@@ -33,8 +33,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec_triton_common import (FINAL, PooledModel, UserError, Workers, check_running, ids_input, is_true, out,
-                                   parameters, scalar)
+from trtspec_triton_common import FINAL, UserError, Workers, check_running, ids_input, is_true, out, parameters, scalar
 
 
 def parse_choices(text):
@@ -47,7 +46,7 @@ def parse_choices(text):
     return [[int(x) for x in part.split(",")] for part in re.split(r"\}\s*,\s*\{", s[1:-1])]
 
 
-class TritonPythonModel(PooledModel):
+class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         self.path = p["checkpoint_dir"]
@@ -65,6 +64,14 @@ class TritonPythonModel(PooledModel):
         if not is_true(p.get("lazy_load"), False):
             self._load()
         self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "tensorrt_llm")
+
+    def finalize(self):
+        self.workers.close()
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
 
     def _load(self):
         with self.load_lock:

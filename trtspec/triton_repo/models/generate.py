@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from trtspec_triton_common import FINAL, PooledModel, UserError, Workers, bls, check_running, out, parameters, scalar
+from trtspec_triton_common import FINAL, UserError, Workers, bls, check_running, out, parameters, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -54,7 +54,7 @@ def pick_band(bands, inflight):
     return fit[-1] if fit else bands[0]
 
 
-class TritonPythonModel(PooledModel):
+class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         self.routing = json.loads(p["routing"])
@@ -63,6 +63,14 @@ class TritonPythonModel(PooledModel):
         self.lock = threading.Lock()
         self.inflight = 0
         self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "generate")
+
+    def finalize(self):
+        self.workers.close()
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
 
     def route(self, workload, inflight):
         known = workload in self.routing["workloads"]

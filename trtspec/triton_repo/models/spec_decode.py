@@ -24,8 +24,7 @@ intra-op threads `torch_threads`, default 1).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec_triton_common import (FINAL, PooledModel, UserError, Workers, bls, check_running, ids_input, out,
-                                   parameters, scalar)
+from trtspec_triton_common import FINAL, UserError, Workers, bls, check_running, ids_input, out, parameters, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
             "frequency_penalty", "seed")
@@ -40,7 +39,7 @@ class Stats:
         return (self.accepted + self.steps) / self.steps if self.steps else 1.0
 
 
-class TritonPythonModel(PooledModel):
+class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args)
         self.engine = p.get("engine", "bls")
@@ -61,6 +60,14 @@ class TritonPythonModel(PooledModel):
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
         self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "spec_decode")
+
+    def finalize(self):
+        self.workers.close()
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
 
     def _handle(self, request, sender):
         prompt = ids_input(request, "input_ids", "input_lengths")

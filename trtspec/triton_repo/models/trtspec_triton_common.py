@@ -152,16 +152,3 @@ def _send_final_error(sender, message) -> None:
         sender.send(error_response(message), flags=FINAL)
     except Exception:  # the stream is already closed (a cancelled request): nothing left to tell
         pass
-
-
-class PooledModel:
-    """finalize/execute of a decoupled model whose requests run on its `self.workers` (a Workers
-    pool, created in initialize): execute only hands each request over and returns at once."""
-
-    def finalize(self):
-        self.workers.close()
-
-    def execute(self, requests):
-        for r in requests:
-            self.workers.submit(r)
-        return None
