@@ -17,7 +17,7 @@ import pytest
 
 from tiny_models import make_eagle_head, make_hf_model, save_tiny_tokenizer
 from trtspec.builders import BuildOptions, build, make_plan
-from trtspec.builders import trtllm_facts as facts
+from trtspec.upstream import trtllm
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.eagle import convert_eagle
 from trtspec.checkpoints.pair import convert_pair
@@ -176,7 +176,7 @@ def test_defaults_and_generation_logits(ckpts):
     plan = make_plan(ckpts / "pair_fp8", BuildOptions())
     t = plan.build("target")
     assert (t.max_batch_size, t.max_seq_len, t.max_input_len) == (64, 256, 128)
-    assert t.max_draft_len == facts.DTM_DEFAULT_MAX_DRAFT_LEN
+    assert t.max_draft_len == trtllm.DTM_DEFAULT_MAX_DRAFT_LEN
     assert all("--gather_generation_logits" not in b.argv() for b in plan.builds)
     plan = make_plan(ckpts / "pair_fp8", BuildOptions(draft_logits=True, **LIMITS))
     assert all("--gather_generation_logits" in b.argv() for b in plan.builds)  # both engines (§5.1)
@@ -195,7 +195,7 @@ def test_role_selection(ckpts):
     draft = make_plan(ckpts / "pair_fp8", BuildOptions(role="draft", **LIMITS)).build()
     assert draft.name == "draft" and draft.speculative_decoding_mode is None
     assert draft.plugins["use_paged_context_fmha"] == "enable"
-    assert draft.max_seq_len == 256 + facts.DTM_DEFAULT_MAX_DRAFT_LEN  # same limits as a separately built target
+    assert draft.max_seq_len == 256 + trtllm.DTM_DEFAULT_MAX_DRAFT_LEN  # same limits as a separately built target
     target = make_plan(ckpts / "llama_bf16", BuildOptions(role="target", max_draft_len=6, **LIMITS)).build()
     assert target.argv()[-10:-6] == ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "6"]
 

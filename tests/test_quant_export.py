@@ -22,13 +22,14 @@ import torch
 from safetensors import safe_open
 
 from tiny_models import make_eagle_head, make_hf_model
-from trtspec import upstream
+from trtspec.upstream import trtllm
+from trtspec.upstream.modelopt import LEGACY_KV_SCALE_SUFFIXES
 from trtspec.calib.data import token_id_set
 from trtspec.calib.formats import check_format
 from trtspec.calib.pipeline import calibrate_decoder, write_quantized_decoder
 from trtspec.calib.quantize import CalibOptions, quantize_eagle
 from trtspec.checkpoints.convert import prepare_decoder
-from trtspec.checkpoints.quant import QuantLayout
+from trtspec.checkpoints.scheme import QuantScheme
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
 from trtspec.checkpoints.validate import validate_checkpoint
 
@@ -67,7 +68,7 @@ def calibrated_exports(root, fmt: str, kv: str | None, tps=(1, 2), family: str =
     model_kw = {**TINY, **overrides}
     make_hf_model(family, root / "hf", **model_kw)
     qfmt = check_format(fmt)
-    layout = QuantLayout(qfmt.quant_algo, kv, upstream.AWQ_DEFAULT_GROUP_SIZE)
+    layout = QuantScheme(qfmt.quant_algo, kv, trtllm.AWQ_DEFAULT_GROUP_SIZE)
     cal = calibrate_decoder(root / "hf", qfmt, layout, token_id_set(prompts(vocab=model_kw["vocab_size"])))
     dirs = {}
     for tp in tps:
@@ -92,7 +93,7 @@ def assert_same_tensors(ours, theirs, tp: int) -> None:
     for r in range(tp):
         a = safe_open(ours / f"rank{r}.safetensors", "pt")
         b = safe_open(theirs / f"rank{r}.safetensors", "pt")
-        legacy = {n for n in b.keys() if n.endswith(upstream.LEGACY_KV_SCALE_SUFFIXES)}
+        legacy = {n for n in b.keys() if n.endswith(LEGACY_KV_SCALE_SUFFIXES)}
         assert sorted(a.keys()) == sorted(set(b.keys()) - legacy), f"rank{r} tensor names"
         for name in a.keys():
             x, y = a.get_tensor(name), b.get_tensor(name)
@@ -117,7 +118,7 @@ def test_tensors_equal_modelopt_export(case, tp):
     for key in SHARED_KEYS:
         assert ours_cfg[key] == theirs_cfg[key], key
     q, tq = ours_cfg["quantization"], theirs_cfg["quantization"]
-    assert set(q) <= set(upstream.QUANT_CONFIG_KEYS)  # QuantConfig(**q) must not raise
+    assert set(q) <= set(trtllm.QUANT_CONFIG_KEYS)  # QuantConfig(**q) must not raise
     for key in set(tq) - {"exclude_modules"}:
         assert q[key] == tq[key], key
     # ModelOpt writes ["lm_head"], which replaces TRT-LLM's defaults; ours restates them.

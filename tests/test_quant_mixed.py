@@ -16,14 +16,14 @@ import torch
 
 from test_quant_export import TINY, assert_same_tensors, prompts
 from tiny_models import make_hf_model
-from trtspec import upstream
+from trtspec.upstream import trtllm
 from trtspec.calib.data import token_id_set
 from trtspec.calib.formats import check_format
 from trtspec.calib.mixed import hf_modules, linear_units, resolve_excludes
 from trtspec.calib.pipeline import KeepSensitive, calibrate_decoder, exclude_sensitive, write_quantized_decoder
 from trtspec.calib.quantize import CalibOptions, quantize_hf
 from trtspec.checkpoints.convert import prepare_decoder
-from trtspec.checkpoints.quant import QuantLayout
+from trtspec.checkpoints.scheme import QuantScheme
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
 from trtspec.checkpoints.validate import validate_checkpoint
 from trtspec.errors import TrtspecError
@@ -54,7 +54,7 @@ def export_both(root, fmt: str, kv: str | None, keep: int = 0, tps=(1, 2)):
     make_hf_model("llama", root / "hf", **TINY, num_hidden_layers=LAYERS)
     qfmt = check_format(fmt)
     d = prepare_decoder(root / "hf", "float16", 1)
-    layout = QuantLayout(qfmt.quant_algo, kv, upstream.AWQ_DEFAULT_GROUP_SIZE,
+    layout = QuantScheme(qfmt.quant_algo, kv, trtllm.AWQ_DEFAULT_GROUP_SIZE,
                          resolve_excludes(PATTERNS, d.plans, qfmt.quant_algo))
     cal = calibrate_decoder(root / "hf", qfmt, layout, token_id_set(prompts()),
                             hf_modules(d.plans, set(layout.exclude)))
@@ -92,7 +92,7 @@ def test_mixed_checkpoint_equals_modelopt_export(mixed, tp):
     assert len(names) == 5 * LAYERS
     assert excluded_by(ours, names) == excluded_by(theirs, names) == set(WANT)
     q = json.loads((ours / "config.json").read_text())["quantization"]
-    assert set(WANT) <= set(q["exclude_modules"]) and set(q) <= set(upstream.QUANT_CONFIG_KEYS)
+    assert set(WANT) <= set(q["exclude_modules"]) and set(q) <= set(trtllm.QUANT_CONFIG_KEYS)
     ckpt = validate_checkpoint(ours)
     validate_checkpoint(theirs)  # the validator reads ModelOpt's mixed layout too
     for name in names:

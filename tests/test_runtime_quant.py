@@ -470,7 +470,7 @@ def test_trtspec_quantize_checkpoints_run(hf128, fmt, kv):
     calib = CalibOptions(prompts=[torch.randint(3, 1001, (24,), generator=g).tolist() for _ in range(4)])
     out = quantize_hf(hf128 / "hf", hf128 / f"{fmt}_{kv}", fmt=fmt, kv_cache=kv, calib=calib, dtype="float16")
     dec, ref = Decoder(load_checkpoint(out)), Decoder(load_checkpoint(hf128 / "float"))
-    assert dec.scheme.algo == load_checkpoint(out).config["quantization"]["quant_algo"]
+    assert dec.scheme.quant_algo == load_checkpoint(out).config["quantization"]["quant_algo"]
     assert all((w.kv is not None) == (kv is not None) for w in dec.layers)
     assert not torch.equal(dec.layers[0].proj.weight, ref.layers[0].proj.weight)  # W8A16 too: built as TRT-LLM does
     prompts = torch.randint(3, 1001, (2, 16), generator=g)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtspec import upstream
+from trtspec.upstream import trtllm
 from trtspec.errors import TrtspecError
 from trtspec.runtime.speculative import Proposal, accept_greedy
 from trtspec.runtime.stats import RequestStats, Step
@@ -14,7 +14,7 @@ from trtspec.runtime.tree import build, chain, validate_choices
 
 
 def test_default_tree_is_valid_for_the_default_limits():
-    t = validate_choices(upstream.MC_SIM_7B_63, 4, 63, 10)
+    t = validate_choices(trtllm.MC_SIM_7B_63, 4, 63, 10)
     assert t.size == 63 and t.max_depth == 4
     assert len(t.level(1)) == 10 and sum(1 for n in t.level(1) if t.children[n]) == 10
 

@@ -1,4 +1,4 @@
-"""upstream_facts against the upstream templates we did not write.
+"""trtspec.upstream.triton against the upstream templates we did not write.
 
 When the reference copies of the v0.19.0 templates are present (/work/shared/reference/upstream-triton,
 or $TRTSPEC_UPSTREAM_TRITON), the pinned 1.2 tables must equal the v0.19.0 template after exactly
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.triton_repo import upstream_facts as f
+from trtspec.upstream import triton as f
 from trtspec.triton_repo.configs import parse_text, tensor_of
 
 REF = Path(os.environ.get("TRTSPEC_UPSTREAM_TRITON", "/work/shared/reference/upstream-triton")) / "v0.19.0" / "all_models"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tiny_models import make_eagle_head, make_hf_model
-from trtspec import upstream
+from trtspec.upstream import trtllm
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.eagle import convert_eagle
 from trtspec.runtime.generate import generate_batch, load_models
@@ -28,7 +28,7 @@ H, I = 64, 96
 TREES = {
     "chain4": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]],
     "wide": [[0], [1], [2], [3], [0, 0], [1, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
-    "default": upstream.MC_SIM_7B_63,
+    "default": trtllm.MC_SIM_7B_63,
 }
 
 

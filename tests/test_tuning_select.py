@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from trtspec import upstream
+from trtspec.upstream import trtllm
 from trtspec.errors import TrtspecError
 from trtspec.tuning import grouping
 from trtspec.tuning.acceptance import chain_choices, replay_tree
@@ -142,7 +142,7 @@ def test_never_worse_than_the_chain_or_the_default_tree(eagle_prof):
     for name, w in tuned.items():
         samples = [s.rank_paths for s in eagle_prof.workloads[name].samples]
         for band in w.bands:
-            for choices in (chain_choices(4), upstream.MC_SIM_7B_63):
+            for choices in (chain_choices(4), trtllm.MC_SIM_7B_63):
                 al = replay_tree(samples, choices).acceptance_length
                 st = cost.eagle_step(band.concurrency, level_sizes(choices, 4), len(choices), w.context_tokens)
                 assert band.tokens_per_s >= band.concurrency * al / st.total_s * (1 - 1e-12)

@@ -4,14 +4,15 @@
     plan.argv()                                     # the exact trtllm-build command line
     build(plan, out, dry_run=False, timeout=...)    # build_plan.json, build.sh, engines/ + manifest
 
-Modules: `trtllm_facts` (every upstream default, limit and name, with its source), `source`
-(classify a checkpoint directory), `rules` (refusals and warnings), `plan`, `memory` (fit estimate),
-`script` (build.sh), `run` (the runner), `manifest` (engine config.json), `command` (Typer).
+Modules: `options` (what the user asks for), `source` (classify and open a checkpoint directory),
+`rules` (refusals and warnings), `engine` (one trtllm-build invocation), `memory` (fit estimate),
+`plan`, `script` (build.sh), `run` (the runner), `manifest` (engine config.json), `command` (Typer).
+Every TensorRT-LLM default, limit and name comes from `trtspec.upstream.trtllm`, with its source.
 """
 
 import importlib
 
-_EXPORTS = {"BuildOptions": "plan", "BuildPlan": "plan", "EngineBuild": "plan", "make_plan": "plan",
+_EXPORTS = {"BuildOptions": "options", "BuildPlan": "plan", "EngineBuild": "engine", "make_plan": "plan",
             "build": "run", "BuildResult": "run"}
 __all__ = list(_EXPORTS)
 

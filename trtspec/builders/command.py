@@ -13,7 +13,7 @@ import typer
 
 from typing import TYPE_CHECKING
 
-from .trtllm_facts import DEFAULT_BUILD_TIMEOUT_S
+from .options import DEFAULT_BUILD_TIMEOUT_S
 
 if TYPE_CHECKING:  # the plan pulls in torch; keep `trtspec --help` fast by importing it on use
     from .plan import BuildPlan

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from . import trtllm_facts as facts
-from .plan import EngineBuild
+from ..upstream import trtllm
+from .engine import EngineBuild
 
 MANIFEST_FILE = "engine_manifest.json"
 
@@ -58,9 +59,9 @@ def spec_mode_name(value) -> str | None:
     if isinstance(value, bool):
         raise TrtspecError(f"unexpected speculative_decoding_mode {value!r}")
     if isinstance(value, int):
-        if value not in facts.SPEC_MODE_FLAGS:
+        if value not in trtllm.SPEC_MODE_FLAGS:
             raise TrtspecError(f"unknown speculative_decoding_mode flag {value}")
-        return facts.SPEC_MODE_FLAGS[value]
+        return trtllm.SPEC_MODE_FLAGS[value]
     name = str(value).split(".")[-1].lower()  # "SpeculativeDecodingMode.EAGLE" or "eagle"
     return None if name == "none" else name
 
@@ -82,7 +83,7 @@ def read_engine(engine_dir: Path, name: str, rel_dir: str | None = None) -> Engi
         if key not in cfg:
             raise TrtspecError(f"{path}: missing field '{key}' (not a TensorRT-LLM engine config)")
     pre, bld = cfg["pretrained_config"], cfg["build_config"]
-    mapping, quant = pre.get("mapping") or {}, pre.get("quantization") or {}
+    mapping, quant = pre.get("mapping") or {}, QuantScheme.from_config(pre, f"{path}: pretrained_config")
     plugins = bld.get("plugin_config") or {}
     tp, pp = int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1))
     world = int(mapping.get("world_size", tp * pp))
@@ -94,7 +95,7 @@ def read_engine(engine_dir: Path, name: str, rel_dir: str | None = None) -> Engi
         return EngineManifest(
             name=name, engine_dir=rel_dir or str(engine_dir), trtllm_version=str(cfg["version"]),
             architecture=pre["architecture"], dtype=pre["dtype"],
-            quant_algo=quant.get("quant_algo"), kv_cache_quant_algo=quant.get("kv_cache_quant_algo"),
+            quant_algo=quant.quant_algo, kv_cache_quant_algo=quant.kv_cache_quant_algo,
             tp_size=tp, pp_size=pp, world_size=world,
             speculative_decoding_mode=spec_mode_name(bld.get("speculative_decoding_mode")),
             max_draft_len=int(bld.get("max_draft_len") or 0),
@@ -119,8 +120,8 @@ def read_engine(engine_dir: Path, name: str, rel_dir: str | None = None) -> Engi
 def compare_with_plan(m: EngineManifest, b: EngineBuild) -> list[str]:
     """What the builder changed relative to the plan (empty when the plan predicted it exactly)."""
     drift = []
-    if not m.trtllm_version.startswith(facts.TRTLLM_VERSION_PREFIX):
-        drift.append(f"built by TensorRT-LLM {m.trtllm_version}, the plan is for {facts.TRTLLM_VERSION_LABEL}")
+    if not m.trtllm_version.startswith(trtllm.TRTLLM_VERSION_PREFIX):
+        drift.append(f"built by TensorRT-LLM {m.trtllm_version}, the plan is for {trtllm.TRTLLM_VERSION_LABEL}")
     expected = {
         "speculative_decoding_mode": b.speculative_decoding_mode, "max_draft_len": b.max_draft_len,
         "max_batch_size": b.max_batch_size, "max_input_len": b.max_input_len,

@@ -20,17 +20,13 @@ plans that cannot fit before a build is attempted, not to replace the runtime's 
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..checkpoints.spec import DecoderSpec
-from . import trtllm_facts as facts
-
-if TYPE_CHECKING:
-    from .plan import EngineBuild
-    from .source import Checkpoint
+from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
+from ..upstream import trtllm
+from .engine import EngineBuild
 
 # Live per-token activations of one Llama-style layer, in hidden-size units: fused gate/up output
 # (2 x intermediate ~ 7H), SwiGLU output (~3.5H), fused qkv (~1.5H), three hidden-size buffers
@@ -95,19 +91,14 @@ def weight_bits(quant_algo: str | None, dtype_bits: int, group_size: int) -> flo
 class _Counter:
     """Bytes of one checkpoint's weights on one TP rank."""
 
-    def __init__(self, ckpt: "Checkpoint"):
-        q = ckpt.quantization
-        self.quant = q.get("quant_algo")
-        self.exclude = q.get("exclude_modules")
-        if self.exclude is None:
-            self.exclude = list(facts.DEFAULT_EXCLUDE_MODULES)
+    def __init__(self, ckpt: TrtllmCheckpoint):
+        self.scheme = ckpt.quant
         self.dtype_bytes = DTYPE_BYTES.get(ckpt.dtype, 2)
-        self.qbits = weight_bits(self.quant, self.dtype_bytes * 8, int(q.get("group_size") or facts.DEFAULT_GROUP_SIZE))
+        self.qbits = weight_bits(self.scheme.quant_algo, self.dtype_bytes * 8, self.scheme.group_size)
         self.tp = ckpt.tp
 
     def linear(self, module: str, params: int) -> float:
-        quantized = self.quant and not any(fnmatch.fnmatchcase(module, p) for p in self.exclude)
-        return params * (self.qbits / 8 if quantized else self.dtype_bytes)
+        return params * (self.qbits / 8 if self.scheme.quantizes(module) else self.dtype_bytes)
 
     def decoder_layers(self, spec: DecoderSpec, prefix: str) -> float:
         tp, h, hd = self.tp, spec.hidden_size, spec.head_size
@@ -129,7 +120,7 @@ class _Counter:
         return rows * spec.hidden_size
 
 
-def checkpoint_weight_bytes(ckpt: "Checkpoint") -> int:
+def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint) -> int:
     c = _Counter(ckpt)
     spec, cfg = ckpt.spec, ckpt.config
     total = c.decoder_layers(spec, "transformer.")
@@ -145,7 +136,7 @@ def checkpoint_weight_bytes(ckpt: "Checkpoint") -> int:
     return int(total)
 
 
-def kv_bytes_per_token(ckpt: "Checkpoint") -> int:
+def kv_bytes_per_token(ckpt: TrtllmCheckpoint) -> int:
     kv = ckpt.kv_cache_quant_algo
     elem = 1 if kv in ("FP8", "INT8") else DTYPE_BYTES.get(ckpt.dtype, 2)
     spec = ckpt.spec
@@ -153,29 +144,30 @@ def kv_bytes_per_token(ckpt: "Checkpoint") -> int:
     return 2 * layers * max(1, spec.num_kv_heads // ckpt.tp) * spec.head_size * elem
 
 
-def activation_bytes(build: "EngineBuild", ckpt: "Checkpoint") -> int:
+def activation_bytes(ckpt: TrtllmCheckpoint, max_batch_size: int, max_draft_len: int, max_num_tokens: int) -> int:
+    """Activations of one engine at its build limits, plus the float32 logits reaching lm_head."""
     dtype_bytes = DTYPE_BYTES.get(ckpt.dtype, 2)
     logits_bytes = DTYPE_BYTES.get(ckpt.config.get("logits_dtype", "float32"), 4)
-    logit_tokens = build.max_batch_size * (build.max_draft_len + 1)
-    return (build.max_num_tokens * ckpt.spec.hidden_size * ACTIVATION_FACTOR * dtype_bytes
+    logit_tokens = max_batch_size * (max_draft_len + 1)
+    return (max_num_tokens * ckpt.spec.hidden_size * ACTIVATION_FACTOR * dtype_bytes
             + logit_tokens * ckpt.spec.vocab_size * logits_bytes)
 
 
-def estimate_memory(builds: list["EngineBuild"], ckpts: dict[str, "Checkpoint"], gpu: str) -> MemoryEstimate:
+def estimate_memory(builds: list[EngineBuild], ckpts: dict[str, TrtllmCheckpoint], gpu: str) -> MemoryEstimate:
     """The estimate for rank 0 of every engine of the plan sharing one GPU of kind `gpu`."""
-    total = facts.GPU_MEMORY_MIB[gpu] * 1024**2
+    total = trtllm.GPU_MEMORY_MIB[gpu] * 1024**2
     engines = []
     for b in builds:
         ck = ckpts[b.name]
         per_tok = kv_bytes_per_token(ck)
         tokens = b.max_batch_size * b.engine_max_seq_len
-        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activation_bytes(b, ck), per_tok,
-                                    tokens, tokens * per_tok))
+        activations = activation_bytes(ck, b.max_batch_size, b.max_draft_len, b.max_num_tokens)
+        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activations, per_tok, tokens, tokens * per_tok))
     free = total - sum(e.weights_bytes + e.activation_bytes for e in engines) - RUNTIME_OVERHEAD_BYTES
-    frac = facts.KV_CACHE_FREE_GPU_MEMORY_FRACTION
+    frac = trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION
     pool = max(0, int(free * frac))
     per_token = sum(e.kv_bytes_per_token for e in engines)
-    block = facts.TOKENS_PER_BLOCK
+    block = trtllm.TOKENS_PER_BLOCK
     capacity = (pool // (per_token * block)) * block if per_token else 0
     at_limits = max(e.kv_tokens_at_limits for e in engines)
     max_seq = max(b.engine_max_seq_len for b in builds)
@@ -184,7 +176,7 @@ def estimate_memory(builds: list["EngineBuild"], ckpts: dict[str, "Checkpoint"],
         free_after_load_bytes=free, kv_cache_fraction=frac, kv_pool_bytes=pool, kv_token_capacity=capacity,
         kv_tokens_at_limits=at_limits, full_length_sequences=capacity // max_seq, fits=free > 0,
         kv_fits_at_limits=capacity >= at_limits)
-    name = facts.GPU_NAMES[gpu]
+    name = trtllm.GPU_NAMES[gpu]
     if not est.fits:
         est.warnings.append(
             f"memory: the engines need {_gib(total - free)} GiB (weights {_gib(est.weights_bytes)}, activations "

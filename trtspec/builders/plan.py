@@ -17,77 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..errors import TrtspecError
+from ..upstream import trtllm
 from . import rules
-from . import trtllm_facts as facts
+from .engine import EngineBuild
 from .memory import MemoryEstimate, estimate_memory
-from .source import Checkpoint, is_pair_dir, read_checkpoint
-
-ROLES = ("auto", "plain", "eagle", "target", "draft")
-TIMING_CACHE = "timing.cache"  # shared by the builds of one plan, inside the output directory
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """What the user asks for; None means "pick the documented default"."""
-
-    role: str = "auto"
-    gpu: str = "h100"
-    max_batch_size: int = 64
-    max_input_len: int | None = None   # default: max_seq_len // 2
-    max_seq_len: int | None = None     # default: min(8192, what the model's positions allow)
-    max_num_tokens: int | None = None  # default: 8192, clipped/raised as trtllm-build would
-    max_draft_len: int | None = None   # EAGLE: from the checkpoint; target/draft: 8
-    draft_logits: bool = False         # logits-based acceptance (draft-target) -> generation logits
-    max_beam_width: int = 1
-    gather_context_logits: bool = False
-
-
-@dataclass
-class EngineBuild:
-    """One `trtllm-build` invocation."""
-
-    name: str                 # plain | eagle | target | draft; also the engine folder name
-    checkpoint_dir: str       # absolute
-    engine_dir: str           # relative to the output directory
-    architecture: str
-    dtype: str
-    quant_algo: str | None
-    kv_cache_quant_algo: str | None
-    tp: int
-    speculative_decoding_mode: str | None
-    max_draft_len: int        # 0 when not speculative
-    num_eagle_layers: int     # 0 unless EAGLE
-    max_batch_size: int
-    max_input_len: int
-    max_seq_len: int          # what we pass
-    engine_max_seq_len: int   # what the engine's config.json will say (builder adds the draft)
-    max_num_tokens: int
-    max_beam_width: int
-    plugins: dict[str, str]   # trtllm-build flag (without --) -> value, in argv order
-    gather_generation_logits: bool = False
-    gather_context_logits: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    def argv(self) -> list[str]:
-        """The exact command line; run it with the output directory as the working directory."""
-        a = [facts.TRTLLM_BUILD, "--checkpoint_dir", self.checkpoint_dir, "--output_dir", self.engine_dir]
-        for flag, value in self.plugins.items():
-            a += [f"--{flag}", value]
-        a += ["--kv_cache_type", facts.KV_CACHE_TYPE,
-              "--max_batch_size", str(self.max_batch_size), "--max_input_len", str(self.max_input_len),
-              "--max_seq_len", str(self.max_seq_len), "--max_num_tokens", str(self.max_num_tokens),
-              "--max_beam_width", str(self.max_beam_width)]
-        if self.speculative_decoding_mode:
-            a += ["--speculative_decoding_mode", self.speculative_decoding_mode,
-                  "--max_draft_len", str(self.max_draft_len)]
-        if self.gather_generation_logits:
-            a.append("--gather_generation_logits")
-        if self.gather_context_logits:
-            a.append("--gather_context_logits")
-        a += ["--input_timing_cache", TIMING_CACHE, "--output_timing_cache", TIMING_CACHE,
-              "--workers", str(self.tp)]
-        return a
+from .options import ROLES, BuildOptions
+from .source import is_pair_dir, read_checkpoint
 
 
 @dataclass
@@ -100,7 +37,7 @@ class BuildPlan:
     builds: list[EngineBuild]
     memory: MemoryEstimate
     warnings: list[str] = field(default_factory=list)
-    trtllm_version: str = facts.TRTLLM_VERSION_LABEL
+    trtllm_version: str = trtllm.TRTLLM_VERSION_LABEL
     trtspec_version: str = __version__
 
     def build(self, name: str | None = None) -> EngineBuild:
@@ -128,41 +65,41 @@ class BuildPlan:
 
 
 def plugin_flags(quant_algo: str | None, kv_algo: str | None, notes: list[str]) -> dict[str, str]:
-    """Plugin and feature flags for one engine; see trtllm_facts for where each rule comes from."""
+    """Plugin and feature flags for one engine; see trtspec.upstream.trtllm for where each rule comes from."""
     paged = True
     if kv_algo == "INT8":
         paged = False
         notes.append("use_paged_context_fmha disable: INT8 KV cache turns paged context FMHA off in build() "
                      "(no KV-cache reuse or chunked context with this engine)")
-    elif kv_algo == "FP8" and quant_algo not in facts.FP8_CONTEXT_FMHA_ALGOS:
+    elif kv_algo == "FP8" and quant_algo not in trtllm.FP8_CONTEXT_FMHA_ALGOS:
         paged = False
         notes.append(f"use_paged_context_fmha disable: FP8 KV without FP8 weights ({quant_algo}) turns paged "
                      "context FMHA off in build(); pair FP8 KV with FP8 weights to keep it")
-    fp8_ctx = paged and quant_algo in facts.FP8_CONTEXT_FMHA_ALGOS and kv_algo == "FP8"
+    fp8_ctx = paged and quant_algo in trtllm.FP8_CONTEXT_FMHA_ALGOS and kv_algo == "FP8"
     if quant_algo == "FP8" and kv_algo != "FP8":
         notes.append("use_fp8_context_fmha disable: with paged context FMHA it needs an FP8 KV cache")
-    fused_mlp = quant_algo in facts.FUSED_MLP_ALGOS
+    fused_mlp = quant_algo in trtllm.FUSED_MLP_ALGOS
     if not fused_mlp:
         notes.append(f"use_fused_mlp disable: trtllm-build forces it off for {quant_algo}")
     return {
-        "gemm_plugin": facts.GEMM_PLUGIN,
-        "gpt_attention_plugin": facts.GPT_ATTENTION_PLUGIN,
+        "gemm_plugin": trtllm.GEMM_PLUGIN,
+        "gpt_attention_plugin": trtllm.GPT_ATTENTION_PLUGIN,
         "context_fmha": "enable",
         "remove_input_padding": "enable",
         "use_paged_context_fmha": "enable" if paged else "disable",
         "use_fp8_context_fmha": "enable" if fp8_ctx else "disable",
         "use_fused_mlp": "enable" if fused_mlp else "disable",
-        "tokens_per_block": str(facts.TOKENS_PER_BLOCK),
+        "tokens_per_block": str(trtllm.TOKENS_PER_BLOCK),
     }
 
 
-def default_max_seq_len(ckpt: Checkpoint) -> int:
+def default_max_seq_len(ckpt: TrtllmCheckpoint) -> int:
     """min(8192, the positions the model supports): trtllm-build's own default would be
     max_position_embeddings (131072 for Llama-3.1), far more KV cache than any batch needs."""
     return min(8192, ckpt.spec.max_position_embeddings)
 
 
-def resolve_role(path: Path, role: str) -> tuple[str, dict[str, Checkpoint]]:
+def resolve_role(path: Path, role: str) -> tuple[str, dict[str, TrtllmCheckpoint]]:
     """(resolved role, {build name: checkpoint}) for --role; a pair directory yields draft + target."""
     if role not in ROLES:
         raise TrtspecError(f"--role: {role!r} is not one of {', '.join(ROLES)}")
@@ -204,18 +141,18 @@ def make_plan(ckpt_dir: Path, options: BuildOptions | None = None) -> BuildPlan:
                      memory=memory, warnings=warnings)
 
 
-def _engine_build(name: str, ckpt: Checkpoint, opts: BuildOptions, seq: int, inp: int, k: int,
+def _engine_build(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, seq: int, inp: int, k: int,
                   tokens: int | None, warnings: list[str]) -> EngineBuild:
     notes: list[str] = []
     plugins = plugin_flags(ckpt.quant_algo, ckpt.kv_cache_quant_algo, notes)
     mode, draft, eagle_layers = None, 0, 0
     max_seq = seq
     if name == "eagle":
-        mode, draft = facts.SPEC_MODE_EAGLE, k
+        mode, draft = trtllm.SPEC_MODE_EAGLE, k
         eagle_layers = int(ckpt.config.get("num_eagle_layers", 1))
         notes.append(f"max_draft_len {k} from the checkpoint (EagleForCausalLM sizes its inputs from it)")
     elif name == "target":
-        mode, draft = facts.SPEC_MODE_DRAFT_TOKENS_EXTERNAL, k
+        mode, draft = trtllm.SPEC_MODE_DRAFT_TOKENS_EXTERNAL, k
     elif name == "draft":
         max_seq = seq + k  # it drafts k tokens past any target prefix, as far as the target engine reaches
         notes.append(f"max_seq_len {seq}+{k}: the draft proposes up to max_draft_len tokens past the target's "
@@ -230,8 +167,8 @@ def _engine_build(name: str, ckpt: Checkpoint, opts: BuildOptions, seq: int, inp
         else:
             warnings.append(f"{name}: max_num_tokens {mnt} < max_input_len {inp} without paged context FMHA (so no "
                             f"chunked context): prompts longer than {mnt} tokens cannot be scheduled")
-    if mnt > facts.MAX_NUM_TOKENS_ADVISED:
-        warnings.append(f"{name}: max_num_tokens {mnt} > {facts.MAX_NUM_TOKENS_ADVISED}; trtllm-build warns this "
+    if mnt > trtllm.MAX_NUM_TOKENS_ADVISED:
+        warnings.append(f"{name}: max_num_tokens {mnt} > {trtllm.MAX_NUM_TOKENS_ADVISED}; trtllm-build warns this "
                         "rarely helps and can exceed TensorRT's tensor volume limit")
     engine_seq = max_seq + draft + eagle_layers
     if mode:

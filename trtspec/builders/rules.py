@@ -8,24 +8,20 @@ them; the plan says so plainly.
 
 from __future__ import annotations
 
-import fnmatch
-from typing import TYPE_CHECKING
-
+from ..checkpoints.scheme import QuantScheme
+from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..errors import TrtspecError
-from . import trtllm_facts as facts
-from .source import Checkpoint
-
-if TYPE_CHECKING:
-    from .plan import BuildOptions
+from ..upstream import trtllm
+from .options import BuildOptions
 
 SPECULATIVE = ("eagle", "target", "draft")
 
 
-def check_options(opts: "BuildOptions") -> None:
+def check_options(opts: BuildOptions) -> None:
     """Flag-level checks that need no checkpoint."""
-    if opts.gpu not in facts.GPU_MEMORY_MIB:
-        raise TrtspecError(f"--gpu: {opts.gpu!r} is not one of {', '.join(facts.GPU_MEMORY_MIB)} "
-                           f"(plans are for SM{facts.SM_VERSION} Hopper GPUs)")
+    if opts.gpu not in trtllm.GPU_MEMORY_MIB:
+        raise TrtspecError(f"--gpu: {opts.gpu!r} is not one of {', '.join(trtllm.GPU_MEMORY_MIB)} "
+                           f"(plans are for SM{trtllm.SM_VERSION} Hopper GPUs)")
     for flag, value in (("--max-batch-size", opts.max_batch_size), ("--max-input-len", opts.max_input_len),
                         ("--max-seq-len", opts.max_seq_len), ("--max-num-tokens", opts.max_num_tokens),
                         ("--max-beam-width", opts.max_beam_width)):
@@ -38,17 +34,17 @@ def check_options(opts: "BuildOptions") -> None:
                            "(trtllm-build would silently clip it); raise --max-seq-len or lower --max-input-len")
 
 
-def check_checkpoint(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) -> None:
+def check_checkpoint(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]) -> None:
     """Refuse what cannot build (or builds into something else) for this role; collect warnings."""
     q, kv = ckpt.quant_algo, ckpt.kv_cache_quant_algo
-    if q in facts.BLACKWELL_ONLY_ALGOS:
+    if q in trtllm.BLACKWELL_ONLY_ALGOS:
         raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q}, which needs a Blackwell GPU; "
                            f"on H100/H200 quantize to FP8 instead")
-    if q not in facts.SUPPORTED_QUANT_ALGOS:
-        accepted = ", ".join(a for a in facts.SUPPORTED_QUANT_ALGOS if a)
+    if q not in trtllm.SUPPORTED_QUANT_ALGOS:
+        accepted = ", ".join(a for a in trtllm.SUPPORTED_QUANT_ALGOS if a)
         raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q!r}; H100 plans accept none or one of "
                            f"{accepted}")
-    if kv not in facts.SUPPORTED_KV_ALGOS:
+    if kv is not None and kv not in trtllm.KV_CACHE_QUANT_ALGOS:
         raise TrtspecError(f"{ckpt.where('quantization.kv_cache_quant_algo')} is {kv!r}; expected null, FP8 or INT8")
     if name == "plain" and ckpt.is_eagle:
         raise TrtspecError(f"{ckpt.path}: an EagleForCausalLM checkpoint builds only as --role eagle")
@@ -62,7 +58,7 @@ def check_checkpoint(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings
     elif opts.draft_logits:
         raise TrtspecError("--draft-logits applies to draft-target builds (a pair directory, --role target or "
                            "--role draft); a plain engine has no draft to accept")
-    if q and q.startswith(facts.SMOOTHQUANT_PREFIX) and kv == "FP8":
+    if q and q.startswith(trtllm.SMOOTHQUANT_PREFIX) and kv == "FP8":
         warnings.append(f"{name}: SmoothQuant weights with an FP8 KV cache disable paged context FMHA; "
                         "INT8 or no KV quantization is the usual pairing")
     if name in ("plain",) and kv == "INT8":
@@ -71,39 +67,38 @@ def check_checkpoint(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings
     _check_positions(name, ckpt, opts, warnings)
 
 
-def _check_eagle(ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) -> None:
-    if ckpt.is_qwen3:
+def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]) -> None:
+    if _is_qwen3(ckpt):
         raise TrtspecError(f"{ckpt.path}: EAGLE on Qwen3 cannot build: EagleForCausalLM is LLaMA-based and has no "
                            "q/k norm (reference §4.7, §9.17); use a draft-target pair (trtspec convert --draft)")
     if not ckpt.is_eagle:
         raise TrtspecError(f"{ckpt.path}: --role eagle needs an EagleForCausalLM checkpoint, got "
                            f"{ckpt.architecture} (convert with 'trtspec convert --hf BASE --eagle HEAD')")
     q = ckpt.quant_algo
-    if q and q.startswith(facts.SMOOTHQUANT_PREFIX):
+    if q and q.startswith(trtllm.SMOOTHQUANT_PREFIX):
         raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q}: SmoothQuant with EAGLE is broken "
                            "upstream (TRT-LLM issue 3207, reference §3.6, §9.5); quantize the EAGLE checkpoint "
                            "to FP8 (with FP8 KV) instead")
     k = int(ckpt.config.get("max_draft_len", 0))
-    if not 1 <= k <= facts.EAGLE_MAX_DRAFT_LEN:
-        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{facts.EAGLE_MAX_DRAFT_LEN} "
+    if not 1 <= k <= trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT:
+        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT} "
                            "(builder.py asserts it); reconvert with --max-draft-len")
     if opts.max_draft_len is not None and opts.max_draft_len != k:
         raise TrtspecError(f"--max-draft-len {opts.max_draft_len} differs from the checkpoint's max_draft_len {k}; "
                            "EAGLE engines size their tree from the checkpoint, so reconvert with "
                            f"'trtspec convert --eagle ... --max-draft-len {opts.max_draft_len}' or drop the flag")
-    if opts.max_batch_size > facts.EAGLE_MAX_BATCH_SIZE:
+    if opts.max_batch_size > trtllm.EAGLE_MAX_BATCH_SIZE:
         raise TrtspecError(f"--max-batch-size {opts.max_batch_size}: EAGLE engines allow at most "
-                           f"{facts.EAGLE_MAX_BATCH_SIZE} (builder.py asserts it); lower --max-batch-size")
+                           f"{trtllm.EAGLE_MAX_BATCH_SIZE} (builder.py asserts it); lower --max-batch-size")
     if q and q != "FP8":
         warnings.append(f"eagle: {q} weights with EAGLE are not an officially exercised configuration "
                         "(reference §3.7, §4.6); validate acceptance on the GPU before serving")
     elif q == "FP8":
-        net_q = ((ckpt.config.get("eagle_net_config") or {}).get("quantization") or {}).get("quant_algo")
-        if net_q != "FP8":
+        net = QuantScheme.from_config(ckpt.config.get("eagle_net_config") or {}, ckpt.where("eagle_net_config"))
+        if net.quant_algo != "FP8":
             warnings.append("eagle: FP8 base with a non-FP8 EAGLE head (eagle_net_config.quantization) is not the "
                             "official route (reference §4.6 item 4); test it on the GPU first")
-    exclude = ckpt.quantization.get("exclude_modules")
-    if q and exclude is not None and not any(fnmatch.fnmatchcase("eagle_nets.0.lm_head", p) for p in exclude):
+    if q and not ckpt.quant.is_excluded("eagle_nets.0.lm_head"):
         warnings.append("eagle: exclude_modules does not match eagle_nets.N.lm_head, so TensorRT-LLM quantizes the "
                         "EAGLE heads' lm_head (an explicit list replaces the defaults, reference §3.3, §9.13); "
                         "add '*lm_head' when re-quantizing")
@@ -112,14 +107,18 @@ def _check_eagle(ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) ->
                         "(reference §4.7)")
 
 
-def _check_speculative(name: str, ckpt: Checkpoint, opts: "BuildOptions") -> None:
+def _is_qwen3(ckpt: TrtllmCheckpoint) -> bool:
+    return ckpt.spec.family == "qwen3" or ckpt.config.get("qwen_type") == "qwen3" or ckpt.spec.qk_norm
+
+
+def _check_speculative(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions) -> None:
     q, kv = ckpt.quant_algo, ckpt.kv_cache_quant_algo
     what = "EAGLE" if name == "eagle" else "draft-target"
     if kv == "INT8":
         raise TrtspecError(f"{ckpt.where('quantization.kv_cache_quant_algo')} is INT8: an INT8 KV cache disables "
                            f"paged context FMHA, which {what} engines need (reference §7.2, §9.6); quantize the KV "
                            "cache to FP8 (with FP8 weights) or leave it unquantized")
-    if kv == "FP8" and q not in facts.FP8_CONTEXT_FMHA_ALGOS:
+    if kv == "FP8" and q not in trtllm.FP8_CONTEXT_FMHA_ALGOS:
         raise TrtspecError(f"{ckpt.where('quantization')}: FP8 KV cache with {q or 'unquantized'} weights disables "
                            f"paged context FMHA, which {what} engines need (reference §7.2); use FP8 weights with "
                            "FP8 KV, or leave the KV cache unquantized")
@@ -135,7 +134,7 @@ def _check_speculative(name: str, ckpt: Checkpoint, opts: "BuildOptions") -> Non
                            "(typical acceptance is the runtime eagle_posterior_threshold), so drop the flag")
 
 
-def _check_positions(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings: list[str]) -> None:
+def _check_positions(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]) -> None:
     """builder.py warns (accuracy) when max_seq_len exceeds the positions the RoPE setup covers."""
     if not opts.max_seq_len:
         return
@@ -148,30 +147,30 @@ def _check_positions(name: str, ckpt: Checkpoint, opts: "BuildOptions", warnings
                         "(max_position_embeddings x rotary factor); accuracy past that is not guaranteed")
 
 
-def draft_len(role: str, ckpt: Checkpoint, opts: "BuildOptions") -> int:
+def draft_len(role: str, ckpt: TrtllmCheckpoint, opts: BuildOptions) -> int:
     """The engine's max_draft_len: the checkpoint's for EAGLE, --max-draft-len (default 8) for pairs."""
     if role == "eagle":
         return int(ckpt.config["max_draft_len"])
     if role in ("pair", "target", "draft"):
-        return opts.max_draft_len or facts.DTM_DEFAULT_MAX_DRAFT_LEN
+        return opts.max_draft_len or trtllm.DTM_DEFAULT_MAX_DRAFT_LEN
     if opts.max_draft_len is not None:
         raise TrtspecError("--max-draft-len applies to speculative builds (eagle, a pair, target or draft); "
                            "this is a plain checkpoint")
     return 0
 
 
-def max_num_tokens(opts: "BuildOptions", max_seq_len: int, k: int, name: str) -> int:
+def max_num_tokens(opts: BuildOptions, max_seq_len: int, k: int, name: str) -> int:
     """The value trtllm-build will keep: refuse a user value it would silently clip or raise."""
     ceiling = max_seq_len * opts.max_batch_size  # _init_max_seq_len clips above this
-    floor = opts.max_batch_size * (k + 1) if k else facts.TOKENS_PER_BLOCK  # build() raises below this
+    floor = opts.max_batch_size * (k + 1) if k else trtllm.TOKENS_PER_BLOCK  # build() raises below this
     if opts.max_num_tokens is None:
-        return max(min(facts.CLI_MAX_NUM_TOKENS, ceiling), floor)
+        return max(min(trtllm.CLI_MAX_NUM_TOKENS, ceiling), floor)
     if opts.max_num_tokens > ceiling:
         raise TrtspecError(f"--max-num-tokens {opts.max_num_tokens} exceeds max_batch_size x max_seq_len = {ceiling} "
                            f"for the {name} engine (trtllm-build would clip it); use at most {ceiling}")
     if opts.max_num_tokens < floor:
         why = (f"max_batch_size x (max_draft_len + 1) = {opts.max_batch_size} x ({k} + 1)" if k
-               else f"tokens_per_block ({facts.TOKENS_PER_BLOCK})")
+               else f"tokens_per_block ({trtllm.TOKENS_PER_BLOCK})")
         raise TrtspecError(f"--max-num-tokens {opts.max_num_tokens} is below {why} = {floor} for the {name} engine "
                            f"(trtllm-build would silently raise it); use at least {floor}")
     return opts.max_num_tokens

@@ -24,12 +24,13 @@ from typing import Callable
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, write_json
-from . import trtllm_facts as facts
+from ..upstream import trtllm
 from .manifest import MANIFEST_FILE, EngineManifest, compare_with_plan, read_engine, to_dict
-from .plan import BuildPlan, EngineBuild
+from .engine import EngineBuild
+from .options import DEFAULT_BUILD_TIMEOUT_S
+from .plan import BuildPlan
 from .script import PLAN_FILE, write_plan_files
 
-DEFAULT_TIMEOUT_S = facts.DEFAULT_BUILD_TIMEOUT_S
 LineSink = Callable[[str, str], None]
 
 
@@ -46,10 +47,10 @@ def _print_line(name: str, line: str) -> None:
 
 
 def find_trtllm_build() -> str | None:
-    return shutil.which(facts.TRTLLM_BUILD)
+    return shutil.which(trtllm.TRTLLM_BUILD)
 
 
-def build(plan: BuildPlan, out: Path, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
+def build(plan: BuildPlan, out: Path, dry_run: bool = False, timeout: float = DEFAULT_BUILD_TIMEOUT_S,
           overwrite: bool = False, on_line: LineSink | None = None, kill_grace: float = 10.0) -> BuildResult:
     """Write the plan to `out`; unless `dry_run` or without trtllm-build on PATH, build the engines
     and write `engine_manifest.json`. Raises TrtspecError on a failed or timed-out build."""
@@ -59,10 +60,10 @@ def build(plan: BuildPlan, out: Path, dry_run: bool = False, timeout: float = DE
     with atomic_dir(out, overwrite) as tmp:
         write_plan_files(plan, tmp)
         if tool is None:
-            why = "--dry-run" if dry_run else f"{facts.TRTLLM_BUILD} is not on PATH"
+            why = "--dry-run" if dry_run else f"{trtllm.TRTLLM_BUILD} is not on PATH"
             return BuildResult(out, False, message=(
                 f"wrote {out / PLAN_FILE} and {out / 'build.sh'} ({why}); engines need an H100 host with "
-                f"TensorRT-LLM {facts.TRTLLM_VERSION_LABEL}: run build.sh there (it expects the checkpoints at "
+                f"TensorRT-LLM {trtllm.TRTLLM_VERSION_LABEL}: run build.sh there (it expects the checkpoints at "
                 f"the same absolute paths)"))
         (tmp / "logs").mkdir()
         for b in plan.builds:
@@ -110,7 +111,7 @@ def run_one(tool: str, b: EngineBuild, cwd: Path, out: Path, timeout: float, sin
         except subprocess.TimeoutExpired:
             kill_group(proc, kill_grace)
             reader.join(5)
-            raise TrtspecError(f"{facts.TRTLLM_BUILD} for the {b.name} engine timed out after {timeout:g} s; its "
+            raise TrtspecError(f"{trtllm.TRTLLM_BUILD} for the {b.name} engine timed out after {timeout:g} s; its "
                                f"process group was killed and nothing was written to {out}") from None
         except BaseException:
             kill_group(proc, kill_grace)
@@ -120,7 +121,7 @@ def run_one(tool: str, b: EngineBuild, cwd: Path, out: Path, timeout: float, sin
     if rc != 0:
         last = next((t for t in reversed(tail) if t.strip()), "")
         how = f"was killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
-        raise TrtspecError(f"{facts.TRTLLM_BUILD} for the {b.name} engine {how} (last output: {last!r}); nothing "
+        raise TrtspecError(f"{trtllm.TRTLLM_BUILD} for the {b.name} engine {how} (last output: {last!r}); nothing "
                            f"was written to {out}")
 
 

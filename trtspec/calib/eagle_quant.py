@@ -14,7 +14,8 @@ import torch
 
 from ..checkpoints.layout import TensorPlan
 from ..checkpoints.eagle import eagle_config
-from ..checkpoints.quant import QuantLayout, quantization_block
+from ..checkpoints.quant import quantization_block
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.safetensors_io import WeightSource
 from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.writer import copy_tokenizer, source_record, validate_sources, write_manifest
@@ -26,7 +27,7 @@ from .formats import QuantFormat, modelopt_config
 from .pipeline import Calibrated, announce, calib_manifest, load_hf, options_record, write_plans
 
 
-def eagle_checkpoint_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp: int, layout: QuantLayout,
+def eagle_checkpoint_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp: int, layout: QuantScheme,
                             eagle_opts: dict) -> dict:
     """The plain EAGLE config with the quantization block at the top and, the same, in
     eagle_net_config: the EAGLE nets' attention takes its quant mode from there (§4.6)."""
@@ -39,7 +40,7 @@ def eagle_checkpoint_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp
 
 
 def calibrate_eagle(base_hf: Path, head: DecoderSpec, head_weights: WeightSource, fmt: QuantFormat,
-                    layout: QuantLayout, calib: CalibSet) -> Calibrated:
+                    layout: QuantScheme, calib: CalibSet) -> Calibrated:
     """Base + head in one module (eagle_head.BaseWithEagle), calibrated in one forward loop."""
     base = load_hf(base_hf)
     own_embed = "embed_tokens.weight" in head_weights
@@ -53,7 +54,7 @@ def calibrate_eagle(base_hf: Path, head: DecoderSpec, head_weights: WeightSource
 
 def write_quantized_eagle(out: Path, base_hf: Path, head_dir: Path, base: DecoderSpec, head: DecoderSpec,
                           disk: dict[str, WeightSource], plans: list[TensorPlan], fmt: QuantFormat,
-                          layout: QuantLayout, calibrated: Calibrated | None, dtype: str, tp: int,
+                          layout: QuantScheme, calibrated: Calibrated | None, dtype: str, tp: int,
                           eagle_opts: dict) -> None:
     """Write the checkpoint from the calibrated base + head (or, W8A16 without KV, from disk)."""
     from ..checkpoints.validate import validate_checkpoint

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import upstream
+from ..upstream.modelopt import FP8_E4M3_MAX, FP8_KV_SCALE_FLOOR, INT4_MAX, INT8_MAX
 from ..checkpoints.layout import TensorPlan
-from ..checkpoints.quant import QUANT_SOURCE, QuantLayout, linear_of
+from ..checkpoints.quant import QUANT_SOURCE, linear_of
+from ..checkpoints.scheme import QuantScheme
 from .calibrate import KvQuant, LinearQuant, QuantState
 
 
@@ -66,7 +67,7 @@ def max_input_amax(parts: list[LinearQuant], maxbound: float) -> torch.Tensor:
 
 
 def fp8_linear(parts: list[LinearQuant], peers: list[LinearQuant]) -> dict[str, torch.Tensor]:
-    m = upstream.FP8_E4M3_MAX
+    m = FP8_E4M3_MAX
     group = parts + peers
     w_amax = sanitize(torch.stack([p.weight_amax.reshape(()) for p in group]).max(), m).reshape(1)
     wsf = w_amax.float() / m
@@ -76,7 +77,7 @@ def fp8_linear(parts: list[LinearQuant], peers: list[LinearQuant]) -> dict[str, 
 
 
 def sq_linear(parts: list[LinearQuant]) -> dict[str, torch.Tensor]:
-    m = upstream.INT8_MAX
+    m = INT8_MAX
     parts = resmooth(parts)
     wsf = torch.cat([sanitize(p.weight_amax, m).float() / m for p in parts])
     weight = torch.cat([p.weight for p in parts]) / wsf[:, None]
@@ -94,7 +95,7 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 
 
 def awq_linear(parts: list[LinearQuant]) -> dict[str, torch.Tensor]:
-    m = upstream.INT4_MAX
+    m = INT4_MAX
     parts = resmooth(parts)
     g = parts[0].group_size
     wsf = torch.cat([sanitize(p.weight_amax, m).float() / m for p in parts])
@@ -107,10 +108,10 @@ def awq_linear(parts: list[LinearQuant]) -> dict[str, torch.Tensor]:
 
 
 def kv_scale(kv: KvQuant, kv_algo: str) -> torch.Tensor:
-    m = upstream.FP8_E4M3_MAX if kv_algo == "FP8" else upstream.INT8_MAX
+    m = FP8_E4M3_MAX if kv_algo == "FP8" else INT8_MAX
     k, v = sanitize(kv.k_amax, m).float() / m, sanitize(kv.v_amax, m).float() / m
     if kv_algo == "FP8":
-        floor = torch.tensor([upstream.FP8_KV_SCALE_FLOOR])
+        floor = torch.tensor([FP8_KV_SCALE_FLOOR])
         k, v = torch.maximum(k, floor), torch.maximum(v, floor)
     return torch.maximum(k, v).reshape(1)
 
@@ -139,7 +140,7 @@ class QuantSource:
     where = "quantized exporter"
 
     def __init__(self, plain: list[TensorPlan], quantized: list[TensorPlan], states: dict[str, QuantState],
-                 layout: QuantLayout):
+                 layout: QuantScheme):
         self.layout, self.states = layout, states
         self.linears = {lin: p for p in plain if (lin := linear_of(p.name))}
         self.attn = {p.name[: -len("qkv.weight")]: p for p in plain if p.name.endswith("attention.qkv.weight")}

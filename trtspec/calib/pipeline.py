@@ -14,10 +14,11 @@ from pathlib import Path
 
 import torch
 
-from .. import upstream
+from ..upstream.modelopt import MODELOPT_VERSION
 from ..checkpoints.convert import PreparedDecoder
 from ..checkpoints.layout import TensorPlan, shard_for
-from ..checkpoints.quant import QuantLayout, quant_plans, quantization_block
+from ..checkpoints.quant import quant_plans, quantization_block
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.safetensors_io import WeightSource
 from ..checkpoints.spec import DecoderSpec, trtllm_config
 from ..checkpoints.writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
@@ -30,7 +31,7 @@ from .formats import QuantFormat, modelopt_config
 from .mixed import exclusion_config, expand_units, hf_modules, linear_units, unit_of
 
 
-def needs_calibration(layout: QuantLayout) -> bool:
+def needs_calibration(layout: QuantScheme) -> bool:
     """W8A16 weights are quantized by trtllm-build; only a KV format then needs data."""
     return layout.quant_algo != "W8A16" or layout.kv_cache_quant_algo is not None
 
@@ -46,13 +47,13 @@ def load_hf(hf_dir: Path) -> torch.nn.Module:
         raise TrtspecError(f"{hf_dir}: transformers cannot load the model ({type(e).__name__}: {e})") from None
 
 
-def announce(what: str, fmt: QuantFormat, layout: QuantLayout, calib: CalibSet) -> None:
+def announce(what: str, fmt: QuantFormat, layout: QuantScheme, calib: CalibSet) -> None:
     kv = f" + {layout.kv_cache_quant_algo} KV cache" if layout.kv_cache_quant_algo else ""
     print(f"calibrating {what}: {fmt.name}{kv} on {len(calib.prompts)} prompts ({calib.num_tokens} tokens)",
           flush=True)
 
 
-def write_plans(out: Path, plans: list[TensorPlan], layout: QuantLayout, specs: dict[str, tuple[DecoderSpec, bool]],
+def write_plans(out: Path, plans: list[TensorPlan], layout: QuantScheme, specs: dict[str, tuple[DecoderSpec, bool]],
                 sources: dict[str, WeightSource], states: dict[str, QuantState] | None, tp: int, dtype: str,
                 label: str) -> None:
     """Quantize `plans` and write the rank files. `specs` maps a tensor-name prefix ("" or
@@ -70,11 +71,11 @@ def write_plans(out: Path, plans: list[TensorPlan], layout: QuantLayout, specs: 
 def calib_manifest(c: Calibrated | None) -> dict:
     if c is None:
         return {"calibrated": False, "reason": "W8A16 weights are quantized by trtllm-build; no KV format"}
-    return {"calibrated": True, "seconds": round(c.seconds, 2), "modelopt_version": upstream.MODELOPT_VERSION,
+    return {"calibrated": True, "seconds": round(c.seconds, 2), "modelopt_version": MODELOPT_VERSION,
             "modelopt_algorithm": c.cfg.get("algorithm"), "compute_dtype": "float32", **c.calib.manifest()}
 
 
-def options_record(fmt: QuantFormat, layout: QuantLayout, dtype: str, tp: int, extra: dict | None = None) -> dict:
+def options_record(fmt: QuantFormat, layout: QuantScheme, dtype: str, tp: int, extra: dict | None = None) -> dict:
     opts = {"format": fmt.name, "quant_algo": layout.quant_algo, "kv_cache_quant_algo": layout.kv_cache_quant_algo,
             "dtype": dtype, "tp": tp}
     if layout.quant_algo == "W4A16_AWQ":
@@ -92,7 +93,7 @@ class Calibrated:
     seconds: float
 
 
-def calibrate_decoder(hf_dir: Path, fmt: QuantFormat, layout: QuantLayout, calib: CalibSet,
+def calibrate_decoder(hf_dir: Path, fmt: QuantFormat, layout: QuantScheme, calib: CalibSet,
                       excluded_hf: list[str] | None = None) -> Calibrated:
     """Load the HF decoder in `hf_dir` and calibrate it for `layout` on `calib`; the quantizers of
     the HF modules `excluded_hf` are disabled in ModelOpt's config (mixed.exclusion_config)."""
@@ -113,8 +114,8 @@ class KeepSensitive:
     seq_len: int = 64
 
 
-def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantLayout, cal: Calibrated,
-                      keep: KeepSensitive, progress=print) -> tuple[QuantLayout, dict]:
+def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme, cal: Calibrated,
+                      keep: KeepSensitive, progress=print) -> tuple[QuantScheme, dict]:
     """Measure every still-quantized unit of the calibrated model and exclude the `keep.count`
     most sensitive: returns the new layout and the manifest record. The measurement runs on the
     checkpoint as written with the current layout (a temporary copy) against the float32
@@ -147,7 +148,7 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantLayout,
     return dataclasses.replace(layout, exclude=layout.exclude + chosen), sens.manifest(top)
 
 
-def mixed_record(layout: QuantLayout, d: PreparedDecoder, patterns: list[str] | None, keep: KeepSensitive | None,
+def mixed_record(layout: QuantScheme, d: PreparedDecoder, patterns: list[str] | None, keep: KeepSensitive | None,
                  sensitivity: dict | None) -> dict:
     units = linear_units(d.plans)
     excluded = [u for u, ls in units.items() if not all(layout.quantizes(x) for x in ls)]
@@ -156,7 +157,7 @@ def mixed_record(layout: QuantLayout, d: PreparedDecoder, patterns: list[str] | 
             "sensitivity": sensitivity}
 
 
-def write_quantized_decoder(d: PreparedDecoder, out: Path, fmt: QuantFormat, layout: QuantLayout,
+def write_quantized_decoder(d: PreparedDecoder, out: Path, fmt: QuantFormat, layout: QuantScheme,
                             calibrated: Calibrated | None, mixed: dict | None = None) -> None:
     """Write one decoder checkpoint into the directory `out`: from the calibrated model's weights
     and quantizer states, or (no calibration: W8A16) streamed from the HF files."""

@@ -22,11 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import upstream
+from ..upstream import trtllm
 from ..checkpoints.convert import check_decoder_tp, prepare_decoder, write_decoder
-from ..checkpoints.eagle import PYTORCH_ROUTE, check_eagle_options, eagle_plans, head_spec
+from ..checkpoints.eagle import PYTORCH_ROUTE, check_eagle_options, head_spec
+from ..checkpoints.layout import eagle_plans
 from ..checkpoints.pair import check_same_tokenizer
-from ..checkpoints.quant import QuantLayout, check_group_size
+from ..checkpoints.quant import check_group_size
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.safetensors_io import open_weights
 from ..checkpoints.sharding import check_tp
 from ..checkpoints.spec import spec_from_hf
@@ -65,13 +67,13 @@ class CalibOptions:
         return load_calib_set(self.calib, tok, self.samples, self.seq_len, self.seed)
 
 
-def _layout(fmt: QuantFormat, kv_algo: str | None, group_size: int) -> QuantLayout:
-    return QuantLayout(fmt.quant_algo, kv_algo, group_size)
+def _layout(fmt: QuantFormat, kv_algo: str | None, group_size: int) -> QuantScheme:
+    return QuantScheme(fmt.quant_algo, kv_algo, group_size)
 
 
 def quantize_hf(hf_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
                 calib: CalibOptions | None = None, dtype: str = "auto", tp: int = 1,
-                group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False,
+                group_size: int = trtllm.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False,
                 exclude: list[str] | None = None, keep_sensitive: KeepSensitive | None = None) -> Path:
     """Quantize the HF decoder in `hf_dir` into a TRT-LLM checkpoint at `out_dir`.
 
@@ -114,7 +116,7 @@ def check_keep_sensitive(keep: KeepSensitive | None, algo: str | None) -> KeepSe
 
 def quantize_pair(target_hf: Path, draft_hf: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
                   draft_format: str | None = None, calib: CalibOptions | None = None, dtype: str = "auto",
-                  tp: int = 1, group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False) -> Path:
+                  tp: int = 1, group_size: int = trtllm.AWQ_DEFAULT_GROUP_SIZE, overwrite: bool = False) -> Path:
     """`out_dir/target` and `out_dir/draft`, each quantized on its own (see module doc)."""
     target_hf, draft_hf, out_dir, calib = Path(target_hf), Path(draft_hf), Path(out_dir), calib or CalibOptions()
     qfmt, kv_algo = check_format(fmt), check_kv_format(kv_cache)
@@ -157,10 +159,10 @@ def quantize_pair(target_hf: Path, draft_hf: Path, out_dir: Path, fmt: str = "fp
 
 def quantize_eagle(base_hf: Path, head_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | None = None,
                    calib: CalibOptions | None = None, dtype: str = "auto", tp: int = 1,
-                   group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE,
-                   max_draft_len: int = upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN,
-                   num_eagle_layers: int = upstream.EAGLE_DEFAULT_NUM_LAYERS,
-                   max_non_leaves: int = upstream.EAGLE_DEFAULT_MAX_NON_LEAVES,
+                   group_size: int = trtllm.AWQ_DEFAULT_GROUP_SIZE,
+                   max_draft_len: int = trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN,
+                   num_eagle_layers: int = trtllm.EAGLE_DEFAULT_NUM_LAYERS,
+                   max_non_leaves: int = trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES,
                    allow_pickle: bool = False, overwrite: bool = False) -> Path:
     """Base + EAGLE-1 head -> one quantized EagleForCausalLM checkpoint (see module doc)."""
     base_hf, head_dir, out_dir, calib = Path(base_hf), Path(head_dir), Path(out_dir), calib or CalibOptions()
@@ -171,7 +173,7 @@ def quantize_eagle(base_hf: Path, head_dir: Path, out_dir: Path, fmt: str = "fp8
     check_eagle_options(max_draft_len, num_eagle_layers, max_non_leaves)
     check_output_dir(out_dir, overwrite)
     base = spec_from_hf(base_hf)
-    if base.family not in upstream.EAGLE_BASE_FAMILIES:
+    if base.family not in trtllm.EAGLE_BASE_FAMILIES:
         raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
                            f"{base.architecture}; {PYTORCH_ROUTE}")
     check_decoder_tp(base, tp, base_hf)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoints.convert import resolve_dtype
-from ..checkpoints.quant import QuantLayout
+from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
 
 ISSUE_SQ_EAGLE = "https://github.com/NVIDIA/TensorRT-LLM/issues/3207"
 
 
-def check_request(layout: QuantLayout, speculative: str | None) -> None:
+def check_request(layout: QuantScheme, speculative: str | None) -> None:
     """`speculative`: None (a plain target), "eagle" or "draft-target"."""
     if speculative and layout.kv_cache_quant_algo == "INT8":
         engine = "EAGLE forces paged context FMHA" if speculative == "eagle" else \

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import upstream
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_json
+from ..upstream import trtllm
 from .layout import decoder_plans
 from .safetensors_io import open_weights
 from .sharding import check_tp
 from .spec import DecoderSpec, spec_from_hf, trtllm_config
+from .validate import validate_checkpoint
 from .writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
 
 
@@ -19,9 +20,9 @@ def resolve_dtype(dtype: str, hf_dir: Path) -> str:
     if dtype == "auto":
         hf = read_json(Path(hf_dir) / "config.json", "HF config.json")
         dtype = str(hf.get("torch_dtype") or hf.get("dtype") or "float16").replace("torch.", "")
-        return dtype if dtype in upstream.DTYPES else "float16"
-    if dtype not in upstream.DTYPES:
-        raise TrtspecError(f"--dtype: {dtype!r} is not one of {', '.join(upstream.DTYPES)} or auto")
+        return dtype if dtype in trtllm.DTYPES else "float16"
+    if dtype not in trtllm.DTYPES:
+        raise TrtspecError(f"--dtype: {dtype!r} is not one of {', '.join(trtllm.DTYPES)} or auto")
     return dtype
 
 
@@ -68,6 +69,4 @@ def write_decoder(d: PreparedDecoder, out: Path) -> None:
     copy_tokenizer(d.hf_dir, out)
     write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)],
                    {"dtype": d.dtype, "tp": d.tp, "family": d.spec.family})
-    from .validate import validate_checkpoint
-
     validate_checkpoint(out)  # header-only self-check before the directory is renamed into place

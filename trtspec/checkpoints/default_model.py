@@ -18,11 +18,15 @@ processes (e.g. two pytest runs) asking at once build it once and never see a ha
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
 from pathlib import Path
 from typing import Iterator
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_json
@@ -141,8 +145,6 @@ def check_tokenizer(tok, where: Path) -> None:
 def _quiet_transformers() -> Iterator[None]:
     """Silence transformers' notices (legacy tokenizer, ...) and its GGUF tqdm bar during the build;
     the rich progress display says what is happening instead."""
-    import functools
-
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
@@ -162,8 +164,6 @@ def _quiet_transformers() -> Iterator[None]:
 def _build(gguf: Path, out: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local; make sure of it
     import torch
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     src = dict(pretrained_model_name_or_path=gguf.parent, gguf_file=gguf.name, local_files_only=True)

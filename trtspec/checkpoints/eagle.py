@@ -18,14 +18,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .. import upstream
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, write_json
+from ..fsutil import atomic_dir, read_json, write_json
+from ..upstream import trtllm
 from .convert import check_decoder_tp, resolve_dtype
-from .layout import Source, TensorPlan, decoder_plans, layer_plans, qkv_shard
+from .layout import eagle_plans
 from .safetensors_io import WeightSource, open_weights
-from .sharding import Shard, check_tp
+from .sharding import check_tp
 from .spec import DecoderSpec, spec_from_hf, trtllm_config
+from .validate import validate_checkpoint
 from .writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
 
 PYTORCH_ROUTE = ("the TensorRT engine flow cannot represent it; serve it with the LLM-API "
@@ -34,8 +35,8 @@ _LAYER = re.compile(r"^layers\.(\d+)\.")
 
 
 def check_eagle_options(max_draft_len: int, num_eagle_layers: int, max_non_leaves: int) -> None:
-    if not 1 <= max_draft_len <= upstream.EAGLE_MAX_DRAFT_LEN_LIMIT:
-        raise TrtspecError(f"--max-draft-len: {max_draft_len} is outside [1, {upstream.EAGLE_MAX_DRAFT_LEN_LIMIT}] "
+    if not 1 <= max_draft_len <= trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT:
+        raise TrtspecError(f"--max-draft-len: {max_draft_len} is outside [1, {trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT}] "
                            "(TensorRT-LLM's EAGLE limit)")
     if num_eagle_layers < 1:
         raise TrtspecError(f"--num-eagle-layers: expected >= 1, got {num_eagle_layers}")
@@ -64,8 +65,6 @@ def head_spec(base: DecoderSpec, head_dir: Path, head: WeightSource) -> DecoderS
                            f"2*hidden={2 * base.hidden_size} inputs (3*hidden is EAGLE-3); {PYTORCH_ROUTE}")
     cfg = {}
     if (head_dir / "config.json").is_file():
-        from ..fsutil import read_json
-
         cfg = read_json(head_dir / "config.json", "EAGLE head config.json")
         if int(cfg.get("hidden_size", base.hidden_size)) != base.hidden_size:
             raise TrtspecError(f"{head_dir / 'config.json'}: head/base hidden-size mismatch: hidden_size="
@@ -76,33 +75,12 @@ def head_spec(base: DecoderSpec, head_dir: Path, head: WeightSource) -> DecoderS
         raise TrtspecError(f"{head_dir}: the head has no decoder layers ('layers.0.*')")
     heads = int(cfg.get("num_attention_heads", base.num_heads))
     return replace(
-        base, architecture="LlamaForCausalLM", family="llama", num_layers=num_layers, num_heads=heads,
+        base, architecture=trtllm.EAGLE_NET_ARCHITECTURE, family="llama", num_layers=num_layers, num_heads=heads,
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_size=int(cfg.get("head_dim") or base.hidden_size // heads),
         intermediate_size=int(cfg.get("intermediate_size", base.intermediate_size)),
         norm_eps=float(cfg.get("rms_norm_eps", base.norm_eps)), attn_bias=False, qk_norm=False,
         tie_word_embeddings=False)
-
-
-def eagle_plans(base: DecoderSpec, head: DecoderSpec, num_eagle_layers: int,
-                head_has_embedding: bool = True, head_has_fc_bias: bool = True) -> list[TensorPlan]:
-    H, V = base.hidden_size, base.vocab_size
-    embed = (Source("head", "embed_tokens.weight", (V, H)) if head_has_embedding
-             else Source("base", "model.embed_tokens.weight", (V, H)))
-    lm_head = Source("base", "model.embed_tokens.weight" if base.tie_word_embeddings else "lm_head.weight", (V, H))
-    fc_bias = (Source("head", "fc.bias", (H,)),) if head_has_fc_bias else ()  # () = zeros
-    plans = decoder_plans(base, parallel_embedding=False)
-    for i in range(num_eagle_layers):
-        p = f"eagle_nets.{i}."
-        plans += [
-            TensorPlan(p + "drafter.vocab_embedding.weight", (V, H), Shard("replicate"), (embed,)),
-            TensorPlan(p + "drafter.fc.weight", (H, 2 * H), Shard("col"), (Source("head", "fc.weight", (H, 2 * H)),)),
-            TensorPlan(p + "drafter.fc.bias", (H,), Shard("col"), fc_bias),
-        ]
-        for j in range(head.num_layers):
-            plans += layer_plans(head, "head", "", p + "drafter.", j, qkv_shard(head), input_norm=j > 0)
-        plans.append(TensorPlan(p + "lm_head.weight", (V, H), Shard("vocab"), (lm_head,)))
-    return plans
 
 
 def eagle_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp: int, max_draft_len: int,
@@ -111,22 +89,22 @@ def eagle_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp: int, max_
     net = trtllm_config(head, dtype, tp, parallel_embedding=False)
     net.pop("tie_word_embeddings")
     net["head_dim"] = head.head_size
-    cfg.update(architecture=upstream.EAGLE_ARCHITECTURE, max_draft_len=max_draft_len,
+    cfg.update(architecture=trtllm.EAGLE_ARCHITECTURE, max_draft_len=max_draft_len,
                num_eagle_layers=num_eagle_layers, max_non_leaves_per_layer=max_non_leaves,
                head_dim=base.head_size, eagle_net_config=net)
     return cfg
 
 
 def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
-                  max_draft_len: int = upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN,
-                  num_eagle_layers: int = upstream.EAGLE_DEFAULT_NUM_LAYERS,
-                  max_non_leaves: int = upstream.EAGLE_DEFAULT_MAX_NON_LEAVES,
+                  max_draft_len: int = trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN,
+                  num_eagle_layers: int = trtllm.EAGLE_DEFAULT_NUM_LAYERS,
+                  max_non_leaves: int = trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES,
                   allow_pickle: bool = False, overwrite: bool = False) -> Path:
     """Merge `head_dir` into `base_hf` and write an EagleForCausalLM checkpoint at `out_dir`."""
     base_hf, head_dir = Path(base_hf), Path(head_dir)
     check_eagle_options(max_draft_len, num_eagle_layers, max_non_leaves)
     base = spec_from_hf(base_hf)
-    if base.family not in upstream.EAGLE_BASE_FAMILIES:
+    if base.family not in trtllm.EAGLE_BASE_FAMILIES:
         raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
                            f"{base.architecture}; {PYTORCH_ROUTE}")
     check_decoder_tp(base, tp, base_hf)
@@ -154,7 +132,5 @@ def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "au
                         "dropped_tensors": sorted(dropped),
                         "zero_fc_bias": "fc.bias" not in sources["head"],
                         "embedding_from_base": "embed_tokens.weight" not in sources["head"]})
-        from .validate import validate_checkpoint
-
         validate_checkpoint(tmp)
     return Path(out_dir)

@@ -3,7 +3,8 @@
 One `TensorPlan` per TRT-LLM tensor says where its values come from (one or more HF tensors,
 concatenated on dim 0, or zeros) and how it is split across ranks. The converter executes plans;
 the validator and the runtime use `shard_for` to read rank files back. Reference: trtllm.md §2.4
-(names; note the trap: TRT `mlp.fc` <- HF `gate_proj`, TRT `mlp.gate` <- HF `up_proj`) and §4.3.
+(names; note the trap: TRT `mlp.fc` <- HF `gate_proj`, TRT `mlp.gate` <- HF `up_proj`) and §4.3
+(`eagle_plans`: the EagleForCausalLM layout, see eagle.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .scheme import PACKED_INT4_ALGOS
 from .sharding import Shard
 from .spec import DecoderSpec
 
@@ -91,7 +93,6 @@ _COL = re.compile(r"(mlp\.fc|mlp\.gate|drafter\.fc)\.(weight|bias)$")
 # Quantized checkpoints (checkpoints/quant.py): the scale tensors of linear X are named X.<suffix>.
 _ROW_LINEAR = re.compile(r"(attention\.dense|mlp\.proj)\.[a-z_]+$")
 _QKV_LINEAR = re.compile(r"attention\.qkv\.[a-z_]+$")
-PACKED_INT4_ALGOS = ("W4A16_AWQ",)  # weight stored as int4 pairs along the output dim: [out/2, in]
 
 
 def quant_shard_for(name: str, spec: DecoderSpec, quant_algo: str) -> Shard | None:
@@ -138,3 +139,24 @@ def shard_for(name: str, spec: DecoderSpec, parallel_embedding: bool, quant_algo
     if _COL.search(name):
         return Shard("col")
     return Shard("replicate")
+
+
+def eagle_plans(base: DecoderSpec, head: DecoderSpec, num_eagle_layers: int,
+                head_has_embedding: bool = True, head_has_fc_bias: bool = True) -> list[TensorPlan]:
+    H, V = base.hidden_size, base.vocab_size
+    embed = (Source("head", "embed_tokens.weight", (V, H)) if head_has_embedding
+             else Source("base", "model.embed_tokens.weight", (V, H)))
+    lm_head = Source("base", "model.embed_tokens.weight" if base.tie_word_embeddings else "lm_head.weight", (V, H))
+    fc_bias = (Source("head", "fc.bias", (H,)),) if head_has_fc_bias else ()  # () = zeros
+    plans = decoder_plans(base, parallel_embedding=False)
+    for i in range(num_eagle_layers):
+        p = f"eagle_nets.{i}."
+        plans += [
+            TensorPlan(p + "drafter.vocab_embedding.weight", (V, H), Shard("replicate"), (embed,)),
+            TensorPlan(p + "drafter.fc.weight", (H, 2 * H), Shard("col"), (Source("head", "fc.weight", (H, 2 * H)),)),
+            TensorPlan(p + "drafter.fc.bias", (H,), Shard("col"), fc_bias),
+        ]
+        for j in range(head.num_layers):
+            plans += layer_plans(head, "head", "", p + "drafter.", j, qkv_shard(head), input_norm=j > 0)
+        plans.append(TensorPlan(p + "lm_head.weight", (V, H), Shard("vocab"), (lm_head,)))
+    return plans

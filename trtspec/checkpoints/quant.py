@@ -25,9 +25,10 @@ that is not int8 itself (`preprocess_weights`), as ModelOpt's own int8_wo export
 AWQ scales are float32 because that is what ModelOpt's export writes (TRT-LLM casts them to the
 model dtype when it transposes them at build time); the docs' "model dtype" is not what ships.
 
-Mixed precision: a linear matched by `exclude_modules` (TRT-LLM's quantize() tests each module's
-full name with fnmatch, §3.3) stays a plain model-dtype weight without scales. trtspec writes
-excluded linears by their *exact* names, because trtllm-build's fuse_gate_mlp decides whether the
+The `quantization` block itself is parsed once, into `scheme.QuantScheme`.
+
+Mixed precision: a linear matched by `exclude_modules` (QuantScheme.is_excluded, §3.3) stays a
+plain model-dtype weight without scales. trtspec writes excluded linears by their *exact* names, because trtllm-build's fuse_gate_mlp decides whether the
 fused mlp.gate + mlp.fc GEMM is FP8 by exact membership of `...mlp.fc` in the list, not by
 fnmatch: a wildcard that excludes mlp.fc and mlp.gate would still get an FP8 fused GEMM built
 from float weights. check_gate_pairs refuses such checkpoints.
@@ -35,15 +36,14 @@ from float weights. check_gate_pairs refuses such checkpoints.
 
 from __future__ import annotations
 
-import fnmatch
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from .. import upstream
 from ..errors import TrtspecError
-from .layout import PACKED_INT4_ALGOS, Source, TensorPlan
+from ..upstream import trtllm
+from .layout import Source, TensorPlan
+from .scheme import PACKED_INT4_ALGOS, QuantScheme
 from .sharding import Shard
 
 # Linear modules TRT-LLM's quantize() replaces (ColumnLinear/RowLinear), by TRT-LLM name.
@@ -52,103 +52,52 @@ ROW_LINEARS = ("attention.dense", "mlp.proj")
 QUANT_SOURCE = "quant"  # the Source.model of tensors computed by the quantized exporter
 
 
-@dataclass(frozen=True)
-class QuantLayout:
-    """What `config.json`'s `quantization` block says about the tensors."""
-
-    quant_algo: str | None = None  # one of upstream.TRTSPEC_QUANT_ALGOS, or None
-    kv_cache_quant_algo: str | None = None  # FP8 | INT8 | None
-    group_size: int = upstream.AWQ_DEFAULT_GROUP_SIZE
-    # exclude_modules patterns beyond lm_head and TRT-LLM's defaults (which match no linear): the
-    # exact names of linears kept in the model dtype, or a read checkpoint's own patterns.
-    exclude: tuple[str, ...] = ()
-
-    @property
-    def quantized(self) -> bool:
-        return bool(self.quant_algo or self.kv_cache_quant_algo)
-
-    def quantizes(self, linear: str) -> bool:
-        """Whether TRT-LLM's quantize() replaces the linear module `linear` (fnmatch, §3.3)."""
-        return not any(fnmatch.fnmatchcase(linear, p) for p in self.exclude)
-
-
-def layout_from_config(cfg: dict, where: str) -> QuantLayout:
-    q = cfg.get("quantization") or {}
-    if not isinstance(q, dict):
-        raise TrtspecError(f"{where}: field 'quantization' must be an object, got {q!r}")
-    unknown = sorted(set(q) - set(upstream.QUANT_CONFIG_KEYS))
-    if unknown:
-        raise TrtspecError(f"{where}: quantization.{unknown[0]} is not a TensorRT-LLM QuantConfig field "
-                           f"(QuantConfig(**d) would raise); allowed: {', '.join(upstream.QUANT_CONFIG_KEYS)}")
-    algo, kv = q.get("quant_algo"), q.get("kv_cache_quant_algo")
-    if algo is not None and algo not in upstream.TRTSPEC_QUANT_ALGOS:
-        raise TrtspecError(f"{where}: quantization.quant_algo={algo!r} is not one trtspec writes or checks "
-                           f"({', '.join(upstream.TRTSPEC_QUANT_ALGOS)})")
-    if kv is not None and kv not in upstream.TRTSPEC_KV_ALGOS:
-        raise TrtspecError(f"{where}: quantization.kv_cache_quant_algo={kv!r}; expected one of "
-                           f"{', '.join(upstream.TRTSPEC_KV_ALGOS)} or null")
-    if algo in PACKED_INT4_ALGOS and (q.get("has_zero_point") or q.get("pre_quant_scale") is not True):
-        raise TrtspecError(f"{where}: {algo} with has_zero_point={q.get('has_zero_point')}, pre_quant_scale="
-                           f"{q.get('pre_quant_scale')}: trtspec writes and checks symmetric AWQ with pre-quant "
-                           "scales only (has_zero_point false, pre_quant_scale true, as ModelOpt exports)")
-    group = int(q.get("group_size") or upstream.AWQ_DEFAULT_GROUP_SIZE)
-    exclude = q.get("exclude_modules")
-    if exclude is not None and not (isinstance(exclude, list) and all(isinstance(x, str) for x in exclude)):
-        raise TrtspecError(f"{where}: quantization.exclude_modules must be a list of module-name patterns, "
-                           f"got {exclude!r}")
-    return QuantLayout(algo, kv, group, tuple(exclude or ()))
-
-
 def exclude_modules(eagle: bool) -> list[str]:
     """An explicit list replaces TRT-LLM's defaults (§3.3, §9.13), so restate them, plus the
     exact `lm_head` ModelOpt writes and, for EAGLE, every clone's lm_head."""
-    mods = ["lm_head", *upstream.TRTLLM_DEFAULT_EXCLUDE_MODULES]
+    mods = ["lm_head", *trtllm.DEFAULT_EXCLUDE_MODULES]
     return mods + ["eagle_nets.*.lm_head"] if eagle else mods
 
 
-def quantization_block(layout: QuantLayout, eagle: bool = False) -> dict:
+def quantization_block(scheme: QuantScheme, eagle: bool = False) -> dict:
     """config.json `quantization` (only QuantConfig keys, §3.1); EAGLE repeats it in eagle_net_config."""
-    block: dict = {"quant_algo": layout.quant_algo, "kv_cache_quant_algo": layout.kv_cache_quant_algo}
-    if layout.quant_algo == "W4A16_AWQ":
-        block.update(group_size=layout.group_size, has_zero_point=False, pre_quant_scale=True)
-    if layout.quantized:
+    block: dict = {"quant_algo": scheme.quant_algo, "kv_cache_quant_algo": scheme.kv_cache_quant_algo}
+    if scheme.quant_algo == "W4A16_AWQ":
+        block.update(group_size=scheme.group_size, has_zero_point=False, pre_quant_scale=True)
+    if scheme.quantized:
         mods = exclude_modules(eagle)
-        block["exclude_modules"] = mods + [m for m in layout.exclude if m not in mods]
+        block["exclude_modules"] = mods + [m for m in scheme.exclude if m not in mods]
     return block
 
 
-def check_exclusions(cfg: dict, where: str) -> None:
+def check_exclusions(scheme: QuantScheme, cfg: dict, where: str) -> None:
     """A quantized checkpoint must keep lm_head (and EAGLE's clones of it) out of quantize():
     their weights stay in the model dtype and carry no scales."""
-    q = cfg.get("quantization") or {}
-    if not q.get("quant_algo"):
+    if not scheme.quant_algo:
         return
-    patterns = q.get("exclude_modules")
-    if patterns is None:
-        patterns = list(upstream.TRTLLM_DEFAULT_EXCLUDE_MODULES)  # TRT-LLM's defaults apply
     heads = ["lm_head"]
-    if cfg.get("architecture") == upstream.EAGLE_ARCHITECTURE:
+    if cfg.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
         heads += [f"eagle_nets.{i}.lm_head" for i in range(int(cfg.get("num_eagle_layers", 1)))]
     for head in heads:
-        if not any(fnmatch.fnmatchcase(head, p) for p in patterns):
-            raise TrtspecError(f"{where}: quantization.exclude_modules {patterns} does not exclude '{head}'; "
-                               "TRT-LLM would quantize it but its weight is unquantized (add \"*lm_head\")")
+        if not scheme.is_excluded(head):
+            raise TrtspecError(f"{where}: quantization.exclude_modules {list(scheme.exclude)} does not exclude "
+                               f"'{head}'; TRT-LLM would quantize it but its weight is unquantized (add \"*lm_head\")")
 
 
-def check_gate_pairs(plans: list[TensorPlan], layout: QuantLayout, where: str) -> None:
+def check_gate_pairs(plans: list[TensorPlan], scheme: QuantScheme, where: str) -> None:
     """mlp.fc and mlp.gate are one GEMM in the engine (fuse_gate_mlp, FP8 only fuses quantized):
     both quantized, or both excluded with `...mlp.fc` named exactly (see module doc)."""
-    if layout.quant_algo != "FP8":
+    if scheme.quant_algo != "FP8":
         return
     names = {linear_of(p.name) for p in plans} - {None}
     for fc in sorted(n for n in names if n.endswith(".mlp.fc")):
         gate = fc[: -len("fc")] + "gate"
         if gate not in names:
             continue
-        if layout.quantizes(fc) != layout.quantizes(gate):
+        if scheme.quantizes(fc) != scheme.quantizes(gate):
             raise TrtspecError(f"{where}: quantization.exclude_modules excludes only one of '{fc}' and '{gate}'; "
                                "trtllm-build fuses them into one GEMM, so exclude both or neither")
-        if not layout.quantizes(fc) and fc not in layout.exclude:
+        if not scheme.quantizes(fc) and fc not in scheme.exclude:
             raise TrtspecError(f"{where}: quantization.exclude_modules matches '{fc}' only by a wildcard; "
                                "trtllm-build's fuse_gate_mlp tests the exact name and would build an FP8 GEMM "
                                f"from its float weights: list \"{fc}\" itself")
@@ -166,9 +115,9 @@ def is_row(linear: str) -> bool:
     return linear.endswith(ROW_LINEARS)
 
 
-def quant_tensors(linear: str, out: int, inp: int, layout: QuantLayout) -> list[tuple[str, tuple, torch.dtype | None]]:
+def quant_tensors(linear: str, out: int, inp: int, scheme: QuantScheme) -> list[tuple[str, tuple, torch.dtype | None]]:
     """(name, full shape, dtype) of the tensors that replace `linear`.weight (dtype None = model dtype)."""
-    algo, f32 = layout.quant_algo, torch.float32
+    algo, f32 = scheme.quant_algo, torch.float32
     if algo == "FP8":
         return [(linear + ".weight", (out, inp), torch.float8_e4m3fn),
                 (linear + ".weights_scaling_factor", (1,), f32),
@@ -180,48 +129,48 @@ def quant_tensors(linear: str, out: int, inp: int, layout: QuantLayout) -> list[
                 (linear + ".prequant_scaling_factor", (inp,), None)]
     if algo in PACKED_INT4_ALGOS:
         return [(linear + ".weight", (out // 2, inp), torch.int8),
-                (linear + ".weights_scaling_factor", (out, inp // layout.group_size), f32),
+                (linear + ".weights_scaling_factor", (out, inp // scheme.group_size), f32),
                 (linear + ".prequant_scaling_factor", (inp,), None)]
     return [(linear + ".weight", (out, inp), None)]  # W8A16 / KV-only: the weight as is
 
 
-def quant_plans(plans: list[TensorPlan], layout: QuantLayout, shard: Callable[[str], Shard]) -> list[TensorPlan]:
+def quant_plans(plans: list[TensorPlan], scheme: QuantScheme, shard: Callable[[str], Shard]) -> list[TensorPlan]:
     """The plain plans with each quantizable linear's weight replaced by its quantized tensors
     (right after one another, weight first) and a KV scale after each attention's qkv.
 
     `shard(name)` is `shard_for` bound to the tensor's decoder spec and this quant_algo. New
     tensors read from Source(QUANT_SOURCE, name): the exporter computes them; the validator only
     needs names, shapes and dtypes."""
-    if not layout.quantized:
+    if not scheme.quantized:
         return list(plans)
-    quantize_weights = layout.quant_algo not in (None, "W8A16")
+    quantize_weights = scheme.quant_algo not in (None, "W8A16")
     out: list[TensorPlan] = []
     for plan in plans:
         linear = linear_of(plan.name) if quantize_weights else None
-        if linear is None or not layout.quantizes(linear):
+        if linear is None or not scheme.quantizes(linear):
             out.append(plan)
         else:
             rows, cols = plan.shape
-            for name, shape, dtype in quant_tensors(linear, rows, cols, layout):
+            for name, shape, dtype in quant_tensors(linear, rows, cols, scheme):
                 out.append(TensorPlan(name, shape, shard(name), (Source(QUANT_SOURCE, name, shape),), dtype))
-        if layout.kv_cache_quant_algo and plan.name.endswith("attention.qkv.weight"):
+        if scheme.kv_cache_quant_algo and plan.name.endswith("attention.qkv.weight"):
             name = plan.name[: -len("qkv.weight")] + "kv_cache_scaling_factor"
             out.append(TensorPlan(name, (1,), shard(name), (Source(QUANT_SOURCE, name, (1,)),), torch.float32))
     return out
 
 
-def check_group_size(plans: list[TensorPlan], layout: QuantLayout, tp: int, where: str) -> None:
+def check_group_size(plans: list[TensorPlan], scheme: QuantScheme, tp: int, where: str) -> None:
     """AWQ quantizes groups of `group_size` input channels: every quantized linear's input dim,
     and a row-parallel linear's per-rank input dim (its input is what TP splits), must be a
     multiple of it; the int4 pairs packed along the output dim need an even row count per rank."""
-    if layout.quant_algo not in PACKED_INT4_ALGOS:
+    if scheme.quant_algo not in PACKED_INT4_ALGOS:
         return
-    g = layout.group_size
+    g = scheme.group_size
     if g <= 0:
         raise TrtspecError(f"{where}: AWQ group size must be positive, got {g}")
     for plan in plans:
         linear = linear_of(plan.name)
-        if linear is None or not layout.quantizes(linear):
+        if linear is None or not scheme.quantizes(linear):
             continue
         out, inp = plan.shape
         per_rank = inp // tp if is_row(linear) else inp

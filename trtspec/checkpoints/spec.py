@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import upstream
+from ..upstream import trtllm
 from ..errors import TrtspecError
 from ..fsutil import read_json
 
@@ -67,11 +67,11 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
     path = Path(model_dir) / "config.json"
     cfg = read_json(path, "HF config.json")
     archs = cfg.get("architectures") or []
-    if not archs or archs[0] not in upstream.HF_ARCHITECTURES:
+    if not archs or archs[0] not in trtllm.HF_ARCHITECTURES:
         raise TrtspecError(
             f"{path}: unsupported architecture {archs[0] if archs else None!r} "
-            f"(expected one of {', '.join(upstream.HF_ARCHITECTURES)})")
-    trt_arch, family = upstream.HF_ARCHITECTURES[archs[0]]
+            f"(expected one of {', '.join(trtllm.HF_ARCHITECTURES)})")
+    trt_arch, family = trtllm.HF_ARCHITECTURES[archs[0]]
     if cfg.get("mlp_bias"):
         raise TrtspecError(f"{path}: field 'mlp_bias' is true; only bias-free MLPs are supported")
     act = cfg.get("hidden_act", "silu")
@@ -138,8 +138,8 @@ def trtllm_config(spec: DecoderSpec, dtype: str, tp: int, parallel_embedding: bo
 def spec_from_trtllm(cfg: dict, where: Path | str) -> DecoderSpec:
     """Read back a TRT-LLM decoder config (a checkpoint's config.json or an eagle_net_config)."""
     arch = cfg.get("architecture")
-    families = {a: f for a, f in upstream.HF_ARCHITECTURES.values()}
-    families[upstream.EAGLE_ARCHITECTURE] = "llama"
+    families = {a: f for a, f in trtllm.HF_ARCHITECTURES.values()}
+    families[trtllm.EAGLE_ARCHITECTURE] = "llama"
     if arch not in families:
         raise TrtspecError(f"{where}: unsupported architecture {arch!r} (expected one of {', '.join(families)})")
     family = families[arch]

@@ -1,33 +1,42 @@
-"""Read a TRT-LLM checkpoint directory back: config, decoder specs, and full (TP-merged) tensors.
+"""One view of a TRT-LLM checkpoint: config, decoder specs, quantization scheme, and full (TP-merged) tensors.
 
-This is what the PyTorch runtime loads, and what `validate_checkpoint` checks against the layout
-the config implies (names, per-rank shapes, dtypes) without TensorRT-LLM.
+The PyTorch runtime loads it, `validate_checkpoint` checks it against the layout the config
+implies (names, per-rank shapes, dtypes) without TensorRT-LLM, the build planner reads its config,
+and the Triton memory plan builds the same view from an engine's `pretrained_config` (no rank
+files: `checkpoint_from_config`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from .. import upstream
 from ..errors import TrtspecError
 from ..fsutil import read_json
+from ..upstream import trtllm
+from .layout import shard_for
 from .safetensors_io import TensorInfo, read_header, read_tensor
+from .scheme import QuantScheme
 from .sharding import merge
 from .spec import DecoderSpec, spec_from_trtllm
-from .layout import shard_for
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class TrtllmCheckpoint:
     path: Path
     config: dict
     spec: DecoderSpec  # the base decoder
     eagle_spec: DecoderSpec | None  # the EAGLE drafter decoder (eagle_net_config), if any
+    quant: QuantScheme  # the `quantization` block
     tp: int
-    ranks: list[dict[str, TensorInfo]] = field(repr=False, default_factory=list)
+    pp: int = 1
+    ranks: list[dict[str, TensorInfo]] = field(repr=False, default_factory=list)  # empty: config only
+
+    @property
+    def architecture(self) -> str:
+        return self.config["architecture"]
 
     @property
     def is_eagle(self) -> bool:
@@ -39,12 +48,16 @@ class TrtllmCheckpoint:
 
     @property
     def quant_algo(self) -> str | None:
-        """`quantization.quant_algo` (FP8, W8A8_SQ_PER_CHANNEL, W8A16, W4A16_AWQ) or None."""
-        return (self.config.get("quantization") or {}).get("quant_algo")
+        """`quantization.quant_algo` (FP8, W8A8_SQ_PER_CHANNEL, W8A16, W4A16_AWQ, ...) or None."""
+        return self.quant.quant_algo
 
     @property
     def kv_cache_quant_algo(self) -> str | None:
-        return (self.config.get("quantization") or {}).get("kv_cache_quant_algo")
+        return self.quant.kv_cache_quant_algo
+
+    def where(self, key: str) -> str:
+        """`.../config.json: key`, for errors that name a config field."""
+        return f"{self.path / 'config.json'}: {key}"
 
     def names(self) -> list[str]:
         return list(self.ranks[0])
@@ -72,29 +85,36 @@ class TrtllmCheckpoint:
         return full
 
 
+def checkpoint_from_config(config: dict, path: Path) -> TrtllmCheckpoint:
+    """The view of a checkpoint (or engine) directory from its TRT-LLM config alone: no tensors."""
+    path = Path(path)
+    where = path / "config.json"
+    spec = spec_from_trtllm(config, where)
+    eagle_spec = None
+    if config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
+        if not isinstance(config.get("eagle_net_config"), dict):
+            raise TrtspecError(f"{where}: EagleForCausalLM without an 'eagle_net_config' object")
+        net = {**config["eagle_net_config"], "architecture": trtllm.EAGLE_NET_ARCHITECTURE}
+        eagle_spec = spec_from_trtllm(net, f"{where}:eagle_net_config")
+    mapping = config.get("mapping") or {}
+    return TrtllmCheckpoint(path, config, spec, eagle_spec, QuantScheme.from_config(config, str(where)),
+                            int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1)))
+
+
 def load_checkpoint(path: Path) -> TrtllmCheckpoint:
     """Open a checkpoint directory (headers only; tensors are read on demand)."""
     path = Path(path)
-    config = read_json(path / "config.json", "TRT-LLM config.json")
-    spec = spec_from_trtllm(config, path / "config.json")
-    eagle_spec = None
-    if config.get("architecture") == upstream.EAGLE_ARCHITECTURE:
-        if not isinstance(config.get("eagle_net_config"), dict):
-            raise TrtspecError(f"{path / 'config.json'}: EagleForCausalLM without an 'eagle_net_config' object")
-        net = {**config["eagle_net_config"], "architecture": "LlamaForCausalLM"}
-        eagle_spec = spec_from_trtllm(net, f"{path / 'config.json'}:eagle_net_config")
-    mapping = config.get("mapping") or {}
-    tp = int(mapping.get("tp_size", 1))
-    if int(mapping.get("pp_size", 1)) != 1:
+    view = checkpoint_from_config(read_json(path / "config.json", "TRT-LLM config.json"), path)
+    if view.pp != 1:
         raise TrtspecError(f"{path / 'config.json'}: mapping.pp_size must be 1 (pipeline parallel is not supported)")
     ranks = []
-    for r in range(tp):
+    for r in range(view.tp):
         f = path / f"rank{r}.safetensors"
         if not f.exists():
-            raise TrtspecError(f"{path}: missing rank{r}.safetensors (mapping.tp_size={tp})")
+            raise TrtspecError(f"{path}: missing rank{r}.safetensors (mapping.tp_size={view.tp})")
         ranks.append(read_header(f))
-    for r in range(1, tp):
+    for r in range(1, view.tp):
         if set(ranks[r]) != set(ranks[0]):
             diff = sorted(set(ranks[r]) ^ set(ranks[0]))[0]
             raise TrtspecError(f"{path}: rank{r}.safetensors and rank0.safetensors differ in tensor '{diff}'")
-    return TrtllmCheckpoint(path, config, spec, eagle_spec, tp, ranks)
+    return replace(view, ranks=ranks)

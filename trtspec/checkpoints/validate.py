@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import upstream
 from ..errors import TrtspecError
-from .eagle import eagle_plans
-from .layout import TensorPlan, decoder_plans, shard_for
-from .quant import check_exclusions, check_gate_pairs, check_group_size, layout_from_config, quant_plans
+from ..upstream.modelopt import LEGACY_KV_SCALE_SUFFIXES
+from .layout import TensorPlan, decoder_plans, eagle_plans, shard_for
+from .quant import check_exclusions, check_gate_pairs, check_group_size, quant_plans
 from .trtllm_ckpt import TrtllmCheckpoint, load_checkpoint
 from .writer import TORCH_DTYPES
 
@@ -32,11 +31,12 @@ def expected_plans(ckpt: TrtllmCheckpoint) -> list[TensorPlan]:
                                "(trtllm.md §4.6), so both must be the same block")
     else:
         plans = decoder_plans(ckpt.spec, bool(ckpt.config.get("use_parallel_embedding", False)))
-    layout = layout_from_config(ckpt.config, where)
-    check_exclusions(ckpt.config, where)
-    check_group_size(plans, layout, ckpt.tp, where)
-    check_gate_pairs(plans, layout, where)
-    return quant_plans(plans, layout, lambda n: shard_for(n, *ckpt.spec_for(n), layout.quant_algo))
+    scheme = ckpt.quant
+    scheme.check_written(where)
+    check_exclusions(scheme, ckpt.config, where)
+    check_group_size(plans, scheme, ckpt.tp, where)
+    check_gate_pairs(plans, scheme, where)
+    return quant_plans(plans, scheme, lambda n: shard_for(n, *ckpt.spec_for(n), scheme.quant_algo))
 
 
 def validate_checkpoint(path: Path) -> TrtllmCheckpoint:
@@ -47,7 +47,7 @@ def validate_checkpoint(path: Path) -> TrtllmCheckpoint:
         raise TrtspecError(f"{path / 'config.json'}: field 'dtype' is {ckpt.dtype!r}, expected one of {list(TORCH_DTYPES)}")
     dtype = TORCH_DTYPES[ckpt.dtype]
     plans = {p.name: p for p in expected_plans(ckpt)}
-    tolerated = upstream.LEGACY_KV_SCALE_SUFFIXES if ckpt.kv_cache_quant_algo else ()
+    tolerated = LEGACY_KV_SCALE_SUFFIXES if ckpt.kv_cache_quant_algo else ()
     for r, rank in enumerate(ckpt.ranks):
         f = path / f"rank{r}.safetensors"
         missing = sorted(set(plans) - set(rank))

@@ -10,7 +10,9 @@ from pathlib import Path
 import torch
 from rich.progress import Progress
 
-from .. import __version__, upstream
+from .. import __version__
+from ..upstream import trtllm
+from ..upstream.transformers import TOKENIZER_FILES
 from ..errors import TrtspecError
 from ..fsutil import sha256_file, write_json
 from .layout import TensorPlan
@@ -84,7 +86,7 @@ def write_ranks(out: Path, plans: list[TensorPlan], sources: dict[str, WeightSou
 def copy_tokenizer(src_dir: Path, out: Path) -> list[str]:
     """Copy the tokenizer and generation-config files (TRT-LLM ignores them; trtspec uses them)."""
     copied = []
-    for name in upstream.TOKENIZER_FILES:
+    for name in TOKENIZER_FILES:
         if (Path(src_dir) / name).is_file():
             shutil.copy2(Path(src_dir) / name, out / name)
             copied.append(name)
@@ -102,7 +104,7 @@ def write_manifest(out: Path, kind: str, sources: list[dict], options: dict) -> 
         "trtspec_version": __version__,
         "kind": kind,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "trtllm_version": upstream.TRTLLM_VERSION,
+        "trtllm_version": trtllm.TRTLLM_VERSION,
         "sources": sources,
         "options": options,
     })

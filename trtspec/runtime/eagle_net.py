@@ -22,12 +22,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..errors import TrtspecError
+from ..upstream import trtllm
 from . import rope
 from .kv_cache import KVCache
 from .model import run_layers
-from .quant import Linear, Scheme, load_linear, scheme_of
+from .quant import Linear, load_linear, scheme_of
 from .weights import LayerWeights, load, load_layer
 
 
@@ -46,7 +48,7 @@ class NetWeights:
                    for a, b in zip(self.tensors(), other.tensors()))
 
 
-def load_net(ckpt: TrtllmCheckpoint, i: int, dtype: torch.dtype, scheme: Scheme) -> NetWeights:
+def load_net(ckpt: TrtllmCheckpoint, i: int, dtype: torch.dtype, scheme: QuantScheme) -> NetWeights:
     """Clone i. TRT-LLM quantizes the whole EagleForCausalLM at its root with the top-level
     `quantization` block, so the drafter's linears and KV cache follow the same scheme."""
     spec, p = ckpt.eagle_spec, f"eagle_nets.{i}."
@@ -68,8 +70,8 @@ class EagleNet:
         self.spec, self.dtype = ckpt.eagle_spec, dtype
         cfg = ckpt.config
         self.num_levels = int(cfg.get("num_eagle_layers", 1))
-        self.max_draft_len = int(cfg.get("max_draft_len", 63))
-        self.max_non_leaves = int(cfg.get("max_non_leaves_per_layer", 10))
+        self.max_draft_len = int(cfg.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN))
+        self.max_non_leaves = int(cfg.get("max_non_leaves_per_layer", trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES))
         self.nets: list[NetWeights] = []
         for i in range(self.num_levels):
             net = load_net(ckpt, i, dtype, scheme)

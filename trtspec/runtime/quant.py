@@ -33,20 +33,19 @@ Activations otherwise stay in the compute dtype (float32 by default), as everywh
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..builders.trtllm_facts import DEFAULT_EXCLUDE_MODULES, DEFAULT_GROUP_SIZE
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..errors import TrtspecError
+from ..upstream import trtllm
 
+# The weight formats this runtime implements (a subset of what TRT-LLM accepts).
 QUANT_ALGOS = ("FP8", "W8A8_SQ_PER_CHANNEL", "W8A16", "W4A16", "W4A16_AWQ")
-KV_ALGOS = ("FP8", "INT8")
-FP8_MAX = 448.0
+FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448: TensorRT's FP8 Quantize saturates here
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MODEL_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -107,38 +106,29 @@ class KVQuant:
 
 # --- The checkpoint's quantization block ----------------------------------------------------------
 
-@dataclass(frozen=True)
-class Scheme:
-    algo: str | None
-    kv_algo: str | None
-    group_size: int
-    exclude: tuple[str, ...]
-    dtype: torch.dtype  # the checkpoint's model dtype: TRT-LLM keeps some scales in it
-    where: Path
-
-    def quantizes(self, module: str) -> bool:
-        """Whether TRT-LLM's root-level quantize() replaces linear `module` (fnmatch on its name)."""
-        return self.algo is not None and not any(fnmatch.fnmatchcase(module, p) for p in self.exclude)
-
-
-def scheme_of(ckpt: TrtllmCheckpoint) -> Scheme:
-    """Read and check `quantization` in config.json; unsupported algorithms are refused by name."""
-    q = ckpt.config.get("quantization") or {}
-    where = ckpt.path / "config.json"
-    algo, kv = q.get("quant_algo"), q.get("kv_cache_quant_algo")
+def scheme_of(ckpt: TrtllmCheckpoint) -> QuantScheme:
+    """The checkpoint's quantization scheme, once checked that this runtime implements it;
+    unsupported algorithms are refused by name."""
+    q, where = ckpt.quant, ckpt.path / "config.json"
+    algo, kv = q.quant_algo, q.kv_cache_quant_algo
     if algo is not None and algo not in QUANT_ALGOS:
         raise TrtspecError(f"{where}: quantization.quant_algo={algo!r} is not supported by the PyTorch runtime "
                            f"(supported: {', '.join(QUANT_ALGOS)})")
-    if kv is not None and kv not in KV_ALGOS:
+    if kv is not None and kv not in trtllm.KV_CACHE_QUANT_ALGOS:
         raise TrtspecError(f"{where}: quantization.kv_cache_quant_algo={kv!r} is not supported by the PyTorch "
-                           f"runtime (supported: {', '.join(KV_ALGOS)})")
-    if algo == "W4A16_AWQ" and q.get("has_zero_point"):
+                           f"runtime (supported: {', '.join(trtllm.KV_CACHE_QUANT_ALGOS)})")
+    if algo == "W4A16_AWQ" and q.has_zero_point:
         raise TrtspecError(f"{where}: quantization.has_zero_point=true (asymmetric AWQ) is not supported")
+    model_dtype(ckpt)
+    return q
+
+
+def model_dtype(ckpt: TrtllmCheckpoint) -> torch.dtype:
+    """The checkpoint's model dtype: TRT-LLM keeps some scales in it."""
     if ckpt.dtype not in MODEL_DTYPES:
-        raise TrtspecError(f"{where}: field 'dtype' is {ckpt.dtype!r}, expected one of {list(MODEL_DTYPES)}")
-    exclude = q.get("exclude_modules")
-    return Scheme(algo, kv, int(q.get("group_size") or DEFAULT_GROUP_SIZE),
-                  tuple(DEFAULT_EXCLUDE_MODULES if exclude is None else exclude), MODEL_DTYPES[ckpt.dtype], where)
+        raise TrtspecError(f"{ckpt.path / 'config.json'}: field 'dtype' is {ckpt.dtype!r}, expected one of "
+                           f"{list(MODEL_DTYPES)}")
+    return MODEL_DTYPES[ckpt.dtype]
 
 
 # --- Reading tensors --------------------------------------------------------------------------------
@@ -149,10 +139,11 @@ def _raw(ckpt: TrtllmCheckpoint, name: str, why: str) -> torch.Tensor:
     return ckpt.tensor(name)
 
 
-def _expect(t: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...], scheme: Scheme, hint: str = "") -> None:
+def _expect(ckpt: TrtllmCheckpoint, t: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...],
+            hint: str = "") -> None:
     if t.dtype not in dtypes:
         want = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise TrtspecError(f"{scheme.where}: quantization.quant_algo={scheme.algo!r} but tensor '{name}' is "
+        raise TrtspecError(f"{ckpt.where('quantization.quant_algo')}={ckpt.quant_algo!r} but tensor '{name}' is "
                            f"{str(t.dtype).removeprefix('torch.')}, expected {want}{hint}")
 
 
@@ -184,48 +175,48 @@ def weight_only(w: torch.Tensor, bits: int) -> torch.Tensor:
     return q * s.to(w.dtype).float()
 
 
-def _fp8_raw(ckpt: TrtllmCheckpoint, prefix: str, scheme: Scheme) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fp8_raw(ckpt: TrtllmCheckpoint, prefix: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(weight as float8 [out, in], weights_scaling_factor, activation_scaling_factor)."""
     w = _raw(ckpt, prefix + "weight", "FP8 weight")
-    _expect(w, prefix + "weight", (torch.float8_e4m3fn, torch.int8, torch.uint8), scheme)
+    _expect(ckpt, w, prefix + "weight", (torch.float8_e4m3fn, torch.int8, torch.uint8))
     ws = _raw(ckpt, prefix + "weights_scaling_factor", "FP8 weight scale")
     acts = _raw(ckpt, prefix + "activation_scaling_factor", "FP8 activation scale")
     return w.view(torch.float8_e4m3fn), ws.float().reshape(1), acts.float().reshape(1)
 
 
-def _fp8_linear(w8, ws, acts, bias, scheme, dtype) -> Linear:
-    ws, acts = ws.to(scheme.dtype).float(), acts.to(scheme.dtype).float()  # FP8Linear: cast(scale, dtype)
+def _fp8_linear(w8, ws, acts, bias, model: torch.dtype, dtype: torch.dtype) -> Linear:
+    ws, acts = ws.to(model).float(), acts.to(model).float()  # FP8Linear: cast(scale, model dtype)
     return Linear((w8.float() * ws).to(dtype), bias, act_quant="fp8", act_scale=acts)
 
 
-def load_linear(ckpt: TrtllmCheckpoint, prefix: str, scheme: Scheme, dtype: torch.dtype,
+def load_linear(ckpt: TrtllmCheckpoint, prefix: str, scheme: QuantScheme, dtype: torch.dtype,
                 bias: bool | None = None) -> Linear:
     """The linear whose tensors start with `prefix` (e.g. 'transformer.layers.0.attention.qkv.').
     bias: True requires `bias`, None reads it when present."""
     b = None
     if bias or (bias is None and prefix + "bias" in ckpt):
         b = load_float(ckpt, prefix + "bias", dtype)
-    algo = scheme.algo if scheme.quantizes(prefix[:-1]) else None
+    algo = scheme.quant_algo if scheme.quantizes(prefix[:-1]) else None
     name = prefix + "weight"
     if algo is None:
         return Linear(load_float(ckpt, name, dtype), b)
     if algo == "FP8":
-        return _fp8_linear(*_fp8_raw(ckpt, prefix, scheme), b, scheme, dtype)
+        return _fp8_linear(*_fp8_raw(ckpt, prefix), b, model_dtype(ckpt), dtype)
     w = _raw(ckpt, name, f"{algo} weight")
     if algo == "W8A8_SQ_PER_CHANNEL":
-        _expect(w, name, (torch.int8,), scheme)
+        _expect(ckpt, w, name, (torch.int8,))
         ws = _raw(ckpt, prefix + "weights_scaling_factor", "per-channel weight scale").float()
         acts = _raw(ckpt, prefix + "activation_scaling_factor", "activation scale").float().reshape(1)
         pre = _raw(ckpt, prefix + "prequant_scaling_factor", "SmoothQuant smoothing scale")
         return Linear((w.float() * ws.reshape(-1, 1)).to(dtype), b, pre.to(dtype), "int8", acts)
     if algo in ("W8A16", "W4A16"):
-        _expect(w, name, FLOAT_DTYPES, scheme, " (TRT-LLM quantizes float weights at build time; an int8 "
+        _expect(ckpt, w, name, FLOAT_DTYPES, " (TRT-LLM quantizes float weights at build time; an int8 "
                 "[out, in] weight is ModelOpt's raw int8_wo export, which trtllm-build does not read)")
         return Linear(weight_only(w, 8 if algo == "W8A16" else 4).to(dtype), b)
     # W4A16_AWQ
-    _expect(w, name, (torch.int8, torch.uint8), scheme)
+    _expect(ckpt, w, name, (torch.int8, torch.uint8))
     q = unpack_int4_rows(w)
-    s = _raw(ckpt, prefix + "weights_scaling_factor", "AWQ group scale").to(scheme.dtype).float()
+    s = _raw(ckpt, prefix + "weights_scaling_factor", "AWQ group scale").to(model_dtype(ckpt)).float()
     if q.shape[1] != s.shape[1] * scheme.group_size or q.shape[0] != s.shape[0]:
         raise TrtspecError(f"{ckpt.path}: '{prefix}weights_scaling_factor' has shape {list(s.shape)}, expected "
                            f"[{q.shape[0]}, {q.shape[1] // scheme.group_size}] (group_size {scheme.group_size})")
@@ -234,27 +225,28 @@ def load_linear(ckpt: TrtllmCheckpoint, prefix: str, scheme: Scheme, dtype: torc
     return Linear((q.float() * s.repeat_interleave(scheme.group_size, dim=1)).to(dtype), b, pre)
 
 
-def load_gated_pair(ckpt: TrtllmCheckpoint, prefix: str, scheme: Scheme, dtype: torch.dtype
+def load_gated_pair(ckpt: TrtllmCheckpoint, prefix: str, scheme: QuantScheme, dtype: torch.dtype
                     ) -> tuple[Linear, Linear]:
     """(mlp.fc, mlp.gate) under `prefix`. With FP8, TRT-LLM's fuse_gate_mlp requantizes both into
     one FP8 weight: dequantize each with its own scale, divide by the larger scale, cast to FP8;
     the fused activation scale is the larger one too."""
     fc, gate = prefix + "mlp.fc.", prefix + "mlp.gate."
-    if scheme.algo != "FP8" or not (scheme.quantizes(fc[:-1]) and scheme.quantizes(gate[:-1])):
+    if scheme.quant_algo != "FP8" or not (scheme.quantizes(fc[:-1]) and scheme.quantizes(gate[:-1])):
         return load_linear(ckpt, fc, scheme, dtype), load_linear(ckpt, gate, scheme, dtype)
-    (w_fc, s_fc, a_fc), (w_g, s_g, a_g) = _fp8_raw(ckpt, fc, scheme), _fp8_raw(ckpt, gate, scheme)
+    (w_fc, s_fc, a_fc), (w_g, s_g, a_g) = _fp8_raw(ckpt, fc), _fp8_raw(ckpt, gate)
     s, a = torch.maximum(s_fc, s_g), torch.maximum(a_fc, a_g)
     requant = [(w.float() * sw / s).to(torch.float8_e4m3fn) for w, sw in ((w_fc, s_fc), (w_g, s_g))]
     biases = [load_float(ckpt, p + "bias", dtype) if p + "bias" in ckpt else None for p in (fc, gate)]
-    return tuple(_fp8_linear(w, s, a, bb, scheme, dtype) for w, bb in zip(requant, biases))
+    return tuple(_fp8_linear(w, s, a, bb, model_dtype(ckpt), dtype) for w, bb in zip(requant, biases))
 
 
-def load_kv_quant(ckpt: TrtllmCheckpoint, attention: str, scheme: Scheme) -> KVQuant | None:
+def load_kv_quant(ckpt: TrtllmCheckpoint, attention: str, scheme: QuantScheme) -> KVQuant | None:
     """KV-cache scales of the attention module `attention` ('...attention.'), when the KV cache is
     quantized. The reciprocal is what build adds when missing (`preprocess_weights`)."""
-    if scheme.kv_algo is None:
+    if scheme.kv_cache_quant_algo is None:
         return None
-    s = _raw(ckpt, attention + "kv_cache_scaling_factor", f"kv_cache_quant_algo={scheme.kv_algo}").float().reshape(1)
+    kv = scheme.kv_cache_quant_algo
+    s = _raw(ckpt, attention + "kv_cache_scaling_factor", f"kv_cache_quant_algo={kv}").float().reshape(1)
     rname = attention + "kv_cache_rcp_scaling_factor"
     rcp = ckpt.tensor(rname).float().reshape(1) if rname in ckpt else torch.reciprocal(s)
-    return KVQuant(scheme.kv_algo, s, rcp)
+    return KVQuant(kv, s, rcp)

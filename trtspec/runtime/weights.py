@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
-from .quant import KVQuant, Linear, Scheme, load_float, load_gated_pair, load_kv_quant, load_linear
+from .quant import KVQuant, Linear, load_float, load_gated_pair, load_kv_quant, load_linear
 
 
 @dataclass
@@ -46,7 +47,7 @@ def load(ckpt: TrtllmCheckpoint, name: str, dtype: torch.dtype) -> torch.Tensor:
     return load_float(ckpt, name, dtype)
 
 
-def load_layer(ckpt: TrtllmCheckpoint, prefix: str, spec: DecoderSpec, dtype: torch.dtype, scheme: Scheme,
+def load_layer(ckpt: TrtllmCheckpoint, prefix: str, spec: DecoderSpec, dtype: torch.dtype, scheme: QuantScheme,
                input_norm: bool = True) -> LayerWeights:
     """Weights of the layer whose tensors start with `prefix` (e.g. 'transformer.layers.3.')."""
     a = prefix + "attention."

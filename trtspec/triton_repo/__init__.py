@@ -9,6 +9,5 @@ Modules, top-down: `command` (the two Typer commands), `repo` (writes a reposito
 routes), `render` (every model's config), `contracts` (models, tensors and the calls between them),
 `configs` (config.pbtxt as protobuf), `memory` (GPU memory of the TensorRT-LLM models), `validate`,
 `readme`, `serve` (bundled tritonserver; container commands), `cpu_engine` (streaming decoding on
-trtspec.runtime for the cpu flavor), `upstream_facts` (the pinned Triton TensorRT-LLM backend), and
-`models/` (the python-backend sources copied into repositories).
+trtspec.runtime for the cpu flavor), and `models/` (the python-backend sources copied into repositories).
 """

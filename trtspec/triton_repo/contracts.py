@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from .upstream_facts import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, Tensor
+from ..upstream.triton import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, Tensor
 
 PREPROCESSING = "preprocessing"
 POSTPROCESSING = "postprocessing"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..fsutil import read_json
+from ..upstream.trtllm import EAGLE_ARCHITECTURE
 
 FLAVORS = ("trtllm", "llmapi", "cpu")
 MANIFEST_FILE = "engine_manifest.json"  # builders.manifest.MANIFEST_FILE
@@ -143,7 +144,7 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
     missing = [f"rank{r}.safetensors" for r in range(tp * pp) if not (path / f"rank{r}.safetensors").is_file()]
     if missing:
         raise TrtspecError(f"{option}: {path}: missing {missing[0]} (mapping.tp_size={tp})")
-    eagle = cfg["architecture"] == "EagleForCausalLM"
+    eagle = cfg["architecture"] == EAGLE_ARCHITECTURE
     return Artifact(role=role, path=path, kind="checkpoint", config=cfg,
                     max_draft_len=int(cfg.get("max_draft_len") or 0) if eagle else 0,
                     num_eagle_layers=cfg.get("num_eagle_layers") if eagle else None,

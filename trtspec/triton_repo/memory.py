@@ -6,44 +6,17 @@ activation buffers and runtime overhead, and a KV pool. Draft-target puts two en
 profile, so each extra profile costs a whole engine instance (weights + activations + overhead),
 and the profiles split the KV pool. The numbers come from `trtspec.builders.memory` (the same
 estimate `trtspec build` prints; ±10% on weights-dominated cases) applied to each engine's own
-`config.json`.
+`config.json`, read as the same checkpoint view (`checkpoint_from_config` of its `pretrained_config`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..builders import memory as bm
+from ..checkpoints.trtllm_ckpt import checkpoint_from_config
+from ..upstream import trtllm
 from .deploy import Artifact
-
-GIB = 1024**3
-
-
-@dataclass
-class _EngineCheckpoint:
-    """What builders.memory reads of a checkpoint, built from an engine's pretrained_config."""
-    config: dict
-    spec: object
-    eagle_spec: object
-    tp: int
-
-    @property
-    def quantization(self) -> dict:
-        return self.config.get("quantization") or {}
-
-    @property
-    def dtype(self) -> str:
-        return self.config.get("dtype", "float16")
-
-    @property
-    def kv_cache_quant_algo(self):
-        return self.quantization.get("kv_cache_quant_algo")
-
-
-@dataclass
-class _Build:
-    max_batch_size: int
-    max_draft_len: int
-    max_num_tokens: int
 
 
 @dataclass
@@ -79,34 +52,18 @@ class MemoryPlan:
         return d
 
 
-def _checkpoint_of(art: Artifact) -> _EngineCheckpoint:
-    from ..checkpoints.spec import spec_from_trtllm
-
-    cfg = art.config
-    spec = spec_from_trtllm(cfg, art.path / "config.json")
-    eagle = None
-    if cfg.get("architecture") == "EagleForCausalLM" and isinstance(cfg.get("eagle_net_config"), dict):
-        eagle = spec_from_trtllm({**cfg["eagle_net_config"], "architecture": "LlamaForCausalLM"},
-                                 f"{art.path / 'config.json'}:eagle_net_config")
-    return _EngineCheckpoint(cfg, spec, eagle, art.tp)
-
-
 def plan_memory(placements: list[tuple[str, Artifact]], gpu: str, shared_kv: bool) -> MemoryPlan:
     """placements: (model name, engine) for every TensorRT-LLM model sharing one GPU (per rank)."""
-    from ..builders import memory as bm
-    from ..builders import trtllm_facts as facts
-
     models = []
     for name, art in placements:
-        ck = _checkpoint_of(art)
-        build = _Build(art.max_batch_size or 1, art.max_draft_len, art.max_num_tokens or 0)
-        models.append(ModelMemory(name, str(art.path), bm.checkpoint_weight_bytes(ck),
-                                  bm.activation_bytes(build, ck), bm.RUNTIME_OVERHEAD_BYTES,
-                                  bm.kv_bytes_per_token(ck)))
-    total = facts.GPU_MEMORY_MIB[gpu] * 1024**2
+        ck = checkpoint_from_config(art.config, art.path)
+        activations = bm.activation_bytes(ck, art.max_batch_size or 1, art.max_draft_len, art.max_num_tokens or 0)
+        models.append(ModelMemory(name, str(art.path), bm.checkpoint_weight_bytes(ck), activations,
+                                  bm.RUNTIME_OVERHEAD_BYTES, bm.kv_bytes_per_token(ck)))
+    total = trtllm.GPU_MEMORY_MIB[gpu] * 1024**2
     free = total - sum(m.instance_bytes for m in models)
-    pool = max(0, int(free * facts.KV_CACHE_FREE_GPU_MEMORY_FRACTION))
-    block = facts.TOKENS_PER_BLOCK
+    pool = max(0, int(free * trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION))
+    block = trtllm.TOKENS_PER_BLOCK
     plan = MemoryPlan(gpu, total, models, free, pool, shared_kv)
     if shared_kv:
         per_token = sum(m.kv_bytes_per_token for m in models)
@@ -119,7 +76,7 @@ def plan_memory(placements: list[tuple[str, Artifact]], gpu: str, shared_kv: boo
             m.kv_tokens = (share // (m.kv_bytes_per_token * block)) * block if m.kv_bytes_per_token else 0
     if free <= 0:
         plan.warnings.append(
-            f"memory: the {len(models)} TensorRT-LLM model(s) need about {(total - free) / GIB:.1f} GiB before any KV "
-            f"cache but one {facts.GPU_NAMES[gpu]} has {total / GIB:.1f} GiB; serve fewer EAGLE profiles "
+            f"memory: the {len(models)} TensorRT-LLM model(s) need about {(total - free) / bm.GIB:.1f} GiB before any KV "
+            f"cache but one {trtllm.GPU_NAMES[gpu]} has {total / bm.GIB:.1f} GiB; serve fewer EAGLE profiles "
             "(trtspec tune --max-profiles), or quantize")
     return plan

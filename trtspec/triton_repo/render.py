@@ -2,10 +2,10 @@
 
 Decisions, and why:
 - `tensorrt_llm*` (trtllm flavor) carry every input, output and parameter of the pinned template
-  (upstream_facts), with every value written: no `${...}` is left, because an unfilled structural
+  (trtspec.upstream.triton), with every value written: no `${...}` is left, because an unfilled structural
   placeholder does not parse and an unfilled parameter means "default" only by accident of the C++
   parsing. Where the default is what we want, we write the value the backend would pick, or "" where
-  the backend's parser documents "" as unset (numbers, lists; see upstream_facts).
+  the backend's parser documents "" as unset (numbers, lists; see trtspec.upstream.triton).
 - They are decoupled (streaming and batch > 1 need it, reference §4.4) with exclude_input_in_output
   true (`generate` and `spec_decode` work on new tokens only) and KV-cache reuse on for draft-target
   (each round re-sends the prefix; reuse is what makes that cheap, §3.2).
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from . import contracts as c
 from .configs import fill_dtype, model_config
 from .routing import braces
-from .upstream_facts import (BACKEND, ENGINE_DTYPE_TO_TRITON, ENCODER_FEATURES_DTYPE, EXECUTOR_WORKER_PATH,
-                             LLMAPI_INPUTS, LLMAPI_OUTPUTS, LOGITS_DTYPE, PROMPT_TABLE_DTYPE, TENSORRT_LLM_INPUTS,
-                             TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS)
+from ..upstream.triton import (BACKEND, ENGINE_DTYPE_TO_TRITON, ENCODER_FEATURES_DTYPE, EXECUTOR_WORKER_PATH,
+                               LLMAPI_INPUTS, LLMAPI_OUTPUTS, LOGITS_DTYPE, PROMPT_TABLE_DTYPE, TENSORRT_LLM_INPUTS,
+                               TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS)
 
 KV_FRACTION = "0.9"  # TRT-LLM's default kv_cache_free_gpu_mem_fraction
 

@@ -32,8 +32,9 @@ from .configs import render as render_config
 from .deploy import (FLAVORS, Artifact, is_eagle3, resolve_checkpoints, resolve_engines, resolve_hf,
                      resolve_tokenizer)
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
-from .upstream_facts import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY,
-                             TRITON_CONTAINER, TRTLLM_VERSION_LABEL)
+from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY,
+                               TRITON_CONTAINER)
+from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 
 MANIFEST = "trtspec-repo.json"
 MANIFEST_SCHEMA = "trtspec.triton-repo/1"

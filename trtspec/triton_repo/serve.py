@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TrtspecError
-from .upstream_facts import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
+from ..upstream.triton import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}

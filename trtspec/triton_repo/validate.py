@@ -32,9 +32,9 @@ from ..errors import TrtspecError
 from . import contracts as c
 from .configs import parse_text, params, tensor_of
 from .routing import parse_braces, tree_problems
-from .upstream_facts import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_OUTPUTS,
-                             PARAM_KIND, SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS,
-                             TENSORRT_LLM_PARAMETERS, Tensor)
+from ..upstream.triton import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_OUTPUTS,
+                               PARAM_KIND, SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS,
+                               TENSORRT_LLM_PARAMETERS, Tensor)
 
 MANIFEST = "trtspec-repo.json"
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")

@@ -40,13 +40,14 @@ or INT8, else the model dtype.
 
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
+from ..upstream import trtllm
 
 ComputeDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
@@ -160,15 +161,15 @@ def quant_bytes(quant: dict | None, dtype: str, lm_head_name: str, where: str) -
     """bytes per weight / lm_head weight / KV element and the GEMM dtype from a `quantization` block."""
     if dtype not in DTYPE_BYTES:
         raise TrtspecError(f"{where}: field 'dtype' is {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
-    q = quant or {}
-    algo, kv = q.get("quant_algo"), q.get("kv_cache_quant_algo")
+    q = QuantScheme.from_block(quant, where)
+    algo, kv = q.quant_algo, q.kv_cache_quant_algo
     base, compute = DTYPE_BYTES[dtype], DTYPE_COMPUTE[dtype]
-    group = int(q.get("group_size") or 128)
+    group = q.group_size
     if algo in (None, "NO_QUANT"):
         wb = base
     elif algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_BLOCK_SCALES"):
         wb, compute = 1.0, "fp8"
-    elif str(algo).startswith("W8A8_SQ"):
+    elif str(algo).startswith(trtllm.SMOOTHQUANT_PREFIX):
         wb, compute = 1.0, "int8"
     elif algo in ("W8A16", "W8A16_GPTQ"):
         wb = 1.0
@@ -179,9 +180,7 @@ def quant_bytes(quant: dict | None, dtype: str, lm_head_name: str, where: str) -
     else:
         raise TrtspecError(f"{where}: quantization.quant_algo {algo!r} has no H100/H200 cost model (expected "
                            "null, FP8, W8A8_SQ_*, W8A16, W4A16, W4A16_AWQ, W4A16_GPTQ or W4A8_AWQ)")
-    excluded = q.get("exclude_modules")
-    lm_quantized = algo not in (None, "NO_QUANT") and isinstance(excluded, list) and not any(
-        fnmatch.fnmatchcase(lm_head_name, pat) for pat in excluded)
+    lm_quantized = algo != "NO_QUANT" and q.quantizes(lm_head_name)
     if kv in (None, "NO_QUANT"):
         kvb = base
     elif kv in ("FP8", "INT8"):

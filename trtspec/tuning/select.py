@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import upstream
+from ..upstream import trtllm
 from ..errors import TrtspecError
 from .acceptance import TreeIndex, chain_choices, replay_chain, replay_tree
 from .cost import CostModel, StepTime
@@ -42,8 +42,8 @@ class SelectConfig(BaseModel):
                                          "mean prompt length + half the mean output length")
     default_prompt_tokens: int = Field(512, description="prompt length assumed when the profile has none")
     num_eagle_layers: int | None = Field(None, description="tree depth; None: the profile's num_speculative_tokens")
-    eagle_node_budget: int = Field(upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN, description="max nodes (<= max_draft_len)")
-    max_non_leaves: int = upstream.EAGLE_DEFAULT_MAX_NON_LEAVES
+    eagle_node_budget: int = Field(trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN, description="max nodes (<= max_draft_len)")
+    max_non_leaves: int = trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES
     max_profiles: int | None = Field(None, description="EAGLE: served profiles per band; None: one per workload")
     tree_seeds: int = Field(64, ge=1, description="EAGLE: full-depth nodes tried as growth seeds (trees.py)")
 
@@ -130,8 +130,8 @@ def _eagle_candidates(w: WorkloadProfile, profile: Profile, cfg: SelectConfig, d
         al[t.key] = replay_al(stats, accepted_array(stats, nodes))
     extra = [(chain_choices(depth), "chain")]
     try:
-        check_tree(upstream.MC_SIM_7B_63, depth, cfg.eagle_node_budget, cfg.max_non_leaves, top_k)
-        extra.append((upstream.MC_SIM_7B_63, "default"))
+        check_tree(trtllm.MC_SIM_7B_63, depth, cfg.eagle_node_budget, cfg.max_non_leaves, top_k)
+        extra.append((trtllm.MC_SIM_7B_63, "default"))
     except TrtspecError:
         pass  # the default tree does not fit this engine's limits: not a candidate
     for choices, label in extra:

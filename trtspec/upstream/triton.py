@@ -1,4 +1,4 @@
-"""Facts about the pinned Triton TensorRT-LLM backend, in one place (DESIGN.md "Pinned upstream").
+"""The pinned Triton TensorRT-LLM backend (DESIGN.md "Pinned upstream"): model configs, parameters, launching.
 
 Pinned release: TensorRT-LLM 1.2.x (the last release line with `trtllm-build` engines), served by the
 Triton TensorRT-LLM backend that ships with it (`NVIDIA/TensorRT-LLM:triton_backend/`, container
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-TRTLLM_VERSION_LABEL = "1.2.x"
 TRITON_CONTAINER = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
 BACKEND = "tensorrtllm"
 

@@ -1,0 +1,142 @@
+"""TensorRT-LLM 1.2.x: the checkpoint format, `trtllm-build`'s defaults and rules, runtime memory facts.
+
+Every fact names where it comes from: a section of the project's TRT-LLM reference
+(`reference/trtllm.md`, read from the TensorRT-LLM sources) and, where we read the source itself,
+the file. When the pinned TensorRT-LLM moves, this is the module to re-check.
+"""
+
+from __future__ import annotations
+
+# --- Version --------------------------------------------------------------------------------
+# trtllm-build and the EAGLE-1/2 engine flow (EagleForCausalLM) are removed after 1.2.x (§1.1);
+# build.sh refuses anything else because defaults and accepted keys drift between versions (§0, §9.1).
+TRTLLM_VERSION = "1.2"
+TRTLLM_VERSION_PREFIX = f"{TRTLLM_VERSION}."
+TRTLLM_VERSION_LABEL = f"{TRTLLM_VERSION}.x"
+TRTLLM_BUILD = "trtllm-build"
+# The GPU architecture the plans are written for: H100/H200 are SM90 (Hopper). FP8 context FMHA
+# needs SM >= 89 (§7.2); SM >= 100 refuses INT8 KV / weight-only / SmoothQuant (§7.2).
+SM_VERSION = 90
+
+# --- Checkpoint format (§2) -------------------------------------------------------------------
+# HF `architectures[0]` -> (TRT-LLM `architecture`, family). TRT-LLM's MODEL_MAP maps Mistral onto
+# its LLaMA implementation; Qwen2/Qwen3 share QWenForCausalLM and differ by `qwen_type`.
+HF_ARCHITECTURES = {
+    "LlamaForCausalLM": ("LlamaForCausalLM", "llama"),
+    "MistralForCausalLM": ("MistralForCausalLM", "mistral"),
+    "Qwen2ForCausalLM": ("Qwen2ForCausalLM", "qwen2"),
+    "Qwen3ForCausalLM": ("Qwen3ForCausalLM", "qwen3"),
+}
+# `Mapping(**d)` rejects unknown keys and the accepted set drifted across versions: write only these.
+MAPPING_KEYS = ("world_size", "tp_size", "pp_size")
+# TRT-LLM parameter dtypes as written in config.json.
+DTYPES = ("float16", "bfloat16", "float32")
+
+# --- Quantization (§3) ------------------------------------------------------------------------
+# `QuantConfig(**d)` rejects unknown keys as well (§3.1).
+QUANT_CONFIG_KEYS = (
+    "quant_algo", "kv_cache_quant_algo", "group_size", "smoothquant_val", "clamp_val",
+    "use_meta_recipe", "has_zero_point", "pre_quant_scale", "exclude_modules",
+)
+# Quantized checkpoints trtspec writes and validates (§3.2; all run on H100 / SM90).
+TRTSPEC_QUANT_ALGOS = ("FP8", "W8A8_SQ_PER_CHANNEL", "W8A16", "W4A16_AWQ")
+# The weight formats H100 plans accept (§3.2).
+SUPPORTED_QUANT_ALGOS = (
+    None, "FP8", "W8A16", "W4A16", "W4A16_AWQ",
+    "W8A8_SQ_PER_CHANNEL", "W8A8_SQ_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
+    "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN",
+)
+SMOOTHQUANT_PREFIX = "W8A8_SQ"
+BLACKWELL_ONLY_ALGOS = ("NVFP4", "W4A8_NVFP4_FP8", "W4A8_MXFP4_FP8", "W4A8_MXFP4_MXFP8", "W4A16_MXFP4")
+# KV_CACHE_QUANT_ALGO_LIST minus NVFP4 (SM100 only) (§3.2).
+KV_CACHE_QUANT_ALGOS = ("FP8", "INT8")
+# QuantConfig.group_size default (§3.1), also ModelOpt's INT4_AWQ_CFG block size.
+AWQ_DEFAULT_GROUP_SIZE = 128
+# quantize() skips the modules whose full name matches one of `exclude_modules` with
+# fnmatch.fnmatchcase (quantization/quantize.py quantize_layers); when `exclude_modules` is None
+# these defaults apply, an explicit list replaces them (§3.3, §9.13).
+DEFAULT_EXCLUDE_MODULES = (
+    "*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding", "*shared_expert_gate",
+)
+
+# --- Speculative decoding (§1.2, §4, §5.1, §7.2) -------------------------------------------------
+SPEC_MODE_EAGLE = "eagle"
+SPEC_MODE_DRAFT_TOKENS_EXTERNAL = "draft_tokens_external"
+# EagleForCausalLM subclasses TRT-LLM's LLaMA model (§4.7): only Llama-type bases can carry an
+# EAGLE-1 head, and its drafter nets are LLaMA decoders (models/eagle/model.py).
+EAGLE_ARCHITECTURE = "EagleForCausalLM"
+EAGLE_NET_ARCHITECTURE = "LlamaForCausalLM"
+EAGLE_BASE_FAMILIES = ("llama", "mistral")
+# Config keys / tensor names that mark EAGLE-3 (no TRT engine flow, §1.2, §9.2).
+EAGLE3_MARKER_KEYS = ("draft_vocab_size", "eagle_aux_hidden_state_layer_ids", "eagle3")
+EAGLE3_MARKER_TENSORS = ("d2t", "t2d")
+# EAGLE engine limits: builder.py build() asserts max_batch_size <= 512 and max_draft_len <= 256.
+EAGLE_MAX_BATCH_SIZE = 512
+EAGLE_MAX_DRAFT_LEN_LIMIT = 256
+# Converter defaults (examples/eagle/convert_checkpoint.py).
+EAGLE_DEFAULT_MAX_DRAFT_LEN = 63
+EAGLE_DEFAULT_NUM_LAYERS = 4
+EAGLE_DEFAULT_MAX_NON_LEAVES = 10
+# Medusa's mc_sim_7b_63 tree: TRT-LLM's default `eagle_choices` (63 nodes, depth 4).
+MC_SIM_7B_63 = [
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0],
+    [0, 5], [0, 0, 1], [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2], [3, 0],
+    [0, 9], [8], [9], [1, 0, 0], [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4], [0, 0, 5],
+    [0, 0, 0, 0], [0, 1, 1], [0, 0, 6], [0, 3, 0], [5, 0], [1, 3], [0, 0, 7], [0, 0, 8], [0, 0, 9],
+    [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2], [2, 0, 0], [3, 1], [2, 2], [8, 0], [0, 5, 0],
+    [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1], [1, 6], [0, 7, 0],
+]
+# EagleForCausalLM.prepare_inputs() sizes its inputs from the checkpoint's max_draft_len whatever
+# --max_draft_len says (models/eagle/model.py), so the build must use the checkpoint value.
+# The draft-target README's typical draft lengths are 4-10; §7.4's example target uses 8.
+DTM_DEFAULT_MAX_DRAFT_LEN = 8
+# build() adds max_draft_len to max_seq_len for every speculative mode, and num_eagle_layers on
+# top for EAGLE (§4.5, builder.py); it raises max_num_tokens to max_batch_size*(max_draft_len+1).
+# For EAGLE, paged context FMHA is forced on ("Paged Context FMHA is required for EAGLE").
+# INT8 KV disables paged context FMHA ("doesn't work with int8 kv cache currently"), and FP8 KV
+# without FP8 weights disables it too (§7.2), which breaks EAGLE and draft-target KV reuse.
+# gather_context_logits with max_draft_len > 0 is a hard error in trtllm-build (§5.1).
+
+# SpeculativeDecodingMode is an IntFlag (models/modeling_utils.py): NONE=1, DRAFT_TOKENS_EXTERNAL=2,
+# MEDUSA=4, LOOKAHEAD_DECODING=8, EXPLICIT_DRAFT_TOKENS=16, EAGLE=32 (later members are appended).
+# BuildConfig.to_dict() leaves it as the enum, so the engine config.json holds the integer.
+SPEC_MODE_FLAGS = {1: None, 2: "draft_tokens_external", 4: "medusa", 8: "lookahead_decoding",
+                   16: "explicit_draft_tokens", 32: "eagle"}
+
+# --- Defaults that drifted across versions: always passed explicitly (§9.15, §7.1) -------------
+TOKENS_PER_BLOCK = 32            # 1.x default; 0.9-0.12 used 64 (§7.1)
+KV_CACHE_TYPE = "paged"          # --kv_cache_type unset means paged in 1.x; --paged_kv_cache is deprecated (§7.1)
+# --use_paged_context_fmha and --use_fp8_context_fmha default to enable in 1.x, disable before
+# (§7.1); the planner always writes one or the other.
+
+# --- trtllm-build CLI defaults we override (§7.1, commands/build.py, builder.py BuildConfig) ----
+CLI_MAX_BATCH_SIZE = 2048        # far beyond what a KV cache at max_seq_len holds on one H100
+CLI_MAX_NUM_TOKENS = 8192
+# check_max_num_tokens() (_common.py) warns above this: no expected gain, risk of TensorRT
+# tensor-volume errors at run time.
+MAX_NUM_TOKENS_ADVISED = 16384
+TIMING_CACHE_DEFAULT = "model.cache"  # relative to the CWD, not --output_dir (§7.1, §9.14)
+
+# --- Plugins per quantization (§3.4, §7.1, §7.2) ----------------------------------------------
+# gemm_plugin 'auto' = the model dtype. It drives the non-quantized GEMMs (lm_head, and every GEMM
+# of a bf16/fp16 model) through cuBLASLt. With FP8 weights, 'auto' keeps the FP8 GEMMs on
+# TensorRT's own FP8 kernels: FP8Linear routes through the plugin only for gemm_plugin == 'fp8'
+# (quantization/layers.py FP8Linear.forward), and NVIDIA's FP8 guide recommends against the fp8
+# GEMM plugin (docs/source/performance/fp8-quantization.md, "we recommend disabling the gemm plugin
+# for fp8"). Weight-only / groupwise / SmoothQuant GEMM plugins are switched on by build() from the
+# checkpoint's quant mode; there are no flags for them (§7.1).
+GEMM_PLUGIN = "auto"
+GPT_ATTENTION_PLUGIN = "auto"    # required for paged KV and speculative decoding (§7.1)
+# build() keeps FP8 context FMHA only for these weight formats, on SM >= 89 (§7.2, builder.py).
+FP8_CONTEXT_FMHA_ALGOS = ("FP8", "W4A8_AWQ", "NVFP4")
+# trtllm-build forces use_fused_mlp off unless quant_algo is one of these (§7.1, commands/build.py).
+FUSED_MLP_ALGOS = (None, "FP8", "MIXED_PRECISION")
+
+# --- Runtime memory facts used by the estimate --------------------------------------------------
+# Executor KvCacheConfig.free_gpu_memory_fraction and the Triton backend's
+# kv_cache_free_gpu_mem_fraction default: the KV pool takes this share of the memory left after
+# the engine is loaded. Draft-target on one GPU: give each engine about half (§5.2).
+KV_CACHE_FREE_GPU_MEMORY_FRACTION = 0.9
+# Total device memory as nvidia-smi reports it (MiB) for the SXM 80 GB H100 and the 141 GB H200.
+GPU_MEMORY_MIB = {"h100": 81559, "h200": 143771}
+GPU_NAMES = {"h100": "NVIDIA H100 80GB (SM90)", "h200": "NVIDIA H200 141GB (SM90)"}
