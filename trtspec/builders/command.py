@@ -13,7 +13,7 @@ import typer
 
 from typing import TYPE_CHECKING
 
-from .options import DEFAULT_BUILD_TIMEOUT_S
+from .options import DEFAULT_BUILD_TIMEOUT_S, BuildOptions
 
 if TYPE_CHECKING:  # the plan pulls in torch; keep `trtspec --help` fast by importing it on use
     from .plan import BuildPlan
@@ -45,7 +45,7 @@ def build_command(
     timeout: float = typer.Option(DEFAULT_BUILD_TIMEOUT_S, "--timeout", help="Seconds allowed per trtllm-build."),
 ) -> None:
     """Plan (and, with trtllm-build on PATH, run) the TensorRT-LLM 1.2 engine builds for H100."""
-    from .plan import BuildOptions, make_plan
+    from .plan import make_plan
     from .run import build
 
     opts = BuildOptions(role=role, gpu=gpu, max_batch_size=max_batch_size, max_input_len=max_input_len,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..upstream import trtllm
+from ..upstream import trtllm as upstream
 from ..errors import TrtspecError
 
 
@@ -36,11 +36,11 @@ def quantize_command(
                                             help="--keep-sensitive: calibration prompts the measurement runs on."),
     sensitivity_seq_len: int = typer.Option(64, "--sensitivity-seq-len",
                                             help="--keep-sensitive: tokens kept per measurement prompt."),
-    awq_group_size: int = typer.Option(trtllm.AWQ_DEFAULT_GROUP_SIZE, "--awq-group-size",
+    awq_group_size: int = typer.Option(upstream.AWQ_DEFAULT_GROUP_SIZE, "--awq-group-size",
                                        help="w4a16_awq: input channels per scale group."),
-    max_draft_len: int = typer.Option(trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN, help="EAGLE: maximum number of tree nodes."),
-    num_eagle_layers: int = typer.Option(trtllm.EAGLE_DEFAULT_NUM_LAYERS, help="EAGLE: tree depth."),
-    max_non_leaves: int = typer.Option(trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES, help="EAGLE: non-leaf nodes per level."),
+    max_draft_len: int = typer.Option(upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN, help="EAGLE: maximum number of tree nodes."),
+    num_eagle_layers: int = typer.Option(upstream.EAGLE_DEFAULT_NUM_LAYERS, help="EAGLE: tree depth."),
+    max_non_leaves: int = typer.Option(upstream.EAGLE_DEFAULT_MAX_NON_LEAVES, help="EAGLE: non-leaf nodes per level."),
     allow_pickle: bool = typer.Option(False, help="Allow a pytorch_model.bin EAGLE head (weights_only=True)."),
     report: bool = typer.Option(True, "--report/--no-report",
                                 help="Write a quality report (vs the unquantized model) into OUT/quant_report."),

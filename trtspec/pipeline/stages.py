@@ -163,7 +163,7 @@ def trtllm_build_on_path() -> bool:
 
 
 def build_options(recipe: Recipe):
-    from ..builders.plan import BuildOptions
+    from ..builders.options import BuildOptions
 
     b = recipe.build
     k = b.max_draft_len or (recipe.profile.max_k if recipe.mode == "draft-target" else None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..upstream import trtllm
+from ..upstream import trtllm as upstream
 from ..errors import TrtspecError
 from .batch import Request
 from .eagle_net import EagleNet
@@ -33,7 +33,7 @@ from .tree import Tree, validate_choices
 def eagle_tree(net: EagleNet, choices=None) -> Tree:
     """The checkpoint's tree: `choices`, or TRT-LLM's default mc_sim_7b_63, checked against its limits."""
     try:
-        return validate_choices(trtllm.MC_SIM_7B_63 if choices is None else choices,
+        return validate_choices(upstream.MC_SIM_7B_63 if choices is None else choices,
                                 net.num_levels, net.max_draft_len, net.max_non_leaves)
     except TrtspecError as e:
         if choices is None:

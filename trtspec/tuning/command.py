@@ -18,7 +18,7 @@ from typing import Optional
 import typer
 
 from .. import __version__
-from ..upstream import trtllm
+from ..upstream import trtllm as upstream
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, sha256_file, write_text_atomic
 from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shapes_from_checkpoint
@@ -90,13 +90,13 @@ def build_cost(cost: str, shapes: dict[str, ModelShape], mode: str) -> tuple[Cos
 
 
 def eagle_limits(profile: Profile, config: dict, cfg: SelectConfig, budget: int | None) -> SelectConfig:
-    layers = int(config.get("num_eagle_layers", trtllm.EAGLE_DEFAULT_NUM_LAYERS))
-    max_len = int(config.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN))
+    layers = int(config.get("num_eagle_layers", upstream.EAGLE_DEFAULT_NUM_LAYERS))
+    max_len = int(config.get("max_draft_len", upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN))
     if budget is not None and not 1 <= budget <= max_len:
         raise TrtspecError(f"--eagle-node-budget: {budget} is outside [1, max_draft_len={max_len}] of the checkpoint")
     return cfg.model_copy(update={
         "num_eagle_layers": layers, "eagle_node_budget": budget or max_len,
-        "max_non_leaves": int(config.get("max_non_leaves_per_layer", trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES))})
+        "max_non_leaves": int(config.get("max_non_leaves_per_layer", upstream.EAGLE_DEFAULT_MAX_NON_LEAVES))})
 
 
 def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = None, draft_ckpt: Path | None = None,
