@@ -17,7 +17,10 @@ NAMES = (trtllm.EAGLE_ARCHITECTURE, trtllm.TRTLLM_VERSION_LABEL, trtllm.TRTLLM_V
 def _module_constants(path: Path) -> set[str]:
     out = set()
     for node in ast.parse(path.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        else:
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else []
         out |= {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
     return out
 

@@ -162,7 +162,8 @@ def estimate_memory(builds: list[EngineBuild], ckpts: dict[str, TrtllmCheckpoint
         per_tok = kv_bytes_per_token(ck)
         tokens = b.max_batch_size * b.engine_max_seq_len
         activations = activation_bytes(ck, b.max_batch_size, b.max_draft_len, b.max_num_tokens)
-        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activations, per_tok, tokens, tokens * per_tok))
+        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activations, per_tok, tokens,
+                                    tokens * per_tok))
     free = total - sum(e.weights_bytes + e.activation_bytes for e in engines) - RUNTIME_OVERHEAD_BYTES
     frac = trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION
     pool = max(0, int(free * frac))

@@ -80,8 +80,9 @@ def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]
                            "upstream (TRT-LLM issue 3207, reference §3.6, §9.5); quantize the EAGLE checkpoint "
                            "to FP8 (with FP8 KV) instead")
     k = int(ckpt.config.get("max_draft_len", 0))
-    if not 1 <= k <= trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT:
-        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT} "
+    limit = trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT
+    if not 1 <= k <= limit:
+        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{limit} "
                            "(builder.py asserts it); reconvert with --max-draft-len")
     if opts.max_draft_len is not None and opts.max_draft_len != k:
         raise TrtspecError(f"--max-draft-len {opts.max_draft_len} differs from the checkpoint's max_draft_len {k}; "

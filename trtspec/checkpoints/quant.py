@@ -28,10 +28,11 @@ model dtype when it transposes them at build time); the docs' "model dtype" is n
 The `quantization` block itself is parsed once, into `scheme.QuantScheme`.
 
 Mixed precision: a linear matched by `exclude_modules` (QuantScheme.is_excluded, §3.3) stays a
-plain model-dtype weight without scales. trtspec writes excluded linears by their *exact* names, because trtllm-build's fuse_gate_mlp decides whether the
-fused mlp.gate + mlp.fc GEMM is FP8 by exact membership of `...mlp.fc` in the list, not by
-fnmatch: a wildcard that excludes mlp.fc and mlp.gate would still get an FP8 fused GEMM built
-from float weights. check_gate_pairs refuses such checkpoints.
+plain model-dtype weight without scales. trtspec writes excluded linears by their *exact* names,
+because trtllm-build's fuse_gate_mlp decides whether the fused mlp.gate + mlp.fc GEMM is FP8 by
+exact membership of `...mlp.fc` in the list, not by fnmatch: a wildcard that excludes mlp.fc and
+mlp.gate would still get an FP8 fused GEMM built from float weights. check_gate_pairs refuses such
+checkpoints.
 """
 
 from __future__ import annotations

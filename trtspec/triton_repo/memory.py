@@ -76,7 +76,7 @@ def plan_memory(placements: list[tuple[str, Artifact]], gpu: str, shared_kv: boo
             m.kv_tokens = (share // (m.kv_bytes_per_token * block)) * block if m.kv_bytes_per_token else 0
     if free <= 0:
         plan.warnings.append(
-            f"memory: the {len(models)} TensorRT-LLM model(s) need about {(total - free) / bm.GIB:.1f} GiB before any KV "
-            f"cache but one {trtllm.GPU_NAMES[gpu]} has {total / bm.GIB:.1f} GiB; serve fewer EAGLE profiles "
+            f"memory: the {len(models)} TensorRT-LLM model(s) need about {(total - free) / bm.GIB:.1f} GiB before "
+            f"any KV cache but one {trtllm.GPU_NAMES[gpu]} has {total / bm.GIB:.1f} GiB; serve fewer EAGLE profiles "
             "(trtspec tune --max-profiles), or quantize")
     return plan
