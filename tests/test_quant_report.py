@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from tiny_models import make_hf_model, save_tiny_tokenizer
 from trtspec.calib import CalibOptions, quantize_hf
-from trtspec.calib.report import JSON_NAME, PNG_NAME, SCHEMA, calibration_ids, quality_report
-from trtspec.calib.report_command import quant_report_command
+from trtspec.quality.report import JSON_NAME, PNG_NAME, SCHEMA, calibration_ids, quality_report
+from trtspec.quality.command import quant_report_command
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.errors import TrtspecError
 

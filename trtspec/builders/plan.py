@@ -21,26 +21,11 @@ from ..errors import TrtspecError
 from . import rules
 from . import trtllm_facts as facts
 from .memory import MemoryEstimate, estimate_memory
+from .options import BuildOptions
 from .source import Checkpoint, is_pair_dir, read_checkpoint
 
 ROLES = ("auto", "plain", "eagle", "target", "draft")
 TIMING_CACHE = "timing.cache"  # shared by the builds of one plan, inside the output directory
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """What the user asks for; None means "pick the documented default"."""
-
-    role: str = "auto"
-    gpu: str = "h100"
-    max_batch_size: int = 64
-    max_input_len: int | None = None   # default: max_seq_len // 2
-    max_seq_len: int | None = None     # default: min(8192, what the model's positions allow)
-    max_num_tokens: int | None = None  # default: 8192, clipped/raised as trtllm-build would
-    max_draft_len: int | None = None   # EAGLE: from the checkpoint; target/draft: 8
-    draft_logits: bool = False         # logits-based acceptance (draft-target) -> generation logits
-    max_beam_width: int = 1
-    gather_context_logits: bool = False
 
 
 @dataclass

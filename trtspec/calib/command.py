@@ -1,4 +1,10 @@
-"""`trtspec quantize`: the Typer command (registered by the CLI with `app.command("quantize")`)."""
+"""`trtspec quantize`: the Typer command (registered by the CLI with `app.command("quantize")`).
+
+Every default and help text comes from the options models (QuantizeStage: the quantization and its
+report; ConvertOptions: dtype, tp, EAGLE limits), which are also the recipe's sections. The work is
+trtspec.calib.quantize.quantize, then trtspec.quality.report.report_or_warning (the quality report
+lives above calib and tuning; this CLI module is the one place that joins them for the command).
+"""
 
 from __future__ import annotations
 
@@ -7,89 +13,76 @@ from typing import Optional
 
 import typer
 
-from .. import upstream
+from ..checkpoints.options import ConvertOptions as C, EagleOptions as E
 from ..errors import TrtspecError
+from ..options import default, doc, flag_context, from_cli
+from ..quality.command import entries
+from ..quality.options import QualityReportOptions as R, QuantizeStage as Q
+
+FLAGS = {"samples": "--calib-samples", "seq_len": "--calib-seq-len", "report": "--report-workloads"}
 
 
 def quantize_command(
     hf: Path = typer.Option(..., "--hf", help="HF model directory (the target, or the EAGLE base)."),
     out: Path = typer.Option(..., "--out", help="Output checkpoint directory (must not exist or be empty)."),
-    format: str = typer.Option(..., "--format", help="fp8 | int8_sq | w8a16 | w4a16_awq (all run on H100)."),
-    kv_cache: Optional[str] = typer.Option(None, "--kv-cache", help="fp8 | int8: quantize the KV cache too."),
-    calib: str = typer.Option("mt-bench", "--calib",
-                              help="Calibration workloads, NAME=SOURCE[,...]: mt-bench, humaneval or a .jsonl/.csv."),
-    calib_samples: int = typer.Option(512, "--calib-samples", help="Prompts in all, split evenly over the sources."),
-    calib_seq_len: int = typer.Option(512, "--calib-seq-len", help="Tokens kept per prompt (its first ones)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the prompt sampling."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (number of rank files)."),
-    dtype: str = typer.Option("auto", "--dtype", help="float16 | bfloat16 | float32 | auto: unquantized tensors."),
+    format: str = typer.Option(..., "--format", help=doc(Q, "format")),
+    kv_cache: Optional[str] = typer.Option(default(Q, "kv_cache"), "--kv-cache", help=doc(Q, "kv_cache")),
+    calib: str = typer.Option("mt-bench", "--calib", help="NAME=SOURCE[,...]. " + doc(Q, "calib")),
+    calib_samples: int = typer.Option(default(Q, "samples"), "--calib-samples", help=doc(Q, "samples")),
+    calib_seq_len: int = typer.Option(default(Q, "seq_len"), "--calib-seq-len", help=doc(Q, "seq_len")),
+    seed: int = typer.Option(default(Q, "seed"), "--seed", help=doc(Q, "seed")),
+    tp: int = typer.Option(default(C, "tp"), "--tp", help=doc(C, "tp")),
+    dtype: str = typer.Option(default(C, "dtype"), "--dtype", help=doc(C, "dtype") + " Unquantized tensors."),
     eagle: Optional[Path] = typer.Option(None, "--eagle", help="SafeAILab-style EAGLE-1 head, quantized with the base."),
     draft: Optional[Path] = typer.Option(None, "--draft", help="HF draft model (draft-target pair: out/target, out/draft)."),
-    draft_format: str = typer.Option("same", "--draft-format",
-                                     help="The draft's format: same (as --format), one of the formats, or none."),
-    exclude: Optional[list[str]] = typer.Option(
-        None, "--exclude", help="Keep matching linears in the model dtype (repeatable; fnmatch on TRT-LLM names, "
-        "e.g. 'transformer.layers.0.*' or '*.mlp.proj'); written to quantization.exclude_modules."),
-    keep_sensitive: int = typer.Option(0, "--keep-sensitive", help="Also keep the N most sensitive GEMMs in the model "
-                                       "dtype, measured after calibration on calibration prompts."),
-    sensitivity_samples: int = typer.Option(8, "--sensitivity-samples",
-                                            help="--keep-sensitive: calibration prompts the measurement runs on."),
-    sensitivity_seq_len: int = typer.Option(64, "--sensitivity-seq-len",
-                                            help="--keep-sensitive: tokens kept per measurement prompt."),
-    awq_group_size: int = typer.Option(upstream.AWQ_DEFAULT_GROUP_SIZE, "--awq-group-size",
-                                       help="w4a16_awq: input channels per scale group."),
-    max_draft_len: int = typer.Option(upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN, help="EAGLE: maximum number of tree nodes."),
-    num_eagle_layers: int = typer.Option(upstream.EAGLE_DEFAULT_NUM_LAYERS, help="EAGLE: tree depth."),
-    max_non_leaves: int = typer.Option(upstream.EAGLE_DEFAULT_MAX_NON_LEAVES, help="EAGLE: non-leaf nodes per level."),
-    allow_pickle: bool = typer.Option(False, help="Allow a pytorch_model.bin EAGLE head (weights_only=True)."),
-    report: bool = typer.Option(True, "--report/--no-report",
-                                help="Write a quality report (vs the unquantized model) into OUT/quant_report."),
-    report_workloads: str = typer.Option("chat=mt-bench", "--report-workloads",
-                                         help="Workloads of the report (held-out prompts: calibration ids excluded)."),
-    report_samples: int = typer.Option(4, "--report-samples", help="Report prompts per workload (kept small: "
-                                       "the report re-runs both models on the CPU)."),
-    report_max_new_tokens: int = typer.Option(32, "--report-max-new-tokens",
-                                              help="Reference continuation length per report prompt."),
+    draft_format: str = typer.Option(default(Q, "draft_format"), "--draft-format", help=doc(Q, "draft_format")),
+    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help=doc(Q, "exclude") + " Repeatable."),
+    keep_sensitive: int = typer.Option(default(Q, "keep_sensitive"), "--keep-sensitive", help=doc(Q, "keep_sensitive")),
+    sensitivity_samples: int = typer.Option(default(Q, "sensitivity_samples"), "--sensitivity-samples",
+                                            help=doc(Q, "sensitivity_samples")),
+    sensitivity_seq_len: int = typer.Option(default(Q, "sensitivity_seq_len"), "--sensitivity-seq-len",
+                                            help=doc(Q, "sensitivity_seq_len")),
+    awq_group_size: int = typer.Option(default(Q, "awq_group_size"), "--awq-group-size", help=doc(Q, "awq_group_size")),
+    max_draft_len: int = typer.Option(default(E, "max_draft_len"), help=doc(E, "max_draft_len")),
+    num_eagle_layers: int = typer.Option(default(E, "num_eagle_layers"), help=doc(E, "num_eagle_layers")),
+    max_non_leaves: int = typer.Option(default(E, "max_non_leaves"), help=doc(E, "max_non_leaves")),
+    allow_pickle: bool = typer.Option(default(C, "allow_pickle"), help=doc(C, "allow_pickle")),
+    report: bool = typer.Option(default(Q, "report"), "--report/--no-report", help=doc(Q, "report")),
+    report_workloads: str = typer.Option(entries(default(R, "workloads")), "--report-workloads",
+                                         help="NAME=SOURCE[,...]. " + doc(R, "workloads")),
+    report_samples: int = typer.Option(default(R, "samples"), "--report-samples", help=doc(R, "samples")),
+    report_max_new_tokens: int = typer.Option(default(R, "max_new_tokens"), "--report-max-new-tokens",
+                                              help=doc(R, "max_new_tokens")),
 ):
     """Quantize with ModelOpt (calibrated on workload prompts) into a TensorRT-LLM 1.2 checkpoint."""
-    from .quantize import CalibOptions, quantize_eagle, quantize_hf, quantize_pair
+    from ..workloads import parse_workload_specs
+    from .quantize import quantize
 
-    if eagle and draft:
-        raise TrtspecError("--eagle and --draft are mutually exclusive")
-    if draft_format != "same" and not draft:
-        raise TrtspecError("--draft-format applies to a draft-target pair; give --draft too")
     if report and report_samples < 1:
         raise TrtspecError(f"--report-samples: expected a positive integer, got {report_samples}")
-    mixed = bool(exclude) or keep_sensitive != 0
-    if mixed and (eagle or draft):
-        raise TrtspecError("--exclude/--keep-sensitive: mixed precision is written for a plain decoder only, "
-                           "not with --eagle or --draft")
-    opts = CalibOptions(calib=calib, samples=calib_samples, seq_len=calib_seq_len, seed=seed)
-    common = dict(fmt=format, kv_cache=kv_cache, calib=opts, dtype=dtype, tp=tp, group_size=awq_group_size)
-    if eagle:
-        quantize_eagle(hf, eagle, out, max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers,
-                       max_non_leaves=max_non_leaves, allow_pickle=allow_pickle, **common)
-    elif draft:
-        quantize_pair(hf, draft, out, draft_format=draft_format, **common)
-    else:
-        from .pipeline import KeepSensitive
-
-        patterns = [p for item in exclude or [] for p in item.split(",")]
-        quantize_hf(hf, out, exclude=patterns, keep_sensitive=KeepSensitive(keep_sensitive, sensitivity_samples,
-                                                                             sensitivity_seq_len), **common)
+    rep = {s.name: s.source for s in parse_workload_specs(report_workloads)} if report else None
+    options = from_cli(Q, FLAGS, format=format, kv_cache=kv_cache, draft_format=draft_format,
+                       calib={s.name: s.source for s in parse_workload_specs(calib)}, samples=calib_samples,
+                       seq_len=calib_seq_len, seed=seed, awq_group_size=awq_group_size,
+                       exclude=[p for item in exclude or [] for p in item.split(",")], keep_sensitive=keep_sensitive,
+                       sensitivity_samples=sensitivity_samples, sensitivity_seq_len=sensitivity_seq_len,
+                       report=dict(workloads=rep, samples=report_samples, max_new_tokens=report_max_new_tokens)
+                       if report else False)
+    conv = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
+        max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
+    with flag_context(Q.section, FLAGS):
+        quantize(hf, out, options, conv, eagle_head=eagle, draft_hf=draft)
     typer.echo(f"wrote {out}")
     if report:
-        from .report import print_report, report_after_quantize
+        _report(hf, out, options, conv, eagle, draft)
 
-        eagle_opts = dict(max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers,
-                          max_non_leaves=max_non_leaves)
-        try:  # the checkpoint is complete and valid by now: a report that cannot be made is a warning
-            rep = report_after_quantize(hf, out, out / "quant_report", workloads=report_workloads,
-                                        samples=report_samples, max_new_tokens=report_max_new_tokens, seed=seed,
-                                        draft_hf=draft, eagle_head=eagle, eagle_opts=eagle_opts,
-                                        allow_pickle=allow_pickle, progress=lambda m: typer.echo(m, err=True))
-        except TrtspecError as e:
-            typer.echo(f"warning: quality report not written: {e}", err=True)
-            return
+
+def _report(hf: Path, out: Path, options, conv, eagle: Path | None, draft: Path | None) -> None:
+    from ..quality.report import REPORT_DIR, print_report, report_or_warning
+
+    rep = report_or_warning(hf, out, options.report_options(), lambda w: typer.echo(f"warning: {w}", err=True),
+                            seed=options.seed, draft_hf=draft, eagle_head=eagle, eagle_opts=conv.eagle.model_dump(),
+                            allow_pickle=conv.allow_pickle, progress=lambda m: typer.echo(m, err=True))
+    if rep is not None:
         print_report(rep)
-        typer.echo(f"wrote {out / 'quant_report'} (skip with --no-report)")
+        typer.echo(f"wrote {out / REPORT_DIR} (skip with --no-report)")

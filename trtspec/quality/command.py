@@ -1,6 +1,7 @@
 """`trtspec quant-report`: the Typer command (registered by the CLI with `app.command("quant-report")`).
 
-Light at import (no torch): the work is in trtspec.calib.report, imported when the command runs.
+Light at import (no torch): the work is in trtspec.quality.report, imported when the command runs.
+Defaults and help come from QuantReportOptions.
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ from typing import Optional
 import typer
 
 from ..errors import TrtspecError
+from ..options import default, doc, from_cli
+from .options import QuantReportOptions as Q
 
-DEFAULT_WORKLOADS = "chat=mt-bench,code=humaneval"
+
+def entries(workloads: dict[str, str]) -> str:
+    """{name: source} -> the `NAME=SOURCE,...` text of a --workloads flag."""
+    return ",".join(f"{n}={s}" for n, s in workloads.items())
 
 
 def quant_report_command(
@@ -22,25 +28,28 @@ def quant_report_command(
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="The quantized pair's draft checkpoint."),
     ref_draft_ckpt: Optional[Path] = typer.Option(None, "--ref-draft-ckpt",
                                                   help="The reference pair's draft (default: --draft-ckpt)."),
-    workloads: str = typer.Option(DEFAULT_WORKLOADS, "--workloads", help="NAME=SOURCE[,...] (trtspec.workloads)."),
-    samples: int = typer.Option(8, "--samples", help="Held-out prompts per workload."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Reference continuation length per prompt."),
-    max_k: int = typer.Option(4, "--max-k", help="Acceptance length is reported for K = 1..max-k."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the prompt sampling."),
+    workloads: str = typer.Option(entries(default(Q, "workloads")), "--workloads",
+                                  help="NAME=SOURCE[,...]. " + doc(Q, "workloads")),
+    samples: int = typer.Option(default(Q, "samples"), "--samples", help=doc(Q, "samples")),
+    max_new_tokens: int = typer.Option(default(Q, "max_new_tokens"), "--max-new-tokens", help=doc(Q, "max_new_tokens")),
+    max_k: int = typer.Option(default(Q, "max_k"), "--max-k", help=doc(Q, "max_k")),
+    seed: int = typer.Option(default(Q, "seed"), "--seed", help=doc(Q, "seed")),
     out: Path = typer.Option(..., "--out", help="Directory for quality_report.json and quality_report.png."),
 ):
     """Quality of a quantized checkpoint against its unquantized reference: logit RMSE, top-1 agreement,
     held-out perplexity and (with a draft) the change in acceptance length, per workload."""
-    if samples < 1:
-        raise TrtspecError(f"--samples: expected a positive integer, got {samples}")
+    from ..workloads import load_workloads, parse_workload_specs
+
+    specs = parse_workload_specs(workloads)
+    opts = from_cli(Q, workloads={s.name: s.source for s in specs}, samples=samples, max_new_tokens=max_new_tokens,
+                    max_k=max_k, seed=seed)
     if out.exists() and not out.is_dir():
         raise TrtspecError(f"--out {out}: exists and is not a directory")
-    from ..workloads import load_workloads
     from .report import JSON_NAME, PNG_NAME, print_report, quality_report
 
-    wls = load_workloads(workloads, seed=seed)
+    wls = load_workloads(specs, seed=opts.seed)
     report = quality_report(ckpt, ref, wls, out, draft_ckpt=draft_ckpt, ref_draft_ckpt=ref_draft_ckpt,
-                            max_new_tokens=max_new_tokens, samples=samples, seed=seed, max_k=max_k,
-                            progress=lambda m: typer.echo(m, err=True))
+                            max_new_tokens=opts.max_new_tokens, samples=opts.samples, seed=opts.seed,
+                            max_k=opts.max_k, progress=lambda m: typer.echo(m, err=True))
     print_report(report)
     typer.echo(f"wrote {out / JSON_NAME} and {out / PNG_NAME}")
