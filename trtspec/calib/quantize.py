@@ -59,7 +59,7 @@ class CalibOptions:
         if self.prompts is not None:
             return token_id_set(self.prompts, self.samples, self.seq_len)
         if not self.calib:
-            raise TrtspecError("--calib: no calibration source given")
+            raise TrtspecError("quantization.calib: no calibration source given")
         tok = load_tokenizer(tokenizer_dir, "the model's")
         if tok is None:
             raise TrtspecError(f"{tokenizer_dir}: no tokenizer files; calibration prompts are rendered with "

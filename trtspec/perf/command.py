@@ -12,8 +12,11 @@ from typing import List, Optional
 import typer
 
 from ..errors import TrtspecError
-from ..options import default, doc
+from ..options import default, doc, flag_context
 from .options import PerfOptions as P
+
+
+FLAGS = {"duration_s": "--duration", "timeout_s": "--timeout", "connect_timeout_s": "--connect-timeout"}
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -58,18 +61,20 @@ def perf_command(
     from .runner import PerfRunError, check_options, run_perf
 
     specs = parse_workloads(workloads)
-    options = check_options(dict(
-        url=url, model=model, workloads={s.name: s.source for s in specs},
-        concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
-        requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
-        connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
-        tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
+    with flag_context(P.section, FLAGS):
+        options = check_options(dict(
+            url=url, model=model, workloads={s.name: s.source for s in specs},
+            concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
+            requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
+            connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
+            tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
 
         typer.echo(f"wrote {export_for_options(options, export_genai_perf)}")
     try:
-        results = run_perf(options)
+        with flag_context(P.section, FLAGS):
+            results = run_perf(options)
     except PerfRunError as e:  # what was measured still gets its report
         _write_report(e.results, options)
         raise

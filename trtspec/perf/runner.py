@@ -28,6 +28,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..options import first_problem
+
 from .. import __version__
 from ..errors import TrtspecError
 from . import client, load, procs, prompts
@@ -54,9 +56,8 @@ def check_options(options: PerfOptions | dict) -> PerfOptions:
     try:
         return PerfOptions.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "options"
-        raise TrtspecError(f"perf options: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
+        field, msg = first_problem(e)
+        raise TrtspecError(f"perf.{field}: {msg}" if field else f"perf: {msg}") from None
 
 
 def load_points(o: PerfOptions) -> list[tuple[int | None, float | None]]:
@@ -89,7 +90,7 @@ def _settings(o: PerfOptions) -> Settings:
 async def _prepare(o: PerfOptions, workloads: list):
     info = await client.check_server(o.url, o.model, o.connect_timeout_s)
     if o.baseline and "speculation" not in info.inputs:
-        raise TrtspecError(f"--baseline: model {o.model!r} at {o.url} has no 'speculation' input (a repository "
+        raise TrtspecError(f"perf.baseline: model {o.model!r} at {o.url} has no 'speculation' input (a repository "
                            "written before it existed, or not a trtspec repository); regenerate it with `trtspec triton`")
     tokenizer = None
     if o.chat:
@@ -126,7 +127,7 @@ async def _probe(o: PerfOptions, info, texts, channel) -> None:
     r = await client.Stream(client.service_pb2_grpc.GRPCInferenceServiceStub(channel), o.url).send(
         req, pid, o.timeout_s, True)
     if r.status != "ok":
-        raise TrtspecError(f"--baseline: the server refused speculation=false: {r.error}")
+        raise TrtspecError(f"perf.baseline: the server refused speculation=false: {r.error}")
 
 
 async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, progress, task, clock: dict) -> None:
@@ -178,7 +179,7 @@ async def _guard(seconds: float):
             yield
     except TimeoutError:
         raise TrtspecError(f"the run exceeded its {seconds:.0f} s guard (every request has a "
-                           "--timeout, so the client stalled); stopped") from None
+                           "perf.timeout_s, so the client stalled); stopped") from None
 
 
 async def _tick(progress, task, done) -> None:
