@@ -11,7 +11,7 @@ import typer
 
 from .checkpoints.options import ConvertOptions as C, EagleOptions as E
 from .errors import TrtspecError
-from .options import default, doc
+from .options import default, doc, from_cli
 from .runtime.options import GenerateOptions as G
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -32,22 +32,13 @@ def convert(
     allow_pickle: bool = typer.Option(default(C, "allow_pickle"), help=doc(C, "allow_pickle")),
 ):
     """Convert HF weights into a TensorRT-LLM 1.2 checkpoint (plain, EAGLE, or a draft-target pair)."""
-    from .checkpoints import convert as conv
+    from .checkpoints.stage import convert as run_convert
 
     if eagle and draft:
         raise TrtspecError("--eagle and --draft are mutually exclusive")
-    if eagle:
-        from .checkpoints.eagle import convert_eagle
-
-        convert_eagle(hf, eagle, out, dtype=dtype, tp=tp, max_draft_len=max_draft_len,
-                      num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves,
-                      allow_pickle=allow_pickle)
-    elif draft:
-        from .checkpoints.pair import convert_pair
-
-        convert_pair(hf, draft, out, dtype=dtype, tp=tp)
-    else:
-        conv.convert_hf(hf, out, dtype=dtype, tp=tp)
+    options = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
+        max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
+    run_convert(hf, out, options, eagle_head=eagle, draft_hf=draft)
     typer.echo(f"wrote {out}")
 
 

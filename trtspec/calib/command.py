@@ -81,8 +81,8 @@ def _report(hf: Path, out: Path, options, conv, eagle: Path | None, draft: Path 
     from ..quality.report import REPORT_DIR, print_report, report_or_warning
 
     rep = report_or_warning(hf, out, options.report_options(), lambda w: typer.echo(f"warning: {w}", err=True),
-                            seed=options.seed, draft_hf=draft, eagle_head=eagle, eagle_opts=conv.eagle.model_dump(),
-                            allow_pickle=conv.allow_pickle, progress=lambda m: typer.echo(m, err=True))
+                            seed=options.seed, draft_hf=draft, eagle_head=eagle, convert=conv,
+                            progress=lambda m: typer.echo(m, err=True))
     if rep is not None:
         print_report(rep)
         typer.echo(f"wrote {out / REPORT_DIR} (skip with --no-report)")

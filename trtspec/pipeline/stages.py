@@ -107,31 +107,30 @@ def run_derive(ctx: Ctx) -> str:
 
 
 def run_convert(ctx: Ctx) -> str:
-    r, out = ctx.recipe, ctx.paths.ckpt
-    if r.mode == "eagle":
-        from ..checkpoints.eagle import convert_eagle
+    from ..checkpoints.stage import convert
 
-        e = r.eagle
-        convert_eagle(target_hf(ctx), Path(r.draft.eagle), out, dtype=r.dtype, tp=r.tp, max_draft_len=e.max_draft_len,
-                      num_eagle_layers=e.num_eagle_layers, max_non_leaves=e.max_non_leaves,
-                      allow_pickle=r.allow_pickle, overwrite=True)
-        return "EagleForCausalLM checkpoint"
-    from ..checkpoints.pair import convert_pair
+    r, eagle = ctx.recipe, ctx.recipe.mode == "eagle"
+    convert(target_hf(ctx), ctx.paths.ckpt, convert_options(r), eagle_head=Path(r.draft.eagle) if eagle else None,
+            draft_hf=None if eagle else draft_hf(ctx), overwrite=True)
+    return "EagleForCausalLM checkpoint" if eagle else "pair: target/ + draft/"
 
-    convert_pair(target_hf(ctx), draft_hf(ctx), out, dtype=r.dtype, tp=r.tp, overwrite=True)
-    return "pair: target/ + draft/"
+
+def convert_options(r: Recipe):
+    """The recipe's top-level dtype, tp, eagle and allow_pickle (Recipe inherits ConvertOptions)."""
+    from ..checkpoints.options import ConvertOptions
+
+    return ConvertOptions(**r.model_dump(include=set(ConvertOptions.model_fields)))
 
 
 def run_quantize(ctx: Ctx) -> str:
     """calib.quantize.quantize, then the quality report (a report that cannot be made is a warning,
     as in `trtspec quantize`: the checkpoint is complete and valid by then)."""
     from ..calib.quantize import quantize
-    from ..checkpoints.options import ConvertOptions
 
     r, out = ctx.recipe, ctx.paths.ckpt
     q = ctx.recipe.quantization
     options = q if q.calib is not None else q.model_copy(update={"calib": dict(r.workloads)})
-    convert = ConvertOptions(dtype=r.dtype, tp=r.tp, eagle=r.eagle, allow_pickle=r.allow_pickle)
+    convert = convert_options(r)
     hf = target_hf(ctx)
     eagle = Path(r.draft.eagle) if r.mode == "eagle" else None
     draft = draft_hf(ctx) if r.mode == "draft-target" else None
@@ -142,8 +141,7 @@ def run_quantize(ctx: Ctx) -> str:
         from ..quality.report import print_report, report_or_warning
 
         report = report_or_warning(hf, out, report_options, lambda w: ctx.log(f"warning: {w}"), seed=q.seed,
-                                   draft_hf=draft, eagle_head=eagle, eagle_opts=r.eagle.model_dump(),
-                                   allow_pickle=r.allow_pickle, progress=ctx.log)
+                                   draft_hf=draft, eagle_head=eagle, convert=convert, progress=ctx.log)
         if report is None:
             return note + "; quality report not written (see the warning)"
         print_report(report, ctx.console)

@@ -46,6 +46,7 @@ from ..errors import TrtspecError
 from ..fsutil import write_text_atomic
 from .metrics import PooledMetrics, pair_acceptance, teacher_forced_logits
 from .render import plot_report, print_report, report_table  # noqa: F401  (the report's API)
+from ..checkpoints.options import ConvertOptions
 from .options import QualityReportOptions
 from .samples import calibration_ids, held_out_samples, mixed_precision, quant_block
 
@@ -197,32 +198,26 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
 
 def report_after_quantize(hf: Path, quant_out: Path, options: QualityReportOptions, seed: int = 0,
                           draft_hf: Path | None = None, eagle_head: Path | None = None,
-                          eagle_opts: dict | None = None, allow_pickle: bool = False, progress=None,
-                          report_dir: Path | None = None) -> dict:
+                          convert: ConvertOptions | None = None, progress=None, report_dir: Path | None = None) -> dict:
     """The report `trtspec quantize` and the recipe's quantize stage write into `quant_out/quant_report`
     (or `report_dir`).
 
     The reference is the same HF model (and draft / EAGLE head) converted unquantized in float32
     into a temporary directory (deleted afterwards). The runtime computes in float32, so the
-    reference is exactly the HF weights. `seed` is the quantization's (the prompt sampling's) seed."""
+    reference is exactly the HF weights. `seed` is the quantization's (the prompt sampling's) seed;
+    `convert` its conversion options (EAGLE limits, allow_pickle; dtype and tp are the reference's own)."""
     import tempfile
 
-    from ..checkpoints.convert import convert_hf
+    from ..checkpoints.stage import convert as convert_ckpt
     from ..workloads import load_workloads
 
     wls = load_workloads([f"{n}={s}" for n, s in options.workloads.items()], seed=seed)
+    ref_options = (convert or ConvertOptions()).model_copy(update={"dtype": "float32", "tp": 1})
     with tempfile.TemporaryDirectory(prefix="trtspec-quant-ref-") as tmp:
-        ref = Path(tmp) / "ref"
+        ref = convert_ckpt(hf, Path(tmp) / "ref", ref_options, eagle_head=eagle_head)
         ref_draft = None
-        if eagle_head is not None:
-            from ..checkpoints.eagle import convert_eagle
-
-            convert_eagle(hf, eagle_head, ref, dtype="float32", allow_pickle=allow_pickle, **(eagle_opts or {}))
-        else:
-            convert_hf(hf, ref, dtype="float32")
         if draft_hf is not None:
-            ref_draft = Path(tmp) / "ref_draft"
-            convert_hf(draft_hf, ref_draft, dtype="float32")
+            ref_draft = convert_ckpt(draft_hf, Path(tmp) / "ref_draft", ref_options)
         out_dir = Path(report_dir) if report_dir is not None else Path(quant_out) / REPORT_DIR
         return quality_report(quant_out, ref, wls, out_dir, ref_draft_ckpt=ref_draft,
                               max_new_tokens=options.max_new_tokens, samples=options.samples, seed=seed,
