@@ -73,7 +73,8 @@ def main() -> None:
                   + (f"   sensitivity measurement: {sens['seconds']:.1f} s" if sens else ""), flush=True)
         if args.report_samples > 0:
             from trtspec.quality.options import QualityReportOptions
-            from trtspec.quality.report import print_report, report_after_quantize
+            from trtspec.quality.render import print_report
+            from trtspec.quality.report import report_after_quantize
 
             report_dir = args.report_out or out / "quant_report"
             start = time.perf_counter()

@@ -5,9 +5,10 @@ the recipe section (trtspec/recipe.py composes them), the argument of the stage'
 the source of the CLI flags' defaults and help (`default`, `doc`). So a default is written once;
 tests/test_cli_options.py checks that the Typer commands and the recipe agree with the models.
 
-Errors: a model's validation error names the field as `SECTION.field` (`profile.max_k: ...`);
-`from_cli` re-words it with the flag the user typed (`--max-k: ...`), and the recipe layer
-(recipe.explain) with the file and section. Light at import (pydantic only): `trtspec --help` reads
+Errors: library errors name the field as `SECTION.field` (`profile.max_k: ...`, `tune.cost: ...`);
+the CLI re-words them with the flag the user typed (`from_cli` for validation, `flag_context` for the
+library call: `--max-k: ...`), and the recipe layer adds the file (recipe.explain) or the stage name
+(pipeline runner: `stage tune failed: tune.cost: ...`). Light at import (pydantic only): `trtspec --help` reads
 the defaults without importing torch.
 """
 
@@ -27,15 +28,6 @@ class StageOptions(BaseModel):
     """A stage's options: unknown keys are errors (a misspelt recipe key must not fall back silently)."""
     model_config = ConfigDict(extra="forbid")
     section: ClassVar[str] = "options"  # the recipe section / error prefix, e.g. "profile"
-
-    @classmethod
-    def checked(cls: type[M], **values: Any) -> M:
-        """Validate, turning the first problem into a TrtspecError that names `section.field`."""
-        try:
-            return cls.model_validate(values)
-        except ValidationError as e:
-            field, msg = first_problem(e)
-            raise TrtspecError(f"{cls.section}.{field}: {msg}" if field else f"{cls.section}: {msg}") from None
 
 
 def first_problem(e: ValidationError) -> tuple[str, str]:

@@ -1,7 +1,10 @@
 """The recipe YAML of `trtspec run`: every input and setting of the pipeline in one file.
 
 A recipe names the models, the workloads and one section per stage; `trtspec run` turns it into
-stage calls (trtspec/pipeline). Why pydantic with `extra="forbid"` everywhere: a misspelt key in a
+stage calls (trtspec/pipeline). Each section IS the stage's options model (trtspec/<stage>/options.py),
+the same model that gives the CLI flags their defaults, so a default is written once
+(tests/test_cli_options.py keeps it so). Values the build and triton stages check against the
+checkpoint or engines (batch sizes, lengths) are checked there, when the stage runs. Why pydantic with `extra="forbid"` everywhere: a misspelt key in a
 long-lived YAML file must fail loudly (naming the key and what is allowed) instead of silently
 falling back to a default and producing a different engine or tuning.
 
@@ -25,7 +28,7 @@ can be moved together and run from anywhere. `target: default` is the embedded S
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 

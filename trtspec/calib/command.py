@@ -78,7 +78,8 @@ def quantize_command(
 
 
 def _report(hf: Path, out: Path, options, conv, eagle: Path | None, draft: Path | None) -> None:
-    from ..quality.report import REPORT_DIR, print_report, report_or_warning
+    from ..quality.render import print_report
+    from ..quality.report import REPORT_DIR, report_or_warning
 
     rep = report_or_warning(hf, out, options.report_options(), lambda w: typer.echo(f"warning: {w}", err=True),
                             seed=options.seed, draft_hf=draft, eagle_head=eagle, convert=conv,

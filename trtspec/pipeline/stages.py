@@ -138,7 +138,8 @@ def run_quantize(ctx: Ctx) -> str:
     note = f"{q.format}" + (f" + {q.kv_cache} KV" if q.kv_cache else "")
     report_options = q.report_options()
     if report_options is not None:
-        from ..quality.report import print_report, report_or_warning
+        from ..quality.render import print_report
+        from ..quality.report import report_or_warning
 
         report = report_or_warning(hf, out, report_options, lambda w: ctx.log(f"warning: {w}"), seed=q.seed,
                                    draft_hf=draft, eagle_head=eagle, convert=convert, progress=ctx.log)

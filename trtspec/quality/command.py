@@ -45,7 +45,8 @@ def quant_report_command(
                     max_k=max_k, seed=seed)
     if out.exists() and not out.is_dir():
         raise TrtspecError(f"--out {out}: exists and is not a directory")
-    from .report import JSON_NAME, PNG_NAME, print_report, quality_report
+    from .render import print_report
+    from .report import JSON_NAME, PNG_NAME, quality_report
 
     wls = load_workloads(specs, seed=opts.seed)
     report = quality_report(ckpt, ref, wls, out, draft_ckpt=draft_ckpt, ref_draft_ckpt=ref_draft_ckpt,

@@ -33,7 +33,7 @@ Per workload, both checkpoints run in the PyTorch runtime with TRT-LLM numerics:
   same draft as the quantized pair (then the delta isolates the target's quantization).
 
 Outputs in `out_dir` (written atomically): `quality_report.json` (schema `trtspec.quant-report/1`),
-`quality_report.png`; `print_report` prints a rich table.
+`quality_report.png` (render.py; `render.print_report` prints a rich table).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from pathlib import Path
 from ..errors import TrtspecError
 from ..fsutil import write_text_atomic
 from .metrics import PooledMetrics, pair_acceptance, teacher_forced_logits
-from .render import plot_report, print_report, report_table  # noqa: F401  (the report's API)
+from .render import plot_report
 from ..checkpoints.options import ConvertOptions
 from .options import QualityReportOptions
 from .samples import calibration_ids, held_out_samples, mixed_precision, quant_block
