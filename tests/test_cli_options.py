@@ -67,7 +67,8 @@ COMMANDS = {
                             "concurrency": (PerfOptions, "concurrency", none_is_empty),
                             "duration": (PerfOptions, "duration_s", None), "timeout": (PerfOptions, "timeout_s", None),
                             "connect_timeout": (PerfOptions, "connect_timeout_s", None)}),
-    "quant-report": (quant_report_command, {**{f: (QuantReportOptions, f, None) for f in QuantReportOptions.model_fields},
+    "quant-report": (quant_report_command, {**{f: (QuantReportOptions, f, None)
+                                               for f in QuantReportOptions.model_fields},
                                             "workloads": (QuantReportOptions, "workloads", entries)}),
 }
 QUANT_FIELDS = {f: (QuantizeStage, f, None) for f in QuantizeOptions.model_fields

@@ -81,8 +81,7 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
     the workloads with token-id prompts (tests, API callers; they are taken as held-out). A pair
     directory (target/ + draft/) stands for a checkpoint and its draft."""
     from .. import __version__
-    from ..runtime.generate import generate_batch, load_models, resolve_pair
-    from ..workloads import render
+    from ..runtime.generate import load_models, resolve_pair
 
     if max_new_tokens < 1:
         raise TrtspecError(f"--max-new-tokens: expected a positive integer, got {max_new_tokens}")
@@ -108,56 +107,13 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
         raise TrtspecError(f"{quant_ckpt} and {ref_ckpt}: one is an EAGLE checkpoint and the other is not")
     if qm.eagle is not None:
         max_k = min(max_k, qm.eagle.num_levels, rm.eagle.num_levels)
-    calib_ids = calibration_ids(quant_ckpt)
-
-    sets: list[tuple[str, dict, list[tuple[str, list[int]]]]] = []
-    if prompts is not None:
-        for name, items in prompts.items():
-            items = list(items)[:samples] if samples else list(items)
-            sets.append((name, {"source": "token-ids", "held_out": True, "excluded_calibration_samples": 0},
-                         [(str(i), list(map(int, ids))) for i, ids in items]))
-    else:
-        tok = rm.tokenizer or qm.tokenizer
-        if tok is None:
-            raise TrtspecError(f"{ref_ckpt}: no tokenizer files; workload prompts are rendered with the chat template")
-        for w in workloads:
-            chosen, flag, excluded = held_out_samples(w, calib_ids, samples, seed)
-            sets.append((w.name, {"source": w.source, "held_out": flag, "excluded_calibration_samples": excluded},
-                         [(s.id, render(s, tok)) for s in chosen]))
-    if not sets:
-        raise TrtspecError("--workloads: no workload to report on")
-
+    sets = prompt_sets(quant_ckpt, ref_ckpt, rm, qm, workloads, prompts, samples, seed)
     report_workloads: dict[str, dict] = {}
     for name, meta, items in sets:
         if not items:
             raise TrtspecError(f"workload {name}: no prompts")
         say(f"quality report {name}: {len(items)} prompts x {max_new_tokens} tokens")
-        ref_acc = pair_acceptance(rm, items, max_new_tokens, max_k)
-        if ref_acc is not None:  # the profiler's greedy outputs are the reference continuations
-            outputs = [p.output_ids for p in ref_acc[2]]
-        else:
-            outputs = [r.output_ids[:max_new_tokens]
-                       for r in generate_batch(rm, [p for _, p in items], max_new_tokens, mode="greedy")]
-        acc = PooledMetrics()
-        for (_, prompt), out in zip(items, outputs):
-            seq = list(prompt) + list(out)
-            acc.add(teacher_forced_logits(rm.target, seq), teacher_forced_logits(qm.target, seq), seq, len(prompt))
-        entry = {**meta, "num_samples": len(items), "sample_ids": [i for i, _ in items], **acc.result(),
-                 "acceptance": None}
-        q_acc = pair_acceptance(qm, items, max_new_tokens, max_k) if ref_acc is not None else None
-        if ref_acc is not None and q_acc is not None:
-            rs, qs = ref_acc[1], q_acc[1]
-            delta = {k: (None if qs["accept_length_by_k"][k] is None or rs["accept_length_by_k"][k] is None
-                         else qs["accept_length_by_k"][k] - rs["accept_length_by_k"][k])
-                     for k in rs["accept_length_by_k"]}
-            entry["acceptance"] = {
-                "mode": ref_acc[0], "max_k": max_k,
-                "reference": {"mean_accept_length": rs["mean_accept_length"],
-                              "accept_length_by_k": rs["accept_length_by_k"]},
-                "quantized": {"mean_accept_length": qs["mean_accept_length"],
-                              "accept_length_by_k": qs["accept_length_by_k"]},
-                "delta_by_k": delta, "delta_at_max_k": delta[str(max_k)]}
-        report_workloads[name] = entry
+        report_workloads[name] = workload_entry(rm, qm, meta, items, max_new_tokens, max_k)
 
     agreements = [w["top1_agreement"] for w in report_workloads.values() if w["top1_agreement"] is not None]
     report = {
@@ -181,6 +137,66 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
     if out_dir is not None:
         write_report(report, Path(out_dir))
     return report
+
+
+def prompt_sets(quant_ckpt: Path, ref_ckpt: Path, rm, qm, workloads: list, prompts: dict | None,
+                samples: int | None, seed: int) -> list[tuple[str, dict, list[tuple[str, list[int]]]]]:
+    """[(workload, provenance, [(sample id, prompt ids)])]: token-id `prompts` as given, else each
+    workload's held-out samples rendered with the reference's tokenizer (chat template)."""
+    from ..workloads import render
+
+    sets: list[tuple[str, dict, list[tuple[str, list[int]]]]] = []
+    if prompts is not None:
+        for name, items in prompts.items():
+            items = list(items)[:samples] if samples else list(items)
+            sets.append((name, {"source": "token-ids", "held_out": True, "excluded_calibration_samples": 0},
+                         [(str(i), list(map(int, ids))) for i, ids in items]))
+    else:
+        tok = rm.tokenizer or qm.tokenizer
+        if tok is None:
+            raise TrtspecError(f"{ref_ckpt}: no tokenizer files; workload prompts are rendered with the chat template")
+        calib_ids = calibration_ids(quant_ckpt)
+        for w in workloads:
+            chosen, flag, excluded = held_out_samples(w, calib_ids, samples, seed)
+            sets.append((w.name, {"source": w.source, "held_out": flag, "excluded_calibration_samples": excluded},
+                         [(s.id, render(s, tok)) for s in chosen]))
+    if not sets:
+        raise TrtspecError("--workloads: no workload to report on")
+    return sets
+
+
+def workload_entry(rm, qm, meta: dict, items: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int) -> dict:
+    """One workload of the report: the reference's continuations, both models teacher-forced on
+    them (PooledMetrics), and with drafters the acceptance of both pairs."""
+    from ..runtime.generate import generate_batch
+
+    ref_acc = pair_acceptance(rm, items, max_new_tokens, max_k)
+    if ref_acc is not None:  # the profiler's greedy outputs are the reference continuations
+        outputs = [p.output_ids for p in ref_acc[2]]
+    else:
+        outputs = [r.output_ids[:max_new_tokens]
+                   for r in generate_batch(rm, [p for _, p in items], max_new_tokens, mode="greedy")]
+    acc = PooledMetrics()
+    for (_, prompt), out in zip(items, outputs):
+        seq = list(prompt) + list(out)
+        acc.add(teacher_forced_logits(rm.target, seq), teacher_forced_logits(qm.target, seq), seq, len(prompt))
+    entry = {**meta, "num_samples": len(items), "sample_ids": [i for i, _ in items], **acc.result(),
+             "acceptance": None}
+    q_acc = pair_acceptance(qm, items, max_new_tokens, max_k) if ref_acc is not None else None
+    if ref_acc is not None and q_acc is not None:
+        entry["acceptance"] = acceptance_delta(ref_acc[0], ref_acc[1], q_acc[1], max_k)
+    return entry
+
+
+def acceptance_delta(mode: str, rs: dict, qs: dict, max_k: int) -> dict:
+    """Both pairs' acceptance lengths by K and quantized - reference."""
+    delta = {k: (None if qs["accept_length_by_k"][k] is None or rs["accept_length_by_k"][k] is None
+                 else qs["accept_length_by_k"][k] - rs["accept_length_by_k"][k])
+             for k in rs["accept_length_by_k"]}
+    return {"mode": mode, "max_k": max_k,
+            "reference": {"mean_accept_length": rs["mean_accept_length"], "accept_length_by_k": rs["accept_length_by_k"]},
+            "quantized": {"mean_accept_length": qs["mean_accept_length"], "accept_length_by_k": qs["accept_length_by_k"]},
+            "delta_by_k": delta, "delta_at_max_k": delta[str(max_k)]}
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
