@@ -307,7 +307,20 @@ def perf_command(ctx: Ctx) -> str:
         args += ["--duration", f"{p.duration_s:g}"]
     if p.baseline:
         args.append("--baseline")
+    args += _changed_perf_flags(p)
     return shlex.join(args)
+
+
+def _changed_perf_flags(p) -> list[str]:
+    """The recipe's other perf settings that differ from the CLI's defaults (the same PerfSettings)."""
+    from ..perf.options import PerfSettings
+
+    d = PerfSettings()
+    flags = [("--model", p.model, d.model),
+             ("--connect-timeout", f"{p.connect_timeout_s:g}", f"{d.connect_timeout_s:g}"),
+             ("--processes", str(p.processes), str(d.processes))]
+    out = [x for flag, v, dv in flags if v != dv for x in (flag, v)]
+    return out + ([] if p.chat == d.chat else ["--no-chat" if not p.chat else "--chat"])
 
 
 def perf_not_applicable(ctx: Ctx) -> str | None:
