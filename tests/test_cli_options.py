@@ -12,7 +12,7 @@ import pytest
 from trtspec import cli
 from trtspec.builders.command import build_command
 from trtspec.builders.options import BuildOptions
-from trtspec.calib.command import quantize_command
+from trtspec.quality.quantize_command import quantize_command
 from trtspec.calib.options import QuantizeOptions
 from trtspec.checkpoints.options import ConvertOptions, EagleOptions
 from trtspec.options import default

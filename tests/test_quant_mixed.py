@@ -223,7 +223,7 @@ def test_validator_refuses_gate_pairs_trtllm_would_misbuild(mixed, tmp_path):
 def test_command_exclude_reaches_checkpoint_manifest_and_report(tmp_path):
     from test_quant_report import run, write_prompts
     from tiny_models import save_tiny_tokenizer
-    from trtspec.calib.command import quantize_command
+    from trtspec.quality.quantize_command import quantize_command
     from trtspec.quality.render import report_table
     from trtspec.quality.report import JSON_NAME
 

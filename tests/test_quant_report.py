@@ -130,7 +130,7 @@ def test_quant_report_command(ckpts, tmp_path):
 
 
 def test_quantize_writes_the_report_and_no_report_skips_it(ckpts, tmp_path):
-    from trtspec.calib.command import quantize_command
+    from trtspec.quality.quantize_command import quantize_command
 
     common = ("--hf", ckpts / "hf", "--format", "fp8", "--kv-cache", "fp8", "--calib", f"chat={ckpts / 'chat.jsonl'}",
               "--calib-samples", 3, "--calib-seq-len", 32)

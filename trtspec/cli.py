@@ -91,7 +91,7 @@ def generate(
 def _register_stage_commands() -> None:
     """Stage commands live next to their stage (a thin Typer function over its Python API)."""
     from .builders.command import build_command
-    from .calib.command import quantize_command
+    from .quality.quantize_command import quantize_command
     from .perf.command import perf_command
     from .pipeline.command import run_command
     from .perf.report_command import perf_report_command

@@ -10,4 +10,5 @@ acceptance profiler), so calib does not import tuning.
     report.py    quality_report, report_after_quantize, write_report
     render.py    quality_report.png and the rich table
     command.py   `trtspec quant-report`
+    quantize_command.py  `trtspec quantize`: calib's quantization, then the report
 """

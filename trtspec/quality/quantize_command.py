@@ -1,9 +1,10 @@
 """`trtspec quantize`: the Typer command (registered by the CLI with `app.command("quantize")`).
 
-Every default and help text comes from the options models (QuantizeStage: the quantization and its
-report; ConvertOptions: dtype, tp, EAGLE limits), which are also the recipe's sections. The work is
-trtspec.calib.quantize.quantize, then trtspec.quality.report.report_or_warning (the quality report
-lives above calib and tuning; this CLI module is the one place that joins them for the command).
+The quantize stage is the quantization (trtspec.calib.quantize.quantize) and then, by default, its
+quality report (trtspec.quality.report.report_or_warning), so the command lives here, above both:
+calib stays free of the report's runtime and tuning imports. Every default and help text comes from
+the options models (QuantizeStage: the quantization and its report; ConvertOptions: dtype, tp, EAGLE
+limits), which are also the recipe's sections.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import typer
 from ..checkpoints.options import ConvertOptions as C, EagleOptions as E
 from ..errors import TrtspecError
 from ..options import default, doc, flag_context, from_cli
-from ..quality.command import entries
-from ..quality.options import QualityReportOptions as R, QuantizeStage as Q
+from .command import entries
+from .options import QualityReportOptions as R, QuantizeStage as Q
 
 FLAGS = {"samples": "--calib-samples", "seq_len": "--calib-seq-len", "report": "--report-workloads"}
 
@@ -55,8 +56,8 @@ def quantize_command(
                                               help=doc(R, "max_new_tokens")),
 ):
     """Quantize with ModelOpt (calibrated on workload prompts) into a TensorRT-LLM 1.2 checkpoint."""
+    from ..calib.quantize import quantize
     from ..workloads import parse_workload_specs
-    from .quantize import quantize
 
     if report and report_samples < 1:
         raise TrtspecError(f"--report-samples: expected a positive integer, got {report_samples}")
@@ -78,8 +79,8 @@ def quantize_command(
 
 
 def _report(hf: Path, out: Path, options, conv, eagle: Path | None, draft: Path | None) -> None:
-    from ..quality.render import print_report
-    from ..quality.report import REPORT_DIR, report_or_warning
+    from .render import print_report
+    from .report import REPORT_DIR, report_or_warning
 
     rep = report_or_warning(hf, out, options.report_options(), lambda w: typer.echo(f"warning: {w}", err=True),
                             seed=options.seed, draft_hf=draft, eagle_head=eagle, convert=conv,
