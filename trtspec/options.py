@@ -30,11 +30,18 @@ class StageOptions(BaseModel):
     section: ClassVar[str] = "options"  # the recipe section / error prefix, e.g. "profile"
 
 
+def field_path(loc: tuple) -> tuple:
+    """A validation error's location without pydantic's union member tags (`QualityReportOptions`,
+    `bool`, `function-after[...]`), which are types, not keys a user writes."""
+    def tag(x) -> bool:
+        return isinstance(x, str) and ("[" in x or x[:1].isupper() or x in ("bool", "int", "float", "str"))
+    return tuple(x for x in loc if not tag(x))
+
+
 def first_problem(e: ValidationError) -> tuple[str, str]:
     """(dotted field, message) of a validation error's first problem."""
     err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"] if not (isinstance(x, str) and "[" in x))
-    return loc, err["msg"].removeprefix("Value error, ")
+    return ".".join(str(x) for x in field_path(err["loc"])), err["msg"].removeprefix("Value error, ")
 
 
 def flag_of(field: str) -> str:
@@ -44,13 +51,14 @@ def flag_of(field: str) -> str:
 def from_cli(cls: type[M], flags: dict[str, str] | None = None, **values: Any) -> M:
     """The options of a CLI invocation; a bad value is reported with the flag (`--max-k: ...`).
 
-    flags: {field: flag} where the flag is not `--field-name` (e.g. {"samples": "--calib-samples"})."""
+    flags: {field: flag} where the flag is not `--field-name` (e.g. {"samples": "--calib-samples"});
+    a nested field is looked up dotted first ("report.samples"), then by its top-level name."""
     try:
         return cls.model_validate(values)
     except ValidationError as e:
         field, msg = first_problem(e)
-        top = field.split(".")[0]
-        flag = (flags or {}).get(top) or flag_of(top)
+        top, flags = field.split(".")[0], flags or {}
+        flag = flags.get(field) or flags.get(top) or flag_of(top)
         raise TrtspecError(f"{flag}: {msg}" if field else msg) from None
 
 

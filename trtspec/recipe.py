@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .builders.options import BuildOptions
 from .checkpoints.options import ConvertOptions
 from .errors import TrtspecError
+from .options import field_path
 from .perf.options import PerfSettings
 from .quality.options import QualityReportOptions, QuantizeStage
 from .triton_repo.options import ServeOptions, TritonOptions
@@ -204,7 +205,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
 def explain(e: ValidationError, where: str) -> TrtspecError:
     """The first validation problem as one line: file, dotted field, what was expected."""
     err = e.errors()[0]
-    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))  # drop union member tags
+    loc = field_path(err["loc"])  # union member tags dropped
     dotted = ".".join(str(x) for x in loc) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = _allowed_keys(Recipe, loc[:-1])

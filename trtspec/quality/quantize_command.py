@@ -15,12 +15,12 @@ from typing import Optional
 import typer
 
 from ..checkpoints.options import ConvertOptions as C, EagleOptions as E
-from ..errors import TrtspecError
 from ..options import default, doc, flag_context, from_cli
 from .command import entries
 from .options import QualityReportOptions as R, QuantizeStage as Q
 
-FLAGS = {"samples": "--calib-samples", "seq_len": "--calib-seq-len", "report": "--report-workloads"}
+FLAGS = {"samples": "--calib-samples", "seq_len": "--calib-seq-len", "report.workloads": "--report-workloads",
+         "report.samples": "--report-samples", "report.max_new_tokens": "--report-max-new-tokens"}
 
 
 def quantize_command(
@@ -59,8 +59,6 @@ def quantize_command(
     from ..calib.quantize import quantize
     from ..workloads import parse_workload_specs
 
-    if report and report_samples < 1:
-        raise TrtspecError(f"--report-samples: expected a positive integer, got {report_samples}")
     rep = {s.name: s.source for s in parse_workload_specs(report_workloads)} if report else None
     options = from_cli(Q, FLAGS, format=format, kv_cache=kv_cache, draft_format=draft_format,
                        calib={s.name: s.source for s in parse_workload_specs(calib)}, samples=calib_samples,
