@@ -168,3 +168,38 @@ def test_a_recipe_override_is_caught(monkeypatch):
     monkeypatch.setitem(SECTIONS, "perf", ((PerfSettings,), set(), {}))
     with pytest.raises(AssertionError, match="perf.baseline"):
         test_recipe_sections_are_the_options_models("perf")
+
+
+# ---- errors: the library names the field, the CLI the flag, the recipe the file ----------------------
+
+def test_library_errors_name_the_field_and_the_cli_rewords_them(tmp_path):
+    from trtspec.errors import TrtspecError
+    from trtspec.options import flag_context, from_cli
+    from trtspec.perf.runner import check_options
+    from trtspec.tuning.cost import gpu_preset
+
+    with pytest.raises(TrtspecError, match=r"^tune\.cost: unknown GPU 'a100'"):
+        gpu_preset("a100")
+    with pytest.raises(TrtspecError, match=r"^--cost: unknown GPU 'a100'"), flag_context("tune"):
+        gpu_preset("a100")
+    with pytest.raises(TrtspecError, match=r"^--calib-samples: expected"), flag_context("quantization",
+                                                                                       {"samples": "--calib-samples"}):
+        raise TrtspecError("quantization.samples: expected a positive integer, got 0")
+    with pytest.raises(TrtspecError, match=r"^perf\.requests: "):
+        check_options(dict(workloads={"chat": "mt-bench"}, out=tmp_path, requests=0))
+    with pytest.raises(TrtspecError, match=r"^--max-k: "):
+        from_cli(ProfileOptions, max_k=0)
+
+
+def test_recipe_errors_name_the_file_and_section():
+    from trtspec.errors import TrtspecError
+    from trtspec.recipe import parse_recipe
+
+    base = {"target": "t", "draft": {"hf": "d"}, "workloads": {"chat": "mt-bench"}}
+    with pytest.raises(TrtspecError, match=r"^r\.yaml: profile\.max_k: "):
+        parse_recipe({**base, "profile": {"max_k": 0}}, "r.yaml")
+    with pytest.raises(TrtspecError, match=r"^r\.yaml: quantization\.report\.samples: "):
+        parse_recipe({**base, "quantization": {"format": "fp8", "report": {"samples": 0}}}, "r.yaml")
+    recipe = parse_recipe({**base, "quantization": {"format": "fp8", "exclude": ["*.mlp.proj"], "keep_sensitive": 2,
+                                                    "sensitivity_samples": 4, "sensitivity_seq_len": 32}}, "r.yaml")
+    assert recipe.quantization.exclude == ["*.mlp.proj"] and recipe.quantization.keep_sensitive == 2
