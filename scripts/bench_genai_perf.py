@@ -87,7 +87,7 @@ def build_repository(work: Path) -> tuple[Path, Path]:
     from trtspec.checkpoints.derive import truncate_layers
     from trtspec.checkpoints.pair import convert_pair
     from trtspec.triton_repo.repo import RepoRequest, make_repository
-    from trtspec.tuning.command import run_tune
+    from trtspec.tuning.tune import run_tune
     from trtspec.tuning.schema import dump_json
     from trtspec.tuning.select import SelectConfig
     from trtspec.tuning.synthetic import chain_profile

@@ -72,12 +72,15 @@ def main() -> None:
                   f"({', '.join(mixed['excluded_linears'])})"
                   + (f"   sensitivity measurement: {sens['seconds']:.1f} s" if sens else ""), flush=True)
         if args.report_samples > 0:
-            from trtspec.calib.report import print_report, report_after_quantize
+            from trtspec.quality.options import QualityReportOptions
+            from trtspec.quality.render import print_report
+            from trtspec.quality.report import report_after_quantize
 
             report_dir = args.report_out or out / "quant_report"
             start = time.perf_counter()
-            rep = report_after_quantize(hf, out, report_dir, workloads="chat=mt-bench", samples=args.report_samples,
-                                        max_new_tokens=args.report_max_new_tokens, seed=0)
+            opts = QualityReportOptions(workloads={"chat": "mt-bench"}, samples=args.report_samples,
+                                        max_new_tokens=args.report_max_new_tokens)
+            rep = report_after_quantize(hf, out, opts, seed=0, report_dir=report_dir)
             seconds = time.perf_counter() - start
             print_report(rep)
             w = rep["workloads"]["chat"]

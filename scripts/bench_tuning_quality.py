@@ -11,7 +11,7 @@ For each configuration below:
     `trtspec measure-cost` does; each row the median of 5 runs), once per repetition of step 3
     and just before it, so that table and brute force see the same load; the table used keeps
     each row's fastest repetition (as the brute force keeps each run's fastest). Then tune with
-    it (trtspec.tuning.command.run_tune with the table as --cost: the analytic model's overhead
+    it (trtspec.tuning.tune.run_tune with the table as --cost: the analytic model's overhead
     and efficiencies are fitted to the table, then K is chosen per workload x concurrency band;
     the tuner never sees the brute-force timings);
  3. brute force: decode the same prompts with every K in 0..MAX_K (K = 0: plain greedy), eos
@@ -230,7 +230,7 @@ def best_table(tables):
 
 def tune(cfg: Config, table, work: Path):
     """`trtspec tune --cost TABLE`: fit the analytic model to the table, choose K per workload x band."""
-    from trtspec.tuning.command import run_tune
+    from trtspec.tuning.tune import run_tune
     from trtspec.tuning.fit import save_cost_table
     from trtspec.tuning.select import SelectConfig
 

@@ -223,8 +223,9 @@ def test_validator_refuses_gate_pairs_trtllm_would_misbuild(mixed, tmp_path):
 def test_command_exclude_reaches_checkpoint_manifest_and_report(tmp_path):
     from test_quant_report import run, write_prompts
     from tiny_models import save_tiny_tokenizer
-    from trtspec.calib.command import quantize_command
-    from trtspec.calib.report import JSON_NAME, report_table
+    from trtspec.quality.quantize_command import quantize_command
+    from trtspec.quality.render import report_table
+    from trtspec.quality.report import JSON_NAME
 
     torch.set_num_threads(1)
     make_hf_model("llama", tmp_path / "hf", **{**TINY, "vocab_size": 1001}, num_hidden_layers=2)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tiny_models import make_eagle_head, make_hf_model, save_tiny_tokenizer
 from trtspec.calib import pipeline
-from trtspec.calib.command import quantize_command
+from trtspec.quality.quantize_command import quantize_command
 from trtspec.calib.quantize import CalibOptions, quantize_eagle, quantize_hf, quantize_pair
 from trtspec.errors import TrtspecError
 

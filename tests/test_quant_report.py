@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from tiny_models import make_hf_model, save_tiny_tokenizer
 from trtspec.calib import CalibOptions, quantize_hf
-from trtspec.calib.report import JSON_NAME, PNG_NAME, SCHEMA, calibration_ids, quality_report
-from trtspec.calib.report_command import quant_report_command
+from trtspec.quality.report import JSON_NAME, PNG_NAME, SCHEMA, calibration_ids, quality_report
+from trtspec.quality.command import quant_report_command
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.errors import TrtspecError
 
@@ -130,7 +130,7 @@ def test_quant_report_command(ckpts, tmp_path):
 
 
 def test_quantize_writes_the_report_and_no_report_skips_it(ckpts, tmp_path):
-    from trtspec.calib.command import quantize_command
+    from trtspec.quality.quantize_command import quantize_command
 
     common = ("--hf", ckpts / "hf", "--format", "fp8", "--kv-cache", "fp8", "--calib", f"chat={ckpts / 'chat.jsonl'}",
               "--calib-samples", 3, "--calib-seq-len", 32)

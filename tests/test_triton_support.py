@@ -124,7 +124,7 @@ def tiny_eagle(d: Path) -> Path:
 def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles: int | None = None) -> Path:
     """tuning.json with fixed choices. draft-target: choices = {workload: K or [K per band]};
     eagle: choices = {workload: tree}, workloads sharing a tree share a profile."""
-    from trtspec.tuning.command import run_tune
+    from trtspec.tuning.tune import run_tune
     from trtspec.tuning.schema import dump_json
     from trtspec.tuning.select import SelectConfig
     from trtspec.tuning.synthetic import chain_profile, eagle_profile

@@ -9,7 +9,10 @@ from typing import Optional
 
 import typer
 
+from .checkpoints.options import ConvertOptions as C, EagleOptions as E
 from .errors import TrtspecError
+from .options import default, doc, from_cli
+from .runtime.options import GenerateOptions as G
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Speculative decoding for TensorRT-LLM: convert, quantize, build, tune, serve, measure.")
@@ -19,32 +22,23 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 def convert(
     hf: Path = typer.Option(..., "--hf", help="HF model directory (the target, or the EAGLE base)."),
     out: Path = typer.Option(..., "--out", help="Output checkpoint directory (must not exist or be empty)."),
-    dtype: str = typer.Option("auto", help="float16 | bfloat16 | float32 | auto (the HF dtype)."),
-    tp: int = typer.Option(1, help="Tensor-parallel size (number of rank files)."),
+    dtype: str = typer.Option(default(C, "dtype"), help=doc(C, "dtype")),
+    tp: int = typer.Option(default(C, "tp"), help=doc(C, "tp")),
     eagle: Optional[Path] = typer.Option(None, help="SafeAILab-style EAGLE-1 head directory."),
     draft: Optional[Path] = typer.Option(None, help="HF draft model directory (draft-target pair)."),
-    max_draft_len: int = typer.Option(63, help="EAGLE: maximum number of tree nodes."),
-    num_eagle_layers: int = typer.Option(4, help="EAGLE: tree depth (drafter invocations per step)."),
-    max_non_leaves: int = typer.Option(10, help="EAGLE: maximum non-leaf nodes per tree level."),
-    allow_pickle: bool = typer.Option(False, help="Allow a pytorch_model.bin EAGLE head (weights_only=True)."),
+    max_draft_len: int = typer.Option(default(E, "max_draft_len"), help=doc(E, "max_draft_len")),
+    num_eagle_layers: int = typer.Option(default(E, "num_eagle_layers"), help=doc(E, "num_eagle_layers")),
+    max_non_leaves: int = typer.Option(default(E, "max_non_leaves"), help=doc(E, "max_non_leaves")),
+    allow_pickle: bool = typer.Option(default(C, "allow_pickle"), help=doc(C, "allow_pickle")),
 ):
     """Convert HF weights into a TensorRT-LLM 1.2 checkpoint (plain, EAGLE, or a draft-target pair)."""
-    from .checkpoints import convert as conv
+    from .checkpoints.stage import convert as run_convert
 
     if eagle and draft:
         raise TrtspecError("--eagle and --draft are mutually exclusive")
-    if eagle:
-        from .checkpoints.eagle import convert_eagle
-
-        convert_eagle(hf, eagle, out, dtype=dtype, tp=tp, max_draft_len=max_draft_len,
-                      num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves,
-                      allow_pickle=allow_pickle)
-    elif draft:
-        from .checkpoints.pair import convert_pair
-
-        convert_pair(hf, draft, out, dtype=dtype, tp=tp)
-    else:
-        conv.convert_hf(hf, out, dtype=dtype, tp=tp)
+    options = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
+        max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
+    run_convert(hf, out, options, eagle_head=eagle, draft_hf=draft)
     typer.echo(f"wrote {out}")
 
 
@@ -52,15 +46,16 @@ def convert(
 def generate(
     ckpt: Path = typer.Option(..., "--ckpt", help="TRT-LLM checkpoint directory (plain or EAGLE)."),
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
-    draft_len: int = typer.Option(4, "--draft-len", help="Draft tokens per step (draft-target)."),
-    eagle_choices: Optional[str] = typer.Option(None, "--eagle-choices", help="EAGLE tree as JSON, e.g. [[0],[1],[0,0]]."),
-    eagle_dynamic_top_k: Optional[int] = typer.Option(
-        None, "--eagle-dynamic-top-k", help="EAGLE-2 dynamic tree with this top-k (instead of --eagle-choices)."),
+    draft_len: int = typer.Option(default(G, "draft_len"), "--draft-len", help=doc(G, "draft_len")),
+    eagle_choices: Optional[str] = typer.Option(default(G, "eagle_choices"), "--eagle-choices",
+                                                help=doc(G, "eagle_choices") + " As JSON."),
+    eagle_dynamic_top_k: Optional[int] = typer.Option(default(G, "eagle_dynamic_top_k"), "--eagle-dynamic-top-k",
+                                                      help=doc(G, "eagle_dynamic_top_k")),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Prompt text (uses the checkpoint's tokenizer)."),
     prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="Prompt token ids as a JSON list."),
-    chat: bool = typer.Option(False, help="Render --prompt with the tokenizer's chat template."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens"),
-    ignore_eos: bool = typer.Option(False, help="Do not stop at the end-of-sequence token."),
+    chat: bool = typer.Option(default(G, "chat"), help=doc(G, "chat")),
+    max_new_tokens: int = typer.Option(default(G, "max_new_tokens"), "--max-new-tokens", help=doc(G, "max_new_tokens")),
+    ignore_eos: bool = typer.Option(default(G, "ignore_eos"), help=doc(G, "ignore_eos")),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
@@ -96,11 +91,11 @@ def generate(
 def _register_stage_commands() -> None:
     """Stage commands live next to their stage (a thin Typer function over its Python API)."""
     from .builders.command import build_command
-    from .calib.command import quantize_command
-    from .calib.report_command import quant_report_command
+    from .quality.quantize_command import quantize_command
     from .perf.command import perf_command
     from .pipeline.command import run_command
     from .perf.report_command import perf_report_command
+    from .quality.command import quant_report_command
     from .triton_repo.command import serve_command, triton_command
     from .tuning.command import measure_cost_command, tune_command
     from .tuning.profile_command import profile_command

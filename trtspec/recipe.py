@@ -1,7 +1,10 @@
 """The recipe YAML of `trtspec run`: every input and setting of the pipeline in one file.
 
 A recipe names the models, the workloads and one section per stage; `trtspec run` turns it into
-stage calls (trtspec/pipeline). Why pydantic with `extra="forbid"` everywhere: a misspelt key in a
+stage calls (trtspec/pipeline). Each section IS the stage's options model (trtspec/<stage>/options.py),
+the same model that gives the CLI flags their defaults, so a default is written once
+(tests/test_cli_options.py keeps it so). Values the build and triton stages check against the
+checkpoint or engines (batch sizes, lengths) are checked there, when the stage runs. Why pydantic with `extra="forbid"` everywhere: a misspelt key in a
 long-lived YAML file must fail loudly (naming the key and what is allowed) instead of silently
 falling back to a default and producing a different engine or tuning.
 
@@ -25,11 +28,18 @@ can be moved together and run from anywhere. `target: default` is the embedded S
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .builders.options import BuildOptions
+from .checkpoints.options import ConvertOptions
 from .errors import TrtspecError
+from .options import field_path
+from .perf.options import PerfSettings
+from .quality.options import QualityReportOptions, QuantizeStage
+from .triton_repo.options import ServeOptions, TritonOptions
+from .tuning.options import ProfileOptions, TuneOptions
 
 DEFAULT_TARGET = "default"
 PACKAGED_WORKLOADS = ("mt-bench", "humaneval")  # trtspec.workloads.PACKAGED, without importing it
@@ -63,118 +73,50 @@ class Draft(_Strict):
         return "hf" if self.hf is not None else "eagle" if self.eagle is not None else "derive"
 
 
-class EagleOptions(_Strict):
-    max_draft_len: int = Field(63, ge=1)
-    num_eagle_layers: int = Field(4, ge=1)
-    max_non_leaves: int = Field(10, ge=1)
+# ---- the stage sections: each IS the stage's options model (one default per option) ----------------
+
+Quantization = QuantizeStage  # trtspec.quality.options: calib.QuantizeOptions + the quality report
 
 
-class QualityReport(_Strict):
-    """The quantized-vs-reference report written next to the checkpoint (trtspec.calib.report)."""
-    workloads: dict[str, str] = Field(default_factory=lambda: {"chat": "mt-bench"})
-    samples: int = Field(4, ge=1)
-    max_new_tokens: int = Field(32, ge=1)
-
-
-class Quantization(_Strict):
-    format: Literal["fp8", "int8_sq", "w8a16", "w4a16_awq"]
-    kv_cache: Optional[Literal["fp8", "int8"]] = None
-    draft_format: Literal["same", "fp8", "int8_sq", "w8a16", "w4a16_awq", "none"] = "same"
-    calib: Optional[dict[str, str]] = Field(None, description="NAME: SOURCE; default: the recipe's workloads")
-    samples: int = Field(512, ge=1)
-    seq_len: int = Field(512, ge=1)
-    seed: int = 0
-    awq_group_size: int = Field(128, ge=1)
-    report: Union[QualityReport, bool] = False
-
-
-class Build(_Strict):
-    """trtspec.builders.BuildOptions, plus whether to run trtllm-build when it is on PATH."""
-    gpu: Literal["h100", "h200"] = "h100"
-    max_batch_size: int = Field(64, ge=1)
-    max_input_len: Optional[int] = Field(None, ge=1)
-    max_seq_len: Optional[int] = Field(None, ge=1)
-    max_num_tokens: Optional[int] = Field(None, ge=1)
-    max_draft_len: Optional[int] = Field(None, ge=1, description="draft-target; default: profile.max_k")
-    draft_logits: bool = False
+class Build(BuildOptions):
+    """trtspec.builders.BuildOptions, plus whether the pipeline runs trtllm-build when it is on PATH.
+    `role` is the pipeline's to choose (eagle, or the pair), so a recipe does not set it."""
     engines: bool = Field(False, description="run trtllm-build when it is on PATH (else plan + build.sh only)")
-    timeout_s: float = Field(7200.0, gt=0)
 
-
-class Profile(_Strict):
-    samples: Optional[int] = Field(16, ge=1, description="prompts per workload (seeded sample); null: all")
-    max_new_tokens: Optional[int] = Field(None, ge=1, description="null: each workload's default")
-    max_k: int = Field(8, ge=1, description="longest draft chain / EAGLE depth measured")
-    tree_top_k: int = Field(10, ge=1)
-    seed: int = 0
-
-
-class Tune(_Strict):
-    cost: str = Field("h100", description="h100 | h200 | cpu, or a measured cost table (JSON path)")
-    concurrency_bands: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
-    eagle_node_budget: Optional[int] = Field(None, ge=1)
-    max_profiles: Optional[int] = Field(None, ge=1)
-    context_tokens: Optional[int] = Field(None, ge=0)
-
-    @field_validator("concurrency_bands")
+    @field_validator("role")
     @classmethod
-    def _bands(cls, v: list[int]) -> list[int]:
-        if not v or any(b < 1 for b in v) or len(set(v)) != len(v):
-            raise ValueError("expected distinct positive integers, e.g. [1, 4, 16, 64]")
-        return sorted(v)
-
-
-class Ports(_Strict):
-    """null (the default): a free port is picked at serve time."""
-    http: Optional[int] = Field(None, ge=1, le=65535)
-    grpc: Optional[int] = Field(None, ge=1, le=65535)
-    metrics: Optional[int] = Field(None, ge=1, le=65535)
-
-
-class Triton(_Strict):
-    flavor: Literal["trtllm", "cpu", "llmapi"]
-    ports: Ports = Field(default_factory=Ports)
-    max_batch_size: Optional[int] = Field(None, ge=1)
-    instances: int = Field(1, ge=1)
-    eagle_band: Optional[int] = Field(None, ge=1)
-    default_workload: Optional[str] = None
-    start_timeout_s: float = Field(300.0, gt=0, description="cpu: seconds to wait for the server to be ready")
-
-
-class Perf(_Strict):
-    concurrency: list[int] = Field(default_factory=lambda: [1])
-    request_rate: Optional[float] = Field(None, gt=0)
-    requests: Optional[int] = Field(16, ge=1, description="measured requests per run")
-    duration_s: Optional[float] = Field(None, gt=0)
-    warmup: int = Field(2, ge=0)
-    max_tokens: int = Field(128, ge=1)
-    baseline: bool = True
-    timeout_s: float = Field(300.0, gt=0)
-    seed: int = 0
-    model: str = "generate"
-
-    @field_validator("concurrency")
-    @classmethod
-    def _conc(cls, v: list[int]) -> list[int]:
-        if any(c < 1 for c in v) or len(set(v)) != len(v):
-            raise ValueError("expected distinct positive integers, e.g. [1, 4]")
+    def _auto(cls, v: str) -> str:
+        if v != "auto":
+            raise ValueError("the pipeline picks the role from the mode (eagle, or the pair); leave it out")
         return v
 
 
-class Recipe(_Strict):
+class Triton(TritonOptions, ServeOptions):
+    """trtspec.triton_repo TritonOptions + ServeOptions (the serve stage's ports and start timeout)."""
+    section = "triton"
+    flavor: Literal["trtllm", "cpu", "llmapi"]  # required in a recipe (the CLI says so when it is missing)
+
+
+class Perf(PerfSettings):
+    """trtspec.perf.options.PerfSettings. One deliberate difference: a recipe measures the speedup, so
+    `baseline` is on unless the recipe says otherwise (a lone `trtspec perf` measures only what it is
+    asked to). tests/test_cli_options.py names this as the one allowed difference."""
+    baseline: bool = Field(True, description=PerfSettings.model_fields["baseline"].description)
+
+
+class Recipe(ConvertOptions):
+    """The recipe file. `dtype`, `tp`, `eagle` and `allow_pickle` are ConvertOptions (inherited)."""
+    section = "recipe"
     name: Optional[str] = None
     target: str = Field(description="an HF model directory, or 'default' (the embedded SmolLM2-135M-Instruct)")
     draft: Draft
     mode: Optional[Literal["eagle", "draft-target"]] = None
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    tp: int = Field(1, ge=1)
     threads: Optional[int] = Field(None, ge=1, description="torch intra-op threads of the CPU stages")
-    eagle: EagleOptions = Field(default_factory=EagleOptions)
     quantization: Optional[Quantization] = None
     build: Optional[Build] = None
     workloads: dict[str, str]
-    profile: Profile = Field(default_factory=Profile)
-    tune: Tune = Field(default_factory=Tune)
+    profile: ProfileOptions = Field(default_factory=ProfileOptions)
+    tune: TuneOptions = Field(default_factory=TuneOptions)
     triton: Optional[Triton] = None
     perf: Optional[Perf] = None
 
@@ -210,8 +152,6 @@ class Recipe(_Strict):
                              f"(an EAGLE head means mode eagle; an HF or derived draft means draft-target)")
         if self.perf is not None and self.triton is None:
             raise ValueError("perf needs a triton section (the repository it measures)")
-        if self.perf is not None and not self.perf.concurrency and self.perf.request_rate is None:
-            raise ValueError("perf: give concurrency or request_rate")
         return self
 
     # ---- derived facts the stages use ----
@@ -240,7 +180,7 @@ def resolve_paths(recipe: Recipe, base: Path) -> Recipe:
     r.workloads = {n: _resolve(base, s) for n, s in r.workloads.items()}
     if r.quantization is not None and r.quantization.calib is not None:
         r.quantization.calib = {n: _resolve(base, s) for n, s in r.quantization.calib.items()}
-    if isinstance(r.quantization and r.quantization.report, QualityReport):
+    if isinstance(r.quantization and r.quantization.report, QualityReportOptions):
         rep = r.quantization.report
         rep.workloads = {n: _resolve(base, s) for n, s in rep.workloads.items()}
     if r.tune.cost not in COST_PRESETS:
@@ -265,7 +205,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
 def explain(e: ValidationError, where: str) -> TrtspecError:
     """The first validation problem as one line: file, dotted field, what was expected."""
     err = e.errors()[0]
-    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))  # drop union member tags
+    loc = field_path(err["loc"])  # union member tags dropped
     dotted = ".".join(str(x) for x in loc) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = _allowed_keys(Recipe, loc[:-1])

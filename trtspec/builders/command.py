@@ -13,7 +13,8 @@ import typer
 
 from typing import TYPE_CHECKING
 
-from .options import DEFAULT_BUILD_TIMEOUT_S, BuildOptions
+from ..options import default, doc, from_cli
+from .options import BuildOptions as B
 
 if TYPE_CHECKING:  # the plan pulls in torch; keep `trtspec --help` fast by importing it on use
     from .plan import BuildPlan
@@ -24,38 +25,36 @@ def build_command(
                                                    "with target/ and draft/)."),
     out: Path = typer.Option(..., "--out", help="Output directory (new or empty): build_plan.json, build.sh, "
                                                  "engines/."),
-    role: str = typer.Option("auto", "--role", help="auto | plain | eagle | target | draft. auto: EAGLE checkpoint "
-                                                     "-> eagle, pair directory -> draft + target."),
-    gpu: str = typer.Option("h100", "--gpu", help="h100 | h200 (for the memory estimate)."),
-    max_batch_size: int = typer.Option(64, "--max-batch-size", help="Requests scheduled at once (EAGLE: <= 512)."),
-    max_input_len: Optional[int] = typer.Option(None, "--max-input-len", help="Longest prompt (default: max-seq-len / 2)."),
-    max_seq_len: Optional[int] = typer.Option(None, "--max-seq-len",
-                                              help="Prompt + output tokens (default: min(8192, model positions))."),
-    max_num_tokens: Optional[int] = typer.Option(
-        None, "--max-num-tokens", help="Tokens per engine step (default: 8192, at least batch x (draft + 1))."),
-    max_draft_len: Optional[int] = typer.Option(
-        None, "--max-draft-len", help="Draft-target: most draft tokens per step (default: 8). EAGLE: the checkpoint's."),
-    draft_logits: bool = typer.Option(False, "--draft-logits",
-                                      help="Draft-target: build generation logits for logits-based acceptance."),
-    max_beam_width: int = typer.Option(1, "--max-beam-width", help="Beam search width (speculation needs 1)."),
-    gather_context_logits: bool = typer.Option(False, "--gather-context-logits",
-                                               help="Return prompt logits (not with a draft length)."),
+    role: str = typer.Option(default(B, "role"), "--role", help=doc(B, "role")),
+    gpu: str = typer.Option(default(B, "gpu"), "--gpu", help=doc(B, "gpu")),
+    max_batch_size: int = typer.Option(default(B, "max_batch_size"), "--max-batch-size", help=doc(B, "max_batch_size")),
+    max_input_len: Optional[int] = typer.Option(default(B, "max_input_len"), "--max-input-len",
+                                                help=doc(B, "max_input_len")),
+    max_seq_len: Optional[int] = typer.Option(default(B, "max_seq_len"), "--max-seq-len", help=doc(B, "max_seq_len")),
+    max_num_tokens: Optional[int] = typer.Option(default(B, "max_num_tokens"), "--max-num-tokens",
+                                                 help=doc(B, "max_num_tokens")),
+    max_draft_len: Optional[int] = typer.Option(default(B, "max_draft_len"), "--max-draft-len",
+                                                help=doc(B, "max_draft_len")),
+    draft_logits: bool = typer.Option(default(B, "draft_logits"), "--draft-logits", help=doc(B, "draft_logits")),
+    max_beam_width: int = typer.Option(default(B, "max_beam_width"), "--max-beam-width", help=doc(B, "max_beam_width")),
+    gather_context_logits: bool = typer.Option(default(B, "gather_context_logits"), "--gather-context-logits",
+                                               help=doc(B, "gather_context_logits")),
     dry_run: bool = typer.Option(False, "--dry-run", help="Write the plan and build.sh only, even if trtllm-build "
                                                           "is on PATH."),
-    timeout: float = typer.Option(DEFAULT_BUILD_TIMEOUT_S, "--timeout", help="Seconds allowed per trtllm-build."),
+    timeout: float = typer.Option(default(B, "timeout_s"), "--timeout", help=doc(B, "timeout_s")),
 ) -> None:
     """Plan (and, with trtllm-build on PATH, run) the TensorRT-LLM 1.2 engine builds for H100."""
     from .plan import make_plan
     from .run import build
 
-    opts = BuildOptions(role=role, gpu=gpu, max_batch_size=max_batch_size, max_input_len=max_input_len,
-                        max_seq_len=max_seq_len, max_num_tokens=max_num_tokens, max_draft_len=max_draft_len,
-                        draft_logits=draft_logits, max_beam_width=max_beam_width,
-                        gather_context_logits=gather_context_logits)
+    opts = from_cli(B, {"timeout_s": "--timeout"}, role=role, gpu=gpu, max_batch_size=max_batch_size,
+                    max_input_len=max_input_len, max_seq_len=max_seq_len, max_num_tokens=max_num_tokens,
+                    max_draft_len=max_draft_len, draft_logits=draft_logits, max_beam_width=max_beam_width,
+                    gather_context_logits=gather_context_logits, timeout_s=timeout)
     plan = make_plan(ckpt, opts)
     for line in describe(plan):
         typer.echo(line)
-    result = build(plan, out, dry_run=dry_run, timeout=timeout,
+    result = build(plan, out, dry_run=dry_run, timeout=opts.timeout_s,
                    on_line=lambda name, line: typer.echo(f"[{name}] {line}"))
     typer.echo(result.message)
 

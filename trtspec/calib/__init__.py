@@ -10,7 +10,9 @@ Stages (one module each): `formats` (the four H100 formats and their ModelOpt re
 (mtq.quantize + reading the quantizers back), `mixed`/`sensitivity` (linears kept in the model
 dtype: named by pattern, or the most sensitive ones measured), `eagle_head` (base + EAGLE head as one module),
 `export` (quantizer state -> TRT-LLM tensors, plain torch), `pipeline`/`eagle_quant`/`quantize`
-(the checkpoint writers), `command` (the `trtspec quantize` Typer command).
+(the checkpoint writers; `quantize.quantize` is the stage's entry, taking `options.QuantizeOptions`).
+The quality report, and the `trtspec quantize` command that runs quantization then the report,
+live in trtspec.quality (above calib and tuning).
 
 The checkpoint layout (names, shapes, dtypes, TP rules of the quantized tensors) lives with the
 other layouts in `trtspec.checkpoints.quant`; the validator and the runtime read it from there.

@@ -43,9 +43,9 @@ def split_evenly(total: int, parts: int) -> list[int]:
 
 def check_calib_options(samples: int, seq_len: int) -> None:
     if isinstance(samples, bool) or samples < 1:
-        raise TrtspecError(f"--calib-samples: expected a positive integer, got {samples}")
+        raise TrtspecError(f"quantization.samples: expected a positive integer, got {samples}")
     if isinstance(seq_len, bool) or seq_len < 2:
-        raise TrtspecError(f"--calib-seq-len: expected an integer >= 2, got {seq_len}")
+        raise TrtspecError(f"quantization.seq_len: expected an integer >= 2, got {seq_len}")
 
 
 def load_calib_set(calib: str | list[str], tokenizer, samples: int = 512, seq_len: int = 512,
@@ -65,7 +65,7 @@ def load_calib_set(calib: str | list[str], tokenizer, samples: int = 512, seq_le
         wl = load_workload(spec, seed=seed, samples=share, turns="all-as-separate")
         if len(wl.samples) < share:
             print(f"note: calibration source {spec.name} has {len(wl.samples)} prompts; using all of them "
-                  f"(its share of --calib-samples was {share})", file=sys.stderr)
+                  f"(its share of quantization.samples was {share})", file=sys.stderr)
         ids = [render(s, tokenizer, chat=True, max_prompt_tokens=seq_len, keep="start") for s in wl.samples]
         kept = [(s.id, p) for s, p in zip(wl.samples, ids) if len(p) >= 2]  # EAGLE pairs need two tokens
         prompts += [p for _, p in kept]
@@ -73,7 +73,7 @@ def load_calib_set(calib: str | list[str], tokenizer, samples: int = 512, seq_le
         record.update(ids=[i for i, _ in kept], num_samples=len(kept), tokens=sum(len(p) for _, p in kept))
         records.append(record)
     if not prompts:
-        raise TrtspecError(f"--calib {calib}: no calibration prompt with at least 2 tokens")
+        raise TrtspecError(f"quantization.calib: {calib}: no calibration prompt with at least 2 tokens")
     return CalibSet(prompts, records, seq_len, seed)
 
 

@@ -26,6 +26,7 @@ from ..upstream import trtllm
 from ..checkpoints.convert import check_decoder_tp, prepare_decoder, write_decoder
 from ..checkpoints.eagle import PYTORCH_ROUTE, check_eagle_options, head_spec
 from ..checkpoints.layout import eagle_plans
+from ..checkpoints.options import ConvertOptions
 from ..checkpoints.pair import check_same_tokenizer
 from ..checkpoints.quant import check_group_size
 from ..checkpoints.scheme import QuantScheme
@@ -40,6 +41,7 @@ from .data import CalibSet, check_calib_options, load_calib_set, token_id_set
 from .eagle_quant import calibrate_eagle, write_quantized_eagle
 from .formats import QuantFormat, check_format, check_kv_format
 from .mixed import check_mixed_algo, hf_modules, resolve_excludes
+from .options import QuantizeOptions
 from .pipeline import (KeepSensitive, calibrate_decoder, exclude_sensitive, mixed_record, needs_calibration,
                        write_quantized_decoder)
 from .refusals import check_request, quant_dtype
@@ -59,7 +61,7 @@ class CalibOptions:
         if self.prompts is not None:
             return token_id_set(self.prompts, self.samples, self.seq_len)
         if not self.calib:
-            raise TrtspecError("--calib: no calibration source given")
+            raise TrtspecError("quantization.calib: no calibration source given")
         tok = load_tokenizer(tokenizer_dir, "the model's")
         if tok is None:
             raise TrtspecError(f"{tokenizer_dir}: no tokenizer files; calibration prompts are rendered with "
@@ -191,3 +193,31 @@ def quantize_eagle(base_hf: Path, head_dir: Path, out_dir: Path, fmt: str = "fp8
         write_quantized_eagle(tmp, base_hf, head_dir, base, head, sources, plans, qfmt, layout, calibrated, dtype, tp,
                               eagle_opts)
     return out_dir
+
+
+def quantize(hf: Path, out_dir: Path, options: QuantizeOptions, convert: ConvertOptions | None = None,
+             eagle_head: Path | None = None, draft_hf: Path | None = None, overwrite: bool = False) -> Path:
+    """The quantize stage: `options` is the recipe's `quantization:` section / the `trtspec quantize`
+    flags, `convert` its dtype, tp and EAGLE limits. With `eagle_head` or `draft_hf` the pair is
+    quantized (quantize_eagle / quantize_pair), else the plain decoder (quantize_hf)."""
+    convert = convert or ConvertOptions()
+    if eagle_head is not None and draft_hf is not None:
+        raise TrtspecError("quantize: an EAGLE head and a draft model are mutually exclusive")
+    if options.draft_format != "same" and draft_hf is None:
+        raise TrtspecError("quantization.draft_format: applies to a draft-target pair; give a draft too")
+    if options.mixed and (eagle_head is not None or draft_hf is not None):
+        raise TrtspecError("quantization.exclude: mixed precision (exclude, keep_sensitive) is written for a plain "
+                           "decoder only, not with an EAGLE head or a draft")
+    calib = CalibOptions(calib=[f"{n}={s}" for n, s in options.calib.items()] if options.calib else "mt-bench",
+                         samples=options.samples, seq_len=options.seq_len, seed=options.seed)
+    common = dict(fmt=options.format, kv_cache=options.kv_cache, calib=calib, dtype=convert.dtype, tp=convert.tp,
+                  group_size=options.awq_group_size, overwrite=overwrite)
+    if eagle_head is not None:
+        e = convert.eagle
+        return quantize_eagle(hf, eagle_head, out_dir, max_draft_len=e.max_draft_len,
+                              num_eagle_layers=e.num_eagle_layers, max_non_leaves=e.max_non_leaves,
+                              allow_pickle=convert.allow_pickle, **common)
+    if draft_hf is not None:
+        return quantize_pair(hf, draft_hf, out_dir, draft_format=options.draft_format, **common)
+    keep = KeepSensitive(options.keep_sensitive, options.sensitivity_samples, options.sensitivity_seq_len)
+    return quantize_hf(hf, out_dir, exclude=list(options.exclude), keep_sensitive=keep, **common)

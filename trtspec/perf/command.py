@@ -1,7 +1,7 @@
 """Typer command `trtspec perf` (registered by trtspec/cli.py): a thin layer over runner.run_perf.
 
-Top-level imports stay light (typer and the standard library): grpc, tritonclient, transformers
-and pydantic's models are imported only when the command runs, so `trtspec --help` stays fast.
+Top-level imports stay light (typer, pydantic and the options model): grpc, tritonclient and
+transformers are imported only when the command runs. Defaults and help come from PerfOptions.
 """
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ from typing import List, Optional
 import typer
 
 from ..errors import TrtspecError
+from ..options import default, doc, flag_context
+from .options import PerfOptions as P
+
+
+FLAGS = {"duration_s": "--duration", "timeout_s": "--timeout", "connect_timeout_s": "--connect-timeout"}
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -28,28 +33,25 @@ def perf_command(
     workloads: List[str] = typer.Option(..., "--workloads", help="NAME=SOURCE[,NAME=SOURCE...]: mt-bench, humaneval, "
                                                                  "or a .jsonl/.csv prompt file (repeatable)."),
     out: Path = typer.Option(..., "--out", help="Directory for results.json, requests.csv, summary.csv."),
-    url: str = typer.Option("127.0.0.1:8001", "--url", help="gRPC address of the server (trtspec serve)."),
-    model: str = typer.Option("generate", "--model", help="Model to drive (text_input/max_tokens, streaming)."),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Closed-loop load points, e.g. 1,2,4,8 "
-                                                                          "(default 1 unless --request-rate)."),
-    request_rate: Optional[float] = typer.Option(None, "--request-rate", help="Open loop: Poisson arrivals per second."),
-    requests: Optional[int] = typer.Option(None, "--requests", help="Requests per run (default 8 x concurrency, "
-                                                                   "at least 16; open loop: 10 s of arrivals)."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Seconds per run instead of --requests."),
-    warmup: int = typer.Option(2, "--warmup", help="Unrecorded requests before each run."),
-    baseline: bool = typer.Option(False, "--baseline", help="Also measure speculation off (speculation=false) "
-                                                            "through the same repository."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request before it counts as a timeout."),
-    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to wait for the server and model."),
-    max_tokens: int = typer.Option(256, "--max-tokens", help="max_tokens of every request."),
-    tuning: Optional[Path] = typer.Option(None, "--tuning", help="tuning.json: predicted speedup next to the measured."),
-    seed: int = typer.Option(0, "--seed", help="Prompt order and open-loop arrivals."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer for the chat template (default: "
-                                                                      "the repository's preprocessing tokenizer)."),
-    chat: bool = typer.Option(True, "--chat/--no-chat", help="Render prompts with the chat template, as profile does."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
-    processes: int = typer.Option(1, "--processes", help="Client processes sharing each run's load (for request "
-                                                         "rates one Python process cannot drive)."),
+    url: str = typer.Option(default(P, "url"), "--url", help=doc(P, "url")),
+    model: str = typer.Option(default(P, "model"), "--model", help=doc(P, "model")),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help=doc(P, "concurrency")),
+    request_rate: Optional[float] = typer.Option(default(P, "request_rate"), "--request-rate",
+                                                 help=doc(P, "request_rate")),
+    requests: Optional[int] = typer.Option(default(P, "requests"), "--requests", help=doc(P, "requests")),
+    duration: Optional[float] = typer.Option(default(P, "duration_s"), "--duration", help=doc(P, "duration_s")),
+    warmup: int = typer.Option(default(P, "warmup"), "--warmup", help=doc(P, "warmup")),
+    baseline: bool = typer.Option(default(P, "baseline"), "--baseline", help=doc(P, "baseline")),
+    timeout: float = typer.Option(default(P, "timeout_s"), "--timeout", help=doc(P, "timeout_s")),
+    connect_timeout: float = typer.Option(default(P, "connect_timeout_s"), "--connect-timeout",
+                                          help=doc(P, "connect_timeout_s")),
+    max_tokens: int = typer.Option(default(P, "max_tokens"), "--max-tokens", help=doc(P, "max_tokens")),
+    tuning: Optional[Path] = typer.Option(default(P, "tuning"), "--tuning", help=doc(P, "tuning")),
+    seed: int = typer.Option(default(P, "seed"), "--seed", help=doc(P, "seed")),
+    tokenizer: Optional[Path] = typer.Option(default(P, "tokenizer"), "--tokenizer", help=doc(P, "tokenizer")),
+    chat: bool = typer.Option(default(P, "chat"), "--chat/--no-chat", help=doc(P, "chat")),
+    progress: bool = typer.Option(default(P, "progress"), "--progress/--no-progress", help=doc(P, "progress")),
+    processes: int = typer.Option(default(P, "processes"), "--processes", help=doc(P, "processes")),
     export_genai_perf: Optional[Path] = typer.Option(
         None, "--export-genai-perf", help="Also write genai-perf 0.0.16 inputs and commands reproducing these runs "
                                           "into this directory (trtspec.perf.genai_perf)."),
@@ -59,18 +61,20 @@ def perf_command(
     from .runner import PerfRunError, check_options, run_perf
 
     specs = parse_workloads(workloads)
-    options = check_options(dict(
-        url=url, model=model, workloads={s.name: s.source for s in specs},
-        concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
-        requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
-        connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
-        tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
+    with flag_context(P.section, FLAGS):
+        options = check_options(dict(
+            url=url, model=model, workloads={s.name: s.source for s in specs},
+            concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
+            requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
+            connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
+            tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
 
         typer.echo(f"wrote {export_for_options(options, export_genai_perf)}")
     try:
-        results = run_perf(options)
+        with flag_context(P.section, FLAGS):
+            results = run_perf(options)
     except PerfRunError as e:  # what was measured still gets its report
         _write_report(e.results, options)
         raise

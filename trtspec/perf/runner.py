@@ -26,12 +26,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
+
+from ..options import first_problem
 
 from .. import __version__
 from ..errors import TrtspecError
 from . import client, load, procs, prompts
 from .compare import comparisons, load_predictions
+from .options import PerfOptions
 from .output import write_results
 from .schema import PerfResults, Run, Settings
 from .stats import summarize, to_record
@@ -47,47 +50,14 @@ class PerfRunError(TrtspecError):
         self.results = results
 
 
-class PerfOptions(BaseModel):
-    """Options of one perf invocation (the CLI flags, one to one)."""
-    model_config = ConfigDict(extra="forbid")
-    url: str = "127.0.0.1:8001"
-    model: str = "generate"
-    workloads: dict[str, str] = Field(min_length=1)  # name -> packaged set or JSONL/CSV path
-    concurrency: list[int] = Field(default_factory=list)  # closed-loop load points ([1] if none and no rate)
-    request_rate: float | None = Field(None, gt=0)  # open loop: Poisson arrivals per second
-    requests: int | None = Field(None, ge=1)  # per run; default 8 x concurrency (>= 16), open loop 10 s of arrivals
-    duration_s: float | None = Field(None, gt=0)  # per run, instead of a request count
-    warmup: int = Field(2, ge=0)  # requests per run before measuring, not recorded
-    baseline: bool = False  # also measure speculation off (speculation=false) through the same repository
-    timeout_s: float = Field(60.0, gt=0)  # per request (first send to final response)
-    connect_timeout_s: float = Field(10.0, gt=0)  # how long to wait for the server and model to answer
-    max_tokens: int = Field(256, ge=1)
-    seed: int = 0
-    tuning: Path | None = None  # tuning.json: predicted speedup / AL / K in the comparisons
-    out: Path
-    tokenizer: Path | None = None  # for the chat template; default: the repository's preprocessing tokenizer
-    chat: bool = True  # render prompts with the chat template, as `trtspec profile` does
-    progress: bool = True  # a rich progress bar on stderr
-    processes: int = Field(1, ge=1)  # client processes sharing each run's load (see trtspec.perf.procs)
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.requests is not None and self.duration_s is not None:
-            raise ValueError("give at most one of requests and duration_s")
-        if any(c < 1 for c in self.concurrency):
-            raise ValueError(f"concurrency values must be >= 1, got {self.concurrency}")
-        return self
-
-
 def check_options(options: PerfOptions | dict) -> PerfOptions:
     """Validate (again: a constructed model may have been mutated); errors become one-line TrtspecErrors."""
     data = options.model_dump() if isinstance(options, PerfOptions) else options
     try:
         return PerfOptions.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "options"
-        raise TrtspecError(f"perf options: {loc}: {err['msg'].removeprefix('Value error, ')}") from None
+        field, msg = first_problem(e)
+        raise TrtspecError(f"perf.{field}: {msg}" if field else f"perf: {msg}") from None
 
 
 def load_points(o: PerfOptions) -> list[tuple[int | None, float | None]]:
@@ -120,7 +90,7 @@ def _settings(o: PerfOptions) -> Settings:
 async def _prepare(o: PerfOptions, workloads: list):
     info = await client.check_server(o.url, o.model, o.connect_timeout_s)
     if o.baseline and "speculation" not in info.inputs:
-        raise TrtspecError(f"--baseline: model {o.model!r} at {o.url} has no 'speculation' input (a repository "
+        raise TrtspecError(f"perf.baseline: model {o.model!r} at {o.url} has no 'speculation' input (a repository "
                            "written before it existed, or not a trtspec repository); regenerate it with `trtspec triton`")
     tokenizer = None
     if o.chat:
@@ -157,7 +127,7 @@ async def _probe(o: PerfOptions, info, texts, channel) -> None:
     r = await client.Stream(client.service_pb2_grpc.GRPCInferenceServiceStub(channel), o.url).send(
         req, pid, o.timeout_s, True)
     if r.status != "ok":
-        raise TrtspecError(f"--baseline: the server refused speculation=false: {r.error}")
+        raise TrtspecError(f"perf.baseline: the server refused speculation=false: {r.error}")
 
 
 async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, progress, task, clock: dict) -> None:
@@ -209,7 +179,7 @@ async def _guard(seconds: float):
             yield
     except TimeoutError:
         raise TrtspecError(f"the run exceeded its {seconds:.0f} s guard (every request has a "
-                           "--timeout, so the client stalled); stopped") from None
+                           "perf.timeout_s, so the client stalled); stopped") from None
 
 
 async def _tick(progress, task, done) -> None:

@@ -38,7 +38,8 @@ def _ck(r: Recipe) -> str:
 
 def _models_section(r: Recipe) -> dict:
     return {"target": r.target, "draft": r.draft.model_dump(), "mode": r.mode, "dtype": r.dtype, "tp": r.tp,
-            "eagle": r.eagle.model_dump() if r.mode == "eagle" else None}
+            "eagle": r.eagle.model_dump() if r.mode == "eagle" else None,
+            "allow_pickle": r.allow_pickle if r.mode == "eagle" else None}
 
 
 def _build_section(r: Recipe) -> dict:
@@ -49,7 +50,7 @@ def _build_section(r: Recipe) -> dict:
 
 
 def _triton_section(r: Recipe) -> dict:
-    return r.triton.model_dump(exclude={"ports", "start_timeout_s"}) | {"gpu": r.build.gpu if r.build else "h100"}
+    return r.triton.model_dump(exclude={"ports", "start_timeout_s"}) | {"gpu": st.triton_gpu(r)}
 
 
 def _na(cond, why: str):

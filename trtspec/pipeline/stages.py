@@ -107,48 +107,44 @@ def run_derive(ctx: Ctx) -> str:
 
 
 def run_convert(ctx: Ctx) -> str:
-    r, out = ctx.recipe, ctx.paths.ckpt
-    if r.mode == "eagle":
-        from ..checkpoints.eagle import convert_eagle
+    from ..checkpoints.stage import convert
 
-        e = r.eagle
-        convert_eagle(target_hf(ctx), Path(r.draft.eagle), out, dtype=r.dtype, tp=r.tp, max_draft_len=e.max_draft_len,
-                      num_eagle_layers=e.num_eagle_layers, max_non_leaves=e.max_non_leaves, overwrite=True)
-        return "EagleForCausalLM checkpoint"
-    from ..checkpoints.pair import convert_pair
+    r, eagle = ctx.recipe, ctx.recipe.mode == "eagle"
+    convert(target_hf(ctx), ctx.paths.ckpt, convert_options(r), eagle_head=Path(r.draft.eagle) if eagle else None,
+            draft_hf=None if eagle else draft_hf(ctx), overwrite=True)
+    return "EagleForCausalLM checkpoint" if eagle else "pair: target/ + draft/"
 
-    convert_pair(target_hf(ctx), draft_hf(ctx), out, dtype=r.dtype, tp=r.tp, overwrite=True)
-    return "pair: target/ + draft/"
+
+def convert_options(r: Recipe):
+    """The recipe's top-level dtype, tp, eagle and allow_pickle (Recipe inherits ConvertOptions)."""
+    from ..checkpoints.options import ConvertOptions
+
+    return ConvertOptions(**r.model_dump(include=set(ConvertOptions.model_fields)))
 
 
 def run_quantize(ctx: Ctx) -> str:
-    from ..calib.quantize import CalibOptions, quantize_eagle, quantize_pair
+    """calib.quantize.quantize, then the quality report (a report that cannot be made is a warning,
+    as in `trtspec quantize`: the checkpoint is complete and valid by then)."""
+    from ..calib.quantize import quantize
 
-    r, q, out = ctx.recipe, ctx.recipe.quantization, ctx.paths.ckpt
-    calib = q.calib if q.calib is not None else r.workloads
-    opts = CalibOptions(calib=[f"{n}={s}" for n, s in calib.items()], samples=q.samples, seq_len=q.seq_len,
-                        seed=q.seed)
-    common = dict(fmt=q.format, kv_cache=q.kv_cache, calib=opts, dtype=r.dtype, tp=r.tp, group_size=q.awq_group_size,
-                  overwrite=True)
-    e = r.eagle
-    eagle_opts = dict(max_draft_len=e.max_draft_len, num_eagle_layers=e.num_eagle_layers,
-                      max_non_leaves=e.max_non_leaves)
+    r, out = ctx.recipe, ctx.paths.ckpt
+    q = ctx.recipe.quantization
+    options = q if q.calib is not None else q.model_copy(update={"calib": dict(r.workloads)})
+    convert = convert_options(r)
     hf = target_hf(ctx)
-    if r.mode == "eagle":
-        quantize_eagle(hf, Path(r.draft.eagle), out, **eagle_opts, **common)
-    else:
-        quantize_pair(hf, draft_hf(ctx), out, draft_format=q.draft_format, **common)
+    eagle = Path(r.draft.eagle) if r.mode == "eagle" else None
+    draft = draft_hf(ctx) if r.mode == "draft-target" else None
+    quantize(hf, out, options, convert, eagle_head=eagle, draft_hf=draft, overwrite=True)
     note = f"{q.format}" + (f" + {q.kv_cache} KV" if q.kv_cache else "")
-    if q.report:
-        from ..calib.report import print_report, report_after_quantize
-        from ..recipe import QualityReport
+    report_options = q.report_options()
+    if report_options is not None:
+        from ..quality.render import print_report
+        from ..quality.report import report_or_warning
 
-        rep = q.report if isinstance(q.report, QualityReport) else QualityReport()
-        report = report_after_quantize(
-            hf, out, out / "quant_report", workloads=[f"{n}={s}" for n, s in rep.workloads.items()],
-            samples=rep.samples, max_new_tokens=rep.max_new_tokens, seed=q.seed,
-            draft_hf=draft_hf(ctx) if r.mode == "draft-target" else None,
-            eagle_head=Path(r.draft.eagle) if r.mode == "eagle" else None, eagle_opts=eagle_opts, progress=ctx.log)
+        report = report_or_warning(hf, out, report_options, lambda w: ctx.log(f"warning: {w}"), seed=q.seed,
+                                   draft_hf=draft, eagle_head=eagle, convert=convert, progress=ctx.log)
+        if report is None:
+            return note + "; quality report not written (see the warning)"
         print_report(report, ctx.console)
         agree = (report.get("summary") or {}).get("min_top1_agreement")
         if agree is not None:
@@ -163,13 +159,13 @@ def trtllm_build_on_path() -> bool:
 
 
 def build_options(recipe: Recipe):
+    """The recipe's build section as builders.BuildOptions; a draft-target build drafts up to
+    profile.max_k tokens unless build.max_draft_len says otherwise."""
     from ..builders.options import BuildOptions
 
     b = recipe.build
     k = b.max_draft_len or (recipe.profile.max_k if recipe.mode == "draft-target" else None)
-    return BuildOptions(gpu=b.gpu, max_batch_size=b.max_batch_size, max_input_len=b.max_input_len,
-                        max_seq_len=b.max_seq_len, max_num_tokens=b.max_num_tokens, max_draft_len=k,
-                        draft_logits=b.draft_logits)
+    return BuildOptions(**b.model_dump(exclude={"engines"}) | {"max_draft_len": k})
 
 
 def run_build(ctx: Ctx) -> str:
@@ -177,10 +173,11 @@ def run_build(ctx: Ctx) -> str:
     from ..builders.run import build
 
     b = ctx.recipe.build
-    plan = make_plan(ctx.paths.ckpt, build_options(ctx.recipe))
+    plan_opts = build_options(ctx.recipe)
+    plan = make_plan(ctx.paths.ckpt, plan_opts)
     for w in plan.warnings:
         ctx.log(f"warning: {w}")
-    res = build(plan, ctx.paths.build, dry_run=not b.engines, timeout=b.timeout_s, overwrite=True,
+    res = build(plan, ctx.paths.build, dry_run=not b.engines, timeout=plan_opts.timeout_s, overwrite=True,
                 on_line=lambda name, line: ctx.log(f"[{name}] {line}"))
     if res.built:
         return f"engines built: {', '.join(x.engine_dir for x in plan.builds)}"
@@ -194,14 +191,11 @@ def engines_built(ctx: Ctx) -> bool:
 
 def run_profile(ctx: Ctx) -> str:
     from ..fsutil import write_text_atomic
-    from ..tuning.profile import run_profile as profile
+    from ..tuning.profile import profile_workloads
     from ..tuning.schema import dump_json
-    from ..workloads import load_workloads
 
     p = ctx.recipe.profile
-    wls = load_workloads(ctx.recipe.workload_entries(), seed=p.seed, samples=p.samples,
-                         max_new_tokens=p.max_new_tokens)
-    result = profile(ctx.paths.ckpt, wls, p.max_k, None, p.tree_top_k, progress=ctx.log)
+    result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log)
     write_text_atomic(ctx.paths.profile, dump_json(result))
     def al(w, k):  # profile.json keys K as strings
         return w.accept_length_by_k.get(str(k), float("nan"))
@@ -211,15 +205,12 @@ def run_profile(ctx: Ctx) -> str:
 
 def run_tune(ctx: Ctx) -> str:
     from ..fsutil import atomic_dir, write_text_atomic
-    from ..tuning.command import run_tune as tune
     from ..tuning.report import print_summary, write_plots
     from ..tuning.schema import dump_json
-    from ..tuning.select import SelectConfig
+    from ..tuning.tune import tune_stage
 
     t = ctx.recipe.tune
-    cfg = SelectConfig(concurrency_bands=t.concurrency_bands, max_profiles=t.max_profiles,
-                       context_tokens=t.context_tokens)
-    tuning = tune(ctx.paths.profile, t.cost, None, None, cfg, t.eagle_node_budget)
+    tuning = tune_stage(ctx.paths.profile, t)
     write_text_atomic(ctx.paths.tuning, dump_json(tuning))
     with atomic_dir(ctx.paths.plots, overwrite=True) as tmp:
         write_plots(tuning, tmp)
@@ -250,17 +241,23 @@ def triton_not_applicable(ctx: Ctx, predicted_build: bool | None = None) -> str 
             f"{engines} --flavor trtllm --out {p.repo}")
 
 
+def triton_gpu(r: Recipe) -> str:
+    """triton.gpu when the recipe sets it, else the build section's GPU (the engines'), else the default."""
+    if "gpu" in r.triton.model_fields_set or r.build is None:
+        return r.triton.gpu
+    return r.build.gpu
+
+
 def run_triton(ctx: Ctx) -> str:
+    from ..triton_repo.options import TritonOptions
     from ..triton_repo.repo import RepoRequest, make_repository
 
     r, p = ctx.recipe, ctx.paths
     t = r.triton
     trtllm = t.flavor == "trtllm"
-    res = make_repository(RepoRequest(
-        tuning=p.tuning, flavor=t.flavor, out=p.repo, engines=p.build if trtllm else None,
-        ckpt=None if trtllm else p.ckpt, max_batch_size=t.max_batch_size, instances=t.instances,
-        gpu=r.build.gpu if r.build else "h100", eagle_band=t.eagle_band, default_workload=t.default_workload,
-        overwrite=True))
+    options = t.model_dump(include=set(TritonOptions.model_fields)) | {"gpu": triton_gpu(r)}
+    res = make_repository(RepoRequest(tuning=p.tuning, out=p.repo, engines=p.build if trtllm else None,
+                                      ckpt=None if trtllm else p.ckpt, overwrite=True, **options))
     for w in res.warnings:
         ctx.log(f"warning: {w}")
     return f"{res.flavor} flavor, {res.mode}: {', '.join(res.models)}"
@@ -310,7 +307,20 @@ def perf_command(ctx: Ctx) -> str:
         args += ["--duration", f"{p.duration_s:g}"]
     if p.baseline:
         args.append("--baseline")
+    args += _changed_perf_flags(p)
     return shlex.join(args)
+
+
+def _changed_perf_flags(p) -> list[str]:
+    """The recipe's other perf settings that differ from the CLI's defaults (the same PerfSettings)."""
+    from ..perf.options import PerfSettings
+
+    d = PerfSettings()
+    flags = [("--model", p.model, d.model),
+             ("--connect-timeout", f"{p.connect_timeout_s:g}", f"{d.connect_timeout_s:g}"),
+             ("--processes", str(p.processes), str(d.processes))]
+    out = [x for flag, v, dv in flags if v != dv for x in (flag, v)]
+    return out + ([] if p.chat == d.chat else ["--no-chat" if not p.chat else "--chat"])
 
 
 def perf_not_applicable(ctx: Ctx) -> str | None:
@@ -330,11 +340,8 @@ def run_perf(ctx: Ctx) -> str:
         raise TrtspecError("perf: no server is running (the serve stage starts it)")
     p = ctx.recipe.perf
     with atomic_dir(ctx.paths.perf, overwrite=True) as tmp:
-        results = perf(PerfOptions(
-            url=ctx.server.grpc_url, model=p.model, workloads=dict(ctx.recipe.workloads), concurrency=p.concurrency,
-            request_rate=p.request_rate, requests=p.requests, duration_s=p.duration_s, warmup=p.warmup,
-            baseline=p.baseline, timeout_s=p.timeout_s, max_tokens=p.max_tokens, seed=p.seed,
-            tuning=ctx.paths.tuning, out=tmp))
+        results = perf(PerfOptions(**p.model_dump(), url=ctx.server.grpc_url, workloads=dict(ctx.recipe.workloads),
+                                   tuning=ctx.paths.tuning, out=tmp))
         if not results.completed:
             raise TrtspecError(f"perf run incomplete: {results.error}")
     return f"{len(results.runs)} runs, {len(results.comparisons)} comparisons"

@@ -12,13 +12,13 @@ from typing import Optional
 import typer
 
 from ..errors import TrtspecError
+from ..options import default, doc
+from .options import ServeOptions as S, TritonOptions as T
 
 
 def triton_command(
     tuning: Optional[Path] = typer.Option(None, "--tuning", help="tuning.json from trtspec tune."),
-    flavor: Optional[str] = typer.Option(None, "--flavor", help="trtllm (C++ backend, engines) | llmapi (PyTorch "
-                                                               "backend, HF weights) | cpu (trtspec.runtime on "
-                                                               "checkpoints)."),
+    flavor: Optional[str] = typer.Option(default(T, "flavor"), "--flavor", help=doc(T, "flavor")),
     out: Optional[Path] = typer.Option(None, "--out", help="Repository directory to write (new or empty)."),
     engines: Optional[Path] = typer.Option(None, "--engines", help="trtllm: engine directory, or a trtspec build "
                                                                   "output directory (engines/<name>/)."),
@@ -30,14 +30,13 @@ def triton_command(
                                                                         "EAGLE-3 head or draft model."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: next to the "
                                                                       "checkpoint, or the engines' build plan)."),
-    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="Triton max_batch_size and worker "
-                                                                               "threads (default: the engine's, 8 on cpu)."),
-    instances: int = typer.Option(1, "--instances", help="Instances of preprocessing / postprocessing."),
-    gpu: str = typer.Option("h100", "--gpu", help="trtllm: h100 | h200, for the KV-cache split and memory table."),
-    eagle_band: Optional[int] = typer.Option(None, "--eagle-band", help="EAGLE: the concurrency band whose profiles "
-                                                                       "are served (default: the smallest)."),
-    default_workload: Optional[str] = typer.Option(None, "--default-workload", help="Route unknown/missing workloads "
-                                                                                   "like this one (default: computed)."),
+    max_batch_size: Optional[int] = typer.Option(default(T, "max_batch_size"), "--max-batch-size",
+                                                 help=doc(T, "max_batch_size")),
+    instances: int = typer.Option(default(T, "instances"), "--instances", help=doc(T, "instances")),
+    gpu: str = typer.Option(default(T, "gpu"), "--gpu", help=doc(T, "gpu")),
+    eagle_band: Optional[int] = typer.Option(default(T, "eagle_band"), "--eagle-band", help=doc(T, "eagle_band")),
+    default_workload: Optional[str] = typer.Option(default(T, "default_workload"), "--default-workload",
+                                                   help=doc(T, "default_workload")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
     check: Optional[Path] = typer.Option(None, "--check", help="Only validate this repository."),
 ):
@@ -75,7 +74,7 @@ def serve_command(
     http_port: Optional[int] = typer.Option(None, "--http-port", help="HTTP port (default 8000)."),
     grpc_port: Optional[int] = typer.Option(None, "--grpc-port", help="gRPC port (default 8001)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Metrics port (default 8002)."),
-    timeout: float = typer.Option(300.0, "--timeout", help="cpu: seconds to wait for every model to be ready."),
+    timeout: float = typer.Option(default(S, "start_timeout_s"), "--timeout", help=doc(S, "start_timeout_s")),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="cpu: server log (default: REPO.tritonserver.log "
                                                                     "next to the repository)."),
     exec_: bool = typer.Option(False, "--exec", help="trtllm/llmapi: run the container command instead of printing it."),

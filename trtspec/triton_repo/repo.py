@@ -29,6 +29,7 @@ from ..fsutil import atomic_dir, sha256_file
 from . import contracts as c
 from . import render as r
 from .configs import render as render_config
+from .options import TritonOptions
 from .deploy import (FLAVORS, Artifact, is_eagle3, resolve_checkpoints, resolve_engines, resolve_hf,
                      resolve_tokenizer)
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
@@ -41,6 +42,9 @@ MANIFEST_SCHEMA = "trtspec.triton-repo/1"
 DEFAULT_CPU_BATCH = 8
 
 
+_D = TritonOptions()
+
+
 @dataclass
 class RepoRequest:
     tuning: Path
@@ -51,11 +55,11 @@ class RepoRequest:
     ckpt: Path | None = None
     draft_ckpt: Path | None = None
     tokenizer: Path | None = None
-    max_batch_size: int | None = None
-    instances: int = 1
-    gpu: str = "h100"
-    eagle_band: int | None = None
-    default_workload: str | None = None
+    max_batch_size: int | None = _D.max_batch_size  # defaults: TritonOptions (the flags and the recipe's)
+    instances: int = _D.instances
+    gpu: str = _D.gpu
+    eagle_band: int | None = _D.eagle_band
+    default_workload: str | None = _D.default_workload
     overwrite: bool = False
 
 

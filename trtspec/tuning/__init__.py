@@ -10,5 +10,7 @@
     select.py      maximise predicted tokens/s per workload x band
     schema.py      profile.json and tuning.json (pydantic)
     report.py      plots and the summary table
-    command.py     `trtspec tune`, `trtspec measure-cost`
+    options.py     ProfileOptions, TuneOptions, MeasureConfig (recipe sections, CLI defaults)
+    tune.py        the tune stage as a library call (tune_stage, run_tune)
+    command.py     `trtspec tune`, `trtspec measure-cost`; profile_command.py `trtspec profile`
 """

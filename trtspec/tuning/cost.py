@@ -111,7 +111,7 @@ PRESETS: dict[str, GpuSpec] = {
 
 def gpu_preset(name: str) -> GpuSpec:
     if name not in PRESETS:
-        raise TrtspecError(f"--cost: unknown GPU {name!r} (expected one of {', '.join(PRESETS)} or a cost table file)")
+        raise TrtspecError(f"tune.cost: unknown GPU {name!r} (expected one of {', '.join(PRESETS)} or a cost table file)")
     return PRESETS[name].model_copy()
 
 

@@ -16,19 +16,8 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
-
 from .fit import CostRow, CostTable
-
-
-class MeasureConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    batches: list[int] = Field(default_factory=lambda: [1, 2, 4])
-    num_tokens: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
-    context: int = Field(32, ge=1, description="committed tokens before the timed block")
-    repeats: int = Field(3, ge=1)
-    warmup: int = Field(1, ge=0)
-    seed: int = 0
+from .options import MeasureConfig
 
 
 def _time(fn, repeats: int, warmup: int) -> float:

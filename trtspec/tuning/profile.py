@@ -29,6 +29,7 @@ import torch
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..runtime.generate import Models, generate_batch
+from .options import ProfileOptions
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
 
@@ -153,7 +154,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
         raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
     mode = "eagle" if models.eagle is not None else "draft-target"
     if mode == "eagle" and max_k > models.eagle.num_levels:
-        raise TrtspecError(f"--max-k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
+        raise TrtspecError(f"profile.max_k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
     samples: dict[str, list[dict]] = {}
     for w in workloads:
         prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples]
@@ -172,3 +173,13 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                   "workloads": {w.name: w.manifest() for w in workloads}}
     return build_profile(mode, max_k, tree_top_k if mode == "eagle" else None, conditions, samples)
 
+
+def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt: Path | None = None,
+                      progress=None):
+    """The profile stage: load the workloads (`NAME=SOURCE` entries) as `options` (the recipe's
+    `profile:` section / the `trtspec profile` flags) say, and profile them."""
+    from ..workloads import load_workloads
+
+    loaded = load_workloads(workloads, seed=options.seed, samples=options.samples,
+                            max_new_tokens=options.max_new_tokens)
+    return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress)

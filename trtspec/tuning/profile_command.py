@@ -1,4 +1,6 @@
-"""`trtspec profile`: the Typer command over `trtspec.tuning.profile.run_profile` (imports torch on use)."""
+"""`trtspec profile`: the Typer command over `trtspec.tuning.profile.profile_workloads` (imports torch on use).
+
+Its flags' defaults and help are ProfileOptions' (the recipe's `profile:` section)."""
 
 from __future__ import annotations
 
@@ -7,33 +9,35 @@ from typing import Optional
 
 import typer
 
-from ..errors import TrtspecError
+from ..options import default, doc, flag_context, from_cli
+from .options import ProfileOptions as P
 
 
 def profile_command(
     ckpt: Path = typer.Option(..., "--ckpt", help="Target checkpoint: EagleForCausalLM, or a pair directory."),
     workloads: str = typer.Option(..., "--workloads", help="NAME=SOURCE[,...]; SOURCE: mt-bench, humaneval, or a "
                                                             "JSONL/CSV file of prompts or chat messages."),
-    max_k: int = typer.Option(8, "--max-k", help="Longest chain (or EAGLE depth) to measure."),
+    max_k: int = typer.Option(default(P, "max_k"), "--max-k", help=doc(P, "max_k")),
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
-    samples: Optional[int] = typer.Option(None, "--samples", help="Prompts per workload (seeded sample)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override each workload's default."),
-    tree_top_k: int = typer.Option(10, "--tree-top-k", help="EAGLE: candidate ranks recorded per depth."),
-    seed: int = typer.Option(0, "--seed"),
+    samples: Optional[int] = typer.Option(default(P, "samples"), "--samples", help=doc(P, "samples")),
+    max_new_tokens: Optional[int] = typer.Option(default(P, "max_new_tokens"), "--max-new-tokens",
+                                                 help=doc(P, "max_new_tokens")),
+    tree_top_k: int = typer.Option(default(P, "tree_top_k"), "--tree-top-k", help=doc(P, "tree_top_k")),
+    seed: int = typer.Option(default(P, "seed"), "--seed", help=doc(P, "seed")),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
     from ..fsutil import write_text_atomic
-    from ..workloads import load_workloads, parse_workload_specs
+    from ..workloads import parse_workload_specs
     from .schema import dump_json
 
-    if max_k < 1:
-        raise TrtspecError(f"--max-k: expected >= 1, got {max_k}")
-    loaded = load_workloads(parse_workload_specs(workloads), seed=seed, samples=samples,
-                            max_new_tokens=max_new_tokens)
-    from .profile import run_profile
+    options = from_cli(P, max_k=max_k, samples=samples, max_new_tokens=max_new_tokens, tree_top_k=tree_top_k,
+                       seed=seed)
+    specs = parse_workload_specs(workloads)
+    from .profile import profile_workloads
 
-    profile = run_profile(ckpt, loaded, max_k, draft_ckpt, tree_top_k, progress=typer.echo)
+    with flag_context(P.section):
+        profile = profile_workloads(ckpt, specs, options, draft_ckpt, progress=typer.echo)
     write_text_atomic(out, dump_json(profile))
     for name, w in profile.workloads.items():
         al = ", ".join(f"K={k}: {v:.2f}" for k, v in w.accept_length_by_k.items())

@@ -1,0 +1,53 @@
+"""The options of `trtspec perf`: PerfSettings (how to load the server; the recipe's `perf:`
+section) and PerfOptions (one invocation: settings + where: URL, workloads, tuning, output), the
+argument of runner.run_perf and the source of the CLI flags' defaults and help. Light: pydantic only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from ..options import StageOptions
+
+
+class PerfSettings(StageOptions):
+    """How each run loads the server."""
+    section = "perf"
+    model: str = Field("generate", description="Model to drive (text_input/max_tokens, streaming).")
+    concurrency: list[int] = Field(default_factory=list, description="Closed-loop load points, e.g. 1,2,4,8 "
+                                                                     "(default 1 unless request_rate).")
+    request_rate: float | None = Field(None, gt=0, description="Open loop: Poisson arrivals per second.")
+    requests: int | None = Field(None, ge=1, description="Requests per run (default 8 x concurrency, at least 16; "
+                                                         "open loop: 10 s of arrivals).")
+    duration_s: float | None = Field(None, gt=0, description="Seconds per run instead of a request count.")
+    warmup: int = Field(2, ge=0, description="Unrecorded requests before each run.")
+    baseline: bool = Field(False, description="Also measure speculation off (speculation=false) through the same "
+                                              "repository.")
+    timeout_s: float = Field(60.0, gt=0, description="Seconds per request before it counts as a timeout.")
+    connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for the server and model.")
+    max_tokens: int = Field(256, ge=1, description="max_tokens of every request.")
+    seed: int = Field(0, description="Prompt order and open-loop arrivals.")
+    chat: bool = Field(True, description="Render prompts with the chat template, as profile does.")
+    processes: int = Field(1, ge=1, description="Client processes sharing each run's load (for request rates one "
+                                                "Python process cannot drive; see trtspec.perf.procs).")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.requests is not None and self.duration_s is not None:
+            raise ValueError("give at most one of requests and duration_s")
+        if any(c < 1 for c in self.concurrency):
+            raise ValueError(f"concurrency values must be >= 1, got {self.concurrency}")
+        return self
+
+
+class PerfOptions(PerfSettings):
+    """Options of one perf invocation (the CLI flags, one to one)."""
+    url: str = Field("127.0.0.1:8001", description="gRPC address of the server (trtspec serve).")
+    workloads: dict[str, str] = Field(min_length=1, description="name -> packaged set or JSONL/CSV path")
+    tuning: Path | None = Field(None, description="tuning.json: predicted speedup next to the measured.")
+    out: Path
+    tokenizer: Path | None = Field(None, description="Tokenizer for the chat template (default: the repository's "
+                                                     "preprocessing tokenizer).")
+    progress: bool = Field(True, description="Progress bar on stderr.")

@@ -1,0 +1,81 @@
+"""The numbers of a quality report: logit RMSE, top-1 agreement and perplexity pooled over the
+teacher-forced sequences of one workload, and the acceptance length of a pair (via the profiler)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+@torch.inference_mode()
+def teacher_forced_logits(decoder, seq: list[int]) -> torch.Tensor:
+    logits, _ = decoder.forward(torch.tensor([seq]), decoder.new_cache(1, len(seq)))
+    return logits[0].float()
+
+
+def _nll(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    return float(-torch.log_softmax(logits.double(), -1).gather(-1, targets[:, None]).sum())
+
+
+class PooledMetrics:
+    """Pooled sums over all samples of one workload."""
+
+    def __init__(self):
+        self.sq = 0.0
+        self.max_abs = 0.0
+        self.n_logits = 0
+        self.agree = self.positions = 0
+        self.agree_prompt = self.positions_prompt = 0
+        self.nll = {"prompt": [0.0, 0.0], "continuation": [0.0, 0.0]}  # [ref, quant]
+        self.ntok = {"prompt": 0, "continuation": 0}
+
+    def add(self, lr: torch.Tensor, lq: torch.Tensor, seq: list[int], prompt_len: int) -> None:
+        tokens = torch.tensor(seq)
+        P, L = prompt_len, len(seq)
+        gen = slice(P - 1, L - 1)  # positions predicting the continuation tokens s[P..L-1]
+        if L > P:
+            d = (lq[gen] - lr[gen]).double()
+            self.sq += float((d * d).sum())
+            self.max_abs = max(self.max_abs, float(d.abs().max()))
+            self.n_logits += d.numel()
+            self.agree += int((lq[gen].argmax(-1) == lr[gen].argmax(-1)).sum())
+            self.positions += L - P
+            for i, lg in enumerate((lr, lq)):
+                self.nll["continuation"][i] += _nll(lg[gen], tokens[P:])
+            self.ntok["continuation"] += L - P
+        if P > 1:
+            pr = slice(0, P - 1)
+            self.agree_prompt += int((lq[pr].argmax(-1) == lr[pr].argmax(-1)).sum())
+            self.positions_prompt += P - 1
+            for i, lg in enumerate((lr, lq)):
+                self.nll["prompt"][i] += _nll(lg[pr], tokens[1:P])
+            self.ntok["prompt"] += P - 1
+
+    def result(self) -> dict:
+        def ppl(kind):
+            n = self.ntok[kind]
+            if not n:
+                return {"tokens": 0, "reference": None, "quantized": None, "ratio": None}
+            r, q = (math.exp(x / n) for x in self.nll[kind])
+            return {"tokens": n, "reference": r, "quantized": q, "ratio": q / r}
+
+        return {"positions": self.positions,
+                "logit_rmse": math.sqrt(self.sq / self.n_logits) if self.n_logits else None,
+                "logit_max_abs": self.max_abs if self.n_logits else None,
+                "top1_agreement": self.agree / self.positions if self.positions else None,
+                "top1_agreement_prompt": self.agree_prompt / self.positions_prompt if self.positions_prompt else None,
+                "perplexity": {"prompt": ppl("prompt"), "continuation": ppl("continuation")}}
+
+
+def pair_acceptance(models, prompts, max_new_tokens: int, max_k: int):
+    """(mode, per-workload summary, profiles) of a pair, or None when the models have no drafter."""
+    from ..tuning.acceptance import summarize
+    from ..tuning.profile import profile_prompts
+
+    if models.draft is None and models.eagle is None:
+        return None
+    mode = "eagle" if models.eagle is not None else "draft-target"
+    profiles = profile_prompts(models, prompts, max_new_tokens, max_k)
+    lists = [p.rank_paths if mode == "eagle" else p.match_lengths for p in profiles]
+    return mode, summarize(mode, lists, max_k), profiles

@@ -1,0 +1,43 @@
+"""The options of `trtspec triton` and `trtspec serve`: TritonOptions (how the repository is
+written) and ServeOptions (how the cpu flavor's tritonserver is started). Together they are the
+recipe's `triton:` section; they give the CLI flags' defaults and help, and RepoRequest's defaults.
+Values are checked by repo._check_options, which says why. Light: pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from ..options import StageOptions
+
+
+class TritonOptions(StageOptions):
+    """How the repository is written (trtspec.triton_repo.repo.make_repository)."""
+    section = "triton"
+    flavor: Optional[str] = Field(None, description="trtllm (C++ backend, engines) | llmapi (PyTorch backend, HF "
+                                                    "weights) | cpu (trtspec.runtime on checkpoints).")
+    max_batch_size: Optional[int] = Field(None, description="Triton max_batch_size and worker threads (default: the "
+                                                            "engine's, 8 on cpu).")
+    instances: int = Field(1, description="Instances of preprocessing / postprocessing.")
+    gpu: str = Field("h100", description="trtllm: h100 | h200, for the KV-cache split and memory table.")
+    eagle_band: Optional[int] = Field(None, description="EAGLE: the concurrency band whose profiles are served "
+                                                        "(default: the smallest).")
+    default_workload: Optional[str] = Field(None, description="Route unknown/missing workloads like this one "
+                                                              "(default: computed).")
+
+
+class Ports(StageOptions):
+    """null (the default): the serve command's defaults (8000/8001/8002); in a recipe a free port."""
+    section = "triton.ports"
+    http: Optional[int] = Field(None, ge=1, le=65535, description="HTTP port.")
+    grpc: Optional[int] = Field(None, ge=1, le=65535, description="gRPC port.")
+    metrics: Optional[int] = Field(None, ge=1, le=65535, description="Metrics port.")
+
+
+class ServeOptions(StageOptions):
+    """How the cpu flavor's bundled tritonserver is started (trtspec.triton_repo.serve)."""
+    section = "triton"
+    ports: Ports = Field(default_factory=Ports, description="Ports of the server.")
+    start_timeout_s: float = Field(300.0, gt=0, description="cpu: seconds to wait for every model to be ready.")

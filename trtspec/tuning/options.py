@@ -1,0 +1,60 @@
+"""The options of `trtspec profile`, `trtspec tune` and `trtspec measure-cost`: one model each.
+
+Each is the recipe section (`profile:`, `tune:`), the argument of the library entry
+(tuning.profile.profile_workloads, tuning.tune.tune_stage, tuning.measure.measure_runtime) and the
+source of the CLI flags' defaults and help (see trtspec/options.py). Light: pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field, field_validator
+
+from ..options import StageOptions
+
+
+def distinct_positive(v: list[int], example: str) -> list[int]:
+    if not v or any(b < 1 for b in v) or len(set(v)) != len(v):
+        raise ValueError(f"expected distinct positive integers, e.g. {example}")
+    return sorted(v)
+
+
+class ProfileOptions(StageOptions):
+    """How acceptance is measured (trtspec.tuning.profile)."""
+    section = "profile"
+    samples: Optional[int] = Field(None, ge=1, description="Prompts per workload (seeded sample); null: all.")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="Override each workload's default output length.")
+    max_k: int = Field(8, ge=1, description="Longest chain (or EAGLE depth) to measure.")
+    tree_top_k: int = Field(10, ge=1, description="EAGLE: candidate ranks recorded per depth.")
+    seed: int = Field(0, description="Seed of the prompt sampling.")
+
+
+class TuneOptions(StageOptions):
+    """What the tuner optimises for (trtspec.tuning.select)."""
+    section = "tune"
+    cost: str = Field("h100", description="h100 | h200 | cpu (analytic model) or a measured cost table JSON.")
+    concurrency_bands: list[int] = Field(default_factory=lambda: [1, 4, 16, 64],
+                                         description="Concurrency (batch) bands.")
+    eagle_node_budget: Optional[int] = Field(None, ge=1, description="EAGLE: max tree nodes (default: the "
+                                                                     "checkpoint's max_draft_len).")
+    max_profiles: Optional[int] = Field(None, ge=1, description="EAGLE: served trees per band (default: one per "
+                                                                "workload).")
+    context_tokens: Optional[int] = Field(None, ge=0, description="KV length for step times (default: mean prompt "
+                                                                  "+ half the output).")
+
+    @field_validator("concurrency_bands")
+    @classmethod
+    def _bands(cls, v: list[int]) -> list[int]:
+        return distinct_positive(v, "[1, 4, 16, 64]")
+
+
+class MeasureConfig(StageOptions):
+    """Which forwards `trtspec measure-cost` times (trtspec.tuning.measure)."""
+    section = "measure_cost"
+    batches: list[int] = Field(default_factory=lambda: [1, 2, 4], description="Batch sizes.")
+    num_tokens: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Tokens per forward.")
+    context: int = Field(32, ge=1, description="Committed KV length before the timed forward.")
+    repeats: int = Field(3, ge=1, description="Timed runs per shape (median kept).")
+    warmup: int = Field(1, ge=0, description="Untimed runs per shape before the timed ones.")
+    seed: int = Field(0, description="Seed of the random token ids.")
