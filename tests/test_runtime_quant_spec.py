@@ -18,7 +18,7 @@ from trtspec.calib.quantize import CalibOptions, quantize_eagle, quantize_pair
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.eagle import convert_eagle
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
-from trtspec.runtime.eagle import generate_eagle
+from trtspec.runtime.eagle2 import generate_eagle
 from trtspec.runtime.eagle_net import EagleNet
 from trtspec.runtime.generate import generate_batch, load_models
 from trtspec.runtime.greedy import generate_greedy

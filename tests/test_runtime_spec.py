@@ -25,8 +25,8 @@ from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
 from trtspec.errors import TrtspecError
 from trtspec.runtime.batch import Request
 from trtspec.runtime.draft_target import generate_draft_target
-from trtspec.runtime.eagle import EagleProposer, eagle_tree, generate_eagle
-from trtspec.runtime.eagle2 import DynamicEagleProposer
+from trtspec.runtime.eagle import EagleProposer, eagle_tree
+from trtspec.runtime.eagle2 import DynamicEagleProposer, generate_eagle
 from trtspec.runtime.eagle_net import EagleNet
 from trtspec.runtime.greedy import generate_greedy
 from trtspec.runtime.model import Decoder, prefill

@@ -1,7 +1,8 @@
-"""The cpu flavor's streaming loops (trtspec/triton_repo/cpu_engine.py) yield exactly what the
-runtime's batch loops produce: same tokens, same acceptance statistics, for greedy, draft-target
-(K = 0, 1, 3, 5) and EAGLE; the pieces concatenate to the whole output and the last one is `done`.
-Also `verify_draft`, the stand-in for a draft_tokens_external target step."""
+"""What the cpu flavor's models stream (`runtime.generate.stream_request`, one request through the
+runtime's decoding loop) is exactly what the runtime's batch generation produces: same tokens, same
+acceptance statistics, for greedy, draft-target (K = 0, 1, 3, 5) and EAGLE; the pieces concatenate
+to the whole output and the last one is `done`. Also `verify_external`, the stand-in for a
+draft_tokens_external target step."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import torch
 
 from test_triton_support import TREE_A, tiny_eagle, tiny_pair
-from trtspec.runtime.generate import generate_batch
-from trtspec.triton_repo import cpu_engine
+from trtspec.runtime.decode import verify_external
+from trtspec.runtime.generate import generate_batch, load_models, stream_request
 
 NEW = 40
 
@@ -23,8 +24,8 @@ def m(tmp_path_factory):
     pair, eagle = tiny_pair(d), tiny_eagle(d)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 1001, (n,), generator=g).tolist() for n in (5, 11, 1)]
-    return {"pair": cpu_engine.load_models(pair / "target", pair / "draft"), "eagle": cpu_engine.load_models(eagle),
-            "prompts": prompts}
+    return {"pair": load_models(pair / "target", pair / "draft", tokenizer=False),
+            "eagle": load_models(eagle, tokenizer=False), "prompts": prompts}
 
 
 def collect(pieces):
@@ -38,8 +39,8 @@ def test_draft_target_stream_matches_runtime(m, k):
     models = m["pair"]
     eos = models.eos_ids
     for prompt in m["prompts"]:
-        got, last = collect(cpu_engine.stream_draft_target(models.target, models.draft, prompt, NEW, k, eos))
         mode = "greedy" if k == 0 else "draft-target"
+        got, last = collect(stream_request(models, prompt, NEW, mode, draft_len=k or None, eos_ids=eos))
         ref = generate_batch(models, [prompt], NEW, mode=mode, draft_len=k or None)[0]
         assert got == ref.output_ids
         assert last.finish_reason == ref.finish_reason
@@ -53,8 +54,8 @@ def test_eagle_stream_matches_runtime(m):
     models = m["eagle"]
     for choices in (TREE_A, None):
         for prompt in m["prompts"]:
-            got, last = collect(cpu_engine.stream_eagle(models.target, models.eagle, prompt, NEW, choices,
-                                                        models.eos_ids))
+            got, last = collect(stream_request(models, prompt, NEW, "eagle", eagle_choices=choices,
+                                               eos_ids=models.eos_ids))
             ref = generate_batch(models, [prompt], NEW, mode="eagle", eagle_choices=choices)[0]
             assert got == ref.output_ids
             assert last.stats.acceptance_length == ref.stats.acceptance_length
@@ -64,19 +65,24 @@ def test_greedy_stream_stops_at_eos_and_length(m):
     models = m["pair"]
     prompt = m["prompts"][0]
     ref = generate_batch(models, [prompt], 12, mode="greedy", ignore_eos=True)[0].output_ids
-    got, last = collect(cpu_engine.stream_greedy(models.target, prompt, 12, ()))
+    got, last = collect(stream_request(models, prompt, 12, "greedy", eos_ids=()))
     assert got == ref and last.finish_reason == "length"
-    got, last = collect(cpu_engine.stream_greedy(models.target, prompt, 12, (ref[3],)))
+    got, last = collect(stream_request(models, prompt, 12, "greedy", eos_ids=(ref[3],)))
     assert got == ref[:4] and last.finish_reason == "eos"
+
+
+def verify_draft(target, prompt, draft, max_new_tokens):
+    step = verify_external(target, prompt, draft, max_new_tokens)
+    return step.tokens, step.step.accepted
 
 
 def test_verify_draft(m):
     target = m["pair"].target
     prompt = m["prompts"][1]
     ref = generate_batch(m["pair"], [prompt], 8, mode="greedy", ignore_eos=True)[0].output_ids
-    tokens, accepted = cpu_engine.verify_draft(target, prompt, ref[:3] + [(ref[3] + 1) % 1000 + 3], 8)
+    tokens, accepted = verify_draft(target, prompt, ref[:3] + [(ref[3] + 1) % 1000 + 3], 8)
     assert (tokens, accepted) == (ref[:4], 3)  # 3 accepted, then the target's own 4th token
-    tokens, accepted = cpu_engine.verify_draft(target, prompt, ref[:5], 8)
+    tokens, accepted = verify_draft(target, prompt, ref[:5], 8)
     assert (tokens, accepted) == (ref[:6], 5)  # all accepted + bonus
-    tokens, accepted = cpu_engine.verify_draft(target, prompt, ref[:5], 2)
+    tokens, accepted = verify_draft(target, prompt, ref[:5], 2)
     assert (tokens, accepted) == (ref[:2], 5)  # cut at max_new_tokens, acceptance counted before the cut

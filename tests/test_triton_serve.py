@@ -36,7 +36,7 @@ import pytest
 
 from test_triton_support import TREE_A, TREE_B, tiny_eagle, tiny_pair, tuning_file
 from trtspec.errors import TrtspecError
-from trtspec.triton_repo import cpu_engine
+from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.serve import CpuServer, ServerStartError, free_port
 
@@ -163,7 +163,7 @@ def dt(tmp_path_factory):
     tuning = tuning_file(d / "t" / "tuning.json", "draft-target", DT, bands=(1, 16))
     repo = d / "repo"
     make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=pair))
-    models = cpu_engine.load_models(pair / "target", pair / "draft")
+    models = load_models(pair / "target", pair / "draft", tokenizer=False)
     tok = __import__("transformers").AutoTokenizer.from_pretrained(str(pair / "target"))
     routing = json.loads((repo / "trtspec-repo.json").read_text())["routing"]
     t0 = time.monotonic()
@@ -186,8 +186,9 @@ def _expected(info, text: str, k: int, max_tokens: int):
     m, tok = info["models"], info["tok"]
     ids = tok.encode(text)
     eos = (tok.eos_token_id,)
-    pieces = list(cpu_engine.stream_draft_target(m.target, m.draft, ids, max_tokens, k, eos))
-    greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, max_tokens, eos) for t in p.tokens]
+    mode = "draft-target" if k else "greedy"  # K = 0: spec_decode decodes with the target alone
+    pieces = list(stream_request(m, ids, max_tokens, mode, draft_len=k or None, eos_ids=eos))
+    greedy = [t for p in stream_request(m, ids, max_tokens, "greedy", eos_ids=eos) for t in p.tokens]
     assert [t for p in pieces for t in p.tokens] == greedy
     return tok.decode(greedy, skip_special_tokens=True), pieces[-1].stats.acceptance_length or 1.0, len(greedy)
 
@@ -286,7 +287,7 @@ def test_a_cancelled_stream_frees_the_server(dt):
 def test_cpu_tensorrt_llm_answers_tensorrt_llm_requests(dt):
     m, tok = dt["models"], dt["tok"]
     ids = tok.encode(PROMPTS["chat"])
-    greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, 6, ()) for t in p.tokens]
+    greedy = [t for p in stream_request(m, ids, 6, "greedy", eos_ids=()) for t in p.tokens]
     draft = greedy[:2] + [greedy[2] + 1]
     base = {"input_ids": (ids, "INT32"), "input_lengths": (len(ids), "INT32"), "request_output_len": (4, "INT32"),
             "exclude_input_in_output": (True, "BOOL"), "return_perf_metrics": (True, "BOOL")}
@@ -363,7 +364,7 @@ def eagle(tmp_path_factory):
     repo = d / "repo"
     make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=ckpt))
     server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
-    yield {"repo": repo, "url": server.grpc_url, "models": cpu_engine.load_models(ckpt),
+    yield {"repo": repo, "url": server.grpc_url, "models": load_models(ckpt, tokenizer=False),
            "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(ckpt))}
     assert server.stop() == 0
     assert procs_mentioning(str(repo)) == []
@@ -374,8 +375,8 @@ def test_eagle_profiles_route_by_workload(eagle):
     for workload, tree, model in (("chat", TREE_A, "tensorrt_llm_c1_p0"), ("code", TREE_B, "tensorrt_llm_c1_p1")):
         ids = tok.encode(PROMPTS[workload])
         eos = (tok.eos_token_id,)
-        ref = list(cpu_engine.stream_eagle(m.target, m.eagle, ids, MAX_TOKENS, tree, eos))
-        greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, MAX_TOKENS, eos) for t in p.tokens]
+        ref = list(stream_request(m, ids, MAX_TOKENS, "eagle", eagle_choices=tree, eos_ids=eos))
+        greedy = [t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos) for t in p.tokens]
         assert [t for p in ref for t in p.tokens] == greedy
         pieces, last = request(eagle["url"], PROMPTS[workload], workload)
         assert text_of(pieces) == tok.decode(greedy, skip_special_tokens=True)

@@ -13,7 +13,7 @@ import pytest
 
 from test_triton_serve import procs_mentioning, request, text_of, value
 from test_triton_support import tuning_file
-from trtspec.triton_repo import cpu_engine
+from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.serve import CpuServer, free_port
 
@@ -39,7 +39,7 @@ def smol(smollm2_hf, smollm2_draft_hf, tmp_path_factory):
                "code": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"}
     server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(400)
     yield {"url": server.grpc_url, "tok": tok, "prompts": prompts, "repo": repo,
-           "models": cpu_engine.load_models(d / "pair" / "target", d / "pair" / "draft")}
+           "models": load_models(d / "pair" / "target", d / "pair" / "draft", tokenizer=False)}
     assert server.stop() == 0
     assert procs_mentioning(str(repo)) == []
 
@@ -50,8 +50,8 @@ def test_smollm2_chat_and_code_served_exactly(smol):
     want = {}
     for w, text in smol["prompts"].items():
         ids = tok.encode(text)
-        greedy = [t for p in cpu_engine.stream_greedy(m.target, ids, MAX_TOKENS, eos) for t in p.tokens]
-        spec = list(cpu_engine.stream_draft_target(m.target, m.draft, ids, MAX_TOKENS, K[w], eos))
+        greedy = [t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos) for t in p.tokens]
+        spec = list(stream_request(m, ids, MAX_TOKENS, "draft-target", draft_len=K[w], eos_ids=eos))
         assert [t for p in spec for t in p.tokens] == greedy
         want[w] = (tok.decode(greedy, skip_special_tokens=True), spec[-1].stats.acceptance_length)
     jobs = ["chat", "code"] * 2

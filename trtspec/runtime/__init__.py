@@ -1,12 +1,14 @@
-"""PyTorch executor of TensorRT-LLM 1.2 checkpoints, with the decoding loops the engines run.
+"""PyTorch executor of TensorRT-LLM 1.2 checkpoints, with the decoding loop the engines run.
 
     rope.py, kv_cache.py, model.py   the Llama-family decoder over a ragged, per-row KV cache
     weights.py                       checkpoint tensors -> compute-dtype weights
     quant.py                         quantized linears and KV cache (FP8, INT8-SQ, weight-only, AWQ)
     eagle_net.py                     the EAGLE-1 drafter (eagle_nets.{d})
     tree.py                          eagle_choices validation, tree masks; a chain is a tree
-    speculative.py                   the propose / verify / accept loop (logits passed through)
-    greedy.py, draft_target.py, eagle.py, eagle2.py   one decoding loop (or proposer) each
+    decode.py                        THE decoding loop, a step iterator: prefill, then
+                                     (propose -> target forward -> accept -> commit/emit -> update)*
+    speculative.py                   what the loop passes around: Proposal, Acceptance, accept rules
+    draft_target.py, eagle.py, eagle2.py   the proposers (no proposer = plain greedy, greedy.py)
     stats.py, batch.py               per-request metrics (AL, per-position acceptance) and stops
-    generate.py                      high-level API: load_models, generate_batch, run_generate
+    generate.py                      high-level API: load_models, generate_batch, stream_request, run_generate
 """

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import TrtspecError
 from .batch import Request
+from .decode import generate
 from .model import Decoder, prefill
-from .speculative import Acceptance, Proposal, generate_speculative
+from .speculative import Acceptance, Proposal
 from .stats import GenerationResult
 from .tree import chain
-from ..errors import TrtspecError
 
 
 class DraftModelProposer:
@@ -63,5 +64,4 @@ class DraftModelProposer:
 
 def generate_draft_target(target: Decoder, draft: Decoder, prompts: list[list[int]], max_new_tokens: int,
                           draft_len: int, eos_ids=None) -> list[GenerationResult]:
-    return generate_speculative(target, DraftModelProposer(draft, draft_len, target.vocab_size), prompts,
-                                max_new_tokens, eos_ids)
+    return generate(target, prompts, max_new_tokens, eos_ids, DraftModelProposer(draft, draft_len, target.vocab_size))

@@ -14,6 +14,9 @@ Per step, with committed sequence x_0..x_{n-1} (root r = x_{n-1}, not yet in the
    acceptance walks the tree; the target cache keeps the accepted path (compaction).
 4. the accepted tokens + bonus, paired with the target's hidden states at the path, become the
    drafter's next catch-up pairs.
+
+EAGLE-2 (eagle2.py) reuses the catch-up and update of `EagleProposer` with a dynamic tree;
+`eagle2.eagle_proposer` picks between the two.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ from ..upstream import trtllm as upstream
 from ..errors import TrtspecError
 from .batch import Request
 from .eagle_net import EagleNet
-from .model import Decoder
-from .speculative import Acceptance, Proposal, generate_speculative
-from .stats import GenerationResult
+from .speculative import Acceptance, Proposal
 from .tree import Tree, validate_choices
 
 
@@ -113,18 +114,3 @@ class EagleProposer:
         for i, (b, a) in enumerate(zip(rows.tolist(), accepted)):
             if not requests[b].done:
                 self.pending[b] = (a.tokens, target_hidden[i, a.path])
-
-
-def generate_eagle(target: Decoder, net: EagleNet, prompts: list[list[int]], max_new_tokens: int,
-                   eagle_choices=None, eos_ids=None, dynamic_top_k: int | None = None) -> list[GenerationResult]:
-    """EAGLE-1 with a static tree (`eagle_choices`, default mc_sim_7b_63), or EAGLE-2 with a dynamic
-    tree when `dynamic_top_k` is given (the two are mutually exclusive, as in TRT-LLM)."""
-    if dynamic_top_k is not None:
-        if eagle_choices is not None:
-            raise TrtspecError("eagle_choices and a dynamic tree (EAGLE-2 top-k) are mutually exclusive")
-        from .eagle2 import DynamicEagleProposer
-
-        proposer = DynamicEagleProposer(net, dynamic_top_k, target.vocab_size)
-    else:
-        proposer = EagleProposer(net, eagle_tree(net, eagle_choices), target.vocab_size)
-    return generate_speculative(target, proposer, prompts, max_new_tokens, eos_ids)

@@ -15,6 +15,8 @@ EAGLE-1 engine (trtllm.md §4.4). As in the EAGLE-2 paper (and SafeAILab `topK_g
 Trees differ per row, so verification uses per-row masks and positions. Greedy acceptance is the
 same walk as for static trees, so the output is still exactly the target's greedy output. The
 exact tie-breaking and score normalisation of TRT-LLM's plugin are not reproduced bit for bit.
+
+`eagle_proposer` / `generate_eagle` choose between EAGLE-1 (static tree, eagle.py) and EAGLE-2.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ import torch
 
 from ..errors import TrtspecError
 from .batch import Request
-from .eagle import EagleProposer
+from .decode import generate
+from .eagle import EagleProposer, eagle_tree
 from .eagle_net import EagleNet
+from .model import Decoder
 from .speculative import Proposal
+from .stats import GenerationResult
 from .tree import build
 
 
@@ -111,3 +116,21 @@ class DynamicEagleProposer(EagleProposer):
             tokens.append([row[i].token for i in ids])
             dists.append(torch.stack([out[b][row[i].parent][1] for i in ids]))
         return Proposal(trees, torch.tensor(tokens), torch.stack(dists))
+
+
+def eagle_proposer(net: EagleNet, target_vocab: int, eagle_choices=None,
+                   dynamic_top_k: int | None = None) -> EagleProposer:
+    """EAGLE-1 with a static tree (`eagle_choices`, default mc_sim_7b_63), or EAGLE-2 with a dynamic
+    tree when `dynamic_top_k` is given (the two are mutually exclusive, as in TRT-LLM)."""
+    if dynamic_top_k is None:
+        return EagleProposer(net, eagle_tree(net, eagle_choices), target_vocab)
+    if eagle_choices is not None:
+        raise TrtspecError("eagle_choices and a dynamic tree (EAGLE-2 top-k) are mutually exclusive")
+    return DynamicEagleProposer(net, dynamic_top_k, target_vocab)
+
+
+def generate_eagle(target: Decoder, net: EagleNet, prompts: list[list[int]], max_new_tokens: int,
+                   eagle_choices=None, eos_ids=None, dynamic_top_k: int | None = None) -> list[GenerationResult]:
+    """EAGLE decoding of a batch (see `eagle_proposer` for the tree options)."""
+    return generate(target, prompts, max_new_tokens, eos_ids,
+                    eagle_proposer(net, target.vocab_size, eagle_choices, dynamic_top_k))

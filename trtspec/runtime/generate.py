@@ -1,8 +1,11 @@
-"""High-level decoding API: load checkpoints, tokenize, pick the loop, report ids, text and metrics.
+"""High-level decoding API: load checkpoints, tokenize, pick the proposer, report ids, text and metrics.
 
     models = load_models(ckpt_dir, draft_ckpt=None)          # EAGLE drafter loaded when present
     results = generate_batch(models, [[ids...], ...], 64)    # list[GenerationResult]
+    for row in stream_request(models, ids, 64): ...          # one request, one RowStep per target step
     run_generate(ckpt_dir, prompt="...")                     # what `trtspec generate` prints
+
+Both run the one decoding loop (decode.py) with the proposer `proposer_for` picks.
 
 Modes: greedy (plain checkpoint), draft-target (a draft checkpoint is given, or `ckpt` is a pair
 directory with target/ and draft/ as `trtspec convert --draft` writes), EAGLE (an EagleForCausalLM
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -23,11 +26,12 @@ from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
-from .draft_target import generate_draft_target
-from .eagle import generate_eagle
+from .decode import RowStep, decode, generate, one_request
+from .draft_target import DraftModelProposer
+from .eagle2 import eagle_proposer
 from .eagle_net import EagleNet
-from .greedy import generate_greedy
 from .model import Decoder
+from .speculative import Proposer
 from .stats import GenerationResult
 
 DEFAULT_DRAFT_LEN = 4
@@ -61,10 +65,13 @@ def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
     return tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]))
 
 
-def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32) -> Models:
+def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32,
+                tokenizer: bool = True) -> Models:
+    """tokenizer=False: the Triton python models, whose tokenizer belongs to preprocessing /
+    postprocessing; not importing transformers saves each model stub about 4 s of start-up."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     c = load_checkpoint(ckpt)
-    tok = load_tokenizer(ckpt)
+    tok = load_tokenizer(ckpt) if tokenizer else None
     return Models(target=Decoder(c, dtype),
                   draft=Decoder(load_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
                   eagle=EagleNet(c, dtype) if c.is_eagle else None,
@@ -87,23 +94,38 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
     return mode
 
 
+def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = None, eagle_choices=None,
+                 eagle_dynamic_top_k: int | None = None) -> Proposer | None:
+    """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain greedy."""
+    mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
+    if draft_len is not None and mode != "draft-target":
+        raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
+    if mode == "draft-target":
+        return DraftModelProposer(models.draft, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
+                                  models.target.vocab_size)
+    if mode == "eagle":
+        return eagle_proposer(models.eagle, models.target.vocab_size, eagle_choices, eagle_dynamic_top_k)
+    return None
+
+
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
                    eagle_dynamic_top_k: int | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree."""
-    mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
-    if draft_len is not None and mode != "draft-target":
-        raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
-    eos = () if ignore_eos else models.eos_ids
-    if mode == "draft-target":
-        return generate_draft_target(models.target, models.draft, prompts, max_new_tokens,
-                                     DEFAULT_DRAFT_LEN if draft_len is None else draft_len, eos)
-    if mode == "eagle":
-        return generate_eagle(models.target, models.eagle, prompts, max_new_tokens, eagle_choices, eos,
-                              dynamic_top_k=eagle_dynamic_top_k)
-    return generate_greedy(models.target, prompts, max_new_tokens, eos)
+    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k)
+    return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer)
+
+
+def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
+                   draft_len: int | None = None, eagle_choices=None, eos_ids=None,
+                   eagle_dynamic_top_k: int | None = None) -> Iterator[RowStep]:
+    """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
+    these); eos_ids None = the checkpoint's. The proposer is checked before the first step runs."""
+    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k)
+    eos = models.eos_ids if eos_ids is None else eos_ids
+    return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer))
 
 
 def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:

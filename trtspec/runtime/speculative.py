@@ -1,9 +1,13 @@
-"""The speculative loop: propose -> verify -> accept, with logits passed between the stages.
+"""What the decoding loop (decode.py) passes between its stages: proposals, acceptances, accept rules.
 
     proposal = proposer.propose(rows)          # draft tokens on a tree (a chain is a tree) + draft logits
     logits, hidden = target([root, nodes])     # one forward, tree mask, depth positions
     acceptance = accept(proposal, logits)      # path kept + the target's bonus token
     commit path in the target cache; proposer.update(rows, acceptance, hidden)
+
+Plain decoding has no proposer: its proposal is the empty tree (`NoProposer`), so the block is the
+root alone and the accept rule only picks the target's next token. That is also how the first token
+after the prefill is chosen, so every emitted token goes through the accept rule.
 
 Greedy acceptance (the only one so far) keeps the longest path whose every token is the target's
 argmax after its parent, then appends the target's argmax after the last kept node; the output is
@@ -18,10 +22,9 @@ from typing import Protocol
 
 import torch
 
-from .batch import Request, active_rows, make_requests
-from .model import Decoder, prefill
-from .stats import GenerationResult, Step
-from .tree import Tree
+from .batch import Request
+from .stats import Step
+from .tree import Tree, build
 
 
 @dataclass
@@ -47,6 +50,11 @@ class Acceptance:
     tokens: list[int]  # accepted draft tokens, then the bonus token
     offered: int  # draft positions that could have been accepted along this path (see stats.py)
 
+    @property
+    def step(self) -> Step:
+        """This verification as the metrics count it (accepted draft tokens, offered positions)."""
+        return Step(len(self.path) - 1, self.offered)
+
 
 class Proposer(Protocol):
     max_block: int  # most nodes a proposal can have (sizes the target's cache)
@@ -60,6 +68,35 @@ class Proposer(Protocol):
     def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
                target_hidden: torch.Tensor) -> None:
         """After verification: target_hidden [b', N+1, H] of the verified block."""
+
+
+EMPTY_TREE = build([])  # the root alone: nothing drafted
+
+
+def empty_proposal(rows: int) -> Proposal:
+    """No draft tokens for `rows` rows: the verify block is each row's root only."""
+    return Proposal(EMPTY_TREE, torch.zeros(rows, 0, dtype=torch.long), None)
+
+
+class NoProposer:
+    """Plain decoding as a proposer: nothing is drafted, so each step is one T=1 target forward
+    (the empty tree's mask and positions are those of an ordinary causal step)."""
+    max_block = max_positions = 0
+
+    def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
+        pass
+
+    def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
+        return empty_proposal(len(rows))
+
+    def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
+               target_hidden: torch.Tensor) -> None:
+        pass
+
+
+class AcceptRule(Protocol):
+    def __call__(self, proposal: Proposal, target_logits: torch.Tensor) -> list[Acceptance]:
+        """target_logits [b', N+1, V]: the target's distribution after the root and after each node."""
 
 
 def accept_greedy(proposal: Proposal, target_logits: torch.Tensor) -> list[Acceptance]:
@@ -79,30 +116,3 @@ def accept_greedy(proposal: Proposal, target_logits: torch.Tensor) -> list[Accep
         offered = len(path) - 1 + (1 if tree.children[node] else 0)
         out.append(Acceptance(path, [drafted[b][n - 1] for n in path[1:]] + [want[b][node]], offered))
     return out
-
-
-def generate_speculative(target: Decoder, proposer: Proposer, prompts: list[list[int]], max_new_tokens: int,
-                         eos_ids=None, accept=accept_greedy) -> list[GenerationResult]:
-    reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions)
-    capacity = max(len(p) for p in prompts) + max_new_tokens + proposer.max_block + 1
-    cache = target.new_cache(len(reqs), capacity)
-    rows = torch.arange(len(reqs))
-    logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs])
-    for r, t in zip(reqs, logits.argmax(-1).tolist()):
-        r.stats.target_calls += 1
-        r.emit([t])
-    proposer.start(reqs, rows, hidden)
-    while len(rows := active_rows(reqs)):
-        proposal = proposer.propose(reqs, rows)
-        roots = torch.tensor([[reqs[b].output[-1]] for b in rows.tolist()])
-        block = torch.cat([roots, proposal.tokens], dim=1)
-        logits, hidden = target.forward(block, cache, rows=rows, pos_offsets=proposal.positions(),
-                                        block_mask=proposal.block_mask())
-        accepted = accept(proposal, logits)
-        for b, a in zip(rows.tolist(), accepted):
-            cache.commit(b, a.path)
-            reqs[b].stats.target_calls += 1
-            reqs[b].stats.steps.append(Step(len(a.path) - 1, a.offered))
-            reqs[b].emit(a.tokens)
-        proposer.update(reqs, rows, accepted, hidden)
-    return [r.result() for r in reqs]

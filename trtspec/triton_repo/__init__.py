@@ -8,6 +8,7 @@ Modules, top-down: `command` (the two Typer commands), `repo` (writes a reposito
 `deploy` (what it serves: engines, checkpoints, tokenizer), `routing` (tuning.json -> per-workload
 routes), `render` (every model's config), `contracts` (models, tensors and the calls between them),
 `configs` (config.pbtxt as protobuf), `memory` (GPU memory of the TensorRT-LLM models), `validate`,
-`readme`, `serve` (bundled tritonserver; container commands), `cpu_engine` (streaming decoding on
-trtspec.runtime for the cpu flavor), and `models/` (the python-backend sources copied into repositories).
+`readme`, `serve` (bundled tritonserver; container commands), and `models/` (the python-backend
+sources copied into repositories; the cpu flavor's models stream trtspec.runtime's decoding loop,
+`runtime.generate.stream_request`).
 """

@@ -9,7 +9,7 @@ entry per state (trtspec/tuning/profile.py measures them):
 - EAGLE trees: `rank_paths[t]` = [r_1, .., r_j], r_d = rank (0 = top-1) of x_{t+d} among the
   drafter's candidates at depth d along the true path; a final -1 means "not in the recorded top-k".
 
-Step boundaries (identical to the runtime loop in trtspec/runtime/speculative.py and to TRT-LLM):
+Step boundaries (identical to the runtime loop in trtspec/runtime/decode.py and to TRT-LLM):
 the first token x_1 comes from the target's prefill (context phase), not from a verify step, so
 replay starts at state t = 1. At state t a step accepts
 

@@ -78,17 +78,17 @@ class TritonPythonModel:
             if self.models is None:
                 import torch
 
-                from trtspec.triton_repo.cpu_engine import load_models
+                from trtspec.runtime.generate import load_models
 
                 # one request per worker thread: no intra-op threads on top (see spec_decode.py)
                 torch.set_num_threads(self.torch_threads)
 
-                self.models = load_models(self.path)
+                self.models = load_models(self.path, tokenizer=False)
         return self.models
 
     def _handle(self, request, sender):
         from trtspec.errors import TrtspecError
-        from trtspec.triton_repo import cpu_engine
+        from trtspec.runtime.generate import stream_request
 
         prompt = ids_input(request, "input_ids", "input_lengths")
         n = int(scalar(request, "request_output_len", 0) or 0)
@@ -114,12 +114,12 @@ class TritonPythonModel:
         try:
             if self.role == "eagle":
                 depth = max(len(c) for c in self.choices) if self.choices else None
-                pieces = cpu_engine.stream_eagle(m.target, m.eagle, prompt, n, self.choices, eos)
+                pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos)
             elif draft:
                 pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc)
                 depth = None
             else:
-                pieces = cpu_engine.stream_greedy(m.target, prompt, n, eos)
+                pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos)
                 depth = None
             collected = []
             for piece in pieces:
@@ -140,16 +140,15 @@ class TritonPythonModel:
             sender.send(self._response(tokens, acc, perf, len(prompt), len(collected)), flags=FINAL)
 
     def _verify_then_decode(self, m, prompt, draft, n, eos, acc):
-        from trtspec.triton_repo import cpu_engine
+        from trtspec.runtime.decode import verify_external
+        from trtspec.runtime.generate import stream_request
 
-        tokens, accepted = cpu_engine.verify_draft(m.target, prompt, draft, n, eos)
-        acc["accepted"] += accepted
+        first = verify_external(m.target, prompt, draft, n, eos)
+        acc["accepted"] += first.step.accepted
         acc["drafted"] += len(draft)
-        done = len(tokens) >= n or (tokens and tokens[-1] in eos)
-        yield cpu_engine.Piece(tokens, None, done, None)
-        if not done:
-            for piece in cpu_engine.stream_greedy(m.target, prompt + tokens, n - len(tokens), eos):
-                yield piece
+        yield first
+        if not first.done:
+            yield from stream_request(m, prompt + first.tokens, n - len(first.tokens), "greedy", eos_ids=eos)
 
     def _response(self, tokens, acc, perf, n_input, n_output):
         outs = [out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),

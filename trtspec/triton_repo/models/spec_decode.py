@@ -49,14 +49,14 @@ class TritonPythonModel:
         if self.engine == "trtspec.runtime":
             import torch
 
-            from trtspec.triton_repo.cpu_engine import load_models
+            from trtspec.runtime.generate import load_models
 
             # One request per worker thread; torch's own intra-op threads on top of that oversubscribe
             # a small CPU (measured: SmolLM2 greedy 10x slower with 2 intra-op threads on a busy 2-core box).
             threads = int(p.get("torch_threads") or 1)
             if threads > 0:
                 torch.set_num_threads(threads)
-            self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"])
+            self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False)
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
         self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "spec_decode")
@@ -107,12 +107,12 @@ class TritonPythonModel:
     # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
     def _runtime(self, request, prompt, n, k, end_id, stats):
         greedy_only(request)
-        from trtspec.triton_repo.cpu_engine import stream_draft_target
+        from trtspec.runtime.generate import stream_request
 
         eos = (int(end_id),) if end_id is not None and int(end_id) >= 0 else self.models.eos_ids
         m = self.models
         try:
-            pieces = stream_draft_target(m.target, m.draft, prompt, n, k, eos)
+            pieces = stream_request(m, prompt, n, "draft-target" if k else "greedy", draft_len=k or None, eos_ids=eos)
             for piece in pieces:
                 s = piece.stats
                 stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens

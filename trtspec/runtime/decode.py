@@ -1,0 +1,127 @@
+"""The decoding loop, written once, as a step iterator over a ragged batch of prompts.
+
+    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept):
+        for row in rows:     # one RowStep per request still running: row.index, row.tokens, row.step, ...
+
+    prefill the prompts; the first token is accept(empty proposal, prefill logits)
+    while a request is running:
+        proposal = proposer.propose(rows)            # draft tokens on a tree (a chain is a tree)
+        logits, hidden = target([root, nodes...])    # one forward, tree mask, depth positions
+        acceptances = accept(proposal, logits)       # path kept + the target's bonus token
+        commit each path in the target cache; emit (cut at max_new_tokens / eos); yield the step
+        proposer.update(rows, acceptances, hidden)
+
+Plain decoding is the same loop without a proposer (`NoProposer`: the empty tree, one T=1 forward
+per step). Batch generation (`generate`, `generate_batch`), acceptance profiling and the cpu-flavor
+Triton models (one request, streamed) all consume this iterator, so they run the same steps and
+report the same metrics. The accept rule is a parameter and sees the proposal (draft tokens and
+draft logits) and the target's logits; each RowStep hands both back, which is what a sampling rule
+and its tests need.
+
+Also here: `verify_external`, a target step on draft tokens that come from outside (TensorRT-LLM's
+`draft_tokens_external`): prompt + draft in one causal forward, then the same accept rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from .batch import Request, active_rows, make_requests
+from .model import Decoder, prefill
+from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, accept_greedy, empty_proposal
+from .stats import GenerationResult, RequestStats, Step
+from .tree import chain
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """What one target forward did for one request. `tokens`, `done` and `finish_reason` are as of
+    this step; `stats` is the request's running metrics object (the same one at every step)."""
+    index: int  # the request's position in the batch (prompt order)
+    tokens: list[int]  # emitted by this step, after the max_new_tokens / eos cut
+    done: bool
+    finish_reason: str | None  # eos | length once done
+    stats: RequestStats
+    step: Step | None  # accepted / offered of a verification; None for the prefill and plain decoding
+    logits: torch.Tensor  # [N+1, V] the target logits the accept rule read (after the root, each node)
+    draft_logits: torch.Tensor | None  # [N, V] the draft distribution of each node, if the proposer keeps it
+
+
+def _emit(requests: list[Request], rows: torch.Tensor, proposal: Proposal, logits: torch.Tensor,
+          accepted: list[Acceptance], verify: bool) -> list[RowStep]:
+    """Record the step's metrics (before the cut, see stats.py), then emit the accepted tokens."""
+    out = []
+    for i, (b, a) in enumerate(zip(rows.tolist(), accepted)):
+        r = requests[b]
+        step = a.step if verify else None
+        r.stats.target_calls += 1
+        if step is not None:
+            r.stats.steps.append(step)
+        before = len(r.output)
+        r.emit(a.tokens)
+        out.append(RowStep(b, r.output[before:], r.done, r.finish_reason, r.stats, step, logits[i],
+                           None if proposal.logits is None else proposal.logits[i]))
+    return out
+
+
+def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
+           proposer: Proposer | None = None, accept: AcceptRule = accept_greedy) -> Iterator[list[RowStep]]:
+    """Yield, per target forward (the prefill first), one RowStep per request still running.
+    Finished rows drop out of the batch; their cache rows stay put."""
+    verify = proposer is not None
+    proposer = proposer if verify else NoProposer()
+    reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions)
+    capacity = max(len(p) for p in prompts) + max_new_tokens + proposer.max_block + 1
+    cache = target.new_cache(len(reqs), capacity)
+    rows = torch.arange(len(reqs))
+    logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs])
+    first, logits = empty_proposal(len(reqs)), logits[:, None]
+    yield _emit(reqs, rows, first, logits, accept(first, logits), verify=False)
+    proposer.start(reqs, rows, hidden)
+    while len(rows := active_rows(reqs)):
+        proposal = proposer.propose(reqs, rows)
+        roots = torch.tensor([[reqs[b].output[-1]] for b in rows.tolist()])
+        logits, hidden = target.forward(torch.cat([roots, proposal.tokens], dim=1), cache, rows=rows,
+                                        pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
+        accepted = accept(proposal, logits)
+        for b, a in zip(rows.tolist(), accepted):
+            cache.commit(b, a.path)
+        yield _emit(reqs, rows, proposal, logits, accepted, verify)
+        proposer.update(reqs, rows, accepted, hidden)
+
+
+def generate(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
+             proposer: Proposer | None = None, accept: AcceptRule = accept_greedy) -> list[GenerationResult]:
+    """Run `decode` to the end; results in prompt order."""
+    outputs: list[list[int]] = [[] for _ in prompts]
+    last: dict[int, RowStep] = {}
+    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept):
+        for row in rows:
+            outputs[row.index] += row.tokens
+            last[row.index] = row
+    return [GenerationResult([int(t) for t in p], out, last[i].finish_reason, last[i].stats)
+            for i, (p, out) in enumerate(zip(prompts, outputs))]
+
+
+def one_request(steps: Iterator[list[RowStep]]) -> Iterator[RowStep]:
+    """The steps of a batch of one, one RowStep each (what a streaming server sends)."""
+    for (row,) in steps:
+        yield row
+
+
+@torch.inference_mode()
+def verify_external(target: Decoder, prompt: list[int], draft: list[int], max_new_tokens: int, eos_ids=(),
+                    accept: AcceptRule = accept_greedy) -> RowStep:
+    """A `draft_tokens_external` target step: prompt + draft (a chain) in one causal forward, the
+    accept rule on the logits after the last prompt token and after each draft token. The RowStep's
+    tokens are the accepted drafts + the target's next token, cut at max_new_tokens and eos; its
+    step counts acceptance before that cut."""
+    req = make_requests([prompt + draft], max_new_tokens, eos_ids, target.vocab_size, len(draft))[0]
+    req.prompt = req.prompt[:len(prompt)]  # checked as one sequence; emit() counts after the prompt
+    logits, _ = target.forward(torch.tensor([prompt + draft]), target.new_cache(1, len(prompt) + len(draft)))
+    proposal = Proposal(chain(len(draft)), torch.tensor([draft], dtype=torch.long), None)
+    logits = logits[:, len(prompt) - 1:]
+    return _emit([req], torch.arange(1), proposal, logits, accept(proposal, logits), verify=True)[0]
