@@ -23,16 +23,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..upstream import trtllm
-from ..checkpoints.convert import check_decoder_tp, prepare_decoder, write_decoder
-from ..checkpoints.eagle import PYTORCH_ROUTE, check_eagle_options, head_spec
+from ..checkpoints.convert import prepare_decoder, write_decoder
+from ..checkpoints.eagle import check_eagle_options, open_eagle
 from ..checkpoints.layout import eagle_plans
 from ..checkpoints.options import ConvertOptions
 from ..checkpoints.pair import check_same_tokenizer
 from ..checkpoints.quant import check_group_size
 from ..checkpoints.scheme import QuantScheme
-from ..checkpoints.safetensors_io import open_weights
-from ..checkpoints.sharding import check_tp
-from ..checkpoints.spec import spec_from_hf
 from ..checkpoints.writer import source_record, write_manifest
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, check_output_dir
@@ -174,15 +171,8 @@ def quantize_eagle(base_hf: Path, head_dir: Path, out_dir: Path, fmt: str = "fp8
     check_calib_options(calib.samples, calib.seq_len)
     check_eagle_options(max_draft_len, num_eagle_layers, max_non_leaves)
     check_output_dir(out_dir, overwrite)
-    base = spec_from_hf(base_hf)
-    if base.family not in trtllm.EAGLE_BASE_FAMILIES:
-        raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
-                           f"{base.architecture}; {PYTORCH_ROUTE}")
-    check_decoder_tp(base, tp, base_hf)
+    base, head, sources = open_eagle(base_hf, head_dir, tp, allow_pickle)
     dtype = quant_dtype(dtype, base_hf)
-    sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
-    head = head_spec(base, head_dir, sources["head"])
-    check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")
     plans = eagle_plans(base, head, num_eagle_layers, "embed_tokens.weight" in sources["head"], True)
     check_group_size(plans, layout, tp, f"{base_hf} + {head_dir}")
     data = calib.load(base_hf) if needs_calibration(layout) else None

@@ -95,6 +95,22 @@ def eagle_config(base: DecoderSpec, head: DecoderSpec, dtype: str, tp: int, max_
     return cfg
 
 
+def open_eagle(base_hf: Path, head_dir: Path, tp: int, allow_pickle: bool
+               ) -> tuple[DecoderSpec, DecoderSpec, dict[str, WeightSource]]:
+    """The base's and the head's decoder dims and their weight sources, after the checks every
+    EAGLE-1 writer needs (a Llama-family base, dims that split over `tp`, an EAGLE-1 head). Used by
+    the plain merge below and by the quantizing one (calib.quantize)."""
+    base = spec_from_hf(base_hf)
+    if base.family not in trtllm.EAGLE_BASE_FAMILIES:
+        raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
+                           f"{base.architecture}; {PYTORCH_ROUTE}")
+    check_decoder_tp(base, tp, base_hf)
+    sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
+    head = head_spec(base, head_dir, sources["head"])
+    check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")
+    return base, head, sources
+
+
 def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
                   max_draft_len: int = trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN,
                   num_eagle_layers: int = trtllm.EAGLE_DEFAULT_NUM_LAYERS,
@@ -103,15 +119,8 @@ def convert_eagle(base_hf: Path, head_dir: Path, out_dir: Path, dtype: str = "au
     """Merge `head_dir` into `base_hf` and write an EagleForCausalLM checkpoint at `out_dir`."""
     base_hf, head_dir = Path(base_hf), Path(head_dir)
     check_eagle_options(max_draft_len, num_eagle_layers, max_non_leaves)
-    base = spec_from_hf(base_hf)
-    if base.family not in trtllm.EAGLE_BASE_FAMILIES:
-        raise TrtspecError(f"{base_hf / 'config.json'}: EagleForCausalLM needs a Llama-family base, got "
-                           f"{base.architecture}; {PYTORCH_ROUTE}")
-    check_decoder_tp(base, tp, base_hf)
+    base, head, sources = open_eagle(base_hf, head_dir, tp, allow_pickle)
     dtype = resolve_dtype(dtype, base_hf)
-    sources = {"base": open_weights(base_hf), "head": open_weights(head_dir, allow_pickle=allow_pickle)}
-    head = head_spec(base, head_dir, sources["head"])
-    check_tp(head.num_heads, head.num_kv_heads, head.intermediate_size, tp, f"{head_dir} (EAGLE head)")
     plans = eagle_plans(base, head, num_eagle_layers, "embed_tokens.weight" in sources["head"],
                         "fc.bias" in sources["head"])
     dropped = {"layers.0.input_layernorm.weight"} & sources["head"].names()
