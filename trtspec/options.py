@@ -88,7 +88,7 @@ class flag_context:
     (`flags[field]`, else `--field-name`); `SECTION.field` later in the message is re-worded too when
     the field is the class's or in `flags` (so `build.sh` in a path is left alone). params: {Python
     parameter name: flag} for library arguments that are not options fields (`until` -> `--until`); a
-    leading `name:` is re-worded, and later mentions where the name has an underscore (`ref_ckpt`)."""
+    leading `name:` is re-worded, and later mentions written in backticks (`` `draft_ckpt` ``)."""
 
     def __init__(self, section: str | type[StageOptions] | None, flags: dict[str, str] | None = None,
                  params: dict[str, str] | None = None):
@@ -129,6 +129,5 @@ class flag_context:
             text = re.sub(rf"(?<![\w./-]){re.escape(self.section)}\.([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)",
                           field, text)
         for name, flag in self.params.items():
-            if "_" in name:
-                text = re.sub(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", flag, text)
+            text = text.replace(f"`{name}`", flag)
         return text
