@@ -77,9 +77,10 @@ def generate(
             choices = json.loads(eagle_choices)
         except json.JSONDecodeError as e:
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
-    result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
-                          draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
-                          eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)
+    with flag_context(G, params={"chat": "--chat"}):  # run_generate names its arguments
+        result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
+                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
+                              eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)
     if as_json:
         typer.echo(json.dumps(result))
     else:
