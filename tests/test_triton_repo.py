@@ -259,7 +259,7 @@ def test_draft_length_above_the_engine_maximum(w):
     small = build_dir(w["root"] / "build_small", "draft-target", w["tok"], max_draft_len=4)
     with pytest.raises(TrtspecError, match=r"workload 'code' at concurrency 1 is tuned to num_draft_tokens 5, above "
                                            r"the target engine's max_draft_len 4 .*rebuild the pair with "
-                                           r"--max-draft-len 5 or re-tune"):
+                                           r"build.max_draft_len 5 or re-tune"):
         make(w, "x3", tuning=w["dt_tuning"], flavor="trtllm", engines=small)
     eagle = w["root"] / "eagle_small"
     fake_engine(eagle, {**EAGLE, "max_draft_len": 6}, spec_mode="eagle", max_draft_len=6)

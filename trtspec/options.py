@@ -5,10 +5,11 @@ the recipe section (trtspec/recipe.py composes them), the argument of the stage'
 the source of the CLI flags' defaults and help (`default`, `doc`). So a default is written once;
 tests/test_cli_options.py checks that the Typer commands and the recipe agree with the models.
 
-Errors: library errors name the field as `SECTION.field` (`profile.max_k: ...`, `tune.cost: ...`);
-the CLI re-words them with the flag the user typed (`from_cli` for validation, `flag_context` for the
-library call: `--max-k: ...`), and the recipe layer adds the file (recipe.explain) or the stage name
-(pipeline runner: `stage tune failed: tune.cost: ...`). Light at import (pydantic only): `trtspec --help` reads
+Errors: library errors name the field as `SECTION.field` (`profile.max_k: ...`, `tune.cost: ...`), or
+a library argument that is no options field by its Python name (`until: ...`, `` `draft_ckpt` `` inside
+a message); the CLI re-words them with the flag the user typed (`from_cli` for validation,
+`flag_context` for the library call: `--max-k: ...`), and the recipe layer adds the file
+(recipe.explain) or the stage name (pipeline runner: `stage tune failed: tune.cost: ...`). Light at import (pydantic only): `trtspec --help` reads
 the defaults without importing torch.
 """
 

@@ -169,7 +169,7 @@ class _Builder:
             raise TrtspecError(
                 f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
                 f"{worst[2]}, above the target engine's max_draft_len {target.max_draft_len} "
-                f"({target.path / 'config.json'}); rebuild the pair with --max-draft-len {worst[2]} or re-tune")
+                f"({target.path / 'config.json'}); rebuild the pair with build.max_draft_len {worst[2]} or re-tune")
         return max(k for _, _, k in ks)
 
     def _check_trees(self, routing: dict, art: Artifact) -> None:
