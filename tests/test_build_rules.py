@@ -111,13 +111,13 @@ def test_eagle3_config_and_tensor_markers(copy, tmp_path):
 
 
 def test_beam_search_with_speculation(base):
-    refused(base / "eagle", "--max-beam-width 2: speculative decoding needs beam width 1", max_beam_width=2)
-    refused(base / "pair", "--max-beam-width 4", max_beam_width=4)
+    refused(base / "eagle", "build.max_beam_width: speculative decoding needs beam width 1, got 2", max_beam_width=2)
+    refused(base / "pair", "build.max_beam_width: .*got 4", max_beam_width=4)
     assert make_plan(base / "llama", BuildOptions(max_beam_width=4, **LIMITS)).build().max_beam_width == 4
 
 
 def test_context_logits_with_draft_length(base):
-    refused(base / "pair", "--gather-context-logits with a draft length.*--draft-logits", gather_context_logits=True)
+    refused(base / "pair", "build.gather_context_logits: not with a draft length.*build.draft_logits", gather_context_logits=True)
     refused(base / "eagle", "Gather context logits is not support", gather_context_logits=True)
     plain = make_plan(base / "llama", BuildOptions(gather_context_logits=True, **LIMITS)).argv()
     assert "--gather_context_logits" in plain
@@ -129,39 +129,39 @@ def test_pp_with_eagle(copy):
 
 
 def test_eagle_batch_limit(base):
-    refused(base / "eagle", "--max-batch-size 513: EAGLE engines allow at most 512", max_batch_size=513)
+    refused(base / "eagle", r"build.max_batch_size: EAGLE engines allow at most 512 \(builder.py asserts it\), got 513", max_batch_size=513)
     assert make_plan(base / "eagle", BuildOptions(max_batch_size=512, max_seq_len=256)).build().max_batch_size == 512
 
 
 def test_eagle_draft_limit_and_mismatch(copy, base):
     refused(edit_config(copy("eagle"), max_draft_len=300), r"max_draft_len is 300; EAGLE engines need 1\.\.256")
-    refused(base / "eagle", "--max-draft-len 10 differs from the checkpoint's max_draft_len 63", max_draft_len=10)
+    refused(base / "eagle", "build.max_draft_len: 10 differs from the checkpoint's max_draft_len 63", max_draft_len=10)
 
 
 def test_max_num_tokens_bounds(base):
-    refused(base / "eagle", r"--max-num-tokens 256 is below max_batch_size x \(max_draft_len \+ 1\) = 8 x \(63 \+ 1\) "
+    refused(base / "eagle", r"build.max_num_tokens: 256 is below max_batch_size x \(max_draft_len \+ 1\) = 8 x \(63 \+ 1\) "
                             "= 512.*use at least 512", max_num_tokens=256)
     refused(base / "pair", r"below .* = 8 x \(8 \+ 1\) = 72", max_num_tokens=64)
-    refused(base / "llama", "--max-num-tokens 4096 exceeds max_batch_size x max_seq_len = 2048.*clip",
+    refused(base / "llama", "build.max_num_tokens: 4096 exceeds max_batch_size x max_seq_len = 2048.*clip",
             max_num_tokens=4096)
     refused(base / "llama", r"below tokens_per_block \(32\)", max_num_tokens=16)
 
 
 def test_limits_and_flags(base):
-    refused(base / "llama", "--max-input-len 512 exceeds --max-seq-len 256", max_input_len=512)
-    refused(base / "llama", "--gpu: 'a100' is not one of h100, h200", gpu="a100")
-    refused(base / "llama", "--max-batch-size: expected a positive integer", max_batch_size=0)
-    refused(base / "llama", "--max-draft-len applies to speculative builds", max_draft_len=4)
-    refused(base / "llama", "--draft-logits applies to draft-target builds", draft_logits=True)
-    refused(base / "eagle", "--draft-logits applies to draft-target engines; EAGLE accepts inside", draft_logits=True)
-    refused(base / "llama", "--role: 'medusa' is not one of", role="medusa")
+    refused(base / "llama", "build.max_input_len: 512 exceeds build.max_seq_len 256", max_input_len=512)
+    refused(base / "llama", "build.gpu: 'a100' is not one of h100, h200", gpu="a100")
+    refused(base / "llama", "build.max_batch_size: expected a positive integer", max_batch_size=0)
+    refused(base / "llama", "build.max_draft_len: applies to speculative builds", max_draft_len=4)
+    refused(base / "llama", "build.draft_logits: applies to draft-target builds", draft_logits=True)
+    refused(base / "eagle", "build.draft_logits: applies to draft-target engines; EAGLE accepts inside", draft_logits=True)
+    refused(base / "llama", "build.role: 'medusa' is not one of", role="medusa")
 
 
 def test_roles_that_do_not_fit_the_checkpoint(base):
-    refused(base / "eagle", "builds only as --role eagle", role="plain")
+    refused(base / "eagle", "builds only as build.role eagle", role="plain")
     refused(base / "eagle", "cannot be the target of a draft-target pair", role="target")
-    refused(base / "llama", "--role eagle needs an EagleForCausalLM checkpoint", role="eagle")
-    refused(base / "pair", "pair directory .* cannot be built with --role eagle", role="eagle")
+    refused(base / "llama", "build.role eagle needs an EagleForCausalLM checkpoint", role="eagle")
+    refused(base / "pair", "pair directory .* cannot be built with build.role eagle", role="eagle")
 
 
 def test_not_a_checkpoint(base, tmp_path):

@@ -177,12 +177,13 @@ def tiny_hf(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(exclude=["*.mlp.nothing"]), "--exclude \\*.mlp.nothing: matches no quantizable linear"),
-    (dict(exclude=["lm_head"]), "--exclude lm_head: matches no quantizable linear"),
-    (dict(fmt="w8a16", exclude=["*.mlp.proj"]), "--exclude: .*W8A16 weights are quantized by trtllm-build"),
-    (dict(fmt="w8a16", kv_cache="fp8", keep_sensitive=KeepSensitive(2)), "--keep-sensitive: .*calibrated weight"),
-    (dict(keep_sensitive=KeepSensitive(-1)), "--keep-sensitive: expected an integer >= 0, got -1"),
-    (dict(keep_sensitive=KeepSensitive(2, 0)), "--sensitivity-samples: expected an integer >= 1, got 0"),
+    (dict(exclude=["*.mlp.nothing"]), r"^quantization.exclude: '\*.mlp.nothing' matches no quantizable linear"),
+    (dict(exclude=["lm_head"]), "^quantization.exclude: 'lm_head' matches no quantizable linear"),
+    (dict(fmt="w8a16", exclude=["*.mlp.proj"]), "^quantization.exclude: .*W8A16 weights are quantized by trtllm-build"),
+    (dict(fmt="w8a16", kv_cache="fp8", keep_sensitive=KeepSensitive(2)),
+     "^quantization.keep_sensitive: .*calibrated weight"),
+    (dict(keep_sensitive=KeepSensitive(-1)), "^quantization.keep_sensitive: expected an integer >= 0, got -1"),
+    (dict(keep_sensitive=KeepSensitive(2, 0)), "^quantization.sensitivity_samples: expected an integer >= 1, got 0"),
 ])
 def test_bad_requests_are_refused_before_work(tiny_hf, tmp_path, kw, match):
     args = dict(fmt="fp8", kv_cache=None, calib=CalibOptions(prompts=prompts()), dtype="float16")

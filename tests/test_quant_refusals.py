@@ -52,19 +52,21 @@ def refused(fn, *args, needle: str, **kwargs) -> str:
 def test_int8_kv_with_eagle(models, tmp_path, no_work):
     msg = refused(quantize_eagle, models / "hf", models / "head", tmp_path / "o", "fp8", "int8",
                   CalibOptions(prompts=PROMPTS), needle="paged context FMHA")
-    assert "--kv-cache fp8" in msg and not (tmp_path / "o").exists()
+    assert msg.startswith("quantization.kv_cache: int8 with eagle") and "use quantization.kv_cache fp8" in msg
+    assert not (tmp_path / "o").exists()
 
 
 def test_int8_kv_with_draft_pair(models, tmp_path, no_work):
     msg = refused(quantize_pair, models / "hf", models / "draft", tmp_path / "o", "fp8", "int8",
                   calib=CalibOptions(prompts=PROMPTS), needle="paged context FMHA")
-    assert "draft-target" in msg and "--kv-cache fp8" in msg
+    assert "draft-target" in msg and "use quantization.kv_cache fp8" in msg
 
 
 def test_smoothquant_with_eagle(models, tmp_path, no_work):
     msg = refused(quantize_eagle, models / "hf", models / "head", tmp_path / "o", "int8_sq", None,
                   CalibOptions(prompts=PROMPTS), needle="issues/3207")
-    assert "--format fp8" in msg
+    assert msg.startswith("quantization.format: int8_sq with an EAGLE head")
+    assert "use quantization.format fp8" in msg
 
 
 def test_awq_group_size_must_divide_input_dim(models, tmp_path, no_work):
@@ -91,15 +93,17 @@ def test_nvfp4_kv_cache(models, tmp_path, no_work):
     refused(quantize_hf, models / "hf", tmp_path / "o", "fp8", "nvfp4", needle="SM100")
 
 
-@pytest.mark.parametrize("fmt, needle", [("fp16", "unknown format; expected one of fp8, int8_sq, w8a16, w4a16_awq"),
-                                         ("int4_awq", "--format w4a16_awq"),
-                                         ("int8_wo", "--format w8a16")])
+@pytest.mark.parametrize("fmt, needle", [("fp16", "quantization.format: unknown format 'fp16'; expected one of "
+                                                   "fp8, int8_sq, w8a16, w4a16_awq"),
+                                         ("int4_awq", "name for quantization.format w4a16_awq"),
+                                         ("int8_wo", "name for quantization.format w8a16")])
 def test_unknown_formats(models, tmp_path, no_work, fmt, needle):
     refused(quantize_hf, models / "hf", tmp_path / "o", fmt, needle=needle)
 
 
 def test_float32_model_dtype(models, tmp_path, no_work):
-    refused(quantize_hf, models / "hf", tmp_path / "o", "fp8", dtype="float32", needle="use --dtype float16")
+    refused(quantize_hf, models / "hf", tmp_path / "o", "fp8", dtype="float32",
+            needle="convert.dtype: float32: quantized")
 
 
 def test_non_empty_output_refused_before_calibration(models, tmp_path, no_work):

@@ -225,9 +225,9 @@ def test_validation_of_eagle_trees(w):
 # ---- bad inputs -----------------------------------------------------------------------------------
 
 def test_missing_engine_directory(w):
-    with pytest.raises(TrtspecError, match=r"--engines: .*/nowhere: directory not found"):
+    with pytest.raises(TrtspecError, match=r"^engines: .*/nowhere: directory not found"):
         make(w, "x1", tuning=w["dt_tuning"], flavor="trtllm", engines=w["root"] / "nowhere")
-    with pytest.raises(TrtspecError, match=r"--draft-engines: .*/gone: directory not found"):
+    with pytest.raises(TrtspecError, match=r"^draft_engines: .*/gone: directory not found"):
         make(w, "x1", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"] / "engines" / "target",
              draft_engines=w["root"] / "gone")
     empty = w["root"] / "empty_engine"
@@ -259,7 +259,7 @@ def test_draft_length_above_the_engine_maximum(w):
     small = build_dir(w["root"] / "build_small", "draft-target", w["tok"], max_draft_len=4)
     with pytest.raises(TrtspecError, match=r"workload 'code' at concurrency 1 is tuned to num_draft_tokens 5, above "
                                            r"the target engine's max_draft_len 4 .*rebuild the pair with "
-                                           r"--max-draft-len 5 or re-tune"):
+                                           r"build.max_draft_len 5 or re-tune"):
         make(w, "x3", tuning=w["dt_tuning"], flavor="trtllm", engines=small)
     eagle = w["root"] / "eagle_small"
     fake_engine(eagle, {**EAGLE, "max_draft_len": 6}, spec_mode="eagle", max_draft_len=6)
@@ -274,11 +274,11 @@ def test_other_bad_inputs(w):
     with pytest.raises(TrtspecError, match="draft_tokens_external"):
         make(w, "x4", tuning=w["dt_tuning"], flavor="trtllm", engines=w["eagle_build"] / "engines" / "eagle",
              draft_engines=w["dt_build"] / "engines" / "draft")
-    with pytest.raises(TrtspecError, match="--engines: needed for the trtllm flavor"):
+    with pytest.raises(TrtspecError, match="^engines: needed for the trtllm flavor"):
         make(w, "x4", tuning=w["dt_tuning"], flavor="trtllm")
-    with pytest.raises(TrtspecError, match="--engines: the cpu flavor serves checkpoints"):
+    with pytest.raises(TrtspecError, match=r"^engines: the cpu flavor serves checkpoints; give `ckpt` \(and `draft_ckpt`\)"):
         make(w, "x4", tuning=w["dt_tuning"], flavor="cpu", engines=w["dt_build"])
-    with pytest.raises(TrtspecError, match="--flavor: 'tensorrt' is not one of trtllm, llmapi, cpu"):
+    with pytest.raises(TrtspecError, match="^triton.flavor: 'tensorrt' is not one of trtllm, llmapi, cpu"):
         make(w, "x4", tuning=w["dt_tuning"], flavor="tensorrt", engines=w["dt_build"])
     with pytest.raises(TrtspecError, match="--eagle-band: 2 is not a tuned concurrency band"):
         make(w, "x4", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"], eagle_band=2)

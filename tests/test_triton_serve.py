@@ -323,7 +323,7 @@ def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
 
 
 def test_port_in_use_is_refused(dt):
-    with pytest.raises(TrtspecError, match=rf"--grpc-port: 127.0.0.1:{dt['ports']['grpc']} is already in use"):
+    with pytest.raises(TrtspecError, match=rf"^triton.ports.grpc: 127.0.0.1:{dt['ports']['grpc']} is already in use"):
         CpuServer(dt["repo"], free_port(), dt["ports"]["grpc"], free_port()).start(30)
 
 

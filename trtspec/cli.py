@@ -11,7 +11,7 @@ import typer
 
 from .checkpoints.options import ConvertOptions as C, EagleOptions as E
 from .errors import TrtspecError
-from .options import default, doc, from_cli
+from .options import default, doc, flag_context, from_cli
 from .runtime.options import GenerateOptions as G
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -38,7 +38,8 @@ def convert(
         raise TrtspecError("--eagle and --draft are mutually exclusive")
     options = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
         max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
-    run_convert(hf, out, options, eagle_head=eagle, draft_hf=draft)
+    with flag_context(C), flag_context(E):  # library errors name convert./eagle.FIELD
+        run_convert(hf, out, options, eagle_head=eagle, draft_hf=draft)
     typer.echo(f"wrote {out}")
 
 
@@ -76,9 +77,10 @@ def generate(
             choices = json.loads(eagle_choices)
         except json.JSONDecodeError as e:
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
-    result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
-                          draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
-                          eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)
+    with flag_context(G, params={"chat": "--chat"}):  # run_generate names its arguments
+        result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
+                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
+                              eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)
     if as_json:
         typer.echo(json.dumps(result))
     else:

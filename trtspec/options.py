@@ -5,15 +5,17 @@ the recipe section (trtspec/recipe.py composes them), the argument of the stage'
 the source of the CLI flags' defaults and help (`default`, `doc`). So a default is written once;
 tests/test_cli_options.py checks that the Typer commands and the recipe agree with the models.
 
-Errors: library errors name the field as `SECTION.field` (`profile.max_k: ...`, `tune.cost: ...`);
-the CLI re-words them with the flag the user typed (`from_cli` for validation, `flag_context` for the
-library call: `--max-k: ...`), and the recipe layer adds the file (recipe.explain) or the stage name
-(pipeline runner: `stage tune failed: tune.cost: ...`). Light at import (pydantic only): `trtspec --help` reads
+Errors: library errors name the field as `SECTION.field` (`profile.max_k: ...`, `tune.cost: ...`), or
+a library argument that is no options field by its Python name (`until: ...`, `` `draft_ckpt` `` inside
+a message); the CLI re-words them with the flag the user typed (`from_cli` for validation,
+`flag_context` for the library call: `--max-k: ...`), and the recipe layer adds the file
+(recipe.explain) or the stage name (pipeline runner: `stage tune failed: tune.cost: ...`). Light at import (pydantic only): `trtspec --help` reads
 the defaults without importing torch.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -78,15 +80,23 @@ def doc(cls: type[BaseModel], name: str) -> str:
 
 
 class flag_context:
-    """Re-word a library error's leading `SECTION.field:` as the CLI flag the user typed.
+    """Re-word a library error's field names as the CLI flags the user typed.
 
-        with flag_context("tune", {"cost": "--cost"}):
+        with flag_context(TuneOptions):
             tune_stage(...)   # "tune.cost: 'a100' is neither ..." -> "--cost: 'a100' is neither ..."
 
-    Only the leading name is replaced; fields not in `flags` become `--field-name`."""
+    section: a StageOptions class (or its section name). A leading `SECTION.field:` becomes the flag
+    (`flags[field]`, else `--field-name`); `SECTION.field` later in the message is re-worded too when
+    the field is the class's or in `flags` (so `build.sh` in a path is left alone). params: {Python
+    parameter name: flag} for library arguments that are not options fields (`until` -> `--until`); a
+    leading `name:` is re-worded, and later mentions written in backticks (`` `draft_ckpt` ``)."""
 
-    def __init__(self, section: str, flags: dict[str, str] | None = None):
-        self.prefix, self.flags = f"{section}.", flags or {}
+    def __init__(self, section: str | type[StageOptions] | None, flags: dict[str, str] | None = None,
+                 params: dict[str, str] | None = None):
+        known = set(section.model_fields) if isinstance(section, type) else set()
+        self.section = section.section if isinstance(section, type) else section
+        self.flags, self.params = flags or {}, params or {}
+        self.known = known | set(self.flags)
 
     def __enter__(self):
         return self
@@ -94,9 +104,31 @@ class flag_context:
     def __exit__(self, kind, err, tb):
         if type(err) is not TrtspecError:  # subclasses carry data callers catch them for (PerfRunError)
             return False
-        text = str(err)
-        head, sep, rest = text.partition(":")
-        if not sep or not head.startswith(self.prefix) or " " in head:
+        text = self.reword(str(err))
+        if text == str(err):
             return False
-        field = head[len(self.prefix):]
-        raise TrtspecError(f"{self.flags.get(field) or flag_of(field)}:{rest}") from None
+        raise TrtspecError(text) from None
+
+    def reword(self, text: str) -> str:
+        head, sep, rest = text.partition(":")
+        flag = self._head_flag(head) if sep and " " not in head else None
+        return f"{flag}:{self._body(rest)}" if flag else self._body(text)
+
+    def _head_flag(self, head: str) -> str | None:
+        if self.section and head.startswith(self.section + "."):
+            field = head[len(self.section) + 1:]
+            return self.flags.get(field) or flag_of(field)
+        return self.params.get(head)
+
+    def _body(self, text: str) -> str:
+        if self.section:
+            def field(m: re.Match) -> str:
+                name = m.group(1)
+                if name in self.flags:
+                    return self.flags[name]
+                return flag_of(name) if name in self.known else m.group(0)
+            text = re.sub(rf"(?<![\w./-]){re.escape(self.section)}\.([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)",
+                          field, text)
+        for name, flag in self.params.items():
+            text = text.replace(f"`{name}`", flag)
+        return text

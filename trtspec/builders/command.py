@@ -13,7 +13,7 @@ import typer
 
 from typing import TYPE_CHECKING
 
-from ..options import default, doc, from_cli
+from ..options import default, doc, flag_context, from_cli
 from .options import BuildOptions as B
 
 if TYPE_CHECKING:  # the plan pulls in torch; keep `trtspec --help` fast by importing it on use
@@ -51,7 +51,8 @@ def build_command(
                     max_input_len=max_input_len, max_seq_len=max_seq_len, max_num_tokens=max_num_tokens,
                     max_draft_len=max_draft_len, draft_logits=draft_logits, max_beam_width=max_beam_width,
                     gather_context_logits=gather_context_logits, timeout_s=timeout)
-    plan = make_plan(ckpt, opts)
+    with flag_context(B, {"timeout_s": "--timeout"}):  # library errors name build.FIELD; say the flag
+        plan = make_plan(ckpt, opts)
     for line in describe(plan):
         typer.echo(line)
     result = build(plan, out, dry_run=dry_run, timeout=opts.timeout_s,

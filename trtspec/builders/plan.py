@@ -100,9 +100,9 @@ def default_max_seq_len(ckpt: TrtllmCheckpoint) -> int:
 
 
 def resolve_role(path: Path, role: str) -> tuple[str, dict[str, TrtllmCheckpoint]]:
-    """(resolved role, {build name: checkpoint}) for --role; a pair directory yields draft + target."""
+    """(resolved role, {build name: checkpoint}) for build.role; a pair directory yields draft + target."""
     if role not in ROLES:
-        raise TrtspecError(f"--role: {role!r} is not one of {', '.join(ROLES)}")
+        raise TrtspecError(f"build.role: {role!r} is not one of {', '.join(ROLES)}")
     path = Path(path)
     if not path.is_dir():
         raise TrtspecError(f"{path}: checkpoint directory not found")
@@ -112,7 +112,7 @@ def resolve_role(path: Path, role: str) -> tuple[str, dict[str, TrtllmCheckpoint
         if role in ("target", "draft"):
             return role, {role: read_checkpoint(path / role)}
         raise TrtspecError(f"{path}: a draft-target pair directory (target/ + draft/) cannot be built with "
-                           f"--role {role}; use --role auto (both), target or draft")
+                           f"build.role {role}; use build.role auto (both), target or draft")
     ckpt = read_checkpoint(path)
     if role == "auto":
         role = "eagle" if ckpt.is_eagle else "plain"

@@ -20,18 +20,18 @@ SPECULATIVE = ("eagle", "target", "draft")
 def check_options(opts: BuildOptions) -> None:
     """Flag-level checks that need no checkpoint."""
     if opts.gpu not in trtllm.GPU_MEMORY_MIB:
-        raise TrtspecError(f"--gpu: {opts.gpu!r} is not one of {', '.join(trtllm.GPU_MEMORY_MIB)} "
+        raise TrtspecError(f"build.gpu: {opts.gpu!r} is not one of {', '.join(trtllm.GPU_MEMORY_MIB)} "
                            f"(plans are for SM{trtllm.SM_VERSION} Hopper GPUs)")
-    for flag, value in (("--max-batch-size", opts.max_batch_size), ("--max-input-len", opts.max_input_len),
-                        ("--max-seq-len", opts.max_seq_len), ("--max-num-tokens", opts.max_num_tokens),
-                        ("--max-beam-width", opts.max_beam_width)):
+    for field in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "max_beam_width"):
+        value = getattr(opts, field)
         if value is not None and value < 1:
-            raise TrtspecError(f"{flag}: expected a positive integer, got {value}")
+            raise TrtspecError(f"build.{field}: expected a positive integer, got {value}")
     if opts.max_draft_len is not None and opts.max_draft_len < 1:
-        raise TrtspecError(f"--max-draft-len: expected >= 1, got {opts.max_draft_len}")
+        raise TrtspecError(f"build.max_draft_len: expected >= 1, got {opts.max_draft_len}")
     if opts.max_input_len and opts.max_seq_len and opts.max_input_len > opts.max_seq_len:
-        raise TrtspecError(f"--max-input-len {opts.max_input_len} exceeds --max-seq-len {opts.max_seq_len} "
-                           "(trtllm-build would silently clip it); raise --max-seq-len or lower --max-input-len")
+        raise TrtspecError(f"build.max_input_len: {opts.max_input_len} exceeds build.max_seq_len {opts.max_seq_len} "
+                           "(trtllm-build would silently clip it); raise build.max_seq_len or lower "
+                           "build.max_input_len")
 
 
 def check_checkpoint(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]) -> None:
@@ -47,17 +47,17 @@ def check_checkpoint(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warn
     if kv is not None and kv not in trtllm.KV_CACHE_QUANT_ALGOS:
         raise TrtspecError(f"{ckpt.where('quantization.kv_cache_quant_algo')} is {kv!r}; expected null, FP8 or INT8")
     if name == "plain" and ckpt.is_eagle:
-        raise TrtspecError(f"{ckpt.path}: an EagleForCausalLM checkpoint builds only as --role eagle")
+        raise TrtspecError(f"{ckpt.path}: an EagleForCausalLM checkpoint builds only as build.role eagle")
     if name in ("target", "draft") and ckpt.is_eagle:
         raise TrtspecError(f"{ckpt.path}: an EagleForCausalLM checkpoint cannot be the {name} of a draft-target "
-                           "pair; build it with --role eagle, or convert a plain checkpoint for the pair")
+                           "pair; build it with build.role eagle, or convert a plain checkpoint for the pair")
     if name == "eagle":
         _check_eagle(ckpt, opts, warnings)
     if name in SPECULATIVE:
         _check_speculative(name, ckpt, opts)
     elif opts.draft_logits:
-        raise TrtspecError("--draft-logits applies to draft-target builds (a pair directory, --role target or "
-                           "--role draft); a plain engine has no draft to accept")
+        raise TrtspecError("build.draft_logits: applies to draft-target builds (a pair directory, build.role target "
+                           "or draft); a plain engine has no draft to accept")
     if q and q.startswith(trtllm.SMOOTHQUANT_PREFIX) and kv == "FP8":
         warnings.append(f"{name}: SmoothQuant weights with an FP8 KV cache disable paged context FMHA; "
                         "INT8 or no KV quantization is the usual pairing")
@@ -72,7 +72,7 @@ def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]
         raise TrtspecError(f"{ckpt.path}: EAGLE on Qwen3 cannot build: EagleForCausalLM is LLaMA-based and has no "
                            "q/k norm (reference §4.7, §9.17); use a draft-target pair (trtspec convert --draft)")
     if not ckpt.is_eagle:
-        raise TrtspecError(f"{ckpt.path}: --role eagle needs an EagleForCausalLM checkpoint, got "
+        raise TrtspecError(f"{ckpt.path}: build.role eagle needs an EagleForCausalLM checkpoint, got "
                            f"{ckpt.architecture} (convert with 'trtspec convert --hf BASE --eagle HEAD')")
     q = ckpt.quant_algo
     if q and q.startswith(trtllm.SMOOTHQUANT_PREFIX):
@@ -85,12 +85,14 @@ def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]
         raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{limit} "
                            "(builder.py asserts it); reconvert with --max-draft-len")
     if opts.max_draft_len is not None and opts.max_draft_len != k:
-        raise TrtspecError(f"--max-draft-len {opts.max_draft_len} differs from the checkpoint's max_draft_len {k}; "
+        raise TrtspecError(f"build.max_draft_len: {opts.max_draft_len} differs from the checkpoint's max_draft_len "
+                           f"{k}; "
                            "EAGLE engines size their tree from the checkpoint, so reconvert with "
-                           f"'trtspec convert --eagle ... --max-draft-len {opts.max_draft_len}' or drop the flag")
+                           f"'trtspec convert --eagle ... --max-draft-len {opts.max_draft_len}' or leave "
+                           "build.max_draft_len unset")
     if opts.max_batch_size > trtllm.EAGLE_MAX_BATCH_SIZE:
-        raise TrtspecError(f"--max-batch-size {opts.max_batch_size}: EAGLE engines allow at most "
-                           f"{trtllm.EAGLE_MAX_BATCH_SIZE} (builder.py asserts it); lower --max-batch-size")
+        raise TrtspecError(f"build.max_batch_size: EAGLE engines allow at most {trtllm.EAGLE_MAX_BATCH_SIZE} "
+                           f"(builder.py asserts it), got {opts.max_batch_size}")
     if q and q != "FP8":
         warnings.append(f"eagle: {q} weights with EAGLE are not an officially exercised configuration "
                         "(reference §3.7, §4.6); validate acceptance on the GPU before serving")
@@ -124,15 +126,15 @@ def _check_speculative(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions) ->
                            f"paged context FMHA, which {what} engines need (reference §7.2); use FP8 weights with "
                            "FP8 KV, or leave the KV cache unquantized")
     if opts.max_beam_width > 1:
-        raise TrtspecError(f"--max-beam-width {opts.max_beam_width}: speculative decoding needs beam width 1 "
+        raise TrtspecError(f"build.max_beam_width: speculative decoding needs beam width 1, got {opts.max_beam_width} "
                            "(reference §7.1, §9.4); build a separate plain engine for beam search")
     if opts.gather_context_logits and name in ("eagle", "target"):
-        raise TrtspecError("--gather-context-logits with a draft length: trtllm-build refuses it ('Gather context "
-                           "logits is not support with draft len > 0', reference §5.1); use --draft-logits "
-                           "(generation logits) for logits-based acceptance")
+        raise TrtspecError("build.gather_context_logits: not with a draft length: trtllm-build refuses it ('Gather "
+                           "context logits is not support with draft len > 0', reference §5.1); use "
+                           "build.draft_logits (generation logits) for logits-based acceptance")
     if opts.draft_logits and name == "eagle":
-        raise TrtspecError("--draft-logits applies to draft-target engines; EAGLE accepts inside the engine "
-                           "(typical acceptance is the runtime eagle_posterior_threshold), so drop the flag")
+        raise TrtspecError("build.draft_logits: applies to draft-target engines; EAGLE accepts inside the engine "
+                           "(typical acceptance is the runtime eagle_posterior_threshold), so leave it off")
 
 
 def _check_positions(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]) -> None:
@@ -155,7 +157,7 @@ def draft_len(role: str, ckpt: TrtllmCheckpoint, opts: BuildOptions) -> int:
     if role in ("pair", "target", "draft"):
         return opts.max_draft_len or trtllm.DTM_DEFAULT_MAX_DRAFT_LEN
     if opts.max_draft_len is not None:
-        raise TrtspecError("--max-draft-len applies to speculative builds (eagle, a pair, target or draft); "
+        raise TrtspecError("build.max_draft_len: applies to speculative builds (eagle, a pair, target or draft); "
                            "this is a plain checkpoint")
     return 0
 
@@ -167,11 +169,11 @@ def max_num_tokens(opts: BuildOptions, max_seq_len: int, k: int, name: str) -> i
     if opts.max_num_tokens is None:
         return max(min(trtllm.CLI_MAX_NUM_TOKENS, ceiling), floor)
     if opts.max_num_tokens > ceiling:
-        raise TrtspecError(f"--max-num-tokens {opts.max_num_tokens} exceeds max_batch_size x max_seq_len = {ceiling} "
-                           f"for the {name} engine (trtllm-build would clip it); use at most {ceiling}")
+        raise TrtspecError(f"build.max_num_tokens: {opts.max_num_tokens} exceeds max_batch_size x max_seq_len = "
+                           f"{ceiling} for the {name} engine (trtllm-build would clip it); use at most {ceiling}")
     if opts.max_num_tokens < floor:
         why = (f"max_batch_size x (max_draft_len + 1) = {opts.max_batch_size} x ({k} + 1)" if k
                else f"tokens_per_block ({trtllm.TOKENS_PER_BLOCK})")
-        raise TrtspecError(f"--max-num-tokens {opts.max_num_tokens} is below {why} = {floor} for the {name} engine "
-                           f"(trtllm-build would silently raise it); use at least {floor}")
+        raise TrtspecError(f"build.max_num_tokens: {opts.max_num_tokens} is below {why} = {floor} for the {name} "
+                           f"engine (trtllm-build would silently raise it); use at least {floor}")
     return opts.max_num_tokens

@@ -53,21 +53,21 @@ NOT_SUPPORTED = {
 }
 
 
-def check_format(name: str, flag: str = "--format") -> QuantFormat:
-    """The format named `name`, or TrtspecError saying why not and what to use instead."""
+def check_format(name: str, field: str = "quantization.format") -> QuantFormat:
+    """The format named `name`, or TrtspecError saying why not and what to use instead (naming `field`)."""
     key = name.strip().lower()
     if key in FORMATS:
         return FORMATS[key]
     accepted = ", ".join(FORMATS)
     if key in SM100_ONLY:
-        raise TrtspecError(f"{flag} {name}: FP4/MX formats need Blackwell (SM100) tensor cores; an H100 (SM90) "
+        raise TrtspecError(f"{field}: {name}: FP4/MX formats need Blackwell (SM100) tensor cores; an H100 (SM90) "
                            f"engine cannot run them. Use one of {accepted} (fp8 is the H100 default)")
     if key in ALIASES:
-        raise TrtspecError(f"{flag} {name}: unknown format; this is ModelOpt's/TRT-LLM's name for "
-                           f"{flag} {ALIASES[key]}")
+        raise TrtspecError(f"{field}: {name}: unknown format; this is ModelOpt's/TRT-LLM's name for "
+                           f"{field} {ALIASES[key]}")
     if key in NOT_SUPPORTED:
-        raise TrtspecError(f"{flag} {name}: {NOT_SUPPORTED[key]}; use one of {accepted}")
-    raise TrtspecError(f"{flag} {name}: unknown format; expected one of {accepted}")
+        raise TrtspecError(f"{field}: {name}: {NOT_SUPPORTED[key]}; use one of {accepted}")
+    raise TrtspecError(f"{field}: unknown format {name!r}; expected one of {accepted}")
 
 
 def check_kv_format(name: str | None) -> str | None:
@@ -78,9 +78,10 @@ def check_kv_format(name: str | None) -> str | None:
     if key in KV_FORMATS:
         return KV_FORMATS[key]
     if key in ("nvfp4", "fp4"):
-        raise TrtspecError(f"--kv-cache {name}: an NVFP4 KV cache needs Blackwell (SM100); an H100 cannot run it. "
-                           "Use --kv-cache fp8")
-    raise TrtspecError(f"--kv-cache {name}: expected fp8 or int8 (or leave it out for a model-dtype KV cache)")
+        raise TrtspecError(f"quantization.kv_cache: {name}: an NVFP4 KV cache needs Blackwell (SM100); an H100 "
+                           "cannot run it. Use quantization.kv_cache fp8")
+    raise TrtspecError(f"quantization.kv_cache: expected fp8 or int8 (or leave it out for a model-dtype KV cache), "
+                           f"got {name!r}")
 
 
 def modelopt_config(fmt: QuantFormat, kv_algo: str | None, group_size: int, disabled: list[dict] | None = None

@@ -12,10 +12,10 @@ trtllm-build fuses them into one GEMM and decides its precision by the name of m
 Each unit maps to the HF modules whose quantizers feed it (q/k/v_proj for qkv, up/gate_proj for
 fc + gate).
 
-`--exclude PATTERN` (fnmatch on TRT-LLM module names, e.g. `transformer.layers.0.*`, `*.mlp.proj`)
+`exclude` patterns (fnmatch on TRT-LLM module names, e.g. `transformer.layers.0.*`, `*.mlp.proj`)
 is resolved against the model's units here, before any work, and written as exact names.
 
-`--keep-sensitive N` measures after calibration (sensitivity.py) and keeps the N units whose own
+`keep_sensitive: N` measures after calibration (sensitivity.py) and keeps the N units whose own
 quantization costs the most.
 """
 
@@ -61,21 +61,22 @@ def unit_modules(plans: list[TensorPlan]) -> dict[str, list[str]]:
     return {u: hf_modules(plans, set(ls)) for u, ls in linear_units(plans).items()}
 
 
-def resolve_excludes(patterns: list[str], plans: list[TensorPlan], algo: str | None, flag: str = "--exclude"
-                     ) -> tuple[str, ...]:
+def resolve_excludes(patterns: list[str], plans: list[TensorPlan], algo: str | None,
+                     field: str = "quantization.exclude") -> tuple[str, ...]:
     """Exact TRT-LLM linear names matched by `patterns`, a matched unit always whole."""
     patterns = [p.strip() for p in patterns if p and p.strip()]
     if not patterns:
         return ()
-    check_mixed_algo(algo, flag)
+    check_mixed_algo(algo, field)
     units = linear_units(plans)
     chosen: list[str] = []
     for pat in patterns:
         hits = [u for u, ls in units.items() if any(fnmatch.fnmatchcase(x, pat) for x in ls)]
         if not hits:
             example = next(iter(units), "transformer.layers.0.mlp.proj")
-            raise TrtspecError(f"{flag} {pat}: matches no quantizable linear; patterns are fnmatch on TRT-LLM module "
-                               f"names such as '{example}' (attention.qkv, attention.dense, mlp.fc, mlp.gate, mlp.proj)")
+            raise TrtspecError(f"{field}: {pat!r} matches no quantizable linear; patterns are fnmatch on TRT-LLM "
+                               f"module names such as '{example}' (attention.qkv, attention.dense, mlp.fc, mlp.gate, "
+                               "mlp.proj)")
         chosen += [u for u in hits if u not in chosen]
     return expand_units(chosen, units)
 
@@ -86,11 +87,12 @@ def expand_units(chosen: list[str], units: dict[str, list[str]]) -> tuple[str, .
     return tuple(x for u, ls in units.items() if u in keep for x in ls)
 
 
-def check_mixed_algo(algo: str | None, flag: str) -> None:
+def check_mixed_algo(algo: str | None, field: str) -> None:
+    """`field`: the option that asked for unquantized linears (quantization.exclude or .keep_sensitive)."""
     if algo not in MIXED_ALGOS:
         why = ("W8A16 weights are quantized by trtllm-build by tensor name, whatever exclude_modules says"
                if algo == "W8A16" else "nothing but the KV cache is quantized")
-        raise TrtspecError(f"{flag}: keeping linears unquantized needs a calibrated weight format (fp8, int8_sq, "
+        raise TrtspecError(f"{field}: keeping linears unquantized needs a calibrated weight format (fp8, int8_sq, "
                            f"w4a16_awq); {why}")
 
 

@@ -105,11 +105,11 @@ def check_keep_sensitive(keep: KeepSensitive | None, algo: str | None) -> KeepSe
     """None when nothing is to be measured (absent, or a count of 0)."""
     if keep is None or keep.count == 0:
         return None
-    for value, flag, low in ((keep.count, "--keep-sensitive", 0), (keep.samples, "--sensitivity-samples", 1),
-                             (keep.seq_len, "--sensitivity-seq-len", 2)):
+    for value, field, low in ((keep.count, "keep_sensitive", 0), (keep.samples, "sensitivity_samples", 1),
+                              (keep.seq_len, "sensitivity_seq_len", 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise TrtspecError(f"{flag}: expected an integer >= {low}, got {value!r}")
-    check_mixed_algo(algo, "--keep-sensitive")
+            raise TrtspecError(f"quantization.{field}: expected an integer >= {low}, got {value!r}")
+    check_mixed_algo(algo, "quantization.keep_sensitive")
     return keep
 
 
@@ -120,7 +120,7 @@ def quantize_pair(target_hf: Path, draft_hf: Path, out_dir: Path, fmt: str = "fp
     target_hf, draft_hf, out_dir, calib = Path(target_hf), Path(draft_hf), Path(out_dir), calib or CalibOptions()
     qfmt, kv_algo = check_format(fmt), check_kv_format(kv_cache)
     dfmt = (qfmt if draft_format in (None, "same") else
-            None if draft_format == "none" else check_format(draft_format, "--draft-format"))
+            None if draft_format == "none" else check_format(draft_format, "quantization.draft_format"))
     layout = _layout(qfmt, kv_algo, group_size)
     d_layout = _layout(dfmt, kv_algo, group_size) if dfmt else None
     check_request(layout, speculative="draft-target")

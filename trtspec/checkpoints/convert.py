@@ -22,13 +22,13 @@ def resolve_dtype(dtype: str, hf_dir: Path) -> str:
         dtype = str(hf.get("torch_dtype") or hf.get("dtype") or "float16").replace("torch.", "")
         return dtype if dtype in trtllm.DTYPES else "float16"
     if dtype not in trtllm.DTYPES:
-        raise TrtspecError(f"--dtype: {dtype!r} is not one of {', '.join(trtllm.DTYPES)} or auto")
+        raise TrtspecError(f"convert.dtype: {dtype!r} is not one of {', '.join(trtllm.DTYPES)} or auto")
     return dtype
 
 
 def check_decoder_tp(spec: DecoderSpec, tp: int, where: Path) -> None:
     if tp < 1:
-        raise TrtspecError(f"--tp: expected a positive integer, got {tp}")
+        raise TrtspecError(f"convert.tp: expected a positive integer, got {tp}")
     check_tp(spec.num_heads, spec.num_kv_heads, spec.intermediate_size, tp, str(where / "config.json"))
 
 

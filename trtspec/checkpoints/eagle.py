@@ -36,12 +36,12 @@ _LAYER = re.compile(r"^layers\.(\d+)\.")
 
 def check_eagle_options(max_draft_len: int, num_eagle_layers: int, max_non_leaves: int) -> None:
     if not 1 <= max_draft_len <= trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT:
-        raise TrtspecError(f"--max-draft-len: {max_draft_len} is outside [1, {trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT}] "
+        raise TrtspecError(f"eagle.max_draft_len: {max_draft_len} is outside [1, {trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT}] "
                            "(TensorRT-LLM's EAGLE limit)")
     if num_eagle_layers < 1:
-        raise TrtspecError(f"--num-eagle-layers: expected >= 1, got {num_eagle_layers}")
+        raise TrtspecError(f"eagle.num_eagle_layers: expected >= 1, got {num_eagle_layers}")
     if max_non_leaves < 1:
-        raise TrtspecError(f"--max-non-leaves: expected >= 1, got {max_non_leaves}")
+        raise TrtspecError(f"eagle.max_non_leaves: expected >= 1, got {max_non_leaves}")
 
 
 def head_spec(base: DecoderSpec, head_dir: Path, head: WeightSource) -> DecoderSpec:

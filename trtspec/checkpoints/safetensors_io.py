@@ -192,7 +192,7 @@ def open_weights(model_dir: Path, allow_pickle: bool = False) -> WeightSource:
         if not allow_pickle:
             raise TrtspecError(
                 f"{bins[0]}: pickle weights are not loaded by default; convert them to safetensors "
-                "or pass --allow-pickle (loaded with torch.load(weights_only=True))")
+                "or set convert.allow_pickle (loaded with torch.load(weights_only=True))")
         eager: dict[str, torch.Tensor] = {}
         for b in bins:
             try:

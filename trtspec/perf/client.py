@@ -260,7 +260,8 @@ async def check_server(url: str, model: str, timeout_s: float) -> ModelInfo:
                 last = (e.message() or str(e)).splitlines()[0][:200]
             if time.monotonic() >= deadline:
                 raise TrtspecError(f"no Triton server answers at {url} (gRPC) after {timeout_s:g} s ({last}); "
-                                   "start one with `trtspec serve REPO --grpc-port PORT` and pass --url 127.0.0.1:PORT")
+                                   "start one with `trtspec serve REPO --grpc-port PORT` and point perf.url at "
+                                   "127.0.0.1:PORT")
             await asyncio.sleep(0.2)
         try:
             ready = await client.is_model_ready(model, client_timeout=timeout_s)
@@ -274,7 +275,7 @@ async def check_server(url: str, model: str, timeout_s: float) -> ModelInfo:
             except InferenceServerException:
                 names = []
             raise TrtspecError(f"model {model!r} is not ready on the server at {url} "
-                               f"(models: {', '.join(names) or 'none'}); check --model and the server log")
+                               f"(models: {', '.join(names) or 'none'}); check perf.model and the server log")
         meta = await client.get_model_metadata(model, as_json=True, client_timeout=timeout_s)
         cfg = (await client.get_model_config(model, as_json=True, client_timeout=timeout_s))["config"]
     finally:

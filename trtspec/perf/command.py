@@ -61,7 +61,7 @@ def perf_command(
     from .runner import PerfRunError, check_options, run_perf
 
     specs = parse_workloads(workloads)
-    with flag_context(P.section, FLAGS):
+    with flag_context(P, FLAGS):
         options = check_options(dict(
             url=url, model=model, workloads={s.name: s.source for s in specs},
             concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
@@ -71,9 +71,14 @@ def perf_command(
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
 
-        typer.echo(f"wrote {export_for_options(options, export_genai_perf)}")
+        try:
+            with flag_context(P, FLAGS, params={"tokenizer": "--tokenizer"}):
+                script = export_for_options(options, export_genai_perf)
+        except TrtspecError as e:  # the library names the field; say which flag's work failed
+            raise TrtspecError(f"--export-genai-perf: {e}") from None
+        typer.echo(f"wrote {script}")
     try:
-        with flag_context(P.section, FLAGS):
+        with flag_context(P, FLAGS):
             results = run_perf(options)
     except PerfRunError as e:  # what was measured still gets its report
         _write_report(e.results, options)

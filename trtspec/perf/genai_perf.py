@@ -119,13 +119,13 @@ def export_genai_perf(out_dir: Path, *, prompts: dict[str, list[tuple[str, str]]
     `prompts`: {workload: [(sample id, prompt text)]} in sending order (trtspec.perf.prompts.render_all).
     The directory is written atomically (a failed export leaves nothing half-written)."""
     if not prompts or any(not p for p in prompts.values()):
-        raise TrtspecError("--export-genai-perf: every workload needs at least one prompt")
+        raise TrtspecError("prompts: every workload needs at least one prompt")
     if not concurrency and request_rate is None:
         concurrency = [1]
     tokenizer = Path(tokenizer)
     if not tokenizer.is_dir():
-        raise TrtspecError(f"--export-genai-perf: tokenizer {tokenizer} is not a directory (genai-perf re-tokenizes "
-                           "the streamed text with the served model's tokenizer; pass --tokenizer DIR)")
+        raise TrtspecError(f"tokenizer: {tokenizer} is not a directory (genai-perf re-tokenizes the streamed text "
+                           "with the served model's tokenizer)")
     out_dir = Path(out_dir)
     points = [(c, None) for c in dict.fromkeys(concurrency)] + ([(None, request_rate)] if request_rate else [])
     runs: list[GenaiPerfRun] = []
@@ -194,7 +194,7 @@ def read_genai_perf_stats(artifact_dir: Path) -> dict:
 
 def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) -> Path:
     """The export for a `trtspec perf` PerfOptions: the same workloads, rendered and shuffled the same
-    way (trtspec.perf.prompts), the tokenizer the perf run used (--tokenizer, else the repository's
+    way (trtspec.perf.prompts), the tokenizer the perf run used (perf.tokenizer, else the repository's
     preprocessing tokenizer, asked from the server)."""
     import asyncio
 
@@ -203,8 +203,8 @@ def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) ->
     o = options
     tok_dir = tokenizer or o.tokenizer or asyncio.run(client.tokenizer_dir(o.url, o.connect_timeout_s))
     if tok_dir is None:
-        raise TrtspecError("--export-genai-perf: no tokenizer directory (the server has no 'preprocessing' model to "
-                           "take it from); pass --tokenizer DIR")
+        raise TrtspecError("perf.tokenizer: needed for the genai-perf export (the server has no 'preprocessing' "
+                           "model to take the tokenizer from)")
     texts = prompts.render_all(prompts.load_all(prompts.parse_workloads(o.workloads), o.seed), o.seed,
                                prompts.load_tokenizer(tok_dir) if o.chat else None, o.chat)
     return export_genai_perf(out_dir, prompts=texts, url=o.url, model=o.model, tokenizer=tok_dir,

@@ -35,7 +35,7 @@ def load_tokenizer(path: str | Path):
     p = Path(path)
     if not p.is_dir():
         raise TrtspecError(f"{p}: tokenizer directory not found (the chat template is rendered on the client; "
-                           "pass --tokenizer DIR or --no-chat)")
+                           "give perf.tokenizer, or turn perf.chat off for plain prompts)")
     try:
         return AutoTokenizer.from_pretrained(str(p), trust_remote_code=False)
     except Exception as e:  # transformers raises many types for a bad directory

@@ -96,8 +96,9 @@ async def _prepare(o: PerfOptions, workloads: list):
     if o.chat:
         path = o.tokenizer or await client.tokenizer_dir(o.url, o.connect_timeout_s)
         if path is None:
-            raise TrtspecError(f"the server at {o.url} has no 'preprocessing' model to take the tokenizer from; the chat "
-                               "template is rendered on the client: pass --tokenizer DIR, or --no-chat for plain prompts")
+            raise TrtspecError(f"perf.tokenizer: needed: the server at {o.url} has no 'preprocessing' model to take "
+                               "the tokenizer from, and the chat template is rendered on the client; give "
+                               "perf.tokenizer, or turn perf.chat off for plain prompts")
         tokenizer = prompts.load_tokenizer(path)
     return info, prompts.render_all(workloads, o.seed, tokenizer, o.chat)
 

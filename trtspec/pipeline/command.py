@@ -21,6 +21,8 @@ def run_command(
                                                           "stage); run nothing."),
 ):
     """Run every stage of a recipe, skipping stages whose inputs did not change since the last run."""
+    from ..options import flag_context
     from .runner import run_recipe
 
-    run_recipe(recipe, out if out is not None else Path("out") / recipe.stem, until, force, dry_run)
+    with flag_context(None, params={"until": "--until", "force": "--force"}):  # run_recipe names its arguments
+        run_recipe(recipe, out if out is not None else Path("out") / recipe.stem, until, force, dry_run)

@@ -3,7 +3,7 @@
     derive -> convert | quantize -> build -> profile -> tune -> triton -> serve -> perf -> report
 
 Decisions, per stage: not applicable (the recipe does not ask for it, or it needs a GPU host: the
-note says what to run there), forced (--force at or before it), or run when its input hash differs
+note says what to run there), forced (`force` at or before it), or run when its input hash differs
 from the one recorded in OUT/run-manifest.json or its outputs are gone, else skipped. `--dry-run`
 makes the same decisions without running anything (a stage after one that would run is "run:
 upstream changes", since its inputs cannot be known yet).
@@ -91,9 +91,10 @@ EXTERNALS = {"derive": ("target",), "convert": ("target", "draft."),
              "profile": ("workloads.",), "tune": ("tune.",), "perf": ("workloads.",)}
 
 
-def check_stage(name: str | None, option: str) -> str | None:
+def check_stage(name: str | None, param: str) -> str | None:
+    """`param`: the Runner.run argument that named the stage (until, force), for the error."""
     if name is not None and name not in ORDER:
-        raise TrtspecError(f"{option}: unknown stage {name!r} (stages: {', '.join(ORDER)})")
+        raise TrtspecError(f"{param}: unknown stage {name!r} (stages: {', '.join(ORDER)})")
     return name
 
 
@@ -163,8 +164,8 @@ class Runner:
     # ---- running ----
 
     def run(self, until: str | None = None, force: str | None = None, dry_run: bool = False) -> RunReport:
-        check_stage(until, "--until")
-        check_stage(force, "--force")
+        check_stage(until, "until")
+        check_stage(force, "force")
         self.dry_run = dry_run
         last = ORDER.index(until) if until else len(ORDER) - 1
         first_forced = ORDER.index(force) if force else len(ORDER)

@@ -12,8 +12,14 @@ from typing import Optional
 import typer
 
 from ..errors import TrtspecError
-from ..options import default, doc, from_cli
+from ..options import default, doc, flag_context, from_cli
 from .options import QuantReportOptions as Q
+
+
+# quality_report's arguments (errors name them as Python does) -> this command's flags
+REPORT_PARAMS = {"quant_ckpt": "--ckpt", "ref_ckpt": "--ref", "draft_ckpt": "--draft-ckpt",
+                 "ref_draft_ckpt": "--ref-draft-ckpt", "workloads": "--workloads", "max_new_tokens": "--max-new-tokens",
+                 "max_k": "--max-k"}
 
 
 def entries(workloads: dict[str, str]) -> str:
@@ -49,8 +55,9 @@ def quant_report_command(
     from .report import JSON_NAME, PNG_NAME, quality_report
 
     wls = load_workloads(specs, seed=opts.seed)
-    report = quality_report(ckpt, ref, wls, out, draft_ckpt=draft_ckpt, ref_draft_ckpt=ref_draft_ckpt,
-                            max_new_tokens=opts.max_new_tokens, samples=opts.samples, seed=opts.seed,
-                            max_k=opts.max_k, progress=lambda m: typer.echo(m, err=True))
+    with flag_context(None, params=REPORT_PARAMS):
+        report = quality_report(ckpt, ref, wls, out, draft_ckpt=draft_ckpt, ref_draft_ckpt=ref_draft_ckpt,
+                                max_new_tokens=opts.max_new_tokens, samples=opts.samples, seed=opts.seed,
+                                max_k=opts.max_k, progress=lambda m: typer.echo(m, err=True))
     print_report(report)
     typer.echo(f"wrote {out / JSON_NAME} and {out / PNG_NAME}")

@@ -69,7 +69,7 @@ def quantize_command(
                        if report else False)
     conv = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
         max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
-    with flag_context(Q.section, FLAGS):
+    with flag_context(C), flag_context(E), flag_context(Q, FLAGS):  # library errors name convert./quantization.FIELD
         quantize(hf, out, options, conv, eagle_head=eagle, draft_hf=draft)
     typer.echo(f"wrote {out}")
     if report:

@@ -16,7 +16,7 @@ Per workload, both checkpoints run in the PyTorch runtime with TRT-LLM numerics:
   tokens included) and (b) the reference continuation (`perplexity.continuation`: biased in the
   reference's favour, since it is the reference's own greedy text; read it as "how far the quantized
   model drifts from the reference's choices"). `ratio` = quantized / reference.
-- **mixed precision.** A checkpoint written with `--exclude`/`--keep-sensitive` is reported as is
+- **mixed precision.** A checkpoint written with `exclude`/`keep_sensitive` is reported as is
   (its unquantized GEMMs run unquantized); `quantized.mixed_precision` says which and how many.
 - **held-out prompts.** The prompts are drawn (seeded) only from samples not used for calibration:
   the quantized checkpoint's `trtspec.json` lists, per calibration source, the sample ids it was
@@ -84,19 +84,19 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
     from ..runtime.generate import load_models, resolve_pair
 
     if max_new_tokens < 1:
-        raise TrtspecError(f"--max-new-tokens: expected a positive integer, got {max_new_tokens}")
+        raise TrtspecError(f"max_new_tokens: expected a positive integer, got {max_new_tokens}")
     if max_k < 1:
-        raise TrtspecError(f"--max-k: expected a positive integer, got {max_k}")
-    for p, what in ((quant_ckpt, "--ckpt"), (ref_ckpt, "--ref"), (draft_ckpt, "--draft-ckpt"),
-                    (ref_draft_ckpt, "--ref-draft-ckpt")):
+        raise TrtspecError(f"max_k: expected a positive integer, got {max_k}")
+    for p, name in ((quant_ckpt, "quant_ckpt"), (ref_ckpt, "ref_ckpt"), (draft_ckpt, "draft_ckpt"),
+                    (ref_draft_ckpt, "ref_draft_ckpt")):
         if p is not None and not Path(p).is_dir():
-            raise TrtspecError(f"{what} {p}: not a checkpoint directory")
+            raise TrtspecError(f"{name}: {p}: not a checkpoint directory")
     quant_ckpt, draft_ckpt = resolve_pair(Path(quant_ckpt), draft_ckpt)
     ref_ckpt, ref_draft_ckpt = resolve_pair(Path(ref_ckpt), ref_draft_ckpt)
     if ref_draft_ckpt is None:
         ref_draft_ckpt = draft_ckpt  # same draft on both sides: the delta isolates the target
     if draft_ckpt is None and ref_draft_ckpt is not None:
-        raise TrtspecError("--ref-draft-ckpt needs --draft-ckpt (the quantized pair's draft)")
+        raise TrtspecError("ref_draft_ckpt: needs `draft_ckpt` (the quantized pair's draft)")
     say = progress or (lambda msg: None)
     qm = load_models(quant_ckpt, draft_ckpt)
     rm = load_models(ref_ckpt, ref_draft_ckpt)
@@ -161,7 +161,7 @@ def prompt_sets(quant_ckpt: Path, ref_ckpt: Path, rm, qm, workloads: list, promp
             sets.append((w.name, {"source": w.source, "held_out": flag, "excluded_calibration_samples": excluded},
                          [(s.id, render(s, tok)) for s in chosen]))
     if not sets:
-        raise TrtspecError("--workloads: no workload to report on")
+        raise TrtspecError("workloads: no workload to report on")
     return sets
 
 

@@ -134,7 +134,7 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
     if not chat:
         return list(tokenizer(prompt)["input_ids"])
     if not getattr(tokenizer, "chat_template", None):
-        raise TrtspecError(f"{where}: the tokenizer has no chat template; drop --chat")
+        raise TrtspecError(f"{where}: the tokenizer has no chat template; call without `chat`")
     ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                         tokenize=True)
     return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)

@@ -12,8 +12,15 @@ from typing import Optional
 import typer
 
 from ..errors import TrtspecError
-from ..options import default, doc
+from ..options import default, doc, flag_context
 from .options import ServeOptions as S, TritonOptions as T
+
+
+# RepoRequest's path arguments (not options fields): library errors name them as Python does.
+PORT_FLAGS = {"ports": "--http-port/--grpc-port/--metrics-port", "ports.http": "--http-port",
+              "ports.grpc": "--grpc-port", "ports.metrics": "--metrics-port", "start_timeout_s": "--timeout"}
+REPO_PARAMS = {"engines": "--engines", "draft_engines": "--draft-engines", "ckpt": "--ckpt",
+               "draft_ckpt": "--draft-ckpt", "tokenizer": "--tokenizer"}
 
 
 def triton_command(
@@ -59,10 +66,12 @@ def triton_command(
         raise TrtspecError("--out: needed (the repository directory to write)")
     from .repo import RepoRequest, make_repository
 
-    res = make_repository(RepoRequest(tuning=tuning, flavor=flavor, out=out, engines=engines,
-                                      draft_engines=draft_engines, ckpt=ckpt, draft_ckpt=draft_ckpt,
-                                      tokenizer=tokenizer, max_batch_size=max_batch_size, instances=instances, gpu=gpu,
-                                      eagle_band=eagle_band, default_workload=default_workload, overwrite=overwrite))
+    with flag_context(T, params=REPO_PARAMS):
+        res = make_repository(RepoRequest(tuning=tuning, flavor=flavor, out=out, engines=engines,
+                                          draft_engines=draft_engines, ckpt=ckpt, draft_ckpt=draft_ckpt,
+                                          tokenizer=tokenizer, max_batch_size=max_batch_size, instances=instances,
+                                          gpu=gpu, eagle_band=eagle_band, default_workload=default_workload,
+                                          overwrite=overwrite))
     for w in res.warnings:
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"wrote {res.path} ({res.flavor} flavor, {res.mode}: {', '.join(res.models)}); validated; "
@@ -90,7 +99,8 @@ def serve_command(
     ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
     if manifest.get("flavor") == "cpu":
         try:
-            code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo)
+            with flag_context(S, PORT_FLAGS):
+                code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo)
         except s.ServerStartError as e:
             if e.log_tail:
                 typer.echo("--- tritonserver log (last lines) ---\n" + e.log_tail + "\n---", err=True)

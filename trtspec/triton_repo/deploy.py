@@ -92,43 +92,43 @@ def _build_dir_engines(path: Path) -> dict[str, Path]:
 
 def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None) -> list[Artifact]:
     """trtllm flavor: [target, draft] for draft-target, [eagle] for EAGLE."""
-    root = _dir(engines, "--engines")
+    root = _dir(engines, "engines")
     found = _build_dir_engines(root) if (root / MANIFEST_FILE).is_file() else None
     if mode == "eagle":
         if draft_engines is not None:
-            raise TrtspecError("--draft-engines: an EAGLE engine drafts itself; give only --engines")
+            raise TrtspecError("draft_engines: an EAGLE engine drafts itself; give only `engines`")
         path = (found or {}).get("eagle", root) if found is not None else root
         if found is not None and "eagle" not in found:
-            raise TrtspecError(f"--engines: {root / MANIFEST_FILE} has no 'eagle' engine "
+            raise TrtspecError(f"engines: {root / MANIFEST_FILE} has no 'eagle' engine "
                                f"(it has {', '.join(found)}); the tuning is for EAGLE")
-        art = _engine(_dir(path, "--engines"), "eagle", "--engines")
+        art = _engine(_dir(path, "engines"), "eagle", "engines")
         if art.speculative_mode != "eagle":
-            raise TrtspecError(f"--engines: {art.path} is not an EAGLE engine (speculative_decoding_mode "
+            raise TrtspecError(f"engines: {art.path} is not an EAGLE engine (speculative_decoding_mode "
                                f"{art.speculative_mode}); the tuning is for EAGLE")
         return [art]
     if found is not None:
         if "target" not in found:
-            raise TrtspecError(f"--engines: {root / MANIFEST_FILE} has no 'target' engine (it has "
+            raise TrtspecError(f"engines: {root / MANIFEST_FILE} has no 'target' engine (it has "
                                f"{', '.join(found)}); a draft-target repository needs a target and a draft")
         target_dir, draft_dir = found["target"], found.get("draft")
     else:
         target_dir, draft_dir = root, None
-    target = _engine(_dir(target_dir, "--engines"), "target", "--engines")
+    target = _engine(_dir(target_dir, "engines"), "target", "engines")
     if draft_engines is not None:
-        draft_dir = _dir(draft_engines, "--draft-engines")
+        draft_dir = _dir(draft_engines, "draft_engines")
         if (draft_dir / MANIFEST_FILE).is_file():  # a build directory of the draft alone
             built = _build_dir_engines(draft_dir)
             draft_dir = built.get("draft") or built.get("plain") or draft_dir
     if draft_dir is None:
-        raise TrtspecError("--draft-engines: needed (the draft engine directory), or give --engines a "
+        raise TrtspecError("draft_engines: needed (the draft engine directory), or give `engines` a "
                            "'trtspec build' output directory of a draft-target pair")
-    draft = _engine(_dir(draft_dir, "--draft-engines"), "draft", "--draft-engines")
+    draft = _engine(_dir(draft_dir, "draft_engines"), "draft", "draft_engines")
     if target.speculative_mode != "draft_tokens_external":
-        raise TrtspecError(f"--engines: the target engine {target.path} was built with speculative_decoding_mode "
+        raise TrtspecError(f"engines: the target engine {target.path} was built with speculative_decoding_mode "
                            f"{target.speculative_mode}; draft-target serving needs draft_tokens_external "
                            "(trtspec build on the pair directory does that)")
     if draft.speculative_mode is not None:
-        raise TrtspecError(f"--draft-engines: {draft.path} is a speculative engine ({draft.speculative_mode}); "
+        raise TrtspecError(f"draft_engines: {draft.path} is a speculative engine ({draft.speculative_mode}); "
                            "expected a plain draft engine")
     return [target, draft]
 
@@ -156,26 +156,26 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
 
 def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
     """cpu flavor: [target, draft] or [eagle]."""
-    root = _dir(ckpt, "--ckpt")
+    root = _dir(ckpt, "ckpt")
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
     if mode == "eagle":
         if draft_ckpt is not None or pair:
-            raise TrtspecError("--ckpt: the tuning is for EAGLE; give the EagleForCausalLM checkpoint only")
-        art = _checkpoint(root, "eagle", "--ckpt")
+            raise TrtspecError("ckpt: the tuning is for EAGLE; give the EagleForCausalLM checkpoint only")
+        art = _checkpoint(root, "eagle", "ckpt")
         if art.speculative_mode != "eagle":
-            raise TrtspecError(f"--ckpt: {root} is a {art.config['architecture']} checkpoint; the tuning is for "
+            raise TrtspecError(f"ckpt: {root} is a {art.config['architecture']} checkpoint; the tuning is for "
                                "EAGLE (expected EagleForCausalLM)")
         return [art]
     if pair:
         target_dir = root / "target"
-        draft_dir = _dir(draft_ckpt, "--draft-ckpt") if draft_ckpt is not None else root / "draft"
+        draft_dir = _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None else root / "draft"
     else:
-        target_dir, draft_dir = root, _dir(draft_ckpt, "--draft-ckpt") if draft_ckpt is not None else None
+        target_dir, draft_dir = root, _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None else None
     if draft_dir is None:
-        raise TrtspecError("--draft-ckpt: needed for a draft-target tuning (or give --ckpt a pair directory "
+        raise TrtspecError("draft_ckpt: needed for a draft-target tuning (or give `ckpt` a pair directory "
                            "with target/ and draft/)")
-    target = _checkpoint(target_dir, "target", "--ckpt")
-    draft = _checkpoint(Path(draft_dir), "draft", "--draft-ckpt")
+    target = _checkpoint(target_dir, "target", "ckpt")
+    draft = _checkpoint(Path(draft_dir), "draft", "draft_ckpt")
     for a in (target, draft):
         if a.speculative_mode == "eagle":
             raise TrtspecError(f"{a.path}: an EagleForCausalLM checkpoint, but the tuning is draft-target")
@@ -214,16 +214,16 @@ def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) 
 
 def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
     """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model)."""
-    root = _dir(ckpt, "--ckpt")
-    target_dir = _hf_dir(root, "--ckpt")
+    root = _dir(ckpt, "ckpt")
+    target_dir = _hf_dir(root, "ckpt")
     if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
         draft_dir = _recorded_source(root, ("draft",))
     else:
-        draft_dir = _dir(draft_ckpt, "--draft-ckpt")
+        draft_dir = _dir(draft_ckpt, "draft_ckpt")
     tcfg = read_json(target_dir / "config.json")
     dcfg = read_json(draft_dir / "config.json")
     if "architectures" not in dcfg:
-        draft_dir = _hf_dir(draft_dir, "--draft-ckpt")
+        draft_dir = _hf_dir(draft_dir, "draft_ckpt")
         dcfg = read_json(draft_dir / "config.json")
     return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=str(tcfg.get("torch_dtype"))),
             Artifact(role="draft", path=draft_dir, kind="hf", config=dcfg, dtype=str(dcfg.get("torch_dtype")))]
@@ -242,9 +242,9 @@ def resolve_tokenizer(tokenizer: Path | None, artifacts: list[Artifact], engines
     """--tokenizer, else the first of: the target checkpoint/HF dir, the checkpoint a build plan
     was made from (for engines), that has tokenizer files."""
     if tokenizer is not None:
-        p = _dir(tokenizer, "--tokenizer")
+        p = _dir(tokenizer, "tokenizer")
         if not has_tokenizer(p):
-            raise TrtspecError(f"--tokenizer: {p} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)})")
+            raise TrtspecError(f"tokenizer: {p} has no tokenizer files ({', '.join(TOKENIZER_MARKERS)})")
         return p
     candidates = [a.path for a in artifacts if a.kind != "engine"]
     if engines_root is not None:
@@ -261,4 +261,4 @@ def resolve_tokenizer(tokenizer: Path | None, artifacts: list[Artifact], engines
     for c in candidates:
         if has_tokenizer(c):
             return Path(c).resolve()
-    raise TrtspecError("--tokenizer: needed (no tokenizer files next to the checkpoint or the engines' build plan)")
+    raise TrtspecError("tokenizer: needed (no tokenizer files next to the checkpoint or the engines' build plan)")

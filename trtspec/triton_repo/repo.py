@@ -84,21 +84,21 @@ def _python_files(kind: str) -> dict[str, str]:
 
 def _check_options(req: RepoRequest) -> None:
     if req.flavor not in FLAVORS:
-        raise TrtspecError(f"--flavor: {req.flavor!r} is not one of {', '.join(FLAVORS)}")
+        raise TrtspecError(f"triton.flavor: {req.flavor!r} is not one of {', '.join(FLAVORS)}")
     if req.max_batch_size is not None and req.max_batch_size < 1:
-        raise TrtspecError(f"--max-batch-size: expected >= 1, got {req.max_batch_size}")
+        raise TrtspecError(f"triton.max_batch_size: expected >= 1, got {req.max_batch_size}")
     if req.instances < 1:
-        raise TrtspecError(f"--instances: expected >= 1, got {req.instances}")
+        raise TrtspecError(f"triton.instances: expected >= 1, got {req.instances}")
     if req.flavor == "trtllm":
         if req.engines is None:
-            raise TrtspecError("--engines: needed for the trtllm flavor (engine directories from trtspec build)")
+            raise TrtspecError("engines: needed for the trtllm flavor (engine directories from trtspec build)")
         if req.ckpt is not None or req.draft_ckpt is not None:
-            raise TrtspecError("--ckpt/--draft-ckpt: the trtllm flavor serves engines; give --engines/--draft-engines")
+            raise TrtspecError("`ckpt`/`draft_ckpt`: the trtllm flavor serves engines; give `engines`/`draft_engines`")
     else:
         if req.engines is not None or req.draft_engines is not None:
-            raise TrtspecError(f"--engines: the {req.flavor} flavor serves checkpoints; give --ckpt (and --draft-ckpt)")
+            raise TrtspecError(f"engines: the {req.flavor} flavor serves checkpoints; give `ckpt` (and `draft_ckpt`)")
         if req.ckpt is None:
-            raise TrtspecError(f"--ckpt: needed for the {req.flavor} flavor")
+            raise TrtspecError(f"ckpt: needed for the {req.flavor} flavor")
 
 
 def make_repository(req: RepoRequest) -> RepoResult:
@@ -169,7 +169,7 @@ class _Builder:
             raise TrtspecError(
                 f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
                 f"{worst[2]}, above the target engine's max_draft_len {target.max_draft_len} "
-                f"({target.path / 'config.json'}); rebuild the pair with --max-draft-len {worst[2]} or re-tune")
+                f"({target.path / 'config.json'}); rebuild the pair with build.max_draft_len {worst[2]} or re-tune")
         return max(k for _, _, k in ks)
 
     def _check_trees(self, routing: dict, art: Artifact) -> None:

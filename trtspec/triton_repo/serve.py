@@ -122,13 +122,13 @@ def free_port() -> int:
 
 def check_ports(ports: dict[str, int]) -> None:
     if len(set(ports.values())) != len(ports):
-        raise TrtspecError(f"--http-port/--grpc-port/--metrics-port must differ, got {ports}")
+        raise TrtspecError(f"triton.ports: http, grpc and metrics must differ, got {ports}")
     for name, port in ports.items():
         if not 0 < port < 65536:
-            raise TrtspecError(f"--{name}-port: {port} is not a TCP port")
+            raise TrtspecError(f"triton.ports.{name}: {port} is not a TCP port")
         if port_in_use(port):
-            raise TrtspecError(f"--{name}-port: {HOST}:{port} is already in use (another server running? "
-                               f"pick a free port with --{name}-port)")
+            raise TrtspecError(f"triton.ports.{name}: {HOST}:{port} is already in use (another server running? "
+                               f"pick a free port with triton.ports.{name})")
 
 
 def tail(path: Path, lines: int = 30) -> str:

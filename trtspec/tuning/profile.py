@@ -149,7 +149,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     models = load_models(ckpt, draft_ckpt)
     if models.eagle is None and models.draft is None:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory "
-                           "or --draft-ckpt")
+                           "or `draft_ckpt`")
     if models.tokenizer is None:
         raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
     mode = "eagle" if models.eagle is not None else "draft-target"

@@ -36,7 +36,7 @@ def profile_command(
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
 
-    with flag_context(P.section):
+    with flag_context(P, params={"draft_ckpt": "--draft-ckpt"}):
         profile = profile_workloads(ckpt, specs, options, draft_ckpt, progress=typer.echo)
     write_text_atomic(out, dump_json(profile))
     for name, w in profile.workloads.items():
