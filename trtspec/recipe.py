@@ -27,9 +27,11 @@ can be moved together and run from anywhere. `target: default` is the embedded S
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .builders.options import BuildOptions
@@ -133,8 +135,6 @@ class Recipe(ConvertOptions):
     @field_validator("workloads")
     @classmethod
     def _workloads(cls, v: dict[str, str]) -> dict[str, str]:
-        import re
-
         if not v:
             raise ValueError("give at least one NAME: SOURCE (mt-bench, humaneval or a .jsonl/.csv path)")
         for name in v:
@@ -229,8 +229,6 @@ def parse_recipe(data: Any, where: str = "recipe") -> Recipe:
 
 def load_recipe(path: Path) -> Recipe:
     """Read, validate and resolve a recipe file; errors are one line naming the file and field."""
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from .errors import TrtspecError
 
 # Any of these means "this directory has a tokenizer transformers can load".
@@ -18,7 +20,6 @@ def load_tokenizer(model_dir: Path, what: str = "the"):
     """The transformers tokenizer of `model_dir`, or None when it has no tokenizer files."""
     if not has_tokenizer(model_dir):
         return None
-    from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from ..errors import TrtspecError
 
@@ -55,6 +56,7 @@ class QuantState:
 def calibrate(model: nn.Module, cfg: dict, prompts: list[list[int]], progress: bool = True) -> float:
     """Quantize `model` in place with ModelOpt config `cfg`, calibrating on `prompts` (token ids,
     one forward each). Returns the wall time in seconds."""
+    # lazy: modelopt takes ~7 s to import, and `trtspec run` imports calib even when quantize is skipped
     import modelopt.torch.quantization as mtq
 
     def forward_loop(m: nn.Module) -> None:
@@ -84,8 +86,8 @@ def register_nested_attention(model: nn.Module) -> None:
     """ModelOpt adds K/V quantizers to an HF model's attention classes only when the model it
     is given *is* an HF PreTrainedModel; our EAGLE wrapper holds one, so register them here
     (the head's layers are the same LlamaAttention class, so they get quantizers too)."""
+    # lazy: modelopt (see calibrate)
     from modelopt.torch.quantization.plugins.huggingface import register_hf_attentions_on_the_fly
-    from transformers import PreTrainedModel
 
     for module in model.modules():
         if module is not model and isinstance(module, PreTrainedModel):

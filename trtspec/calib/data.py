@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..errors import TrtspecError
+from ..workloads import load_workload, parse_workload_specs, render
 
 
 @dataclass
@@ -51,8 +52,6 @@ def check_calib_options(samples: int, seq_len: int) -> None:
 def load_calib_set(calib: str | list[str], tokenizer, samples: int = 512, seq_len: int = 512,
                    seed: int = 0) -> CalibSet:
     """Render `samples` prompts from the workloads in `calib` with `tokenizer` (see module doc)."""
-    from ..workloads import load_workload, parse_workload_specs, render
-
     check_calib_options(samples, seq_len)
     specs = parse_workload_specs(calib)
     shares = split_evenly(samples, len(specs))

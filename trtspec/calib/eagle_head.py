@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 
 class EagleHead(nn.Module):
     def __init__(self, base_config, head_spec, embed: nn.Embedding | None):
-        from transformers import LlamaConfig
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-
         H = head_spec.hidden_size
         cfg = LlamaConfig(
             hidden_size=H, intermediate_size=head_spec.intermediate_size, num_hidden_layers=head_spec.num_layers,

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoints.layout import TensorPlan
 from ..checkpoints.eagle import eagle_config
+from ..checkpoints.layout import TensorPlan
 from ..checkpoints.quant import quantization_block
-from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.safetensors_io import WeightSource
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.spec import DecoderSpec
+from ..checkpoints.validate import validate_checkpoint
 from ..checkpoints.writer import copy_tokenizer, source_record, validate_sources, write_manifest
 from ..fsutil import write_json
 from .calibrate import calibrate, collect, plain_weights
@@ -57,8 +58,6 @@ def write_quantized_eagle(out: Path, base_hf: Path, head_dir: Path, base: Decode
                           layout: QuantScheme, calibrated: Calibrated | None, dtype: str, tp: int,
                           eagle_opts: dict) -> None:
     """Write the checkpoint from the calibrated base + head (or, W8A16 without KV, from disk)."""
-    from ..checkpoints.validate import validate_checkpoint
-
     dropped = {"layers.0.input_layernorm.weight"} & disk["head"].names()
     if dropped:
         print(f"warning: {head_dir}: dropping 'layers.0.input_layernorm.weight' (EagleForCausalLM's drafter "

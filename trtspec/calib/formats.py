@@ -90,6 +90,7 @@ def modelopt_config(fmt: QuantFormat, kv_algo: str | None, group_size: int, disa
     (w8a16 without a KV format). KV quantizers are ModelOpt's `*[kv]_bmm_quantizer` pattern.
     `disabled`: entries that switch quantizers off (mixed.exclusion_config), appended last so
     they win over the format's patterns, as ModelOpt applies quant_cfg entries in order."""
+    # lazy: modelopt takes ~7 s to import, and `trtspec run` imports calib even when quantize is skipped
     import modelopt.torch.quantization as mtq
 
     if fmt.modelopt_cfg is None and kv_algo is None:

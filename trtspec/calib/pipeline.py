@@ -13,22 +13,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
 
-from ..upstream.modelopt import MODELOPT_VERSION
-from ..checkpoints.convert import PreparedDecoder
+from ..checkpoints.convert import PreparedDecoder, convert_hf
 from ..checkpoints.layout import TensorPlan, shard_for
 from ..checkpoints.quant import quant_plans, quantization_block
-from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.safetensors_io import WeightSource
+from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.spec import DecoderSpec, trtllm_config
+from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..checkpoints.validate import validate_checkpoint
 from ..checkpoints.writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
 from ..errors import TrtspecError
 from ..fsutil import write_json
+from ..runtime.model import Decoder
+from ..runtime.quant import MODEL_DTYPES
+from ..upstream.modelopt import MODELOPT_VERSION
 from .calibrate import QuantState, calibrate, collect, plain_weights
 from .data import CalibSet
 from .export import QuantSource
 from .formats import QuantFormat, modelopt_config
 from .mixed import exclusion_config, expand_units, hf_modules, linear_units, unit_of
+from .sensitivity import measure, sensitivity_prompts
 
 
 def needs_calibration(layout: QuantScheme) -> bool:
@@ -39,8 +45,6 @@ def needs_calibration(layout: QuantScheme) -> bool:
 def load_hf(hf_dir: Path) -> torch.nn.Module:
     """The HF model in float32: calibration runs on the CPU, where float32 is both the fast and
     the accurate choice; the checkpoint's --dtype applies when tensors are written."""
-    from transformers import AutoModelForCausalLM
-
     try:
         return AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
     except Exception as e:  # the converter's own checks passed, so this is transformers refusing
@@ -121,12 +125,6 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme,
     checkpoint as written with the current layout (a temporary copy) against the float32
     conversion of the same HF model; the chosen units' quantizers are then disabled in the
     ModelOpt model too, so model and checkpoint say the same thing."""
-    from ..checkpoints.convert import convert_hf
-    from ..checkpoints.trtllm_ckpt import load_checkpoint
-    from ..runtime.model import Decoder
-    from ..runtime.quant import MODEL_DTYPES
-    from .sensitivity import measure, sensitivity_prompts
-
     units = linear_units(d.plans)
     candidates = [u for u, ls in units.items() if all(layout.quantizes(x) for x in ls)]
     prompts = sensitivity_prompts(cal.calib.prompts, keep.samples, keep.seq_len)
@@ -177,6 +175,5 @@ def write_quantized_decoder(d: PreparedDecoder, out: Path, fmt: QuantFormat, lay
         extra["mixed_precision"] = mixed
     write_manifest(out, "decoder", [source_record("hf", d.hf_dir, d.weights)],
                    options_record(fmt, layout, d.dtype, d.tp, extra))
-    from ..checkpoints.validate import validate_checkpoint
 
     validate_checkpoint(out)  # header-only self-check before the directory is renamed into place

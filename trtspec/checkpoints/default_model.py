@@ -27,6 +27,7 @@ from typing import Iterator
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from tokenizers import processors
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_json
@@ -83,7 +84,7 @@ def _is_complete(out: Path, marker: dict) -> bool:
 def _lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock on `path` (POSIX); without fcntl the atomic rename still protects."""
     try:
-        import fcntl
+        import fcntl  # local: POSIX only (see the except)
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return
@@ -120,8 +121,6 @@ def smollm2_dir(cache_root: Path | None = None) -> Path:
 
 def fix_tokenizer(tok):
     """Upstream SmolLM2 behaviour: no BOS added, `<|im_end|>` ends a turn (and pads)."""
-    from tokenizers import processors
-
     if hasattr(tok, "add_bos_token"):
         # LlamaTokenizerFast rebuilds its post-processor from add_bos_token on every load: persist False.
         tok.add_bos_token = False
@@ -145,6 +144,7 @@ def check_tokenizer(tok, where: Path) -> None:
 def _quiet_transformers() -> Iterator[None]:
     """Silence transformers' notices (legacy tokenizer, ...) and its GGUF tqdm bar during the build;
     the rich progress display says what is happening instead."""
+    # local: _build sets HF_HUB_OFFLINE first, and transformers reads it when first imported
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
@@ -163,6 +163,7 @@ def _quiet_transformers() -> Iterator[None]:
 
 def _build(gguf: Path, out: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local; make sure of it
+    # local: after the line above (transformers reads HF_HUB_OFFLINE when first imported)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 

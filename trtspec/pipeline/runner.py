@@ -21,10 +21,12 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
 from ..errors import TrtspecError
+from ..perf.schema import load_results
 from ..recipe import Recipe, load_recipe
 from . import stages as st
 from .state import RunManifest, canonical, fingerprint, outputs_exist, sha256_text
@@ -175,8 +177,6 @@ class Runner:
         if missing and not dry_run:
             raise TrtspecError(f"{self.recipe_path}: input not found: {missing[0]} (edit the recipe)")
         if not dry_run and self.recipe.threads:
-            import torch
-
             torch.set_num_threads(self.recipe.threads)
         if not dry_run and self.recipe.uses_default_target:
             st.target_hf(self.ctx)  # build the embedded default once, before any input hash reads it
@@ -292,8 +292,6 @@ def _short(outputs: list[str], out: Path) -> str:
 
 def print_speedups(results_path: Path, console: Console) -> list:
     """Measured speedup (perf, speculation on vs off) next to the tuner's prediction, per workload."""
-    from ..perf.schema import load_results
-
     results = load_results(results_path)
     table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
     for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "predicted", "AL meas.", "AL pred.", "K"):

@@ -19,8 +19,29 @@ from typing import Callable
 
 from rich.console import Console
 
+from ..builders.options import BuildOptions
+from ..builders.plan import make_plan
+from ..builders.run import build, find_trtllm_build
+from ..calib.quantize import quantize
+from ..checkpoints.default_model import CACHE_NAME, default_cache_root, smollm2_dir
+from ..checkpoints.derive import truncate_layers
+from ..checkpoints.options import ConvertOptions
+from ..checkpoints.stage import convert
 from ..errors import TrtspecError
+from ..fsutil import atomic_dir, write_text_atomic
+from ..perf.options import PerfSettings
+from ..perf.report import write_report
+from ..perf.runner import PerfOptions, run_perf as perf
+from ..quality.render import print_report
+from ..quality.report import report_or_warning
 from ..recipe import COST_PRESETS, Recipe
+from ..triton_repo.options import TritonOptions
+from ..triton_repo.repo import RepoRequest, make_repository
+from ..triton_repo.serve import CpuServer, free_port
+from ..tuning.profile import profile_workloads
+from ..tuning.report import print_summary, write_plots
+from ..tuning.schema import dump_json
+from ..tuning.tune import tune_stage
 
 
 @dataclass
@@ -51,8 +72,6 @@ class Ctx:
 # ---- inputs from outside OUT -------------------------------------------------------------------------
 
 def default_target_dir() -> Path:
-    from ..checkpoints.default_model import CACHE_NAME, default_cache_root
-
     return default_cache_root() / CACHE_NAME
 
 
@@ -61,8 +80,6 @@ def target_hf(ctx: Ctx, build: bool = True) -> Path:
     if ctx.recipe.uses_default_target:
         if not build:
             return default_target_dir()
-        from ..checkpoints.default_model import smollm2_dir
-
         return smollm2_dir()
     return Path(ctx.recipe.target)
 
@@ -99,16 +116,12 @@ def missing_inputs(recipe: Recipe) -> list[str]:
 # ---- stage functions ---------------------------------------------------------------------------------
 
 def run_derive(ctx: Ctx) -> str:
-    from ..checkpoints.derive import truncate_layers
-
     n = ctx.recipe.draft.derive.layers
     truncate_layers(target_hf(ctx), ctx.paths.hf_draft, n, overwrite=True)
     return f"first {n} layers of the target"
 
 
 def run_convert(ctx: Ctx) -> str:
-    from ..checkpoints.stage import convert
-
     r, eagle = ctx.recipe, ctx.recipe.mode == "eagle"
     convert(target_hf(ctx), ctx.paths.ckpt, convert_options(r), eagle_head=Path(r.draft.eagle) if eagle else None,
             draft_hf=None if eagle else draft_hf(ctx), overwrite=True)
@@ -117,16 +130,12 @@ def run_convert(ctx: Ctx) -> str:
 
 def convert_options(r: Recipe):
     """The recipe's top-level dtype, tp, eagle and allow_pickle (Recipe inherits ConvertOptions)."""
-    from ..checkpoints.options import ConvertOptions
-
     return ConvertOptions(**r.model_dump(include=set(ConvertOptions.model_fields)))
 
 
 def run_quantize(ctx: Ctx) -> str:
     """calib.quantize.quantize, then the quality report (a report that cannot be made is a warning,
     as in `trtspec quantize`: the checkpoint is complete and valid by then)."""
-    from ..calib.quantize import quantize
-
     r, out = ctx.recipe, ctx.paths.ckpt
     q = ctx.recipe.quantization
     options = q if q.calib is not None else q.model_copy(update={"calib": dict(r.workloads)})
@@ -138,9 +147,6 @@ def run_quantize(ctx: Ctx) -> str:
     note = f"{q.format}" + (f" + {q.kv_cache} KV" if q.kv_cache else "")
     report_options = q.report_options()
     if report_options is not None:
-        from ..quality.render import print_report
-        from ..quality.report import report_or_warning
-
         report = report_or_warning(hf, out, report_options, lambda w: ctx.log(f"warning: {w}"), seed=q.seed,
                                    draft_hf=draft, eagle_head=eagle, convert=convert, progress=ctx.log)
         if report is None:
@@ -153,25 +159,18 @@ def run_quantize(ctx: Ctx) -> str:
 
 
 def trtllm_build_on_path() -> bool:
-    from ..builders.run import find_trtllm_build
-
     return find_trtllm_build() is not None
 
 
 def build_options(recipe: Recipe):
     """The recipe's build section as builders.BuildOptions; a draft-target build drafts up to
     profile.max_k tokens unless build.max_draft_len says otherwise."""
-    from ..builders.options import BuildOptions
-
     b = recipe.build
     k = b.max_draft_len or (recipe.profile.max_k if recipe.mode == "draft-target" else None)
     return BuildOptions(**b.model_dump(exclude={"engines"}) | {"max_draft_len": k})
 
 
 def run_build(ctx: Ctx) -> str:
-    from ..builders.plan import make_plan
-    from ..builders.run import build
-
     b = ctx.recipe.build
     plan_opts = build_options(ctx.recipe)
     plan = make_plan(ctx.paths.ckpt, plan_opts)
@@ -190,10 +189,6 @@ def engines_built(ctx: Ctx) -> bool:
 
 
 def run_profile(ctx: Ctx) -> str:
-    from ..fsutil import write_text_atomic
-    from ..tuning.profile import profile_workloads
-    from ..tuning.schema import dump_json
-
     p = ctx.recipe.profile
     result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log)
     write_text_atomic(ctx.paths.profile, dump_json(result))
@@ -204,11 +199,6 @@ def run_profile(ctx: Ctx) -> str:
 
 
 def run_tune(ctx: Ctx) -> str:
-    from ..fsutil import atomic_dir, write_text_atomic
-    from ..tuning.report import print_summary, write_plots
-    from ..tuning.schema import dump_json
-    from ..tuning.tune import tune_stage
-
     t = ctx.recipe.tune
     tuning = tune_stage(ctx.paths.profile, t)
     write_text_atomic(ctx.paths.tuning, dump_json(tuning))
@@ -249,9 +239,6 @@ def triton_gpu(r: Recipe) -> str:
 
 
 def run_triton(ctx: Ctx) -> str:
-    from ..triton_repo.options import TritonOptions
-    from ..triton_repo.repo import RepoRequest, make_repository
-
     r, p = ctx.recipe, ctx.paths
     t = r.triton
     trtllm = t.flavor == "trtllm"
@@ -274,8 +261,6 @@ def serve_not_applicable(ctx: Ctx) -> str | None:
 
 
 def start_server(ctx: Ctx) -> str:
-    from ..triton_repo.serve import CpuServer, free_port
-
     t = ctx.recipe.triton
     ports = {k: getattr(t.ports, k) or free_port() for k in ("http", "grpc", "metrics")}
     server = CpuServer(ctx.paths.repo, ports["http"], ports["grpc"], ports["metrics"], log_file=ctx.paths.server_log)
@@ -313,8 +298,6 @@ def perf_command(ctx: Ctx) -> str:
 
 def _changed_perf_flags(p) -> list[str]:
     """The recipe's other perf settings that differ from the CLI's defaults (the same PerfSettings)."""
-    from ..perf.options import PerfSettings
-
     d = PerfSettings()
     flags = [("--model", p.model, d.model),
              ("--connect-timeout", f"{p.connect_timeout_s:g}", f"{d.connect_timeout_s:g}"),
@@ -333,9 +316,6 @@ def perf_not_applicable(ctx: Ctx) -> str | None:
 
 
 def run_perf(ctx: Ctx) -> str:
-    from ..fsutil import atomic_dir
-    from ..perf.runner import PerfOptions, run_perf as perf
-
     if ctx.server is None:
         raise TrtspecError("perf: no server is running (the serve stage starts it)")
     p = ctx.recipe.perf
@@ -348,9 +328,6 @@ def run_perf(ctx: Ctx) -> str:
 
 
 def run_report(ctx: Ctx) -> str:
-    from ..fsutil import atomic_dir
-    from ..perf.report import write_report
-
     target = ctx.paths.report
     with atomic_dir(target.parent, overwrite=True) as tmp:
         write_report(ctx.paths.perf / "results.json", tmp / target.name, ctx.paths.tuning)

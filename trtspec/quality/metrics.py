@@ -7,6 +7,9 @@ import math
 
 import torch
 
+from ..tuning.acceptance import summarize
+from ..tuning.profile import profile_prompts
+
 
 @torch.inference_mode()
 def teacher_forced_logits(decoder, seq: list[int]) -> torch.Tensor:
@@ -70,9 +73,6 @@ class PooledMetrics:
 
 def pair_acceptance(models, prompts, max_new_tokens: int, max_k: int):
     """(mode, per-workload summary, profiles) of a pair, or None when the models have no drafter."""
-    from ..tuning.acceptance import summarize
-    from ..tuning.profile import profile_prompts
-
     if models.draft is None and models.eagle is None:
         return None
     mode = "eagle" if models.eagle is not None else "draft-target"

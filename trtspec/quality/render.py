@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
+
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
 
 
 def plot_report(report: dict, path: Path) -> Path:
     """Left: top-1 agreement per workload; middle: prompt perplexity of both models; right (with a
     draft): acceptance length against K for both pairs. Saved atomically (temp file + rename)."""
-    import os
-    import tempfile
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     wl = report["workloads"]
     names = list(wl)
     with_al = any(w.get("acceptance") for w in wl.values())
-    fig, axes = plt.subplots(1, 3 if with_al else 2, figsize=(14 if with_al else 9.5, 4))
+    fig = Figure(figsize=(14 if with_al else 9.5, 4))  # no pyplot: no global backend or figure registry
+    axes = fig.subplots(1, 3 if with_al else 2)
     ax = axes[0]
     vals = [100 * (wl[n]["top1_agreement"] or 0.0) for n in names]
     bars = ax.bar(names, vals, color="tab:blue")
@@ -62,8 +61,6 @@ def plot_report(report: dict, path: Path) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -72,8 +69,6 @@ def _fmt(x, spec=".4f") -> str:
 
 
 def report_table(report: dict):
-    from rich.table import Table
-
     mixed = report["quantized"].get("mixed_precision")
     kept = f", {mixed['excluded_gemms']}/{mixed['total_gemms']} GEMMs unquantized" if mixed else ""
     t = Table(title=f"quantization quality ({report['quantized']['quantization'].get('quant_algo')}, "
@@ -95,6 +90,4 @@ def report_table(report: dict):
 
 
 def print_report(report: dict, console=None) -> None:
-    from rich.console import Console
-
     (console or Console()).print(report_table(report))

@@ -40,14 +40,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import tempfile
 from pathlib import Path
 
+from .. import __version__
+from ..checkpoints.options import ConvertOptions
+from ..checkpoints.stage import convert as convert_ckpt
 from ..errors import TrtspecError
 from ..fsutil import write_text_atomic
+from ..runtime.generate import generate_batch, load_models, resolve_pair
+from ..workloads import load_workloads, render
 from .metrics import PooledMetrics, pair_acceptance, teacher_forced_logits
-from .render import plot_report
-from ..checkpoints.options import ConvertOptions
 from .options import QualityReportOptions
+from .render import plot_report
 from .samples import calibration_ids, held_out_samples, mixed_precision, quant_block
 
 SCHEMA = "trtspec.quant-report/1"
@@ -80,9 +85,6 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
     samples: prompts per workload (None: every held-out one). `prompts` ({name: [(id, ids)]}) replaces
     the workloads with token-id prompts (tests, API callers; they are taken as held-out). A pair
     directory (target/ + draft/) stands for a checkpoint and its draft."""
-    from .. import __version__
-    from ..runtime.generate import load_models, resolve_pair
-
     if max_new_tokens < 1:
         raise TrtspecError(f"max_new_tokens: expected a positive integer, got {max_new_tokens}")
     if max_k < 1:
@@ -143,8 +145,6 @@ def prompt_sets(quant_ckpt: Path, ref_ckpt: Path, rm, qm, workloads: list, promp
                 samples: int | None, seed: int) -> list[tuple[str, dict, list[tuple[str, list[int]]]]]:
     """[(workload, provenance, [(sample id, prompt ids)])]: token-id `prompts` as given, else each
     workload's held-out samples rendered with the reference's tokenizer (chat template)."""
-    from ..workloads import render
-
     sets: list[tuple[str, dict, list[tuple[str, list[int]]]]] = []
     if prompts is not None:
         for name, items in prompts.items():
@@ -168,8 +168,6 @@ def prompt_sets(quant_ckpt: Path, ref_ckpt: Path, rm, qm, workloads: list, promp
 def workload_entry(rm, qm, meta: dict, items: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int) -> dict:
     """One workload of the report: the reference's continuations, both models teacher-forced on
     them (PooledMetrics), and with drafters the acceptance of both pairs."""
-    from ..runtime.generate import generate_batch
-
     ref_acc = pair_acceptance(rm, items, max_new_tokens, max_k)
     if ref_acc is not None:  # the profiler's greedy outputs are the reference continuations
         outputs = [p.output_ids for p in ref_acc[2]]
@@ -222,11 +220,6 @@ def report_after_quantize(hf: Path, quant_out: Path, options: QualityReportOptio
     into a temporary directory (deleted afterwards). The runtime computes in float32, so the
     reference is exactly the HF weights. `seed` is the quantization's (the prompt sampling's) seed;
     `convert` its conversion options (EAGLE limits, allow_pickle; dtype and tp are the reference's own)."""
-    import tempfile
-
-    from ..checkpoints.stage import convert as convert_ckpt
-    from ..workloads import load_workloads
-
     wls = load_workloads([f"{n}={s}" for n, s in options.workloads.items()], seed=seed)
     ref_options = (convert or ConvertOptions()).model_copy(update={"dtype": "float32", "tp": 1})
     with tempfile.TemporaryDirectory(prefix="trtspec-quant-ref-") as tmp:

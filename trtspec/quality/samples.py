@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from ..fsutil import read_json
+from ..runtime.generate import resolve_pair
+from ..workloads.sample import select
 
 
 def _base_id(sample_id: str) -> str:
@@ -17,8 +19,6 @@ def _base_id(sample_id: str) -> str:
 def calibration_ids(ckpt: Path) -> dict[str, set[str]]:
     """Calibration sample ids (record ids, turn suffix dropped) per source, from the checkpoint's
     `trtspec.json` (a pair directory's target/, or the checkpoint itself). Empty when not recorded."""
-    from ..runtime.generate import resolve_pair
-
     target, _ = resolve_pair(Path(ckpt), None)
     path = Path(target) / "trtspec.json"
     if not path.is_file():
@@ -32,8 +32,6 @@ def calibration_ids(ckpt: Path) -> dict[str, set[str]]:
 
 def held_out_samples(workload, calib_ids: dict[str, set[str]], samples: int | None, seed: int):
     """(samples drawn from the held-out ones, held_out flag, number of calibration samples excluded)."""
-    from ..workloads.sample import select
-
     used = calib_ids.get(workload.source, set())
     held = [s for s in workload.samples if _base_id(s.id) not in used]
     excluded = len(workload.samples) - len(held)

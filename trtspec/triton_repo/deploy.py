@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..builders.manifest import read_engine
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream.trtllm import EAGLE_ARCHITECTURE
@@ -66,8 +67,6 @@ def _dir(path: Path | None, option: str) -> Path:
 
 
 def _engine(path: Path, role: str, option: str) -> Artifact:
-    from ..builders.manifest import read_engine
-
     if not (path / "config.json").is_file():
         raise TrtspecError(f"{option}: {path} has no config.json (expected a TensorRT-LLM engine directory, or a "
                            f"'trtspec build' output directory with {MANIFEST_FILE})")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..upstream.triton import LLMAPI_MODEL_PY
+from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 from .serve import DEFAULT_PORTS, container_command, shell_join
 
 GIB = 1024**3
@@ -80,8 +82,6 @@ def render_readme(manifest: dict, tuning, repo_path: Path) -> str:
         else:
             world_text = (f"{launch['world_size']} (leader mode): one tritonserver per rank of the engine "
                           "(TP x PP); ranks > 0 load only the TensorRT-LLM model.")
-        from ..upstream.triton import LLMAPI_MODEL_PY
-        from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 
         lines.append(LAUNCH[flavor].format(repo=repo, trtllm=TRTLLM_VERSION_LABEL, command=cmd, world_text=world_text,
                                            model_py=LLMAPI_MODEL_PY))

@@ -23,16 +23,23 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import yaml
+
 from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, sha256_file
+from ..tuning.schema import load_tuning
 from . import contracts as c
 from . import render as r
 from .configs import render as render_config
+from .memory import plan_memory
+from .models import COMMON, SOURCES
 from .options import TritonOptions
 from .deploy import (FLAVORS, Artifact, is_eagle3, resolve_checkpoints, resolve_engines, resolve_hf,
                      resolve_tokenizer)
+from .readme import render_readme
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
+from .validate import check_repository
 from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY,
                                TRITON_CONTAINER)
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
@@ -77,8 +84,6 @@ def _source(name: str) -> str:
 
 
 def _python_files(kind: str) -> dict[str, str]:
-    from .models import COMMON, SOURCES
-
     return {"model.py": _source(SOURCES[kind]), COMMON: _source(COMMON)}
 
 
@@ -102,8 +107,6 @@ def _check_options(req: RepoRequest) -> None:
 
 
 def make_repository(req: RepoRequest) -> RepoResult:
-    from ..tuning.schema import load_tuning
-
     _check_options(req)
     tuning_path = Path(req.tuning).expanduser().resolve()
     tuning = load_tuning(tuning_path)
@@ -122,7 +125,6 @@ def make_repository(req: RepoRequest) -> RepoResult:
                                       Path(req.engines).resolve() if req.engines is not None else None)
     builder = _Builder(req, tuning, tuning_path, arts, tokenizer)
     files = builder.build()
-    from .validate import check_repository
 
     with atomic_dir(Path(req.out), overwrite=req.overwrite) as tmp:
         for m in files:
@@ -251,8 +253,6 @@ class _Builder:
         return ",".join(str(i) for i in range(art.world_size)) if orchestrator else ""
 
     def _memory(self, placements, shared: bool):
-        from .memory import plan_memory
-
         plan = plan_memory(placements, self.req.gpu, shared)
         self.warnings += plan.warnings
         return plan
@@ -262,8 +262,6 @@ class _Builder:
         return m.kv_tokens if m and m.kv_tokens > 0 else None
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
-        import yaml
-
         target, draft = self.arts
         eagle3 = is_eagle3(draft.config)
         if self.mode == "draft-target":
@@ -333,8 +331,6 @@ class _Builder:
         }
 
     def readme(self) -> str:
-        from .readme import render_readme
-
         return render_readme(self.manifest, self.tuning, Path(self.req.out).expanduser().resolve())
 
 

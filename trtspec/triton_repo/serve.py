@@ -24,6 +24,7 @@ only the TensorRT-LLM model); several (draft + target, or EAGLE profiles) = orch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -77,8 +78,6 @@ class Bundle:
 
 
 def find_bundle() -> Bundle:
-    import importlib.util
-
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
         raise TrtspecError("the bundled tritonserver needs the nvidia-pytriton wheel (pip install nvidia-pytriton==0.7.0)")

@@ -28,6 +28,8 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 from ..errors import TrtspecError
 from . import contracts as c
 from .configs import parse_text, params, tensor_of
@@ -227,8 +229,6 @@ def _check_llmapi(cfg, where: str, model_dir: Path) -> list[str]:
     if not y.is_file():
         probs.append(f"{y}: missing")
     else:
-        import yaml
-
         try:
             data = yaml.safe_load(y.read_text())
         except yaml.YAMLError as e:
@@ -372,8 +372,6 @@ def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
             for pr in tree_problems(choices, lim["max_draft_len"], lim["num_eagle_layers"], lim["max_non_leaves"]):
                 probs.append(f"{mwhere}: eagle_choices: {pr} ({lim['path']})")
     elif mode == "llmapi":
-        import yaml
-
         for e in [*routing.get("workloads", {}).values(), routing.get("default", {})]:
             if e.get("model") not in configs:
                 probs.append(f"{where}: routing names model '{e.get('model')}', which is not in the repository")

@@ -21,8 +21,6 @@ from ..errors import TrtspecError
 from ..fsutil import atomic_dir, write_text_atomic
 from ..options import default, doc, flag_context, from_cli
 from .options import MeasureConfig, TuneOptions
-from .schema import dump_json
-from .tune import run_tune, tune_stage  # noqa: F401  (run_tune: the API's name before tune.py existed)
 
 
 def parse_ints(text: str, flag: str = "--concurrency-bands") -> list[int]:
@@ -41,6 +39,16 @@ def ints_text(values: list[int]) -> str:
 
 
 T, M = TuneOptions, MeasureConfig
+
+
+def __getattr__(name: str):
+    """`run_tune` / `tune_stage` were importable from here before tune.py existed; resolved lazily
+    because tune.py reads checkpoints (torch) and this module is on `trtspec --help`'s path."""
+    if name in ("run_tune", "tune_stage"):
+        from . import tune  # lazy: start-up
+
+        return getattr(tune, name)
+    raise AttributeError(name)
 
 
 def tune_command(
@@ -65,6 +73,8 @@ def tune_command(
 ):
     """Pick the draft length / EAGLE tree per workload and concurrency band that maximises predicted tokens/s."""
     from .report import print_summary, write_plots
+    from .schema import dump_json  # lazy: start-up (schema -> cost -> checkpoints -> torch)
+    from .tune import tune_stage  # lazy: start-up
 
     if out.is_dir():
         raise TrtspecError(f"--out: {out} is a directory (expected the path of tuning.json)")

@@ -16,6 +16,10 @@ import time
 from pathlib import Path
 
 import torch
+
+from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..runtime.eagle_net import EagleNet
+from ..runtime.model import Decoder
 from .fit import CostRow, CostTable
 from .options import MeasureConfig
 
@@ -66,10 +70,6 @@ def _eagle_rows(net, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
 def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: MeasureConfig | None = None,
                     gpu: str = "cpu") -> CostTable:
     """A cost table of the target (and draft / EAGLE drafter) timed with the PyTorch runtime."""
-    from ..checkpoints.trtllm_ckpt import load_checkpoint
-    from ..runtime.eagle_net import EagleNet
-    from ..runtime.model import Decoder
-
     cfg = cfg or MeasureConfig()
     g = torch.Generator().manual_seed(cfg.seed)
     c = load_checkpoint(Path(target_ckpt))

@@ -26,10 +26,13 @@ from pathlib import Path
 
 import torch
 
+from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from ..runtime.generate import Models, generate_batch
+from ..runtime.generate import Models, generate_batch, load_models, resolve_pair
+from ..workloads import load_workloads, render
 from .options import ProfileOptions
+from .schema import build_profile
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
 
@@ -140,11 +143,6 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
                 progress=None):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`."""
-    from .. import __version__
-    from ..runtime.generate import load_models, resolve_pair
-    from ..workloads import render
-    from .schema import build_profile
-
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     models = load_models(ckpt, draft_ckpt)
     if models.eagle is None and models.draft is None:
@@ -178,8 +176,6 @@ def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt
                       progress=None):
     """The profile stage: load the workloads (`NAME=SOURCE` entries) as `options` (the recipe's
     `profile:` section / the `trtspec profile` flags) say, and profile them."""
-    from ..workloads import load_workloads
-
     loaded = load_workloads(workloads, seed=options.seed, samples=options.samples,
                             max_new_tokens=options.max_new_tokens)
     return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
@@ -30,14 +31,10 @@ def _x(band: BandChoice, eagle: bool):
 
 
 def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     eagle = mode == "eagle"
     xlabel = "tree nodes (eagle_choices)" if eagle else "draft length K"
-    fig, (ax_al, ax_tps) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.2))  # no pyplot: no global backend or figure registry to manage
+    ax_al, ax_tps = fig.subplots(1, 2)
     xs, pts = _x(wt.bands[0], eagle)
     ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None if eagle else "o",
                label="greedy trees" if eagle else None)
@@ -62,7 +59,6 @@ def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
     ax_tps.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+from .cost import CostModel, ModelShape, gpu_preset
 from .schema import Profile, build_profile
 
 
@@ -72,8 +73,6 @@ def llama31_8b_shapes() -> dict:
     """Shapes of Llama-3.1-8B-Instruct (FP8 weights and KV, bf16 lm_head), a Llama-3.2-1B draft
     (same quantization) and an EAGLE-1 head for it (1 bf16 layer, fc 2H -> H, bf16 lm_head), as the
     cost model sees them: a realistic deployment for examples and tests, without checkpoints."""
-    from .cost import ModelShape
-
     fp8 = dict(weight_bytes=1.0, lm_head_bytes=2.0, kv_bytes=1.0, compute_dtype="fp8", quant_algo="FP8",
                kv_cache_quant_algo="FP8")
     llama = dict(num_heads=32, num_kv_heads=8, vocab_size=128256)
@@ -89,7 +88,5 @@ def llama31_8b_shapes() -> dict:
 
 
 def example_cost_model(mode: str, gpu: str = "h100"):
-    from .cost import CostModel, gpu_preset
-
     s = llama31_8b_shapes()
     return CostModel(gpu=gpu_preset(gpu), target=s["target"], draft=s["eagle" if mode == "eagle" else "draft"])

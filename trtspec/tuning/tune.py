@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import __version__
-from ..upstream import trtllm as upstream
+from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
+from ..upstream import trtllm as upstream
 from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shapes_from_checkpoint
 from .fit import fit_gpu, load_cost_table
 from .options import TuneOptions
@@ -43,7 +44,6 @@ def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path 
     if target is None:
         raise TrtspecError(f"tune.target_ckpt: needed for the cost model (the profile's measurement_conditions.target "
                            f"{cond.target!r} is not a checkpoint directory here)")
-    from ..checkpoints.trtllm_ckpt import load_checkpoint
 
     shapes = shapes_from_checkpoint(target, "target")
     config = load_checkpoint(target).config
