@@ -99,7 +99,7 @@ def build_repository(work: Path) -> tuple[Path, Path]:
     if not (work / "pair" / "target" / "config.json").exists():
         convert_pair(hf, work / "draft", work / "pair", dtype="float32")
     # the tuner's choice is not what is measured here: a synthetic profile gives a valid tuning.json,
-    # and K is then fixed per workload (as tests/test_triton_support.tuning_file does)
+    # and K is then fixed per workload (as tests/triton_fixtures.tuning_file does)
     prof = chain_profile({w: 0.5 for w in K}, num_samples=2, T=32, max_k=4, target=str(work / "pair" / "target"),
                          draft=str(work / "pair" / "draft"))
     (work / "profile.json").write_text(dump_json(prof))

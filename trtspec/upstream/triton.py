@@ -21,7 +21,7 @@ copied into the project, only the names, types and shapes below):
   `eagle_choices` / `medusa_choices` are parsed by `csvStrToVecVecInt`, which accepts only the
   brace form `{0},{0,1}` (§3.5).
 
-`tests/test_triton_facts.py` cross-checks these tables against the v0.19.0 reference templates
+`tests/upstream/test_triton.py` cross-checks these tables against the v0.19.0 reference templates
 when `/work/shared/reference/upstream-triton` is present (and skips otherwise); nothing here reads
 that directory at run time.
 """

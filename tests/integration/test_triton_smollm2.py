@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from test_triton_serve import procs_mentioning, request, text_of, value
-from test_triton_support import tuning_file
+from integration.test_triton_serve import procs_mentioning, request, text_of, value
+from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.serve import CpuServer, free_port

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_triton_support import TREE_A, tiny_eagle, tiny_pair
+from triton_fixtures import TREE_A, tiny_eagle, tiny_pair
 from trtspec.runtime.decode import decode, generate
 from trtspec.runtime.draft_target import DraftModelProposer
 from trtspec.runtime.generate import generate_batch, load_models, proposer_for, stream_request

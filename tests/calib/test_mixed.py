@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from test_quant_export import TINY, assert_same_tensors, prompts
+from calib.test_export import TINY, assert_same_tensors, prompts
 from tiny_models import make_hf_model
 from trtspec.upstream import trtllm
 from trtspec.calib.data import token_id_set
@@ -222,7 +222,7 @@ def test_validator_refuses_gate_pairs_trtllm_would_misbuild(mixed, tmp_path):
 # ---- the command and the report ---------------------------------------------------------------------
 
 def test_command_exclude_reaches_checkpoint_manifest_and_report(tmp_path):
-    from test_quant_report import run, write_prompts
+    from quality.test_report import run, write_prompts
     from tiny_models import save_tiny_tokenizer
     from trtspec.quality.quantize_command import quantize_command
     from trtspec.quality.render import report_table

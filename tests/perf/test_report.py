@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from cli_helpers import run_cli
-from test_triton_support import tuning_file
+from triton_fixtures import tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.perf.report import FIGURES, render_report, write_report, write_report_from
 from trtspec.perf.schema import (Comparison, Percentiles, PerfResults,
                                  RequestRecord, Run, RunSummary, Settings, dump_results)
 from trtspec.tuning.schema import load_tuning
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pct(xs):

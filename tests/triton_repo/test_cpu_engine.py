@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_triton_support import TREE_A, tiny_eagle, tiny_pair
+from triton_fixtures import TREE_A, tiny_eagle, tiny_pair
 from trtspec.runtime.decode import verify_external
 from trtspec.runtime.generate import generate_batch, load_models, stream_request
 

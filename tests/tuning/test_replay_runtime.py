@@ -5,7 +5,7 @@ every draft length and for several EAGLE trees (TRT-LLM's default mc_sim_7b_63 i
 Match lengths are computed here from one teacher-forced draft forward, independently of the
 profiler; EAGLE rank paths come from the profiler (trtspec.tuning.profile). Models: a tiny Llama
 whose layers write only 10% into the residual stream (close to a bigram model), a bigram draft and
-a bigram-ish EAGLE head, so acceptance is partial (tests/test_runtime_spec.py has the idea).
+a bigram-ish EAGLE head, so acceptance is partial (tests/runtime/test_speculative.py has the idea).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def fake_ckpt(path: Path, config: dict) -> Path:
 def fake_engine(out: Path, ckpt_config: dict, *, spec_mode: str | None = None, max_draft_len: int = 0,
                 max_batch_size: int = 64) -> Path:
     """An engine directory as tests/fake_trtllm_build.py writes it (config.json + rank files)."""
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import fake_trtllm_build
 
     ckpt = fake_ckpt(out.parent / f".{out.name}-ckpt", ckpt_config)

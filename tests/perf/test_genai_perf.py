@@ -24,7 +24,7 @@ PROMPTS = {"chat": [("c1", "Write a haiku about the sea."), ("c2", "Name three c
 
 
 def tokenizer_dir(tmp_path: Path) -> Path:
-    from test_triton_support import tiny_tokenizer_dir
+    from triton_fixtures import tiny_tokenizer_dir
 
     return tiny_tokenizer_dir(tmp_path / "tok")
 

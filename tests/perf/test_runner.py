@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from cli_helpers import run_cli
-from test_triton_serve import DT, request, text_of, value
-from test_triton_support import tiny_pair, tuning_file
+from integration.test_triton_serve import DT, request, text_of, value
+from triton_fixtures import tiny_pair, tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.schema import load_results
@@ -135,7 +135,7 @@ def test_open_loop_and_the_command_line(served, tmp_path, capsys):
     assert code == 0, stderr
     res = load_results(out / "results.json")
     assert res.completed and len(res.runs) == 1
-    # the genai-perf export of the same invocation (tests/test_perf_genai_perf.py checks its content) and the report
+    # the genai-perf export of the same invocation (tests/perf/test_genai_perf.py checks its content) and the report
     (gp_run,) = json.loads((tmp_path / "gp" / "genai_perf_export.json").read_text())["runs"]
     assert gp_run["request_rate"] == 20 and gp_run["argv"][gp_run["argv"].index("--request-count") + 1] == "6"
     assert 'id="plot-throughput"' in (out / "report.html").read_text() and f"wrote {out / 'report.html'}" in stdout

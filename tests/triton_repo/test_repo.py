@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from test_triton_support import (DRAFT, EAGLE, LLAMA, TREE_A, TREE_B, build_dir, env_flag, fake_ckpt, fake_engine,
+from triton_fixtures import (DRAFT, EAGLE, LLAMA, TREE_A, TREE_B, build_dir, env_flag, fake_ckpt, fake_engine,
                                  tiny_tokenizer_dir, tuning_file)
 from trtspec.errors import TrtspecError
 from trtspec.triton_repo.command import triton_command
@@ -26,7 +26,7 @@ from trtspec.triton_repo.routing import parse_braces
 from trtspec.upstream.triton import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS
 from trtspec.triton_repo.validate import check_repository
 
-GOLDEN = Path(__file__).parent / "golden" / "triton"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "triton"
 DT_CHOICES = {"chat": [3, 2], "code": [5, 4], "math": [0, 0]}
 EAGLE_CHOICES = {"chat": TREE_A, "code": TREE_B, "math": TREE_A}
 

@@ -25,7 +25,7 @@ from trtspec.pipeline.runner import ORDER, run_recipe
 from trtspec.recipe import load_recipe, parse_recipe
 from trtspec.triton_repo.serve import port_in_use
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 PROMPTS = ["t5 t17 t300 t42 t9", "t9 t8 t7 t100", "t100 t200 t301", "t11 t12 t13 t14 t15"]
 

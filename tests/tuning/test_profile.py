@@ -3,7 +3,7 @@ the speculative loop, for every K of a chain draft and for several EAGLE trees, 
 
 Models: a tiny Llama whose layers write only 10% into the residual stream (close to a bigram
 model), a bigram draft and a bigram-ish EAGLE head, so acceptance is partial (see
-tests/test_runtime_spec.py for the construction)."""
+tests/runtime/test_speculative.py for the construction)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_triton_support import TREE_A, TREE_B, tiny_eagle, tiny_pair, tuning_file
+from triton_fixtures import TREE_A, TREE_B, tiny_eagle, tiny_pair, tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
