@@ -21,8 +21,8 @@ from test_triton_support import (DRAFT, EAGLE, LLAMA, TREE_A, TREE_B, build_dir,
 from trtspec.errors import TrtspecError
 from trtspec.triton_repo.command import triton_command
 from trtspec.triton_repo.configs import parse_file, params
-from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.models.serving_rules import parse_braces
+from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.upstream_facts import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS
 from trtspec.triton_repo.validate import check_repository
 

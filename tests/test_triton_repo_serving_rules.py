@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from test_triton_support import build_dir, tiny_tokenizer_dir, tuning_file
 from trtspec.triton_repo.models import serving_rules as r
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.validate import check_repository
 
 
 @dataclass
@@ -122,3 +125,17 @@ def test_the_rules_module_runs_without_trtspec_numpy_or_triton():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"re"}, imported
+
+
+def test_every_python_model_ships_with_the_rules_and_the_validator_says_when_one_is_missing(tmp_path):
+    tok = tiny_tokenizer_dir(tmp_path / "tokenizer")
+    repo = tmp_path / "repo"
+    make_repository(RepoRequest(tuning=tuning_file(tmp_path / "t" / "tuning.json", "draft-target", {"chat": [2, 1]}),
+                                flavor="trtllm", engines=build_dir(tmp_path / "b", "draft-target", tok, max_draft_len=8),
+                                out=repo))
+    shipped = sorted(p.parent.parent.name for p in repo.glob("*/1/serving_rules.py"))
+    assert shipped == ["generate", "postprocessing", "preprocessing", "spec_decode"]
+    assert (repo / "generate" / "1" / "serving_rules.py").read_text() == Path(r.__file__).read_text()
+    (repo / "spec_decode" / "1" / "serving_rules.py").unlink()
+    assert check_repository(repo) == [f"{repo / 'spec_decode' / '1' / 'serving_rules.py'}: missing "
+                                      "(imported by spec_decode's model.py)"]
