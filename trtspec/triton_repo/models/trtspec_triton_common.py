@@ -25,10 +25,31 @@ class Cancelled(UserError):
 
 
 def check_running(request, stop) -> None:
+    """Raise Cancelled when the model is being unloaded or the client cancelled `request`.
+
+    request.is_cancelled() is a round trip through the stub's one stub-to-parent queue, so it
+    also tells that every BLS stream this thread retired before it (see `bls`) is out of the
+    stub's iterator map: those are released here, in Python, holding the GIL."""
     if stop is not None and stop.is_set():
         raise Cancelled("the server is shutting down")
-    if cancelled(request):
+    ended = len(_ended_streams())
+    try:
+        cancelled = bool(request.is_cancelled())
+    except Exception:  # the request may already be released: no round trip was made
+        return
+    if cancelled:  # (a cancellation, once seen, is answered from a cache: no round trip either)
         raise Cancelled("request cancelled")
+    del _ended_streams()[:ended]
+
+
+_thread = threading.local()
+
+
+def _ended_streams() -> list:
+    """This worker thread's decoupled BLS response iterators that `bls` finished with."""
+    if not hasattr(_thread, "streams"):
+        _thread.streams = []
+    return _thread.streams
 
 
 def parameters(args) -> dict:
@@ -80,33 +101,40 @@ def error_response(message):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(message)))
 
 
-def cancelled(request) -> bool:
-    fn = getattr(request, "is_cancelled", None)
-    try:
-        return bool(fn()) if fn is not None else False
-    except Exception:  # the request may already be released
-        return False
-
-
 def bls(model, inputs, outputs, decoupled, stop=None):
     """Call another model. Yields {output name: array} per non-empty response; raises on errors.
-    `inputs`: {name: numpy array with the batch dimension}."""
+    `inputs`: {name: numpy array with the batch dimension}.
+
+    A decoupled call's response iterator is not dropped here but retired to this thread's list,
+    which check_running empties. The reason is a bug of the python backend we serve with
+    (r24.10, in tritonserver 2.51 of nvidia-pytriton 0.7; fixed upstream in r24.12, "Hold GIL when
+    deleting numpy array"): the iterator keeps every response, each output tensor keeps the
+    numpy array as_numpy() made, and when the iterator's last owner is the stub's own map, the
+    stub frees it on its stub-to-parent thread, which does not hold the GIL. Freeing Python
+    objects there races with the worker threads (the cpu-flavor generate stub died with
+    "malloc(): unaligned fastbin chunk detected" under 8 concurrent streams). A stream retired
+    before an is_cancelled() round trip has left that map by the time the round trip returns, so
+    the last reference is then ours and is dropped with the GIL held."""
     request = pb_utils.InferenceRequest(
         model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
         requested_output_names=list(outputs))
     responses = request.exec(decoupled=True) if decoupled else [request.exec()]
-    for resp in responses:
-        if resp.has_error():
-            raise RuntimeError(f"{model}: {resp.error().message()}")
-        got = {}
-        for name in outputs:
-            t = pb_utils.get_output_tensor_by_name(resp, name)
-            if t is not None:
-                got[name] = t.as_numpy()
-        if got:
-            yield got
-        if stop is not None and stop.is_set():
-            return
+    try:
+        for resp in responses:
+            if resp.has_error():
+                raise RuntimeError(f"{model}: {resp.error().message()}")
+            got = {}
+            for name in outputs:
+                t = pb_utils.get_output_tensor_by_name(resp, name)
+                if t is not None:
+                    got[name] = t.as_numpy()
+            if got:
+                yield got
+            if stop is not None and stop.is_set():
+                return
+    finally:
+        if decoupled:
+            _ended_streams().append(responses)
 
 
 class Workers:
