@@ -2,7 +2,8 @@
 
 What is pinned here: a decoupled BLS stream is released only after an is_cancelled() round trip
 (the python backend of tritonserver 2.51 frees an iterator it still holds on a thread without the
-GIL; see bls()).
+GIL; see bls()), the worker pool answers every request it took, and trtspec's own error reaches
+the client as its message.
 """
 
 from __future__ import annotations
@@ -138,3 +139,41 @@ def test_non_decoupled_calls_keep_nothing(common):
     m, streams = common
     assert next(m.bls("preprocessing", {}, ["output_ids"], False))["output_ids"].item() == 7
     assert m._ended_streams() == []
+
+
+def test_the_pool_answers_every_request_and_maps_library_errors_by_class(common):
+    m, _ = common
+    from trtspec.errors import TrtspecError
+
+    class Sub(TrtspecError):
+        pass
+
+    def handler(request, sender):
+        raise {"lib": Sub("profile.max_k: too large"), "bad": m.RequestError("max_tokens: expected >= 1, got 0"),
+               "bug": KeyError("x")}[request.kind]
+
+    pool = m.Workers(handler, 2, "t")
+    requests = []
+    for kind in ("lib", "bad", "bug"):
+        r = Request()
+        r.kind = kind
+        requests.append(r)
+        pool.submit(r)
+    for r in requests:
+        assert r.sender.done.wait(10)
+    messages = [r.sender.sent[-1][0][1] for r in requests]
+    assert messages == ["profile.max_k: too large", "max_tokens: expected >= 1, got 0", "KeyError: 'x'"]
+    pool.close()
+
+
+def test_requests_still_queued_when_the_pool_closes_get_a_final_error(common):
+    m, _ = common
+    release = threading.Event()
+    pool = m.Workers(lambda request, sender: release.wait(10), 1, "t")
+    first, queued = Request(), Request()
+    pool.submit(first)
+    pool.submit(queued)
+    pool.stop.set()  # what close() does first; the worker is still busy with `first`
+    release.set()
+    pool.close(timeout=5)
+    assert queued.sender.done.is_set() and "shutting down" in str(queued.sender.sent[-1][0][1])
