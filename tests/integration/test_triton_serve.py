@@ -102,6 +102,30 @@ def stop_cli(proc, repo: Path) -> None:
     assert procs_mentioning(str(repo)) == [], "processes outlived the server"
 
 
+WAIT_S = 120  # the longest any one blocking call of these tests may take: a hang fails, it does not sit
+
+
+def bounded(fn, what: str, timeout: float = WAIT_S):
+    """fn() in a helper thread, failing after `timeout` s: for client calls that take no timeout of
+    their own (stop_stream joins the stream's thread, which waits for the server to close it)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # re-raised in the caller
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise AssertionError(f"{what} did not return within {timeout} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
 def request(url: str, text: str, workload: str | None = None, stream: bool = True, max_tokens: int = MAX_TOKENS,
             model: str = "generate", extra: dict | None = None):
     """One streaming call; returns (pieces, last response as {output: array}) or raises the error."""
@@ -131,7 +155,7 @@ def request(url: str, text: str, workload: str | None = None, stream: bool = Tru
     pieces, last = [], None
     try:
         while True:
-            result, error = q.get(timeout=120)
+            result, error = q.get(timeout=WAIT_S)
             if error is not None:
                 raise error
             if result.get_response().parameters["triton_final_response"].bool_param and not \
@@ -142,7 +166,7 @@ def request(url: str, text: str, workload: str | None = None, stream: bool = Tru
             if result.get_response().parameters["triton_final_response"].bool_param:
                 break
     finally:
-        c.stop_stream()
+        bounded(c.stop_stream, "stop_stream")
         c.close()
     return pieces, last
 
@@ -278,7 +302,7 @@ def test_a_cancelled_stream_frees_the_server(dt):
     c.async_stream_infer("generate", [text, n, s])
     result, error = q.get(timeout=60)
     assert error is None and value(result, "text_output")
-    c.stop_stream(cancel_requests=True)
+    bounded(lambda: c.stop_stream(cancel_requests=True), "stop_stream")
     c.close()
     pieces, _ = request(dt["url"], PROMPTS["chat"], "chat")  # served as usual; shutdown is checked at teardown
     assert text_of(pieces) == expected(dt, PROMPTS["chat"], 2)[0]
@@ -304,11 +328,11 @@ def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
     emits K + 1 target tokens (after a rejection the executor decodes on to request_output_len,
     as TRT-LLM's does), so it is not the runtime's number."""
     c = grpcclient.InferenceServerClient(dt["url"])
-    cfg = c.get_model_config("spec_decode", as_json=True)["config"]
+    cfg = c.get_model_config("spec_decode", as_json=True, client_timeout=WAIT_S)["config"]
     original = json.dumps(cfg)
     cfg["parameters"]["engine"]["string_value"] = "bls"
     try:
-        c.load_model("spec_decode", config=json.dumps(cfg))
+        c.load_model("spec_decode", config=json.dumps(cfg), client_timeout=WAIT_S)
         for workload in ("chat", "code"):
             k = DT[workload][0]
             pieces, last = request(dt["url"], PROMPTS[workload], workload)
@@ -316,7 +340,7 @@ def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
             assert value(last, "num_draft_tokens") == k and 1.0 <= value(last, "acceptance_length") <= k + 1
             assert value(last, "total_draft_tokens") > 0
     finally:
-        c.load_model("spec_decode", config=original)
+        c.load_model("spec_decode", config=original, client_timeout=WAIT_S)
         c.close()
     pieces, _ = request(dt["url"], PROMPTS["chat"], "chat")
     assert text_of(pieces) == expected(dt, PROMPTS["chat"], 2)[0]

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from trtspec.perf.client import Result
-from trtspec.perf.compare import comparisons, pick_band
+from trtspec.perf.compare import comparisons
 from trtspec.perf.output import write_results
 from trtspec.perf.schema import PerfResults, Run, Settings, load_results
 from trtspec.perf.stats import itl, percentiles, summarize, to_record, token_weighted_al
+from trtspec.triton_repo.models.serving_rules import pick_band
 
 
 def fake_results(seed: int, n: int = 40) -> list[Result]:

@@ -21,8 +21,8 @@ from triton_fixtures import (DRAFT, EAGLE, LLAMA, TREE_A, TREE_B, build_dir, env
 from trtspec.errors import TrtspecError
 from trtspec.triton_repo.command import triton_command
 from trtspec.triton_repo.configs import parse_file, params
+from trtspec.triton_repo.models.serving_rules import parse_braces
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.routing import parse_braces
 from trtspec.upstream.triton import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS
 from trtspec.triton_repo.validate import check_repository
 

@@ -1,8 +1,8 @@
 """Speculation on vs off per workload and load point, next to what the tuner predicted.
 
 The prediction is the tuned band the repository serves at that load, chosen with the same rule as
-the repository's `generate` model (`pick_band`: the largest tuned band <= the requests in flight,
-else the smallest band), so a measured speedup is compared with the number the served K came from.
+the repository's `generate` model (serving_rules.pick_band: the largest tuned band <= the requests
+in flight, else the smallest band), so a measured speedup is compared with the number the served K came from.
 Open-loop runs have no fixed concurrency, so they get no prediction.
 """
 
@@ -10,14 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..triton_repo.models.serving_rules import pick_band
 from .schema import Comparison, Run
-
-
-def pick_band(bands: list, concurrency: int):
-    """The largest band <= concurrency, else the smallest (as generate.pick_band on sorted bands)."""
-    ordered = sorted(bands, key=lambda b: b.concurrency)
-    fit = [b for b in ordered if b.concurrency <= concurrency]
-    return fit[-1] if fit else ordered[0]
 
 
 def load_predictions(path: Path | None):

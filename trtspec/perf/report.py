@@ -17,6 +17,7 @@ from html import escape
 from pathlib import Path
 
 from ..fsutil import write_text_atomic
+from ..triton_repo.models.serving_rules import pick_band
 from . import plots
 from .schema import PerfResults, Run, load_results
 
@@ -58,16 +59,6 @@ def load_label(run) -> str:
     return "load=?"
 
 
-def pick_band(bands, concurrency: int | None):
-    """The band the repository serves at this load (the rule of the `generate` model: the largest
-    tuned band <= requests in flight, else the smallest band)."""
-    bands = sorted(bands, key=lambda b: b.concurrency)
-    if not bands:
-        return None
-    fit = [b for b in bands if concurrency is not None and b.concurrency <= concurrency]
-    return fit[-1] if fit else bands[0]
-
-
 def _ok(run: Run) -> bool:
     return run.summary.requests_ok > 0
 
@@ -88,7 +79,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         speedup = tps / btps if tps is not None and btps else None
         pred_s = pred_al = pred_k = None
         band = None
-        if tuning is not None and r.workload in tuning.workloads:
+        if tuning is not None and r.workload in tuning.workloads:  # the band the repository serves at this load
             band = pick_band(tuning.workloads[r.workload].bands, r.concurrency)
         if band is not None:
             pred_s, pred_al, pred_k = band.speedup, band.acceptance_length, band.draft_len

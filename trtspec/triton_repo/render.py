@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from . import contracts as c
 from .configs import fill_dtype, model_config
-from .routing import braces
+from .models.serving_rules import braces
 from ..upstream.triton import (BACKEND, ENGINE_DTYPE_TO_TRITON, ENCODER_FEATURES_DTYPE, EXECUTOR_WORKER_PATH,
                                LLMAPI_INPUTS, LLMAPI_OUTPUTS, LOGITS_DTYPE, PROMPT_TABLE_DTYPE, TENSORRT_LLM_INPUTS,
                                TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS)

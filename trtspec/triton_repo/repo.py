@@ -7,7 +7,7 @@ Layout (draft-target; EAGLE has tensorrt_llm_<profile> models instead of spec_de
     REPO/
       README.md              how to launch it, what each model does, the tuned table, memory
       trtspec-repo.json      manifest: flavor, mode, routing, calls between models, artifacts, launch
-      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py)
+      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py, 1/serving_rules.py)
       preprocessing/  postprocessing/  spec_decode/
       tensorrt_llm/  tensorrt_llm_draft/     config.pbtxt, 1/  (trtllm: C++ backend; cpu: 1/model.py)
 
@@ -33,7 +33,7 @@ from . import contracts as c
 from . import render as r
 from .configs import render as render_config
 from .memory import plan_memory
-from .models import COMMON, SOURCES
+from .models import HELPERS, SOURCES
 from .options import TritonOptions
 from .deploy import (FLAVORS, Artifact, is_eagle3, resolve_checkpoints, resolve_engines, resolve_hf,
                      resolve_tokenizer)
@@ -84,7 +84,7 @@ def _source(name: str) -> str:
 
 
 def _python_files(kind: str) -> dict[str, str]:
-    return {"model.py": _source(SOURCES[kind]), COMMON: _source(COMMON)}
+    return {"model.py": _source(SOURCES[kind]), **{name: _source(name) for name in HELPERS}}
 
 
 def _check_options(req: RepoRequest) -> None:

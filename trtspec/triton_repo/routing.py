@@ -3,8 +3,8 @@
 Draft-target: K (num_draft_tokens) per workload and concurrency band, all bands served by one
 target/draft pair (K is a per-request setting, so every band costs nothing extra). `generate`
 picks the band from the number of requests it has in flight when a request arrives: the largest
-tuned band <= in-flight (the smallest band below that). That is the batch the engines will see,
-which is what the tuning's step-time model was evaluated at.
+tuned band <= in-flight (the smallest band below that; models/serving_rules.py `pick_band`). That
+is the batch the engines will see, which is what the tuning's step-time model was evaluated at.
 
 EAGLE: `eagle_choices` is a per-model setting, so each served profile is a whole engine instance
 (weights, activations and KV cache again, see the README's memory table). Serving every band's
@@ -135,26 +135,6 @@ def eagle_routes(tuning, band: int | None = None, default_workload: str | None =
         default = {"source": "computed (the profile serving the most profiled tokens)", "model": best["model"],
                    "profile": best["profile"], "num_draft_tokens": best["num_draft_tokens"]}
     return {"mode": "eagle", "band": band, "bands": bands, "workloads": table, "default": default, "models": models}
-
-
-def braces(choices: list[list[int]]) -> str:
-    """eagle_choices in the brace syntax the C++ backend parses ("{0}, {0, 1}"; reference §3.5)."""
-    return ", ".join("{" + ", ".join(str(i) for i in c) + "}" for c in choices)
-
-
-def parse_braces(text: str) -> list[list[int]]:
-    """The inverse of `braces`, as strict as `csvStrToVecVecInt` (python-list syntax is rejected,
-    because the C++ backend silently ignores it and falls back to mc_sim_7b_63)."""
-    s = text.strip()
-    if not s or s[0] != "{" or s[-1] != "}" or "[" in s or "]" in s:
-        raise ValueError(f"expected the brace form '{{0}}, {{0, 1}}', got {text!r}")
-    out = []
-    for part in re.split(r"\}\s*,\s*\{", s[1:-1]):
-        try:
-            out.append([int(x) for x in part.split(",")])
-        except ValueError:
-            raise ValueError(f"bad choice {{{part}}} in {text!r}") from None
-    return out
 
 
 def tree_problems(choices: list[list[int]], max_draft_len: int, num_eagle_layers: int | None,

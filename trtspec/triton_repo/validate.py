@@ -33,7 +33,9 @@ import yaml
 from ..errors import TrtspecError
 from . import contracts as c
 from .configs import parse_text, params, tensor_of
-from .routing import parse_braces, tree_problems
+from .models import HELPERS, SOURCES
+from .models.serving_rules import parse_braces
+from .routing import tree_problems
 from ..upstream.triton import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_OUTPUTS,
                                PARAM_KIND, SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS,
                                TENSORRT_LLM_PARAMETERS, Tensor)
@@ -99,6 +101,9 @@ def check_repository(repo: Path) -> list[str]:
             probs.append(f"{d}: not listed in {MANIFEST}")
         if cfg.backend == "python" and kind != "llmapi" and not (d / "1" / "model.py").is_file():
             probs.append(f"{d / '1' / 'model.py'}: missing (python backend)")
+        if cfg.backend == "python" and kind in SOURCES:
+            probs += [f"{d / '1' / f}: missing (imported by {kind}'s model.py)" for f in HELPERS
+                      if not (d / "1" / f).is_file()]
         configs[d.name] = cfg
     for name in kinds:
         if name not in configs:

@@ -1,14 +1,17 @@
 """Python-backend model sources, copied into generated repositories as `<model>/1/model.py`.
 
-Each file is a complete Triton python model. `trtspec_triton_common.py` is copied next to each of
-them (the python backend puts the version directory on sys.path). The trtllm-flavor models
+Each file is a complete Triton python model. `trtspec_triton_common.py` (the worker pool, tensor
+helpers) and `serving_rules.py` (band choice, brace syntax, request bounds, acceptance) are
+copied next to each of them (the python backend puts the version directory on sys.path). The
+trtllm-flavor models
 (preprocessing, postprocessing, spec_decode in BLS mode, generate) import only numpy, json and
 the standard library (plus transformers for the tokenizer), because they run inside the
 TensorRT-LLM Triton container where trtspec is not installed; only the cpu-flavor code paths
 import trtspec (cpu_llm.py, and spec_decode's in-process engine).
 
-Nothing here is imported by trtspec itself: these modules import `triton_python_backend_utils`,
-which exists only inside the python backend stub.
+Nothing here is imported by trtspec itself except `serving_rules` (standard library only), which
+perf, routing and the validator use so that they apply the rules the served models apply; the
+others import `triton_python_backend_utils`, which exists only inside the python backend stub.
 """
 
 SOURCES = {
@@ -19,3 +22,5 @@ SOURCES = {
     "cpu_llm": "cpu_llm.py",
 }
 COMMON = "trtspec_triton_common.py"
+RULES = "serving_rules.py"
+HELPERS = (COMMON, RULES)  # copied next to every model.py above

@@ -27,31 +27,22 @@ lazy_load, max_concurrency, torch_threads (default 1: one request per worker thr
 
 import json
 import os
-import re
 import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec_triton_common import FINAL, UserError, Workers, check_running, ids_input, is_true, out, parameters, scalar
+from serving_rules import acceptance_rate, check_beam_width, check_greedy, parse_braces, stop_ids, tree_depth
+from trtspec_triton_common import FINAL, PooledModel, is_true, llm_request, out, scalar
 
 
-def parse_choices(text):
-    """`{0}, {0, 1}` -> [[0], [0, 1]] (the C++ backend's syntax; python lists are refused)."""
-    s = (text or "").strip()
-    if not s:
-        return None
-    if s[0] != "{" or s[-1] != "}" or "[" in s:
-        raise ValueError(f"eagle_choices: expected the brace form '{{0}}, {{0, 1}}', got {text!r}")
-    return [[int(x) for x in part.split(",")] for part in re.split(r"\}\s*,\s*\{", s[1:-1])]
+class TritonPythonModel(PooledModel):
+    pool_name = "tensorrt_llm"
 
-
-class TritonPythonModel:
-    def initialize(self, args):
-        p = parameters(args)
+    def setup(self, p):
         self.path = p["checkpoint_dir"]
         self.role = p.get("role", "target")
-        self.choices = parse_choices(p.get("eagle_choices")) if self.role == "eagle" else None
+        self.choices = eagle_choices(p.get("eagle_choices")) if self.role == "eagle" else None
         self.exclude_default = is_true(p.get("exclude_input_in_output"), False)
         self.torch_threads = int(p.get("torch_threads") or 1)
         with open(os.path.join(self.path, "config.json")) as f:
@@ -63,15 +54,6 @@ class TritonPythonModel:
         self.models, self.load_lock = None, threading.Lock()
         if not is_true(p.get("lazy_load"), False):
             self._load()
-        self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "tensorrt_llm")
-
-    def finalize(self):
-        self.workers.close()
-
-    def execute(self, requests):
-        for r in requests:
-            self.workers.submit(r)
-        return None
 
     def _load(self):
         with self.load_lock:
@@ -86,53 +68,41 @@ class TritonPythonModel:
                 self.models = load_models(self.path, tokenizer=False)
         return self.models
 
-    def _handle(self, request, sender):
-        from trtspec.errors import TrtspecError
+    def handle(self, request, sender):
         from trtspec.runtime.generate import stream_request
 
-        prompt = ids_input(request, "input_ids", "input_lengths")
-        n = int(scalar(request, "request_output_len", 0) or 0)
-        if n < 1:
-            raise UserError(f"request_output_len: expected >= 1, got {n}")
-        temperature, top_k = scalar(request, "temperature"), scalar(request, "runtime_top_k")
-        if temperature is not None and float(temperature) > 0 and top_k != 1:
-            raise UserError("the cpu flavor decodes greedily only (send temperature 0 or top_k 1)")
-        if int(scalar(request, "beam_width", 1) or 1) != 1:
-            raise UserError("beam_width: the cpu flavor decodes with beam width 1 only")
-        streaming = bool(scalar(request, "streaming", False))
+        prompt, n, end_id, streaming = llm_request(request)
+        check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
+        check_beam_width(scalar(request, "beam_width", 1))
         exclude = scalar(request, "exclude_input_in_output")
         exclude = self.exclude_default if exclude is None else bool(exclude)
         perf = bool(scalar(request, "return_perf_metrics", False))
-        end_id = scalar(request, "end_id")
         min_tokens = int(scalar(request, "min_tokens", 0) or 0)
         draft = tensor_list(request, "draft_input_ids")
         m = self._load()
-        eos = (int(end_id),) if end_id is not None and int(end_id) >= 0 else m.eos_ids
+        eos = stop_ids(end_id, m.eos_ids)
         if min_tokens >= n:
             eos = ()
         acc = {"accepted": 0, "drafted": 0}
-        try:
-            if self.role == "eagle":
-                depth = max(len(c) for c in self.choices) if self.choices else None
-                pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos)
-            elif draft:
-                pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc)
-                depth = None
+        if self.role == "eagle":
+            depth = tree_depth(self.choices) if self.choices else None
+            pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos)
+        elif draft:
+            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc)
+            depth = None
+        else:
+            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos)
+            depth = None
+        collected = []
+        for piece in pieces:
+            self.check_running(request)
+            if depth is not None:
+                s = piece.stats
+                acc["accepted"], acc["drafted"] = s.accepted_draft_tokens, depth * len(s.steps)
+            if streaming:
+                sender.send(self._response(piece.tokens, acc, perf, len(prompt), len(piece.tokens)))
             else:
-                pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos)
-                depth = None
-            collected = []
-            for piece in pieces:
-                check_running(request, self.workers.stop)
-                if depth is not None:
-                    s = piece.stats
-                    acc["accepted"], acc["drafted"] = s.accepted_draft_tokens, depth * len(s.steps)
-                if streaming:
-                    sender.send(self._response(piece.tokens, acc, perf, len(prompt), len(piece.tokens)))
-                else:
-                    collected.extend(piece.tokens)
-        except TrtspecError as e:
-            raise UserError(str(e)) from None
+                collected.extend(piece.tokens)
         if streaming:
             sender.send(flags=FINAL)
         else:
@@ -156,11 +126,21 @@ class TritonPythonModel:
                 out("num_input_tokens", [[n_input]], np.int32),
                 out("num_output_tokens", [[n_output]], np.int32)]
         if perf:
-            rate = acc["accepted"] / acc["drafted"] if acc["drafted"] else 0.0
+            rate = acceptance_rate(acc["accepted"], acc["drafted"])
             outs += [out("total_accepted_draft_tokens", [[acc["accepted"]]], np.int32),
                      out("total_draft_tokens", [[acc["drafted"]]], np.int32),
                      out("acceptance_rate", [[rate]], np.float32)]
         return pb_utils.InferenceResponse(output_tensors=outs)
+
+
+def eagle_choices(text):
+    """The eagle_choices parameter in brace syntax, or None when not set (the runtime's default tree)."""
+    if not (text or "").strip():
+        return None
+    try:
+        return parse_braces(text)
+    except ValueError as e:
+        raise ValueError(f"eagle_choices: {e}") from None
 
 
 def tensor_list(request, name):

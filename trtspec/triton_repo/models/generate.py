@@ -32,7 +32,8 @@ import threading
 
 import numpy as np
 
-from trtspec_triton_common import FINAL, UserError, Workers, bls, check_running, out, parameters, scalar
+from serving_rules import RequestError, acceptance_length, output_len, pick_band, tree_depth, trtllm_steps
+from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -48,29 +49,15 @@ SPEC_OUTPUTS = ["output_ids", "sequence_length", "acceptance_length", "total_acc
 LLM_OUTPUTS = ["output_ids", "sequence_length", "total_accepted_draft_tokens", "total_draft_tokens"]
 
 
-def pick_band(bands, inflight):
-    """The largest tuned band <= the requests in flight (the smallest band below that)."""
-    fit = [b for b in bands if b["concurrency"] <= inflight]
-    return fit[-1] if fit else bands[0]
+class TritonPythonModel(PooledModel):
+    pool_name = "generate"
 
-
-class TritonPythonModel:
-    def initialize(self, args):
-        p = parameters(args)
+    def setup(self, p):
         self.routing = json.loads(p["routing"])
         self.mode = self.routing["mode"]
-        self.depth = {m["model"]: max(len(c) for c in m["eagle_choices"]) for m in self.routing.get("models", [])}
+        self.depth = {m["model"]: tree_depth(m["eagle_choices"]) for m in self.routing.get("models", [])}
         self.lock = threading.Lock()
         self.inflight = 0
-        self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "generate")
-
-    def finalize(self):
-        self.workers.close()
-
-    def execute(self, requests):
-        for r in requests:
-            self.workers.submit(r)
-        return None
 
     def route(self, workload, inflight):
         known = workload in self.routing["workloads"]
@@ -86,11 +73,11 @@ class TritonPythonModel:
 
     def _speculation_off(self, route):
         if self.mode != "draft-target":
-            raise UserError(f"speculation=false: this {self.mode} repository's engines always draft; measure the "
+            raise RequestError(f"speculation=false: this {self.mode} repository's engines always draft; measure the "
                             "baseline against a target-only deployment (a repository without speculation)")
         return {"num_draft_tokens": 0, "label": route["label"].split("@")[0] + ":speculation-off:K=0"}
 
-    def _handle(self, request, sender):
+    def handle(self, request, sender):
         with self.lock:
             self.inflight += 1
             inflight = self.inflight
@@ -103,14 +90,12 @@ class TritonPythonModel:
     def _generate(self, request, sender, inflight):
         text = scalar(request, "text_input")
         if not text:
-            raise UserError("text_input: empty prompt")
-        max_tokens = scalar(request, "max_tokens")
-        if max_tokens is None or int(max_tokens) < 1:
-            raise UserError(f"max_tokens: expected >= 1, got {max_tokens}")
-        max_tokens = int(max_tokens)
+            raise RequestError("text_input: empty prompt")
+        max_tokens = output_len(scalar(request, "max_tokens"), "max_tokens")
         stream = bool(scalar(request, "stream", False))
         if not bool(scalar(request, "exclude_input_in_output", True)):
-            raise UserError("exclude_input_in_output: only true is supported (text_output never includes the prompt)")
+            raise RequestError("exclude_input_in_output: only true is supported "
+                               "(text_output never includes the prompt)")
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
         if not bool(scalar(request, "speculation", True)):
@@ -146,7 +131,7 @@ class TritonPythonModel:
         tokens, sent = [], ""
         stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
         for resp in bls(model, inputs, outputs, True, self.workers.stop):
-            check_running(request, self.workers.stop)
+            self.check_running(request)
             ids = resp.get("output_ids")
             if ids is not None:
                 length = resp.get("sequence_length")
@@ -157,7 +142,7 @@ class TritonPythonModel:
                 piece, sent = self._piece(tokens, sent, final=False)
                 if piece:
                     sender.send(self._response(piece, stats, route, len(tokens)))
-        check_running(request, self.workers.stop)
+        self.check_running(request)
         piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
         if piece or not stream:
             sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
@@ -179,7 +164,7 @@ class TritonPythonModel:
         stats = {"acceptance_length": 0.0, "accepted": 0, "drafted": 0}
         parts = []
         for resp in bls(route["model"], inputs, ["text_output"], True, self.workers.stop):
-            check_running(request, self.workers.stop)
+            self.check_running(request)
             piece = "".join(v.decode("utf-8") if isinstance(v, bytes) else str(v)
                             for v in resp["text_output"].reshape(-1))
             parts.append(piece)
@@ -205,8 +190,8 @@ class TritonPythonModel:
             if al is not None:
                 stats["acceptance_length"] = float(al)
         else:
-            steps = stats["drafted"] / self.depth[model] if stats["drafted"] else 0
-            stats["acceptance_length"] = 1.0 + stats["accepted"] / steps if steps else 1.0
+            steps = trtllm_steps(stats["drafted"], self.depth[model])
+            stats["acceptance_length"] = acceptance_length(stats["accepted"], steps)
 
     def _detok(self, tokens):
         if not tokens:

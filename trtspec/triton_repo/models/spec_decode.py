@@ -24,24 +24,18 @@ intra-op threads `torch_threads`, default 1).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec_triton_common import FINAL, UserError, Workers, bls, check_running, ids_input, out, parameters, scalar
+from serving_rules import Acceptance, check_greedy, draft_len, stop_ids
+from trtspec_triton_common import FINAL, PooledModel, bls, llm_request, out, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
             "frequency_penalty", "seed")
 SAMPLING_DTYPES = {"runtime_top_k": np.int32, "seed": np.uint64}
 
 
-class Stats:
-    def __init__(self, k):
-        self.k, self.steps, self.accepted, self.drafted = k, 0, 0, 0
+class TritonPythonModel(PooledModel):
+    pool_name = "spec_decode"
 
-    def al(self):
-        return (self.accepted + self.steps) / self.steps if self.steps else 1.0
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        p = parameters(args)
+    def setup(self, p):
         self.engine = p.get("engine", "bls")
         self.target_model = p.get("target_model", "tensorrt_llm")
         self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
@@ -59,69 +53,48 @@ class TritonPythonModel:
             self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False)
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
-        self.workers = Workers(self._handle, int(p.get("max_concurrency") or 8), "spec_decode")
 
-    def finalize(self):
-        self.workers.close()
-
-    def execute(self, requests):
-        for r in requests:
-            self.workers.submit(r)
-        return None
-
-    def _handle(self, request, sender):
-        prompt = ids_input(request, "input_ids", "input_lengths")
-        n = int(scalar(request, "request_output_len", 0) or 0)
-        if n < 1:
-            raise UserError(f"request_output_len: expected >= 1, got {n}")
-        k = int(scalar(request, "num_draft_tokens", 0) or 0)
-        if k < 0 or (self.max_draft_len and k > self.max_draft_len):
-            raise UserError(f"num_draft_tokens: {k} is outside [0, max_draft_len={self.max_draft_len}]")
-        end_id = scalar(request, "end_id")
-        streaming = bool(scalar(request, "streaming", False))
-        stats = Stats(k)
+    def handle(self, request, sender):
+        prompt, n, end_id, streaming = llm_request(request)
+        k = draft_len(scalar(request, "num_draft_tokens", 0), self.max_draft_len)
+        stats = Acceptance()
         steps = self._runtime(request, prompt, n, k, end_id, stats) if self.engine == "trtspec.runtime" \
             else self._bls(request, prompt, n, k, end_id, stats)
         collected = []
         for tokens in steps:
-            check_running(request, self.workers.stop)
+            self.check_running(request)
             if streaming:
-                sender.send(self._response(tokens, stats))
+                sender.send(self._response(tokens, stats, k))
             else:
                 collected.extend(tokens)
         if streaming:
             sender.send(flags=FINAL)
         else:
-            sender.send(self._response(collected, stats), flags=FINAL)
+            sender.send(self._response(collected, stats, k), flags=FINAL)
 
-    def _response(self, tokens, stats):
+    def _response(self, tokens, stats, k):
         return pb_utils.InferenceResponse(output_tensors=[
             out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),
             out("sequence_length", [[len(tokens)]], np.int32),
-            out("acceptance_length", [[stats.al()]], np.float32),
+            out("acceptance_length", [[stats.length]], np.float32),
             out("total_accepted_draft_tokens", [[stats.accepted]], np.int32),
             out("total_draft_tokens", [[stats.drafted]], np.int32),
-            out("num_draft_tokens", [[stats.k]], np.int32),
+            out("num_draft_tokens", [[k]], np.int32),
             out("verify_steps", [[stats.steps]], np.int32)])
 
     # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
     def _runtime(self, request, prompt, n, k, end_id, stats):
-        greedy_only(request)
+        check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
         from trtspec.runtime.generate import stream_request
 
-        eos = (int(end_id),) if end_id is not None and int(end_id) >= 0 else self.models.eos_ids
+        eos = stop_ids(end_id, self.models.eos_ids)
         m = self.models
-        try:
-            pieces = stream_request(m, prompt, n, "draft-target" if k else "greedy", draft_len=k or None, eos_ids=eos)
-            for piece in pieces:
-                s = piece.stats
-                stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
-                stats.drafted = k * len(s.steps)
-                yield piece.tokens
-        except Exception as e:
-            if type(e).__name__ == "TrtspecError":
-                raise UserError(str(e)) from None
-            raise
+        pieces = stream_request(m, prompt, n, "draft-target" if k else "greedy", draft_len=k or None, eos_ids=eos)
+        for piece in pieces:
+            s = piece.stats
+            stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
+            stats.drafted = k * len(s.steps)
+            yield piece.tokens
 
     # ---- trtllm flavor: BLS calls to the two TensorRT-LLM models ------------------------------
     def _call(self, model, ids, n, end_id, pad_id, extra):
@@ -190,11 +163,3 @@ class TritonPythonModel:
                 return
             out_tokens.extend(new)
             yield new
-
-
-def greedy_only(request):
-    """The cpu flavor accepts draft tokens by greedy matching: refuse sampling rather than ignore it."""
-    temperature = scalar(request, "temperature")
-    top_k = scalar(request, "runtime_top_k")
-    if temperature is not None and float(temperature) > 0 and top_k != 1:
-        raise UserError("the cpu flavor decodes greedily only (send temperature 0 or top_k 1)")

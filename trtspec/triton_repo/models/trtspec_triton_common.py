@@ -1,34 +1,65 @@
 """Helpers shared by trtspec's python-backend models (copied next to each model.py).
 
-Standard library + numpy only: this file also runs in the TensorRT-LLM Triton container.
+Standard library + numpy only (plus trtspec's error class when trtspec is importable, which is the
+cpu flavor): this file also runs in the TensorRT-LLM Triton container. The serving rules
+themselves (bands, brace syntax, request bounds, acceptance) are in serving_rules.py, copied
+along with this file.
 """
 
 import json
 import queue
 import threading
+import time
 import traceback
+from collections import namedtuple
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+from serving_rules import RequestError, output_len
+
+try:  # cpu flavor: the models run trtspec in-process, and its errors are the request's fault
+    from trtspec.errors import TrtspecError
+
+    USER_ERRORS = (RequestError, TrtspecError)
+except ImportError:  # TensorRT-LLM container: trtspec is not installed
+    USER_ERRORS = (RequestError,)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 TRUE = ("true", "1", "yes", "on")
 
 
-class UserError(Exception):
-    """A bad request: sent back to the client as the response error, without a traceback."""
-
-
-class Cancelled(UserError):
+class Cancelled(RequestError):
     """The client cancelled the request, or the server is shutting down: stop early, but still
     close the response stream (an unclosed decoupled request would hold the server's shutdown)."""
 
 
 def check_running(request, stop) -> None:
+    """Raise Cancelled when the model is being unloaded or the client cancelled `request`.
+
+    request.is_cancelled() is a round trip through the stub's one stub-to-parent queue, so it
+    also tells that every BLS stream this thread retired before it (see `bls`) is out of the
+    stub's iterator map: those are released here, in Python, holding the GIL."""
     if stop is not None and stop.is_set():
         raise Cancelled("the server is shutting down")
-    if cancelled(request):
+    ended = len(_ended_streams())
+    try:
+        cancelled = bool(request.is_cancelled())
+    except Exception:  # the request may already be released: no round trip was made
+        return
+    if cancelled:  # (a cancellation, once seen, is answered from a cache: no round trip either)
         raise Cancelled("request cancelled")
+    del _ended_streams()[:ended]
+
+
+_thread = threading.local()
+
+
+def _ended_streams() -> list:
+    """This worker thread's decoupled BLS response iterators that `bls` finished with."""
+    if not hasattr(_thread, "streams"):
+        _thread.streams = []
+    return _thread.streams
 
 
 def parameters(args) -> dict:
@@ -66,10 +97,21 @@ def ids_input(request, ids_name, len_name=None):
     """A token-id input of one request as a list (the first batch row, cut at its length)."""
     arr = tensor(request, ids_name)
     if arr is None:
-        raise UserError(f"missing input '{ids_name}'")
+        raise RequestError(f"missing input '{ids_name}'")
     row = arr.reshape(-1) if arr.ndim <= 1 else arr.reshape(arr.shape[0], -1)[0]
     n = scalar(request, len_name) if len_name else None
     return [int(x) for x in (row[: int(n)] if n is not None else row)]
+
+
+LlmRequest = namedtuple("LlmRequest", "prompt output_len end_id streaming")
+
+
+def llm_request(request) -> LlmRequest:
+    """What every model taking tensorrt_llm's request tensors reads first (spec_decode and the cpu
+    tensorrt_llm): the prompt, request_output_len (>= 1), end_id (None if not sent), streaming."""
+    return LlmRequest(ids_input(request, "input_ids", "input_lengths"),
+                      output_len(scalar(request, "request_output_len", 0), "request_output_len"),
+                      scalar(request, "end_id"), bool(scalar(request, "streaming", False)))
 
 
 def out(name, value, dtype):
@@ -80,40 +122,53 @@ def error_response(message):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(message)))
 
 
-def cancelled(request) -> bool:
-    fn = getattr(request, "is_cancelled", None)
-    try:
-        return bool(fn()) if fn is not None else False
-    except Exception:  # the request may already be released
-        return False
-
-
 def bls(model, inputs, outputs, decoupled, stop=None):
     """Call another model. Yields {output name: array} per non-empty response; raises on errors.
-    `inputs`: {name: numpy array with the batch dimension}."""
+    `inputs`: {name: numpy array with the batch dimension}.
+
+    A decoupled call's response iterator is not dropped here but retired to this thread's list,
+    which check_running empties. The reason is a bug of the python backend we serve with
+    (r24.10, in tritonserver 2.51 of nvidia-pytriton 0.7; fixed upstream in r24.12, "Hold GIL when
+    deleting numpy array"): the iterator keeps every response, each output tensor keeps the
+    numpy array as_numpy() made, and when the iterator's last owner is the stub's own map, the
+    stub frees it on its stub-to-parent thread, which does not hold the GIL. Freeing Python
+    objects there races with the worker threads (the cpu-flavor generate stub died with
+    "malloc(): unaligned fastbin chunk detected" under 8 concurrent streams). A stream retired
+    before an is_cancelled() round trip has left that map by the time the round trip returns, so
+    the last reference is then ours and is dropped with the GIL held."""
     request = pb_utils.InferenceRequest(
         model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
         requested_output_names=list(outputs))
     responses = request.exec(decoupled=True) if decoupled else [request.exec()]
-    for resp in responses:
-        if resp.has_error():
-            raise RuntimeError(f"{model}: {resp.error().message()}")
-        got = {}
-        for name in outputs:
-            t = pb_utils.get_output_tensor_by_name(resp, name)
-            if t is not None:
-                got[name] = t.as_numpy()
-        if got:
-            yield got
-        if stop is not None and stop.is_set():
-            return
+    try:
+        for resp in responses:
+            if resp.has_error():
+                raise RuntimeError(f"{model}: {resp.error().message()}")
+            got = {}
+            for name in outputs:
+                t = pb_utils.get_output_tensor_by_name(resp, name)
+                if t is not None:
+                    got[name] = t.as_numpy()
+            if got:
+                yield got
+            if stop is not None and stop.is_set():
+                return
+    finally:
+        if decoupled:
+            _ended_streams().append(responses)
 
 
 class Workers:
     """N daemon threads serving requests of a decoupled model: `execute` returns at once and each
     request streams its responses from a worker. Daemon threads (not a ThreadPoolExecutor, whose
     threads are joined at interpreter exit) so that a stub never outlives its server; `stop` is
-    set by finalize() and checked by the request loops between steps."""
+    set by finalize() and checked by the request loops between steps.
+
+    Every request handed over gets a final response, whatever happens: the handler's, an error
+    (a RequestError or trtspec's own error as the client's message, anything else with its type),
+    or "the server is shutting down" for a request still queued when the pool closes. A decoupled
+    stream left open is not harmless: the caller's BLS iterator waits on it without a timeout,
+    and the python backend drains unfinished iterators before it lets a stub finish unloading."""
 
     def __init__(self, handler, count: int, name: str):
         self.handler, self.stop = handler, threading.Event()
@@ -124,27 +179,40 @@ class Workers:
             t.start()
 
     def submit(self, request) -> None:
-        self.jobs.put(request)
+        # the sender is taken here, on the stub's execute thread, so a request never queues without one
+        self.jobs.put((request, request.get_response_sender()))
 
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                request = self.jobs.get(timeout=0.2)
+                request, sender = self.jobs.get(timeout=0.2)
             except queue.Empty:
                 continue
-            sender = request.get_response_sender()
-            try:
-                self.handler(request, sender)
-            except UserError as e:
-                _send_final_error(sender, e)
-            except Exception as e:  # a bug or a failed BLS call: report it, keep serving
-                traceback.print_exc()
-                _send_final_error(sender, f"{type(e).__name__}: {e}")
+            self.serve(request, sender)
 
-    def close(self) -> None:
+    def serve(self, request, sender) -> None:
+        try:
+            if self.stop.is_set():
+                raise Cancelled("the server is shutting down")
+            self.handler(request, sender)
+        except USER_ERRORS as e:
+            _send_final_error(sender, e)
+        except Exception as e:  # a bug or a failed BLS call: report it, keep serving
+            traceback.print_exc()
+            _send_final_error(sender, f"{type(e).__name__}: {e}")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the pool: running requests end at their next step, queued ones are refused."""
         self.stop.set()
+        deadline = time.monotonic() + timeout
         for t in self.threads:
-            t.join(timeout=2.0)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        while True:
+            try:
+                _, sender = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            _send_final_error(sender, Cancelled("the server is shutting down"))
 
 
 def _send_final_error(sender, message) -> None:
@@ -152,3 +220,36 @@ def _send_final_error(sender, message) -> None:
         sender.send(error_response(message), flags=FINAL)
     except Exception:  # the stream is already closed (a cancelled request): nothing left to tell
         pass
+
+
+class PooledModel:
+    """The shape of generate, spec_decode and cpu_llm: a decoupled python model whose requests
+    each run on one of `max_concurrency` worker threads (parameter, default 8). execute() only
+    hands requests to the pool; finalize() stops it. A model implements `setup(params)` (its
+    parameters as {key: string}) and `handle(request, sender)`, which sends the responses, the
+    last one with FINAL, and raises RequestError for a bad request."""
+
+    pool_name = "model"
+
+    def initialize(self, args):
+        params = parameters(args)
+        self.setup(params)
+        self.workers = Workers(self.handle, int(params.get("max_concurrency") or 8), self.pool_name)
+
+    def setup(self, params) -> None:
+        raise NotImplementedError
+
+    def handle(self, request, sender) -> None:
+        raise NotImplementedError
+
+    def execute(self, requests):
+        for r in requests:
+            self.workers.submit(r)
+        return None
+
+    def finalize(self):
+        self.workers.close()
+
+    def check_running(self, request) -> None:
+        """Raise Cancelled when the client cancelled `request` or the model is being unloaded."""
+        check_running(request, self.workers.stop)

@@ -1,0 +1,141 @@
+"""The serving rules module: band choice, brace syntax, request validation, acceptance counters.
+
+These are the rules the python-backend models apply to every request and that perf, routing and
+the validator reuse, so each edge case here is a behaviour of the served repository.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from triton_fixtures import build_dir, tiny_tokenizer_dir, tuning_file
+from trtspec.triton_repo.models import serving_rules as r
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.validate import check_repository
+
+
+@dataclass
+class Band:
+    concurrency: int
+    draft_len: int
+
+
+def test_pick_band_takes_the_largest_band_at_or_below_the_load():
+    bands = [Band(16, 2), Band(1, 4), Band(4, 3)]  # unsorted on purpose
+    assert [r.pick_band(bands, n).concurrency for n in (1, 3, 4, 15, 16, 100)] == [1, 1, 4, 4, 16, 16]
+
+
+def test_pick_band_below_the_smallest_band_or_unknown_load_takes_the_smallest():
+    bands = [Band(4, 3), Band(16, 2)]
+    assert r.pick_band(bands, 1).concurrency == 4
+    assert r.pick_band(bands, 0).concurrency == 4
+    assert r.pick_band(bands, None).concurrency == 4  # open-loop runs have no fixed concurrency
+
+
+def test_pick_band_without_bands_is_none():
+    assert r.pick_band([], 8) is None
+
+
+def test_pick_band_reads_the_routing_tables_dicts_too():
+    bands = [{"concurrency": 1, "num_draft_tokens": 4}, {"concurrency": 16, "num_draft_tokens": 1}]
+    assert r.pick_band(bands, 10)["num_draft_tokens"] == 4
+    assert r.pick_band(bands, 16)["num_draft_tokens"] == 1
+
+
+@pytest.mark.parametrize("choices", [[[0]], [[0], [1], [0, 0], [0, 1], [0, 0, 0]], [[12], [12, 3]]])
+def test_braces_round_trip(choices):
+    text = r.braces(choices)
+    assert "[" not in text and r.parse_braces(text) == choices
+
+
+def test_braces_text_is_the_cpp_backends_syntax():
+    assert r.braces([[0], [0, 1]]) == "{0}, {0, 1}"
+    assert r.parse_braces(" {0},{0,1} ") == [[0], [0, 1]]
+
+
+@pytest.mark.parametrize("text, match", [("[[0], [0, 1]]", "expected the brace form"), ("", "expected the brace form"),
+                                         ("{0}, {0, x}", r"bad choice \{0, x\}"), ("{0}, [1]", "brace form")])
+def test_parse_braces_refuses_anything_but_braces(text, match):
+    with pytest.raises(ValueError, match=match):
+        r.parse_braces(text)
+
+
+def test_tree_depth_is_the_longest_path():
+    assert r.tree_depth([[0], [0, 1], [0, 1, 2], [1]]) == 3
+
+
+def test_output_len_names_the_input():
+    assert r.output_len(5, "max_tokens") == 5
+    with pytest.raises(r.RequestError, match=r"^max_tokens: expected >= 1, got 0$"):
+        r.output_len(0, "max_tokens")
+    with pytest.raises(r.RequestError, match=r"^request_output_len: expected >= 1, got None$"):
+        r.output_len(None, "request_output_len")
+
+
+def test_draft_len_bounds():
+    assert r.draft_len(None, 4) == 0 and r.draft_len(4, 4) == 4 and r.draft_len(9, 0) == 9
+    with pytest.raises(r.RequestError, match=r"num_draft_tokens: 5 is outside \[0, max_draft_len=4\]"):
+        r.draft_len(5, 4)
+    with pytest.raises(r.RequestError, match=r"num_draft_tokens: -1 is outside"):
+        r.draft_len(-1, 4)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(None, None), (0.0, None), (0, 5), (0.7, 1)])
+def test_greedy_requests_pass(temperature, top_k):
+    r.check_greedy(temperature, top_k)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0.7, None), (1.0, 0), (0.1, 40)])
+def test_sampling_requests_are_refused(temperature, top_k):
+    with pytest.raises(r.RequestError, match="decodes greedily only"):
+        r.check_greedy(temperature, top_k)
+
+
+def test_beam_width():
+    r.check_beam_width(None)
+    r.check_beam_width(1)
+    with pytest.raises(r.RequestError, match="beam_width: the cpu flavor decodes with beam width 1 only"):
+        r.check_beam_width(2)
+
+
+def test_acceptance_definitions():
+    assert r.acceptance_length(0, 0) == 1.0  # before the first step
+    assert r.acceptance_length(6, 4) == 2.5  # 10 tokens in 4 verification steps
+    assert r.acceptance_rate(3, 0) == 0.0 and r.acceptance_rate(3, 4) == 0.75
+    # an EAGLE tree of depth 3: TRT-LLM counts 3 drafted per step, so 12 drafted = 4 steps
+    assert r.trtllm_steps(12, 3) == 4 and r.trtllm_steps(0, 3) == 0
+    assert r.acceptance_length(6, r.trtllm_steps(12, 3)) == 2.5
+
+
+def test_acceptance_counters():
+    a = r.Acceptance()
+    assert (a.length, a.rate) == (1.0, 0.0)
+    a.steps, a.accepted, a.drafted = 4, 6, 8
+    assert (a.length, a.rate) == (2.5, 0.75)
+
+
+def test_the_rules_module_runs_without_trtspec_numpy_or_triton():
+    """It is copied into the repositories and imported in the TensorRT-LLM container, where only the
+    standard library is certain."""
+    tree = ast.parse(Path(r.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"re"}, imported
+
+
+def test_every_python_model_ships_with_the_rules_and_the_validator_says_when_one_is_missing(tmp_path):
+    tok = tiny_tokenizer_dir(tmp_path / "tokenizer")
+    repo = tmp_path / "repo"
+    make_repository(RepoRequest(tuning=tuning_file(tmp_path / "t" / "tuning.json", "draft-target", {"chat": [2, 1]}),
+                                flavor="trtllm", engines=build_dir(tmp_path / "b", "draft-target", tok, max_draft_len=8),
+                                out=repo))
+    shipped = sorted(p.parent.parent.name for p in repo.glob("*/1/serving_rules.py"))
+    assert shipped == ["generate", "postprocessing", "preprocessing", "spec_decode"]
+    assert (repo / "generate" / "1" / "serving_rules.py").read_text() == Path(r.__file__).read_text()
+    (repo / "spec_decode" / "1" / "serving_rules.py").unlink()
+    assert check_repository(repo) == [f"{repo / 'spec_decode' / '1' / 'serving_rules.py'}: missing "
+                                      "(imported by spec_decode's model.py)"]

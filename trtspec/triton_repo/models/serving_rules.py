@@ -1,0 +1,142 @@
+"""Serving rules: what a trtspec repository does with a request, stated once.
+
+Two kinds of readers use the same functions, which is why they live here and nowhere else:
+- the python-backend models (generate, spec_decode, cpu_llm), which get this file copied next to
+  their model.py (as `serving_rules`) and import it there; in the trtllm flavor they run in the
+  TensorRT-LLM Triton container, where trtspec is not installed, so this module imports nothing
+  but the standard library (no triton_python_backend_utils, numpy, torch or trtspec);
+- trtspec itself (as `trtspec.triton_repo.models.serving_rules`): routing writes the brace syntax
+  the models parse, perf predicts a run with the band the models pick for that load, the
+  repository validator checks model parameters with the same parser.
+
+The rules: which tuned concurrency band serves a request, the `eagle_choices` brace syntax,
+request validation (output lengths, draft lengths, greedy-only), and the acceptance counters and
+their definitions (acceptance length = tokens per target verification step, bonus included).
+"""
+
+import re
+
+
+class RequestError(ValueError):
+    """A request that breaks a serving rule: the models send its message to the client as the
+    response error (no traceback), and keep serving."""
+
+
+# ---- concurrency bands -----------------------------------------------------------------------
+
+def band_concurrency(band):
+    """A band's concurrency, whether the band is tuning.json's object or the routing table's dict."""
+    return band["concurrency"] if isinstance(band, dict) else band.concurrency
+
+
+def pick_band(bands, inflight):
+    """The tuned band served with `inflight` requests in flight: the largest band <= inflight,
+    else (fewer requests than the smallest band, or a load that is not a fixed concurrency:
+    None) the smallest band. None when there are no bands. perf predicts with this rule, so a
+    measured run is compared with the number the served setting came from."""
+    ordered = sorted(bands, key=band_concurrency)
+    if not ordered:
+        return None
+    fit = [b for b in ordered if inflight is not None and band_concurrency(b) <= inflight]
+    return fit[-1] if fit else ordered[0]
+
+
+# ---- eagle_choices brace syntax ----------------------------------------------------------------
+
+def braces(choices):
+    """eagle_choices in the brace syntax the C++ backend parses ("{0}, {0, 1}"; reference §3.5)."""
+    return ", ".join("{" + ", ".join(str(i) for i in c) + "}" for c in choices)
+
+
+def parse_braces(text):
+    """The inverse of `braces`, as strict as `csvStrToVecVecInt` (python-list syntax is rejected,
+    because the C++ backend silently ignores it and falls back to mc_sim_7b_63)."""
+    s = text.strip()
+    if not s or s[0] != "{" or s[-1] != "}" or "[" in s or "]" in s:
+        raise ValueError(f"expected the brace form '{{0}}, {{0, 1}}', got {text!r}")
+    out = []
+    for part in re.split(r"\}\s*,\s*\{", s[1:-1]):
+        try:
+            out.append([int(x) for x in part.split(",")])
+        except ValueError:
+            raise ValueError(f"bad choice {{{part}}} in {text!r}") from None
+    return out
+
+
+def tree_depth(choices):
+    """The tree's depth: the longest path, which is what TRT-LLM counts per step as drafted."""
+    return max(len(c) for c in choices)
+
+
+# ---- request validation ------------------------------------------------------------------------
+
+GREEDY_ONLY = "the cpu flavor decodes greedily only (send temperature 0 or top_k 1)"
+
+
+def output_len(value, name):
+    """A requested number of output tokens (`max_tokens`, `request_output_len`) as an int >= 1."""
+    if value is None or int(value) < 1:
+        raise RequestError(f"{name}: expected >= 1, got {value}")
+    return int(value)
+
+
+def draft_len(value, max_draft_len):
+    """num_draft_tokens as an int in [0, max_draft_len] (max_draft_len 0: no upper bound)."""
+    k = int(value or 0)
+    if k < 0 or (max_draft_len and k > max_draft_len):
+        raise RequestError(f"num_draft_tokens: {k} is outside [0, max_draft_len={max_draft_len}]")
+    return k
+
+
+def stop_ids(end_id, default):
+    """The token ids that end a request: its end_id, else (absent, or negative as TRT-LLM's -1)
+    the model's eos ids `default`."""
+    return (int(end_id),) if end_id is not None and int(end_id) >= 0 else default
+
+
+def check_greedy(temperature, top_k):
+    """The cpu flavor accepts draft tokens by greedy matching: refuse sampling rather than ignore it
+    (temperature > 0 is sampling unless top_k is 1)."""
+    if temperature is not None and float(temperature) > 0 and top_k != 1:
+        raise RequestError(GREEDY_ONLY)
+
+
+def check_beam_width(value):
+    if int(value or 1) != 1:
+        raise RequestError("beam_width: the cpu flavor decodes with beam width 1 only")
+
+
+# ---- acceptance ----------------------------------------------------------------------------------
+
+def acceptance_length(accepted, steps):
+    """Tokens per target verification step, the bonus token included: 1 + accepted / steps (1.0
+    before the first step). The runtime, the tuner and the served counters all mean this."""
+    return 1.0 + accepted / steps if steps else 1.0
+
+
+def acceptance_rate(accepted, drafted):
+    """Accepted / drafted draft tokens, as TRT-LLM's `acceptance_rate` perf metric (0.0 if none)."""
+    return accepted / drafted if drafted else 0.0
+
+
+def trtllm_steps(drafted, depth):
+    """Verification steps behind TRT-LLM's total_draft_tokens for an EAGLE tree of `depth`: the
+    executor adds min(draft tokens, max path length = depth) per iteration, which is depth."""
+    return drafted / depth if drafted else 0
+
+
+class Acceptance:
+    """Running acceptance counters of one request: verification steps, draft tokens offered and
+    accepted (TRT-LLM's total_draft_tokens / total_accepted_draft_tokens)."""
+
+    def __init__(self):
+        self.steps, self.accepted, self.drafted = 0, 0, 0
+
+    @property
+    def length(self):
+        return acceptance_length(self.accepted, self.steps)
+
+    @property
+    def rate(self):
+        return acceptance_rate(self.accepted, self.drafted)
+
