@@ -10,15 +10,10 @@ Modules: `options` (what the user asks for), `source` (classify and open a check
 Every TensorRT-LLM default, limit and name comes from `trtspec.upstream.trtllm`, with its source.
 """
 
-import importlib
+from ..lazy import lazy_exports
 
 _EXPORTS = {"BuildOptions": "options", "BuildPlan": "plan", "EngineBuild": "engine", "make_plan": "plan",
             "build": "run", "BuildResult": "run"}
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str):
-    """Lazy re-exports: the plan reads checkpoints (torch), and `trtspec --help` should not pay for it."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

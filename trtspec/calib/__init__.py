@@ -18,7 +18,7 @@ The checkpoint layout (names, shapes, dtypes, TP rules of the quantized tensors)
 other layouts in `trtspec.checkpoints.quant`; the validator and the runtime read it from there.
 """
 
-import importlib
+from ..lazy import lazy_exports
 
 _EXPORTS = {"CalibSet": "data", "load_calib_set": "data", "token_id_set": "data",
             "FORMATS": "formats", "KV_FORMATS": "formats", "check_format": "formats", "check_kv_format": "formats",
@@ -26,9 +26,4 @@ _EXPORTS = {"CalibSet": "data", "load_calib_set": "data", "token_id_set": "data"
             "quantize_pair": "quantize", "KeepSensitive": "pipeline"}
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    """Lazy re-exports: quantization pulls in torch and ModelOpt; `trtspec --help` should not."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

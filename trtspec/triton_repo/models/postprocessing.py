@@ -7,27 +7,16 @@ characters and leading spaces come out right (upstream's `accumulate_tokens` ide
 Parameters: tokenizer_dir, skip_special_tokens (default true).
 """
 
-import os
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# Tokenizers need no deep-learning framework: keep transformers from importing torch here (about
-# 5 s of start-up per stub on a small CPU box, and memory).
-os.environ.setdefault("USE_TORCH", "0")
-os.environ.setdefault("USE_TF", "0")
-os.environ.setdefault("USE_FLAX", "0")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-from trtspec_triton_common import is_true, parameters, tensor
+from trtspec_triton_common import is_true, load_tokenizer, parameters, tensor
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        from transformers import AutoTokenizer
-
         p = parameters(args)
-        self.tokenizer = AutoTokenizer.from_pretrained(p["tokenizer_dir"], legacy=False, trust_remote_code=False)
+        self.tokenizer = load_tokenizer(p["tokenizer_dir"])
         self.skip_special_tokens = is_true(p.get("skip_special_tokens"), True)
 
     def execute(self, requests):

@@ -7,28 +7,16 @@ template is applied: the client sends the final prompt text, as with upstream.
 Parameters: tokenizer_dir, add_special_tokens (default true).
 """
 
-import os
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# Tokenizers need no deep-learning framework: keep transformers from importing torch here (about
-# 5 s of start-up per stub on a small CPU box, and memory).
-os.environ.setdefault("USE_TORCH", "0")
-os.environ.setdefault("USE_TF", "0")
-os.environ.setdefault("USE_FLAX", "0")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-from trtspec_triton_common import is_true, parameters, tensor
+from trtspec_triton_common import is_true, load_tokenizer, parameters, tensor
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        from transformers import AutoTokenizer
-
         p = parameters(args)
-        self.tokenizer = AutoTokenizer.from_pretrained(p["tokenizer_dir"], legacy=False, padding_side="left",
-                                                       trust_remote_code=False)
+        self.tokenizer = load_tokenizer(p["tokenizer_dir"], padding_side="left")
         self.add_special_tokens = is_true(p.get("add_special_tokens"), True)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id

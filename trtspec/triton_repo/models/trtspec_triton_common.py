@@ -76,6 +76,20 @@ def is_true(value, default=False) -> bool:
     return bool(value)
 
 
+def load_tokenizer(tokenizer_dir: str, **kwargs):
+    """The model's Hugging Face tokenizer, for preprocessing / postprocessing. Tokenizers need no
+    deep-learning framework: transformers is kept from importing torch (about 5 s of start-up per
+    stub on a small CPU box, and memory); it reads these variables when first imported."""
+    import os
+
+    for name in ("USE_TORCH", "USE_TF", "USE_FLAX"):
+        os.environ.setdefault(name, "0")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoTokenizer  # lazy: only the tokenizer models load transformers
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir, legacy=False, trust_remote_code=False, **kwargs)
+
+
 def tensor(request, name):
     """The input as a numpy array, or None when the client did not send it."""
     t = pb_utils.get_input_tensor_by_name(request, name)
