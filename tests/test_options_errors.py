@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import run_cli
+from triton_fixtures import tuning_file
 from trtspec.builders.options import BuildOptions
 from trtspec.builders.plan import resolve_role
 from trtspec.builders.rules import check_options
@@ -30,7 +31,9 @@ from trtspec.quality.report import quality_report
 from trtspec.triton_repo.command import PORT_FLAGS, REPO_PARAMS
 from trtspec.triton_repo.options import ServeOptions, TritonOptions
 from trtspec.triton_repo.repo import RepoRequest, _check_options
+from trtspec.triton_repo.routing import draft_target_routes, eagle_routes
 from trtspec.triton_repo.serve import check_ports, free_port
+from trtspec.tuning.schema import load_tuning
 
 
 def _keep_sensitive_samples(tmp_path):
@@ -42,6 +45,12 @@ def _keep_sensitive_samples(tmp_path):
 
 def _repo(tmp_path, **kw):
     _check_options(RepoRequest(tuning=tmp_path / "t.json", out=tmp_path / "o", **kw))
+
+
+def _tuning(tmp_path, mode):
+    """A real tuning.json (bands 1 and 4; workloads chat, code) read back as the routes read it."""
+    choices = {"chat": 3, "code": 5} if mode == "draft-target" else {"chat": [[0], [0, 0]], "code": [[0]]}
+    return load_tuning(tuning_file(tmp_path / mode / "tuning.json", mode, choices))
 
 
 BUILD = (BuildOptions, {"timeout_s": "--timeout"}, None)
@@ -77,6 +86,13 @@ CASES = [  # (library call, what the library says, the command's flag_context, w
                  r"^`ckpt`/`draft_ckpt`: the trtllm flavor serves engines; give `engines`/`draft_engines`$", TRITON,
                  r"^--ckpt/--draft-ckpt: the trtllm flavor serves engines; give --engines/--draft-engines$",
                  id="RepoRequest.ckpt"),
+    pytest.param(lambda t: draft_target_routes(_tuning(t, "draft-target"), "poetry"),
+                 r"^triton\.default_workload: 'poetry' is not a workload of the tuning \(chat, code\)$", TRITON,
+                 r"^--default-workload: 'poetry' is not a workload of the tuning \(chat, code\)$",
+                 id="triton.default_workload"),
+    pytest.param(lambda t: eagle_routes(_tuning(t, "eagle"), band=2),
+                 r"^triton\.eagle_band: 2 is not a tuned concurrency band \(1, 4\)$", TRITON,
+                 r"^--eagle-band: 2 is not a tuned concurrency band \(1, 4\)$", id="triton.eagle_band"),
     pytest.param(lambda t: check_ports({"http": 9000, "grpc": 9000, "metrics": 9001}),
                  r"^triton\.ports: http, grpc and metrics must differ", SERVE,
                  r"^--http-port/--grpc-port/--metrics-port: http, grpc and metrics must differ", id="triton.ports"),

@@ -238,7 +238,7 @@ def test_missing_engine_directory(w):
 
 
 def test_tuning_naming_an_unknown_workload(w):
-    with pytest.raises(TrtspecError, match=r"--default-workload: 'poetry' is not a workload of the tuning "
+    with pytest.raises(TrtspecError, match=r"^triton\.default_workload: 'poetry' is not a workload of the tuning "
                                            r"\(chat, code, math\)"):
         make(w, "x2", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"], default_workload="poetry")
     data = json.loads(w["eagle_tuning"].read_text())
@@ -280,7 +280,7 @@ def test_other_bad_inputs(w):
         make(w, "x4", tuning=w["dt_tuning"], flavor="cpu", engines=w["dt_build"])
     with pytest.raises(TrtspecError, match="^triton.flavor: 'tensorrt' is not one of trtllm, llmapi, cpu"):
         make(w, "x4", tuning=w["dt_tuning"], flavor="tensorrt", engines=w["dt_build"])
-    with pytest.raises(TrtspecError, match="--eagle-band: 2 is not a tuned concurrency band"):
+    with pytest.raises(TrtspecError, match=r"^triton\.eagle_band: 2 is not a tuned concurrency band \(1, 4\)$"):
         make(w, "x4", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"], eagle_band=2)
     with pytest.raises(TrtspecError, match="tuning.*not found"):
         make(w, "x4", tuning=w["root"] / "none.json", flavor="trtllm", engines=w["dt_build"])
@@ -313,6 +313,20 @@ def test_command(w):
     _edit(out / "generate" / "config.pbtxt", "decoupled: true", "decoupled: false")
     res = CliRunner().invoke(app, ["--check", str(out)])
     assert isinstance(res.exception, TrtspecError) and "problem(s)" in str(res.exception)
+
+
+def test_command_says_the_flag_of_a_routing_error(w):
+    """routing names triton.default_workload / triton.eagle_band; the command shows the flag the user typed."""
+    app = typer.Typer()
+    app.command()(triton_command)
+    for args, want in (
+            (["--tuning", w["dt_tuning"], "--engines", w["dt_build"], "--default-workload", "poetry"],
+             "--default-workload: 'poetry' is not a workload of the tuning (chat, code, math)"),
+            (["--tuning", w["eagle_tuning"], "--engines", w["eagle_build"], "--eagle-band", "2"],
+             "--eagle-band: 2 is not a tuned concurrency band (1, 4)")):
+        res = CliRunner().invoke(app, [*map(str, args), "--flavor", "trtllm", "--out", str(w["root"] / "cli3")])
+        assert isinstance(res.exception, TrtspecError) and str(res.exception) == want, res.output
+    assert not (w["root"] / "cli3").exists()
 
 
 # ---- serve for the GPU flavors: the container command ---------------------------------------------

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc.aio import InferenceServerClient
+from tritonclient.utils import InferenceServerException
 
 from ..errors import TrtspecError
 
@@ -244,9 +246,6 @@ def open_channel(url: str) -> grpc.aio.Channel:
 async def check_server(url: str, model: str, timeout_s: float) -> ModelInfo:
     """Is a Triton server up at `url` and is `model` ready? One clear TrtspecError otherwise, within
     `timeout_s` (a server still starting gets until then)."""
-    from tritonclient.grpc.aio import InferenceServerClient
-    from tritonclient.utils import InferenceServerException
-
     client = InferenceServerClient(url)
     deadline = time.monotonic() + timeout_s
     try:
@@ -293,9 +292,6 @@ async def check_server(url: str, model: str, timeout_s: float) -> ModelInfo:
 async def tokenizer_dir(url: str, timeout_s: float) -> str | None:
     """The tokenizer the repository's `preprocessing` model loads (servers bind 127.0.0.1, so the
     client runs on the same host and can read it), or None without such a model."""
-    from tritonclient.grpc.aio import InferenceServerClient
-    from tritonclient.utils import InferenceServerException
-
     client = InferenceServerClient(url)
     try:
         cfg = (await client.get_model_config("preprocessing", as_json=True, client_timeout=timeout_s))["config"]

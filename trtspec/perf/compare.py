@@ -15,8 +15,10 @@ from .schema import Comparison, Run
 
 
 def load_predictions(path: Path | None):
+    """tuning.json, or None without one."""
     if path is None:
         return None
+    # lazy: tuning.schema pulls torch (via tuning.cost -> checkpoints), ~1.3 s a run without tuning.json skips
     from ..tuning.schema import load_tuning
 
     return load_tuning(Path(path))

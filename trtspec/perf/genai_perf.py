@@ -36,6 +36,7 @@ start or end with whitespace (scripts/bench_genai_perf.py does).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shlex
@@ -44,6 +45,7 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, write_text_atomic
+from . import client, prompts
 
 GENAI_PERF_VERSION = "0.0.16"
 SCRIPT = "run_genai_perf.sh"
@@ -196,10 +198,6 @@ def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) ->
     """The export for a `trtspec perf` PerfOptions: the same workloads, rendered and shuffled the same
     way (trtspec.perf.prompts), the tokenizer the perf run used (perf.tokenizer, else the repository's
     preprocessing tokenizer, asked from the server)."""
-    import asyncio
-
-    from . import client, prompts
-
     o = options
     tok_dir = tokenizer or o.tokenizer or asyncio.run(client.tokenizer_dir(o.url, o.connect_timeout_s))
     if tok_dir is None:

@@ -11,6 +11,8 @@ import io
 import math
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
 
 SPEC, BASE = "speculation", "baseline"
 COLORS = {SPEC: "#1f77b4", BASE: "#7f7f7f"}
@@ -20,30 +22,20 @@ class NoPlot(Exception):
     """The figure cannot be drawn from these results; the message says why (shown in the report)."""
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
     return buf.getvalue()
 
 
 def _grid(n: int, width: float = 4.6, height: float = 3.4):
     """One small panel per workload, at most 3 per row (workload names differ in scale, so no
     shared y axis)."""
-    plt = _plt()
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig = Figure(figsize=(width * cols, height * rows))  # no pyplot: no global backend or figure registry
+    axes = fig.subplots(rows, cols, squeeze=False)
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -77,8 +69,7 @@ def cdf(samples: dict[str, dict[tuple[str, str], list[float]]], what: str) -> by
     samples = {w: s for w, s in samples.items() if s}
     if not samples:
         raise NoPlot(f"no successful request has a {what} (ITL needs at least 2 output tokens).")
-    plt = _plt()
-    cmap = plt.get_cmap("tab10")
+    cmap = colormaps["tab10"]
     loads = sorted({load for s in samples.values() for _, load in s}, key=_load_key)
     fig, axes = _grid(len(samples))
     for ax, (w, series) in zip(axes, samples.items()):
@@ -103,11 +94,11 @@ def bars(groups: dict[str, list[tuple[str, float | None, float | None]]], ylabel
     groups = {w: bs for w, bs in groups.items() if bs}
     if not groups:
         raise NoPlot(why_empty)
-    plt = _plt()
     width_per = max(len(bs) for bs in groups.values())
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * width_per * len(groups) + 2), 3.8))
+    fig = Figure(figsize=(max(5.0, 1.1 * width_per * len(groups) + 2), 3.8))
+    ax = fig.subplots()
     bw = 0.8 / width_per
-    cmap = plt.get_cmap("tab10")
+    cmap = colormaps["tab10"]
     loads = sorted({b[0] for bs in groups.values() for b in bs}, key=_load_key)
     predicted_labelled = False
     for gi, (w, bs) in enumerate(groups.items()):
@@ -141,15 +132,15 @@ def predicted_vs_measured(points: list[tuple[str, str, float, float]]) -> bytes:
     marker per load, with the y = x line: points below it fall short of the tuner's prediction."""
     if not points:
         raise NoPlot("no load point has both a measured speedup and a prediction.")
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.6, 4.8))
+    fig = Figure(figsize=(5.6, 4.8))
+    ax = fig.subplots()
     xs, ys = [p[2] for p in points], [p[3] for p in points]
     hi = max(xs + ys + [1.0]) * 1.1
     lo = min(xs + ys + [1.0]) * 0.9
     ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="y = x")
     workloads = list(dict.fromkeys(p[0] for p in points))
     loads = sorted({p[1] for p in points}, key=_load_key)
-    cmap, markers = plt.get_cmap("tab10"), "os^DvP*X"
+    cmap, markers = colormaps["tab10"], "os^DvP*X"
     for w, load, x, y in points:
         ax.scatter([x], [y], color=cmap(workloads.index(w) % 10), marker=markers[loads.index(load) % len(markers)],
                    s=50, zorder=3, label=f"{w} {load}")

@@ -12,6 +12,7 @@ chat=False, gives the plain format of `trtspec.workloads.render`.
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 from ..errors import TrtspecError
@@ -29,6 +30,7 @@ def parse_workloads(workloads: dict[str, str] | str | list[str]) -> list:
 
 
 def load_tokenizer(path: str | Path):
+    # lazy: transformers (~3 s, pulls torch) only for chat rendering; its verbosity is set before the import
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from transformers import AutoTokenizer
 
@@ -51,8 +53,6 @@ def load_all(specs: list, seed: int) -> list[Workload]:
 def render_all(workloads: list[Workload], seed: int, tokenizer, chat: bool) -> dict[str, list[tuple[str, str]]]:
     """{name: [(sample id, prompt text)]}, shuffled with `seed` so that a run of N requests cycles
     through a seeded mix of the whole workload instead of the file's first N."""
-    import random
-
     out = {}
     for wl in workloads:
         texts = [(s.id, render_text(s, tokenizer, chat=chat and tokenizer is not None)) for s in wl.samples]

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..fsutil import write_text_atomic
 from ..triton_repo.models.serving_rules import pick_band
 from . import plots
+from .compare import load_predictions
 from .schema import PerfResults, Run, load_results
 
 # id -> (title, alt text). Ids are stable: tests and users link to them.
@@ -299,11 +300,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
 
 def write_report(results: Path, out_html: Path, tuning: Path | None = None) -> Path:
     """Read results.json (and tuning.json), write report.html atomically; returns its path."""
-    from ..tuning.schema import load_tuning
-
     res = load_results(Path(results))
-    tun = load_tuning(Path(tuning)) if tuning is not None else None
-    return write_report_from(res, out_html, tun, str(tuning) if tuning is not None else None)
+    return write_report_from(res, out_html, load_predictions(tuning), str(tuning) if tuning is not None else None)
 
 
 def write_report_from(results: PerfResults, out_html: Path, tuning=None, tuning_path: str | None = None) -> Path:

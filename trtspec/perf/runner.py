@@ -27,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..options import first_problem
 
@@ -192,9 +194,6 @@ async def _tick(progress, task, done) -> None:
 def _progress(o: PerfOptions):
     if not o.progress:
         return contextlib.nullcontext(None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True))
 

@@ -8,13 +8,13 @@ is the batch the engines will see, which is what the tuning's step-time model wa
 
 EAGLE: `eagle_choices` is a per-model setting, so each served profile is a whole engine instance
 (weights, activations and KV cache again, see the README's memory table). Serving every band's
-profiles would multiply that by the number of bands, so one band is served (`--eagle-band`,
+profiles would multiply that by the number of bands, so one band is served (`triton.eagle_band`,
 default the smallest: speculation matters most at low concurrency) and its profiles become
 `tensorrt_llm_<profile>` models. A profile the tuner left without speculation (eagle_choices null)
 still needs a tree (an EAGLE engine always drafts): it gets the cheapest legal one, a chain of
 num_eagle_layers nodes.
 
-Unknown or missing `workload` -> the default route. With `--default-workload NAME` that is NAME's
+Unknown or missing `workload` -> the default route. With `triton.default_workload: NAME` that is NAME's
 route; otherwise it is computed: draft-target, per band the K with the highest tokens/s summed over
 the workloads' tuning sweeps weighted by their profiled token counts (the K a mixed stream of the
 tuned traffic would want); EAGLE, the profile whose workloads carry the most profiled tokens.
@@ -64,7 +64,7 @@ def check_tuning(tuning, where: str) -> None:
 
 def _check_default(tuning, default_workload: str | None) -> None:
     if default_workload is not None and default_workload not in tuning.workloads:
-        raise TrtspecError(f"--default-workload: '{default_workload}' is not a workload of the tuning "
+        raise TrtspecError(f"triton.default_workload: '{default_workload}' is not a workload of the tuning "
                            f"({', '.join(sorted(tuning.workloads))})")
 
 
@@ -105,7 +105,7 @@ def eagle_routes(tuning, band: int | None = None, default_workload: str | None =
     bands = sorted(tuning.concurrency_bands)
     band = bands[0] if band is None else band
     if band not in bands:
-        raise TrtspecError(f"--eagle-band: {band} is not a tuned concurrency band ({', '.join(map(str, bands))})")
+        raise TrtspecError(f"triton.eagle_band: {band} is not a tuned concurrency band ({', '.join(map(str, bands))})")
     depth = num_eagle_layers or (tuning.eagle.num_eagle_layers if tuning.eagle else None)
     profiles = [p for p in tuning.profiles or [] if p.concurrency == band]
     models, by_profile = [], {}

@@ -58,6 +58,7 @@ class TritonPythonModel(PooledModel):
     def _load(self):
         with self.load_lock:
             if self.models is None:
+                # lazy: torch and trtspec load with the checkpoint (lazy_load defers both to the first request)
                 import torch
 
                 from trtspec.runtime.generate import load_models
@@ -69,7 +70,7 @@ class TritonPythonModel(PooledModel):
         return self.models
 
     def handle(self, request, sender):
-        from trtspec.runtime.generate import stream_request
+        from trtspec.runtime.generate import stream_request  # lazy: imported with the checkpoint (see _load)
 
         prompt, n, end_id, streaming = llm_request(request)
         check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
@@ -110,6 +111,7 @@ class TritonPythonModel(PooledModel):
             sender.send(self._response(tokens, acc, perf, len(prompt), len(collected)), flags=FINAL)
 
     def _verify_then_decode(self, m, prompt, draft, n, eos, acc):
+        # lazy: imported with the checkpoint (see _load)
         from trtspec.runtime.decode import verify_external
         from trtspec.runtime.generate import stream_request
 

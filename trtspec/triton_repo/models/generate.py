@@ -31,6 +31,7 @@ import json
 import threading
 
 import numpy as np
+import triton_python_backend_utils as pb_utils
 
 from serving_rules import RequestError, acceptance_length, output_len, pick_band, tree_depth, trtllm_steps
 from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
@@ -211,8 +212,6 @@ class TritonPythonModel(PooledModel):
         return text[len(sent):] if len(text) > len(sent) else "", text
 
     def _response(self, text, stats, route, n_tokens):
-        import triton_python_backend_utils as pb_utils
-
         return pb_utils.InferenceResponse(output_tensors=[
             out("text_output", np.array([[text.encode("utf-8")]], dtype=object), object),
             out("acceptance_length", [[stats["acceptance_length"]]], np.float32),

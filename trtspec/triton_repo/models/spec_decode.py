@@ -41,6 +41,7 @@ class TritonPythonModel(PooledModel):
         self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
         self.max_draft_len = int(p.get("max_draft_len") or 0)
         if self.engine == "trtspec.runtime":
+            # lazy: only the cpu flavor runs trtspec.runtime; the trtllm container (bls) may have no trtspec
             import torch
 
             from trtspec.runtime.generate import load_models
@@ -85,7 +86,7 @@ class TritonPythonModel(PooledModel):
     # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
     def _runtime(self, request, prompt, n, k, end_id, stats):
         check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
-        from trtspec.runtime.generate import stream_request
+        from trtspec.runtime.generate import stream_request  # lazy: cpu flavor only (see setup)
 
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.models

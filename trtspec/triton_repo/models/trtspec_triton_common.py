@@ -7,6 +7,7 @@ along with this file.
 """
 
 import json
+import os
 import queue
 import threading
 import time
@@ -80,8 +81,6 @@ def load_tokenizer(tokenizer_dir: str, **kwargs):
     """The model's Hugging Face tokenizer, for preprocessing / postprocessing. Tokenizers need no
     deep-learning framework: transformers is kept from importing torch (about 5 s of start-up per
     stub on a small CPU box, and memory); it reads these variables when first imported."""
-    import os
-
     for name in ("USE_TORCH", "USE_TF", "USE_FLAX"):
         os.environ.setdefault(name, "0")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
