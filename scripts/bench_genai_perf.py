@@ -45,9 +45,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from smollm2_repo import build_repository  # noqa: E402
+
 VENVS = Path(os.environ.get("TRTSPEC_VENVS", Path.home() / ".cache" / "trtspec" / "venvs"))
 GP_VENV, PA_VENV = VENVS / "genai-perf-0.0.16", VENVS / "pa251"
-K = {"chat": 1, "code": 1}
+K = {"chat": 1, "code": 1}  # draft length served per workload
 TOLERANCE = 0.10
 
 
@@ -79,40 +82,6 @@ def tool_env() -> dict:
         link.symlink_to(src[0])
     return dict(os.environ, PATH=f"{pa.parent}:{os.environ['PATH']}", LD_LIBRARY_PATH=str(libs),
                 HF_HUB_OFFLINE="1", GENAI_PERF=str(gp))
-
-
-def build_repository(work: Path) -> tuple[Path, Path]:
-    """SmolLM2 + 6-layer draft -> pair -> tuning.json (K fixed per workload) -> cpu repository."""
-    from trtspec.checkpoints.default_model import smollm2_dir
-    from trtspec.checkpoints.derive import truncate_layers
-    from trtspec.checkpoints.pair import convert_pair
-    from trtspec.triton_repo.repo import RepoRequest, make_repository
-    from trtspec.tuning.tune import run_tune
-    from trtspec.tuning.schema import dump_json
-    from trtspec.tuning.select import SelectConfig
-    from trtspec.tuning.synthetic import chain_profile
-
-    hf = smollm2_dir()
-    work.mkdir(parents=True, exist_ok=True)
-    if not (work / "draft" / "config.json").exists():
-        truncate_layers(hf, work / "draft", 6, overwrite=True)
-    if not (work / "pair" / "target" / "config.json").exists():
-        convert_pair(hf, work / "draft", work / "pair", dtype="float32")
-    # the tuner's choice is not what is measured here: a synthetic profile gives a valid tuning.json,
-    # and K is then fixed per workload (as tests/triton_fixtures.tuning_file does)
-    prof = chain_profile({w: 0.5 for w in K}, num_samples=2, T=32, max_k=4, target=str(work / "pair" / "target"),
-                         draft=str(work / "pair" / "draft"))
-    (work / "profile.json").write_text(dump_json(prof))
-    tuning = run_tune(work / "profile.json", "h100", work / "pair" / "target", work / "pair" / "draft",
-                      SelectConfig(concurrency_bands=[1, 4]))
-    for w, k in K.items():
-        for band in tuning.workloads[w].bands:
-            band.draft_len, band.speculate = k, True
-    tuning.max_draft_len = max(K.values())
-    (work / "tuning.json").write_text(dump_json(tuning))
-    make_repository(RepoRequest(tuning=work / "tuning.json", flavor="cpu", out=work / "repo", ckpt=work / "pair",
-                                overwrite=True))
-    return work / "repo", hf
 
 
 def write_prompts(work: Path, n: int, tok_dir: Path) -> dict[str, str]:
@@ -252,7 +221,7 @@ def main() -> int:
     from trtspec.triton_repo.serve import CpuServer, free_port
 
     t0 = time.time()
-    repo, tok = build_repository(out / "work")
+    repo, tok = build_repository(out / "work", K)
     files = write_prompts(out / "work", args.prompts, tok)
     server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=out / "server.log").start(600)
     rows = []

@@ -16,6 +16,7 @@ Fault tests (a server killed mid-run, requests beyond --timeout) are in test_per
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import time
 
@@ -82,9 +83,11 @@ def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
                 pieces, last = request(served["url"], text, r.workload, max_tokens=MAX_TOKENS, extra=extra)
                 assert text_of(pieces)
                 expected[key] = (value(last, "num_output_tokens"), value(last, "acceptance_length"),
-                                 value(last, "num_draft_tokens"), value(last, "route"), len(pieces))
-            n, al, kk, route, pieces = expected[key]
+                                 value(last, "num_draft_tokens"), value(last, "route"), len(pieces),
+                                 hashlib.sha256(text_of(pieces).encode("utf-8")).hexdigest())
+            n, al, kk, route, pieces, digest = expected[key]
             assert (q.output_tokens, q.num_draft_tokens, q.route, q.responses) == (n, k, route, pieces)
+            assert q.output_sha256 == digest  # the whole streamed text, as an independent request got it
             assert kk == k and q.acceptance_length == pytest.approx(al, rel=1e-6)
             if not r.speculation:
                 assert q.acceptance_length == 1.0 and route == f"{r.workload}:speculation-off:K=0"
@@ -104,6 +107,10 @@ def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
             assert (got.p50, got.p90, got.p99) == pytest.approx(tuple(np.percentile(xs, [50, 90, 99])))
         if r.speculation:
             assert s.acceptance_length > 1.0
+    # greedy speculation is lossless: with and without it, each prompt's text is the same
+    for w in ("chat", "code"):
+        for text in {key[1] for key in expected if key[0] == w}:
+            assert expected[(w, text, True)][5] == expected[(w, text, False)][5]
     assert len(res.comparisons) == 4
     for c in res.comparisons:
         on, off = [r for r in res.runs if (r.workload, r.concurrency) == (c.workload, c.concurrency)]
@@ -121,6 +128,7 @@ def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
                                                                                   r.concurrency)
         assert (row["prompt_id"], int(row["output_tokens"]), row["route"]) == (q.prompt_id, q.output_tokens, q.route)
         assert float(row["e2e_s"]) == q.e2e_s and float(row["acceptance_length"]) == q.acceptance_length
+        assert row["output_sha256"] == q.output_sha256
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert [float(x["output_tokens_per_s"]) for x in summary] == [r.summary.output_tokens_per_s for r in res.runs]
     assert [float(x["ttft_s_p99"]) for x in summary] == [r.summary.ttft_s.p99 for r in res.runs]

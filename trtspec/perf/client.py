@@ -18,6 +18,7 @@ whether it carries tokens, and from the last one with outputs the repository's s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import struct
 import time
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class Result:
     acceptance_length: float | None = None
     num_draft_tokens: int | None = None
     route: str | None = None
+    output_sha256: str | None = None  # of the streamed text, whole (set when the final response arrives)
 
 
 def _cancelling() -> bool:
@@ -145,6 +147,16 @@ def _token_progress(resp, seen: int) -> tuple[bool, int]:
     return text_nonempty, seen + (1 if text_nonempty else 0)
 
 
+def _hash_text(resp, digest) -> None:
+    """Feed the response's text_output bytes (one BYTES element: 4-byte length, then the text) to the
+    digest, so two requests can be compared for identical output without keeping their text."""
+    raws = resp.raw_output_contents
+    for i, o in enumerate(resp.outputs):
+        if o.name == "text_output" and i < len(raws):
+            digest.update(raws[i][4:])
+            return
+
+
 class Stream:
     """One bidirectional ModelStreamInfer call, reused for consecutive requests of one worker.
     A timed-out request cancels the call (its responses would otherwise arrive on the next
@@ -216,6 +228,7 @@ class Stream:
         perf = time.perf_counter
         times = result.token_times
         seen, last = 0, None
+        text = hashlib.sha256()
         await call.write(request)
         while True:
             msg = await call.read()
@@ -231,10 +244,11 @@ class Stream:
                 new, seen = _token_progress(resp, seen)
                 if new:
                     times.append(now)
+                    _hash_text(resp, text)
                 last = resp
             final = resp.parameters.get("triton_final_response")
             if final is None or final.bool_param:  # a model without the flag answers once
-                result.e2e = now - result.start
+                result.e2e, result.output_sha256 = now - result.start, text.hexdigest()
                 return last
 
 

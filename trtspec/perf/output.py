@@ -21,7 +21,7 @@ SUMMARY_CSV = "summary.csv"
 RUN_KEYS = ("workload", "speculation", "concurrency", "request_rate")
 REQUEST_COLUMNS = RUN_KEYS + ("index", "prompt_id", "start_s", "status", "error", "ttft_s", "e2e_s", "itl_s",
                               "responses", "output_tokens", "acceptance_length", "num_draft_tokens", "route",
-                              "chunk_gaps_s")
+                              "output_sha256", "chunk_gaps_s")
 STAT_COLUMNS = tuple(f"{m}_{p}" for m in ("ttft_s", "itl_s", "e2e_s") for p in ("mean", "p50", "p90", "p99"))
 SUMMARY_COLUMNS = RUN_KEYS + ("completed", "error", "requests_ok", "errors", "timeouts", "window_s",
                               "requests_per_s", "output_tokens", "output_tokens_per_s", "acceptance_length") \

@@ -49,6 +49,9 @@ class RequestRecord(BaseModel):
     acceptance_length: float | None = None
     num_draft_tokens: int | None = None  # the K the repository used (draft-target), from its outputs
     route: str | None = None  # the repository's route label (which tuned setting served it)
+    # sha256 of the streamed text_output, concatenated: equal digests for the same prompt show that the
+    # server's output does not depend on load (greedy decoding; scripts/bench_soak.py checks it)
+    output_sha256: str | None = None
 
 
 class Percentiles(BaseModel):
