@@ -12,6 +12,7 @@ from typing import Optional
 from pydantic import Field, field_validator
 
 from ..options import StageOptions
+from .gpus import PRESETS
 
 
 def distinct_positive(v: list[int], example: str) -> list[int]:
@@ -33,7 +34,7 @@ class ProfileOptions(StageOptions):
 class TuneOptions(StageOptions):
     """What the tuner optimises for (trtspec.tuning.select)."""
     section = "tune"
-    cost: str = Field("h100", description="h100 | h200 | cpu (analytic model) or a measured cost table JSON.")
+    cost: str = Field("h100", description=" | ".join(PRESETS) + " (analytic model) or a measured cost table JSON.")
     concurrency_bands: list[int] = Field(default_factory=lambda: [1, 4, 16, 64],
                                          description="Concurrency (batch) bands.")
     eagle_node_budget: Optional[int] = Field(None, ge=1, description="EAGLE: max tree nodes (default: the "
