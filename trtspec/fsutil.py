@@ -2,14 +2,21 @@
 
 Every stage writes into a temporary sibling of its output directory and renames it into place at
 the end, so an interrupted or failed run never leaves a half-written artifact behind.
+
+A run killed outright (kill -9, OOM) cannot delete its sibling, so the next atomic write of the same
+target does: siblings are named `.NAME.tmp-PID-RANDOM` and stay locked (flock) while their writer
+lives, and a sibling is removed only when its name has our pattern, its PID is not a live process
+and its lock can be taken (the lock also covers a writer in another PID namespace).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,15 +45,86 @@ def check_output_dir(out: Path, overwrite: bool = False) -> None:
         raise TrtspecError(f"{out}: cannot write here ({probe} is not writable)")
 
 
+def _tmp_prefix(target: Path) -> str:
+    return f".{target.name}.tmp-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _lock(path: Path, blocking: bool = True) -> int | None:
+    """An exclusive flock on `path` (file or directory): its fd, or None when another process holds it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_stale_siblings(target: Path) -> list[Path]:
+    """Delete the temporary siblings of `target` left by writers that died (see the module docstring).
+
+    Only `.NAME.tmp-PID-RANDOM` entries whose PID is not alive and whose lock is free are removed;
+    a sibling being written by any live process is left alone. Returns what was removed."""
+    target = Path(target)
+    pattern = re.compile(re.escape(_tmp_prefix(target)) + r"(\d+)-[A-Za-z0-9_]+")
+    removed = []
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m or entry.is_symlink() or _pid_alive(int(m.group(1))):
+            continue
+        try:
+            fd = _lock(entry, blocking=False)
+        except OSError:  # vanished meanwhile, or unreadable: not ours to judge
+            continue
+        if fd is None:
+            continue
+        try:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _tmp_sibling(target: Path, make) -> tuple[Path, int]:
+    """Clean `target`'s stale siblings, then create (with `make`, mkdtemp or mkstemp) and lock a new one."""
+    remove_stale_siblings(target)
+    tmp = make(prefix=f"{_tmp_prefix(target)}{os.getpid()}-", dir=target.parent)
+    return Path(tmp), _lock(Path(tmp))
+
+
+def _mkstemp_path(**kw) -> str:
+    fd, tmp = tempfile.mkstemp(**kw)
+    os.close(fd)
+    return tmp
+
+
 @contextlib.contextmanager
 def atomic_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success rename it to `out`, on failure delete it."""
     out = Path(out)
     check_output_dir(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the artifact gets ordinary permissions
+    tmp, lock = _tmp_sibling(out, tempfile.mkdtemp)
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the artifact gets ordinary permissions
         yield tmp
         if out.exists():
             shutil.rmtree(out)
@@ -54,6 +132,8 @@ def atomic_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(lock)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -62,15 +142,17 @@ def write_text_atomic(path: Path, text: str) -> None:
     if path.is_dir():
         raise TrtspecError(f"{path}: is a directory (expected a file path)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    tmp, lock = _tmp_sibling(path, _mkstemp_path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(lock)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -16,6 +16,7 @@ target steps and acceptance length.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -143,9 +144,11 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None) -> dict:
-    """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps}:
-    generated ids only; text None when the checkpoint has no tokenizer; acceptance_length None for
-    plain greedy; steps = target forward calls, prefill included."""
+    """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps,
+    timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
+    None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
+    first token (the prefill), seconds in all and generated tokens per second, decoding only (model
+    loading and tokenization excluded)."""
     if (prompt is None) == (prompt_ids is None):
         raise TrtspecError("give exactly one of prompt or prompt_ids")
     if chat and prompt is None:
@@ -154,9 +157,17 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("draft_len needs a draft checkpoint")
     models = load_models(Path(ckpt), draft_ckpt)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
-    result = generate_batch(models, [list(ids)], max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
-                            ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)[0]
-    text = (models.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+    steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
+                           eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k)
+    output_ids, first_token_s, start = [], None, time.perf_counter()
+    for row in steps:  # the prefill's step carries the first token
+        first_token_s = time.perf_counter() - start if first_token_s is None else first_token_s
+        output_ids += [int(t) for t in row.tokens]
+        stats = row.stats
+    total_s = time.perf_counter() - start
+    text = (models.tokenizer.decode(output_ids, skip_special_tokens=True)
             if models.tokenizer is not None else None)
-    return {"output_ids": result.output_ids, "text": text,
-            "acceptance_length": result.stats.acceptance_length, "steps": result.stats.target_calls}
+    return {"output_ids": output_ids, "text": text, "acceptance_length": stats.acceptance_length,
+            "steps": stats.target_calls,
+            "timing": {"first_token_s": first_token_s, "total_s": total_s,
+                       "tokens_per_s": len(output_ids) / total_s if total_s > 0 else None}}

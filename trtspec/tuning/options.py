@@ -12,6 +12,7 @@ from typing import Optional
 from pydantic import Field, field_validator
 
 from ..options import StageOptions
+from .gpus import PRESETS
 
 
 def distinct_positive(v: list[int], example: str) -> list[int]:
@@ -28,12 +29,25 @@ class ProfileOptions(StageOptions):
     max_k: int = Field(8, ge=1, description="Longest chain (or EAGLE depth) to measure.")
     tree_top_k: int = Field(10, ge=1, description="EAGLE: candidate ranks recorded per depth.")
     seed: int = Field(0, description="Seed of the prompt sampling.")
+    categories: Optional[list[str]] = Field(None, description="Keep only prompts of these categories (e.g. "
+                                            "mt-bench's coding, math) in each workload that has categories; a "
+                                            "workload without any is used whole. null: all.")
+
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        if v is None:
+            return None
+        names = sorted({c.strip() for c in v if isinstance(c, str) and c.strip()})
+        if not names:
+            raise ValueError("expected category names, e.g. [coding, math]")
+        return names
 
 
 class TuneOptions(StageOptions):
     """What the tuner optimises for (trtspec.tuning.select)."""
     section = "tune"
-    cost: str = Field("h100", description="h100 | h200 | cpu (analytic model) or a measured cost table JSON.")
+    cost: str = Field("h100", description=" | ".join(PRESETS) + " (analytic model) or a measured cost table JSON.")
     concurrency_bands: list[int] = Field(default_factory=lambda: [1, 4, 16, 64],
                                          description="Concurrency (batch) bands.")
     eagle_node_budget: Optional[int] = Field(None, ge=1, description="EAGLE: max tree nodes (default: the "

@@ -32,6 +32,7 @@ from ..fsutil import read_json
 from ..runtime.generate import Models, generate_batch, load_models, resolve_pair
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
+from .profile_partial import conditions_hash, load_partial, save_partial
 from .schema import build_profile
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
@@ -141,8 +142,11 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
 
 
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
-                progress=None):
-    """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`."""
+                progress=None, partial: Path | None = None):
+    """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
+
+    partial: a file to write the finished workloads to as they finish and to resume from
+    (trtspec.tuning.profile_partial); the caller removes it once the profile is written."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     models = load_models(ckpt, draft_ckpt)
     if models.eagle is None and models.draft is None:
@@ -153,15 +157,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     mode = "eagle" if models.eagle is not None else "draft-target"
     if mode == "eagle" and max_k > models.eagle.num_levels:
         raise TrtspecError(f"profile.max_k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
-    samples: dict[str, list[dict]] = {}
-    for w in workloads:
-        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples]
-        if progress:
-            progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode})")
-        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k)
-        key = "rank_paths" if mode == "eagle" else "match_lengths"
-        samples[w.name] = [{"id": p.id, "prompt_len": p.prompt_len, "output_ids": p.output_ids,
-                            key: getattr(p, key)} for p in profiles]
+    recorded_top_k = tree_top_k if mode == "eagle" else None
     quant = read_json(Path(ckpt) / "config.json", "TRT-LLM config.json").get("quantization") or {}
     conditions = {"target": str(Path(ckpt).resolve()),
                   "draft": str(Path(draft_ckpt).resolve()) if draft_ckpt else None,
@@ -169,13 +165,32 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                   "max_new_tokens": max(w.max_new_tokens for w in workloads), "dtype": str(models.target.dtype),
                   "trtspec_version": __version__,
                   "workloads": {w.name: w.manifest() for w in workloads}}
-    return build_profile(mode, max_k, tree_top_k if mode == "eagle" else None, conditions, samples)
+    digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k})
+    done = load_partial(partial, digest, progress)
+    samples: dict[str, list[dict]] = {}
+    for w in workloads:
+        if w.name in done:
+            samples[w.name] = done[w.name]
+            if progress:
+                progress(f"profiling {w.name}: reusing its {len(done[w.name])} finished samples from {partial}")
+            continue
+        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples]
+        if progress:
+            progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode})")
+        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k)
+        key = "rank_paths" if mode == "eagle" else "match_lengths"
+        samples[w.name] = [{"id": p.id, "prompt_len": p.prompt_len, "output_ids": p.output_ids,
+                            key: getattr(p, key)} for p in profiles]
+        save_partial(partial, digest, samples)
+    return build_profile(mode, max_k, recorded_top_k, conditions, samples)
 
 
 def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt: Path | None = None,
-                      progress=None):
+                      progress=None, partial: Path | None = None):
     """The profile stage: load the workloads (`NAME=SOURCE` entries) as `options` (the recipe's
-    `profile:` section / the `trtspec profile` flags) say, and profile them."""
+    `profile:` section / the `trtspec profile` flags) say, and profile them (resuming from and
+    writing to `partial`, see run_profile)."""
     loaded = load_workloads(workloads, seed=options.seed, samples=options.samples,
-                            max_new_tokens=options.max_new_tokens)
-    return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress)
+                            max_new_tokens=options.max_new_tokens, categories=options.categories)
+    return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress,
+                       partial=partial)

@@ -24,6 +24,8 @@ def profile_command(
                                                  help=doc(P, "max_new_tokens")),
     tree_top_k: int = typer.Option(default(P, "tree_top_k"), "--tree-top-k", help=doc(P, "tree_top_k")),
     seed: int = typer.Option(default(P, "seed"), "--seed", help=doc(P, "seed")),
+    categories: Optional[str] = typer.Option(default(P, "categories"), "--categories",
+                                             help=doc(P, "categories") + " Comma-separated."),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -32,13 +34,16 @@ def profile_command(
     from .schema import dump_json
 
     options = from_cli(P, max_k=max_k, samples=samples, max_new_tokens=max_new_tokens, tree_top_k=tree_top_k,
-                       seed=seed)
+                       seed=seed, categories=categories.split(",") if categories is not None else None)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
+    from .profile_partial import partial_path
 
+    partial = partial_path(out)  # finished workloads as they finish: an interrupted run resumes from it
     with flag_context(P, params={"draft_ckpt": "--draft-ckpt"}):
-        profile = profile_workloads(ckpt, specs, options, draft_ckpt, progress=typer.echo)
+        profile = profile_workloads(ckpt, specs, options, draft_ckpt, progress=typer.echo, partial=partial)
     write_text_atomic(out, dump_json(profile))
+    partial.unlink(missing_ok=True)
     for name, w in profile.workloads.items():
         al = ", ".join(f"K={k}: {v:.2f}" for k, v in w.accept_length_by_k.items())
         typer.echo(f"{name}: {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")

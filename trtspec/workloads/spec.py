@@ -101,11 +101,12 @@ def sha256_file(path: Path) -> str:
 
 def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None = None,
                   categories: Iterable[str] | str | None = None, max_new_tokens: int | None = None,
-                  turns: Turns = "first") -> Workload:
+                  turns: Turns = "first", uncategorized_whole: bool = False) -> Workload:
     """Read a spec's source and select its samples.
 
     categories: keep only these (a list or "coding,math"); an unknown one is an error that lists
-      the available ones. samples: draw this many with `random.Random(seed)` (all when None or at
+      the available ones. uncategorized_whole: a source without any category (humaneval) ignores
+      `categories` and is used whole (one category list for several workloads). samples: draw this many with `random.Random(seed)` (all when None or at
       least the count available). max_new_tokens: per-set default when None (256 chat, 512 code,
       256 for files). turns: "first" or "all-as-separate", for records with a `turns` list."""
     if isinstance(spec, str):
@@ -127,6 +128,8 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or max_new_tokens <= 0):
         raise TrtspecError(f"workload {spec.name!r}: max_new_tokens must be positive, got {max_new_tokens}")
     cats = sorted({c.strip() for c in categories if c.strip()}) if categories else None
+    if uncategorized_whole and not any(s.category for s in all_samples):
+        cats = None
     chosen = select(all_samples, f"workload {spec.name!r} ({spec.source})", cats, samples, seed)
     options = {"seed": seed, "samples": samples, "categories": cats, "turns": turns}
     return Workload(spec.name, source, chosen, max_new_tokens or default_tokens, sha256_file(path), options)
@@ -134,10 +137,12 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
 
 def load_workloads(specs: str | Iterable[str] | Iterable[WorkloadSpec], seed: int = 0,
                    samples: int | None = None, max_new_tokens: int | None = None,
-                   turns: Turns = "first") -> list[Workload]:
-    """Every workload of a spec string/list, with the same selection options (categories are per
-    set, so they go through `load_workload` one spec at a time)."""
+                   turns: Turns = "first", categories: Iterable[str] | str | None = None) -> list[Workload]:
+    """Every workload of a spec string/list, with the same selection options. `categories` filters
+    each workload whose source has categories (an unknown one is an error naming what it has); a
+    source without categories is used whole."""
     items = list(specs) if not isinstance(specs, str) else [specs]
     parsed = (items if items and all(isinstance(s, WorkloadSpec) for s in items)
               else parse_workload_specs(items))  # type: ignore[arg-type]
-    return [load_workload(s, seed, samples, None, max_new_tokens, turns) for s in parsed]
+    return [load_workload(s, seed, samples, categories, max_new_tokens, turns, uncategorized_whole=True)
+            for s in parsed]
