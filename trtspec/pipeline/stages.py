@@ -39,6 +39,7 @@ from ..triton_repo.options import TritonOptions
 from ..triton_repo.repo import RepoRequest, make_repository
 from ..triton_repo.serve import CpuServer, free_port
 from ..tuning.profile import profile_workloads
+from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, write_plots
 from ..tuning.schema import dump_json
 from ..tuning.tune import tune_stage
@@ -190,8 +191,10 @@ def engines_built(ctx: Ctx) -> bool:
 
 def run_profile(ctx: Ctx) -> str:
     p = ctx.recipe.profile
-    result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log)
+    partial = partial_path(ctx.paths.profile)  # finished workloads as they finish: a cut run resumes
+    result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log, partial=partial)
     write_text_atomic(ctx.paths.profile, dump_json(result))
+    partial.unlink(missing_ok=True)
     def al(w, k):  # profile.json keys K as strings
         return w.accept_length_by_k.get(str(k), float("nan"))
 
