@@ -133,7 +133,7 @@ HF_CONFIG = [
      "config.json: hidden_size: 64 is not divisible by num_attention_heads=3"),
     ("heads_vs_weights", setting(num_attention_heads=2, num_key_value_heads=1),
      "config.json: num_attention_heads: 2 heads x head size 16 = 32 rows, but "
-     "'model.layers.0.self_attn.q_proj.weight' has 64"),
+     "tensor 'model.layers.0.self_attn.q_proj.weight' has shape [64, 64], expected [32, 64]"),
     ("kv_heads", setting(num_key_value_heads=3), "config.json: num_key_value_heads: 3 does not divide num_attention_heads=4"),
     ("rope_theta", setting(rope_theta=-1), "config.json: rope_theta: expected a positive number, got -1"),
     ("tie_flag", setting(tie_word_embeddings="yes"), "config.json: tie_word_embeddings: expected true or false"),

@@ -38,11 +38,11 @@ def check_head_rows(spec: DecoderSpec, weights: WeightSource, where: Path) -> No
     a projection tensor."""
     for proj, heads, key in (("q_proj", spec.num_heads, "num_attention_heads"),
                              ("k_proj", spec.num_kv_heads, "num_key_value_heads")):
-        name = f"model.layers.0.self_attn.{proj}.weight"
-        rows = weights.shape(name)[0] if name in weights else heads * spec.head_size
-        if rows != heads * spec.head_size:
-            raise TrtspecError(f"{where}: {key}: {heads} heads x head size {spec.head_size} = "
-                               f"{heads * spec.head_size} rows, but '{name}' has {rows} (does {key} match the weights?)")
+        name, want = f"model.layers.0.self_attn.{proj}.weight", [heads * spec.head_size, spec.hidden_size]
+        got = list(weights.shape(name)) if name in weights else want
+        if got[:1] != want[:1]:
+            raise TrtspecError(f"{where}: {key}: {heads} heads x head size {spec.head_size} = {want[0]} rows, but "
+                               f"tensor '{name}' has shape {got}, expected {want} (does {key} match the weights?)")
 
 
 def convert_hf(hf_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,

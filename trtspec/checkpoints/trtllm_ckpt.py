@@ -97,9 +97,20 @@ def checkpoint_from_config(config: dict, path: Path) -> TrtllmCheckpoint:
             raise TrtspecError(f"{where}: EagleForCausalLM without an 'eagle_net_config' object")
         net = {**config["eagle_net_config"], "architecture": trtllm.EAGLE_NET_ARCHITECTURE}
         eagle_spec = spec_from_trtllm(net, where, prefix="eagle_net_config.")
+    _check_checkpoint_fields(config, where)
     mapping = ConfigFields(config.get("mapping") or {}, where, "mapping.")
     return TrtllmCheckpoint(path, config, spec, eagle_spec, QuantScheme.from_config(config, str(where)),
                             mapping.int("tp_size", 1), mapping.int("pp_size", 1))
+
+
+def _check_checkpoint_fields(config: dict, where: Path) -> None:
+    """The checkpoint-level fields the views above read raw (the decoder's are typed by spec_from_trtllm)."""
+    top = ConfigFields(config, where)
+    top.text("dtype")
+    top.flag("use_parallel_embedding", False)
+    if config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
+        top.int("num_eagle_layers", 1)
+        ConfigFields(config["eagle_net_config"], where, "eagle_net_config.").flag("use_parallel_embedding", False)
 
 
 def load_checkpoint(path: Path) -> TrtllmCheckpoint:
