@@ -49,6 +49,8 @@ HF_BAD = [
     (dict(hidden_act=["silu"]), "hidden_act: expected a string"),
     (dict(sliding_window=-1), "sliding_window: expected a positive integer, got -1"),
     (dict(vocab_size=None), "missing field 'vocab_size'"),
+    (dict(architectures=[["LlamaForCausalLM"]]), "unsupported architecture ['LlamaForCausalLM']"),
+    (dict(architectures="LlamaForCausalLM"), "architectures: expected a list such as [\"LlamaForCausalLM\"], got "),
 ]
 
 

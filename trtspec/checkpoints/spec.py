@@ -58,12 +58,14 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
     """Read an HF `config.json` of a supported family; refuse anything else by name."""
     path = Path(model_dir) / "config.json"
     f = ConfigFields(read_json(path, "HF config.json"), path)
-    archs = f.cfg.get("architectures") or []
-    if not isinstance(archs, list) or not archs or archs[0] not in trtllm.HF_ARCHITECTURES:
-        raise TrtspecError(
-            f"{path}: unsupported architecture {archs[0] if isinstance(archs, list) and archs else archs!r} "
-            f"(expected one of {', '.join(trtllm.HF_ARCHITECTURES)})")
-    trt_arch, family = trtllm.HF_ARCHITECTURES[archs[0]]
+    archs = f.cfg.get("architectures") or [None]
+    if not isinstance(archs, list):
+        f.fail("architectures", 'a list such as ["LlamaForCausalLM"]', archs)
+    arch = archs[0]
+    if not isinstance(arch, str) or arch not in trtllm.HF_ARCHITECTURES:
+        raise TrtspecError(f"{path}: unsupported architecture {arch!r} "
+                           f"(expected one of {', '.join(trtllm.HF_ARCHITECTURES)})")
+    trt_arch, family = trtllm.HF_ARCHITECTURES[arch]
     if f.flag("mlp_bias", False):
         raise TrtspecError(f"{path}: field 'mlp_bias' is true; only bias-free MLPs are supported")
     act = f.text("hidden_act", "silu")
