@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from ..errors import TrtspecError
 
@@ -46,39 +46,30 @@ class ConfigFields:
             raise TrtspecError(f"{self.where}: missing field '{self.prefix}{key}'")
         return value
 
-    def int(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> Any:
-        """An integer >= `minimum`; an integral float (64.0) is accepted, 64.9 is refused, not truncated."""
+    def _checked(self, key: str, default: Any, ok: Callable[[Any], bool], expected: str) -> Any:
         value = self._value(key, default)
         if value is None:
             return default
-        if not _is_number(value) or value != int(value) or value < minimum:
-            self.fail(key, "a positive integer" if minimum == 1 else f"an integer >= {minimum}", value)
-        return int(value)
+        if not ok(value):
+            self.fail(key, expected, value)
+        return value
+
+    def int(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> Any:
+        """An integer >= `minimum`; an integral float (64.0) is accepted, 64.9 is refused, not truncated."""
+        value = self._checked(key, default, lambda v: _is_number(v) and v == int(v) and v >= minimum,
+                              "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
+        return value if value is default else int(value)
 
     def number(self, key: str, default: Any = _REQUIRED) -> Any:
         """A finite number > 0 (epsilons, RoPE bases and factors are all strictly positive)."""
-        value = self._value(key, default)
-        if value is None:
-            return default
-        if not _is_number(value) or value <= 0:
-            self.fail(key, "a positive number", value)
-        return float(value)
+        value = self._checked(key, default, lambda v: _is_number(v) and v > 0, "a positive number")
+        return value if value is default else float(value)
 
     def flag(self, key: str, default: bool) -> bool:
-        value = self._value(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.fail(key, "true or false", value)
-        return value
+        return self._checked(key, default, lambda v: isinstance(v, bool), "true or false")
 
     def text(self, key: str, default: Any = _REQUIRED) -> Any:
-        value = self._value(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            self.fail(key, "a string", value)
-        return value
+        return self._checked(key, default, lambda v: isinstance(v, str), "a string")
 
     def rope_scaling(self, key: str) -> dict | None:
         """The RoPE scaling block: null, or an object whose type names its numeric parameters."""
