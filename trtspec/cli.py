@@ -148,13 +148,14 @@ def main() -> None:
     """The entry point. Typer (standalone mode) shows usage errors itself, as `Usage: ... Error: ...`
     with exit 2; a `TrtspecError` is one `error:` line (exit 2); anything else is a bug of ours and
     gets one line naming the file that holds its traceback (exit 1), or the traceback with --debug."""
+    _DEBUG["on"] = False  # the callback sets it (flag or TRTSPEC_DEBUG) before the command runs
     try:
         app()
     except TrtspecError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
     except Exception as e:
-        if _DEBUG["on"] or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        if _DEBUG["on"]:
             traceback.print_exception(e)
             sys.exit(1)
         where = _save_traceback(e)
