@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from .checkpoints.options import ConvertOptions as C, EagleOptions as E
+from .checkpoints.default_model import default_cache_root
 from .errors import TrtspecError
+from .fsutil import write_text_atomic
 from .options import default, doc, flag_context, from_cli
 from .runtime.options import GenerateOptions as G
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Speculative decoding for TensorRT-LLM: convert, quantize, build, tune, serve, measure.")
+DEBUG_ENV = "TRTSPEC_DEBUG"
+_DEBUG = {"on": False}  # set by the global --debug option, read by main() after the command failed
+
+
+@app.callback()
+def _global_options(debug: bool = typer.Option(
+        False, "--debug", envvar=DEBUG_ENV,
+        help=f"On an internal error, print the full traceback instead of one line (or set {DEBUG_ENV}=1).")):
+    _DEBUG["on"] = debug
 
 
 @app.command()
@@ -130,18 +145,38 @@ def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Where the dem
 
 
 def main() -> None:
+    """The entry point. Typer (standalone mode) shows usage errors itself, as `Usage: ... Error: ...`
+    with exit 2; a `TrtspecError` is one `error:` line (exit 2); anything else is a bug of ours and
+    gets one line naming the file that holds its traceback (exit 1), or the traceback with --debug."""
+    _DEBUG["on"] = False  # the callback sets it (flag or TRTSPEC_DEBUG) before the command runs
     try:
-        app(standalone_mode=False)
+        app()
     except TrtspecError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
+    except Exception as e:
+        if _DEBUG["on"]:
+            traceback.print_exception(e)
+            sys.exit(1)
+        where = _save_traceback(e)
+        typer.echo(f"error: internal error ({type(e).__name__}: {_one_line(e)}); full traceback in {where} "
+                   f"(or run with --debug)", err=True)
+        sys.exit(1)
 
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _save_traceback(e: BaseException) -> str:
+    """Write the traceback to `$TRTSPEC_CACHE/crash/` (else the temp dir); the path, or why not."""
+    text = "".join(traceback.format_exception(e))
+    name = f"traceback-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    for folder in (default_cache_root() / "crash", Path(tempfile.gettempdir()) / "trtspec-crash"):
+        try:
+            write_text_atomic(folder / name, text)
+            return str(folder / name)
+        except (OSError, TrtspecError):
+            continue
+    return "nowhere (the cache and temp directories are not writable; run with --debug)"

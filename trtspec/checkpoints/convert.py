@@ -8,7 +8,7 @@ from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_json
 from ..upstream import trtllm
 from .layout import decoder_plans
-from .safetensors_io import open_weights
+from .safetensors_io import WeightSource, open_weights
 from .sharding import check_tp
 from .spec import DecoderSpec, spec_from_hf, trtllm_config
 from .validate import validate_checkpoint
@@ -30,6 +30,19 @@ def check_decoder_tp(spec: DecoderSpec, tp: int, where: Path) -> None:
     if tp < 1:
         raise TrtspecError(f"convert.tp: expected a positive integer, got {tp}")
     check_tp(spec.num_heads, spec.num_kv_heads, spec.intermediate_size, tp, str(where / "config.json"))
+
+
+def check_head_rows(spec: DecoderSpec, weights: WeightSource, where: Path) -> None:
+    """Head counts that disagree with the weights, named by config field: with an explicit head size
+    (legitimately heads x head_dim != hidden_size, as in Qwen3) the shape check alone would only name
+    a projection tensor."""
+    for proj, heads, key in (("q_proj", spec.num_heads, "num_attention_heads"),
+                             ("k_proj", spec.num_kv_heads, "num_key_value_heads")):
+        name, want = f"model.layers.0.self_attn.{proj}.weight", [heads * spec.head_size, spec.hidden_size]
+        got = list(weights.shape(name)) if name in weights else want
+        if got[:1] != want[:1]:
+            raise TrtspecError(f"{where}: {key}: {heads} heads x head size {spec.head_size} = {want[0]} rows, but "
+                               f"tensor '{name}' has shape {got}, expected {want} (does {key} match the weights?)")
 
 
 def convert_hf(hf_dir: Path, out_dir: Path, dtype: str = "auto", tp: int = 1,
@@ -54,6 +67,7 @@ class PreparedDecoder:
         self.dtype = resolve_dtype(dtype, self.hf_dir)
         self.tp = tp
         self.weights = open_weights(self.hf_dir)
+        check_head_rows(self.spec, self.weights, self.hf_dir / "config.json")
         self.plans = decoder_plans(self.spec, parallel_embedding=True)
         allowed = {"base": {"lm_head.weight"}} if self.spec.tie_word_embeddings else None
         validate_sources(self.plans, {"base": self.weights}, allowed)

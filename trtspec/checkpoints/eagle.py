@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_json
 from ..upstream import trtllm
+from .config_fields import ConfigFields
 from .convert import check_decoder_tp, resolve_dtype
 from .layout import eagle_plans
 from .safetensors_io import WeightSource, open_weights
@@ -63,23 +64,23 @@ def head_spec(base: DecoderSpec, head_dir: Path, head: WeightSource) -> DecoderS
     if fc[1] != 2 * base.hidden_size:
         raise TrtspecError(f"{head_dir}: 'fc.weight' has shape {list(fc)}; an EAGLE-1 fc takes "
                            f"2*hidden={2 * base.hidden_size} inputs (3*hidden is EAGLE-3); {PYTORCH_ROUTE}")
-    cfg = {}
-    if (head_dir / "config.json").is_file():
-        cfg = read_json(head_dir / "config.json", "EAGLE head config.json")
-        if int(cfg.get("hidden_size", base.hidden_size)) != base.hidden_size:
-            raise TrtspecError(f"{head_dir / 'config.json'}: head/base hidden-size mismatch: hidden_size="
-                               f"{cfg['hidden_size']}, base has {base.hidden_size}")
+    path = head_dir / "config.json"
+    f = ConfigFields(read_json(path, "EAGLE head config.json") if path.is_file() else {}, path)
+    if f.int("hidden_size", base.hidden_size) != base.hidden_size:
+        raise TrtspecError(f"{path}: head/base hidden-size mismatch: hidden_size="
+                           f"{f.cfg['hidden_size']}, base has {base.hidden_size}")
     layers = {int(m.group(1)) for n in head.names() if (m := _LAYER.match(n))}
-    num_layers = int(cfg.get("num_hidden_layers") or (max(layers) + 1 if layers else 0))
+    num_layers = f.int("num_hidden_layers", None) or (max(layers) + 1 if layers else 0)
     if num_layers < 1:
         raise TrtspecError(f"{head_dir}: the head has no decoder layers ('layers.0.*')")
-    heads = int(cfg.get("num_attention_heads", base.num_heads))
+    heads = f.int("num_attention_heads", base.num_heads)
+    kv_heads, head_dim = f.int("num_key_value_heads", heads), f.int("head_dim", None)
+    f.head_counts(base.hidden_size, heads, kv_heads, head_dim is not None)
     return replace(
         base, architecture=trtllm.EAGLE_NET_ARCHITECTURE, family="llama", num_layers=num_layers, num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_size=int(cfg.get("head_dim") or base.hidden_size // heads),
-        intermediate_size=int(cfg.get("intermediate_size", base.intermediate_size)),
-        norm_eps=float(cfg.get("rms_norm_eps", base.norm_eps)), attn_bias=False, qk_norm=False,
+        num_kv_heads=kv_heads, head_size=head_dim or base.hidden_size // heads,
+        intermediate_size=f.int("intermediate_size", base.intermediate_size),
+        norm_eps=f.number("rms_norm_eps", base.norm_eps), attn_bias=False, qk_norm=False,
         tie_word_embeddings=False)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from ..upstream import trtllm
 from ..errors import TrtspecError
 from ..fsutil import read_json
+from .config_fields import ConfigFields
 
 # RoPE scaling types the runtime implements; the converter passes any HF dict through untouched.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
@@ -45,15 +46,6 @@ class DecoderSpec:
         return (self.num_heads + 2 * self.num_kv_heads) * self.head_size
 
 
-def _need(cfg: dict, key: str, path: Path, kind=int):
-    if key not in cfg or cfg[key] is None:
-        raise TrtspecError(f"{path}: missing field '{key}'")
-    try:
-        return kind(cfg[key])
-    except (TypeError, ValueError):
-        raise TrtspecError(f"{path}: field '{key}' must be {kind.__name__}, got {cfg[key]!r}") from None
-
-
 def full_rope_scaling(scaling: dict | None) -> dict | None:
     """HF rope_scaling with both 'type' and 'rope_type' (older TRT-LLM reads 'type', newer either)."""
     if not scaling:
@@ -65,38 +57,41 @@ def full_rope_scaling(scaling: dict | None) -> dict | None:
 def spec_from_hf(model_dir: Path) -> DecoderSpec:
     """Read an HF `config.json` of a supported family; refuse anything else by name."""
     path = Path(model_dir) / "config.json"
-    cfg = read_json(path, "HF config.json")
-    archs = cfg.get("architectures") or []
-    if not archs or archs[0] not in trtllm.HF_ARCHITECTURES:
-        raise TrtspecError(
-            f"{path}: unsupported architecture {archs[0] if archs else None!r} "
-            f"(expected one of {', '.join(trtllm.HF_ARCHITECTURES)})")
-    trt_arch, family = trtllm.HF_ARCHITECTURES[archs[0]]
-    if cfg.get("mlp_bias"):
+    f = ConfigFields(read_json(path, "HF config.json"), path)
+    archs = f.cfg.get("architectures") or [None]
+    if not isinstance(archs, list):
+        f.fail("architectures", 'a list such as ["LlamaForCausalLM"]', archs)
+    arch = archs[0]
+    if not isinstance(arch, str) or arch not in trtllm.HF_ARCHITECTURES:
+        raise TrtspecError(f"{path}: unsupported architecture {arch!r} "
+                           f"(expected one of {', '.join(trtllm.HF_ARCHITECTURES)})")
+    trt_arch, family = trtllm.HF_ARCHITECTURES[arch]
+    if f.flag("mlp_bias", False):
         raise TrtspecError(f"{path}: field 'mlp_bias' is true; only bias-free MLPs are supported")
-    act = cfg.get("hidden_act", "silu")
+    act = f.text("hidden_act", "silu")
     if act != "silu":
         raise TrtspecError(f"{path}: field 'hidden_act' is {act!r}; expected 'silu' (SwiGLU MLP)")
-    hidden = _need(cfg, "hidden_size", path)
-    heads = _need(cfg, "num_attention_heads", path)
-    head_size = int(cfg.get("head_dim") or hidden // heads)
+    hidden, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    kv_heads, head_dim = f.int("num_key_value_heads", heads), f.int("head_dim", None)
+    f.head_counts(hidden, heads, kv_heads, head_dim is not None)
     default_theta = 1000000.0 if family in ("qwen2", "qwen3") else 10000.0
     extras = {}
-    if cfg.get("sliding_window") and family == "mistral":
-        extras["sliding_window"] = cfg["sliding_window"]
+    sliding_window = f.int("sliding_window", None)
+    if sliding_window and family == "mistral":
+        extras["sliding_window"] = sliding_window
     return DecoderSpec(
         architecture=trt_arch, family=family,
-        vocab_size=_need(cfg, "vocab_size", path), hidden_size=hidden,
-        num_layers=_need(cfg, "num_hidden_layers", path), num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads), head_size=head_size,
-        intermediate_size=_need(cfg, "intermediate_size", path),
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(cfg.get("rope_theta", default_theta)),
-        rope_scaling=full_rope_scaling(cfg.get("rope_scaling")),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
-        attn_bias=family == "qwen2" or bool(cfg.get("attention_bias", False)),
+        vocab_size=f.int("vocab_size"), hidden_size=hidden,
+        num_layers=f.int("num_hidden_layers"), num_heads=heads,
+        num_kv_heads=kv_heads, head_size=head_dim or hidden // heads,
+        intermediate_size=f.int("intermediate_size"),
+        norm_eps=f.number("rms_norm_eps", 1e-6),
+        rope_theta=f.number("rope_theta", default_theta),
+        rope_scaling=full_rope_scaling(f.rope_scaling("rope_scaling")),
+        max_position_embeddings=f.int("max_position_embeddings", 2048),
+        attn_bias=family == "qwen2" or f.flag("attention_bias", False),
         qk_norm=family == "qwen3",
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
         extras=extras,
     )
 
@@ -135,31 +130,33 @@ def trtllm_config(spec: DecoderSpec, dtype: str, tp: int, parallel_embedding: bo
     return cfg
 
 
-def spec_from_trtllm(cfg: dict, where: Path | str) -> DecoderSpec:
-    """Read back a TRT-LLM decoder config (a checkpoint's config.json or an eagle_net_config)."""
+def spec_from_trtllm(cfg: dict, where: Path | str, prefix: str = "") -> DecoderSpec:
+    """Read back a TRT-LLM decoder config (a checkpoint's config.json, or its `eagle_net_config`
+    block with `prefix="eagle_net_config."`)."""
+    f = ConfigFields(cfg, where, prefix)
     arch = cfg.get("architecture")
-    families = {a: f for a, f in trtllm.HF_ARCHITECTURES.values()}
+    families = {a: fam for a, fam in trtllm.HF_ARCHITECTURES.values()}
     families[trtllm.EAGLE_ARCHITECTURE] = "llama"
-    if arch not in families:
+    if not isinstance(arch, str) or arch not in families:
         raise TrtspecError(f"{where}: unsupported architecture {arch!r} (expected one of {', '.join(families)})")
     family = families[arch]
     if arch == "Qwen2ForCausalLM" and cfg.get("qwen_type") == "qwen3":  # tolerate either spelling
         family = "qwen3"
-    hidden = _need(cfg, "hidden_size", Path(where))
-    heads = _need(cfg, "num_attention_heads", Path(where))
+    hidden, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    kv_heads, head_size = f.int("num_key_value_heads", heads), f.int("head_size", None)
+    f.head_counts(hidden, heads, kv_heads, head_size is not None)
     return DecoderSpec(
         architecture=arch, family=family,
-        vocab_size=_need(cfg, "vocab_size", Path(where)), hidden_size=hidden,
-        num_layers=_need(cfg, "num_hidden_layers", Path(where)), num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_size=int(cfg.get("head_size") or hidden // heads),
-        intermediate_size=_need(cfg, "intermediate_size", Path(where)),
-        norm_eps=float(cfg.get("norm_epsilon", 1e-5)),
-        rope_theta=float(cfg.get("rotary_base", 10000.0)),
-        rope_scaling=cfg.get("rotary_scaling"),
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
-        attn_bias=bool(cfg.get("attn_bias", family == "qwen2")),
-        qk_norm=family == "qwen3" or bool(cfg.get("qk_layernorm", False)),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        hidden_act=cfg.get("hidden_act", "silu"),
+        vocab_size=f.int("vocab_size"), hidden_size=hidden,
+        num_layers=f.int("num_hidden_layers"), num_heads=heads,
+        num_kv_heads=kv_heads, head_size=head_size or hidden // heads,
+        intermediate_size=f.int("intermediate_size"),
+        norm_eps=f.number("norm_epsilon", 1e-5),
+        rope_theta=f.number("rotary_base", 10000.0),
+        rope_scaling=f.rope_scaling("rotary_scaling"),
+        max_position_embeddings=f.int("max_position_embeddings", 2048),
+        attn_bias=f.flag("attn_bias", family == "qwen2"),
+        qk_norm=family == "qwen3" or f.flag("qk_layernorm", False),
+        tie_word_embeddings=f.flag("tie_word_embeddings", False),
+        hidden_act=f.text("hidden_act", "silu"),
     )

@@ -16,6 +16,7 @@ import torch
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
+from .config_fields import ConfigFields
 from .layout import shard_for
 from .safetensors_io import TensorInfo, read_header, read_tensor
 from .scheme import QuantScheme
@@ -95,10 +96,21 @@ def checkpoint_from_config(config: dict, path: Path) -> TrtllmCheckpoint:
         if not isinstance(config.get("eagle_net_config"), dict):
             raise TrtspecError(f"{where}: EagleForCausalLM without an 'eagle_net_config' object")
         net = {**config["eagle_net_config"], "architecture": trtllm.EAGLE_NET_ARCHITECTURE}
-        eagle_spec = spec_from_trtllm(net, f"{where}:eagle_net_config")
-    mapping = config.get("mapping") or {}
+        eagle_spec = spec_from_trtllm(net, where, prefix="eagle_net_config.")
+    _check_checkpoint_fields(config, where)
+    mapping = ConfigFields(config.get("mapping") or {}, where, "mapping.")
     return TrtllmCheckpoint(path, config, spec, eagle_spec, QuantScheme.from_config(config, str(where)),
-                            int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1)))
+                            mapping.int("tp_size", 1), mapping.int("pp_size", 1))
+
+
+def _check_checkpoint_fields(config: dict, where: Path) -> None:
+    """The checkpoint-level fields the views above read raw (the decoder's are typed by spec_from_trtllm)."""
+    top = ConfigFields(config, where)
+    top.text("dtype")
+    top.flag("use_parallel_embedding", False)
+    if config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
+        top.int("num_eagle_layers", 1)
+        ConfigFields(config["eagle_net_config"], where, "eagle_net_config.").flag("use_parallel_embedding", False)
 
 
 def load_checkpoint(path: Path) -> TrtllmCheckpoint:

@@ -22,6 +22,8 @@ from .sharding import split
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 # HF tensors that are not weights of the network (buffers some exporters save).
 IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
+# Dtypes checked for NaN/Inf (float8 has no isfinite kernel; already-quantized tensors pass as they are).
+_WIDE_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def validate_sources(plans: list[TensorPlan], sources: dict[str, WeightSource],
@@ -55,8 +57,22 @@ def materialize(plan: TensorPlan, sources: dict[str, WeightSource], dtype: torch
     dtype = plan.dtype or dtype
     if not plan.sources:
         return torch.zeros(plan.shape, dtype=dtype)
-    parts = [sources[s.model].get(s.name).to(dtype) for s in plan.sources]
+    parts = [finite(sources[s.model].get(s.name), s.name, sources[s.model].where, dtype) for s in plan.sources]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+
+
+def finite(t: torch.Tensor, name: str, where: object, dtype: torch.dtype) -> torch.Tensor:
+    """`t` in `dtype`, refusing NaN/Inf by tensor name. No tensor a Llama-family plan reads may be
+    non-finite (masks with -inf are buffers, never read here), and TRT-LLM would build a NaN engine
+    from one; a float32 value beyond float16's range that the cast turns into Inf is named too."""
+    if t.dtype in _WIDE_FLOATS and not torch.isfinite(t).all():
+        bad = int((~torch.isfinite(t)).sum())
+        raise TrtspecError(f"{where}: tensor '{name}' has {bad} non-finite value(s) (NaN or Inf)")
+    out = t.to(dtype)
+    if out.dtype in _WIDE_FLOATS and not torch.isfinite(out).all():
+        raise TrtspecError(f"{where}: tensor '{name}' has values beyond the range of {str(dtype).replace('torch.', '')} "
+                           f"(largest magnitude {float(t.abs().max()):.4g}); convert with a wider dtype")
+    return out
 
 
 def write_ranks(out: Path, plans: list[TensorPlan], sources: dict[str, WeightSource], tp: int,

@@ -123,6 +123,9 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
         source, default_tokens = spec.source, PACKAGED[spec.source].max_new_tokens
     else:
         path = Path(spec.source).expanduser()
+        if not path.exists():  # most often a misspelt set name: say what the packaged ones are
+            raise TrtspecError(f"workload {spec.name!r}: {spec.source!r} is neither a packaged set "
+                               f"({', '.join(PACKAGED)}) nor an existing file ({path}: no such prompt file)")
         all_samples = read_prompt_file(path, turns)
         source, default_tokens = str(path.resolve()), FILE_MAX_NEW_TOKENS
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or max_new_tokens <= 0):
