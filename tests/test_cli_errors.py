@@ -217,6 +217,14 @@ def test_quantize_bad_input(capsys, models, tmp_path, extra, expected):
     assert_one_error(*run_cli(capsys, "quantize", "--hf", models / "hf", "--out", out, *extra), expected, [out])
 
 
+def test_quantize_nan_weight_is_named_before_calibration(capsys, models, tmp_path):
+    hf = copy_of(models, "hf", tmp_path)
+    edit_tensor("model.layers.1.mlp.up_proj.weight", math.nan)(hf)
+    out = tmp_path / "q"
+    assert_one_error(*run_cli(capsys, "quantize", "--hf", hf, "--out", out, "--format", "fp8", "--calib-samples", "4"),
+                     "tensor 'model.layers.1.mlp.up_proj.weight' has 1 non-finite value(s)", [out])
+
+
 def test_quantize_bad_hf_config(capsys, models, tmp_path):
     hf = copy_of(models, "hf", tmp_path)
     edit_json(hf / "config.json", setting(hidden_size=64.9))

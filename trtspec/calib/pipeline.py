@@ -23,7 +23,7 @@ from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.spec import DecoderSpec, trtllm_config
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..checkpoints.validate import validate_checkpoint
-from ..checkpoints.writer import copy_tokenizer, source_record, validate_sources, write_manifest, write_ranks
+from ..checkpoints.writer import copy_tokenizer, finite, source_record, validate_sources, write_manifest, write_ranks
 from ..errors import TrtspecError
 from ..fsutil import write_json
 from ..runtime.model import Decoder
@@ -46,9 +46,14 @@ def load_hf(hf_dir: Path) -> torch.nn.Module:
     """The HF model in float32: calibration runs on the CPU, where float32 is both the fast and
     the accurate choice; the checkpoint's --dtype applies when tensors are written."""
     try:
-        return AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
     except Exception as e:  # the converter's own checks passed, so this is transformers refusing
         raise TrtspecError(f"{hf_dir}: transformers cannot load the model ({type(e).__name__}: {e})") from None
+    # NaN/Inf weights: refuse by tensor name here, before ModelOpt's calibration trips over them
+    # with an assertion (the converter's per-tensor check runs only when the tensors are written)
+    for name, p in model.named_parameters():
+        finite(p.detach(), name, hf_dir, torch.float32)
+    return model
 
 
 def announce(what: str, fmt: QuantFormat, layout: QuantScheme, calib: CalibSet) -> None:
