@@ -11,7 +11,9 @@ Modes: greedy (plain checkpoint), draft-target (a draft checkpoint is given, or 
 directory with target/ and draft/ as `trtspec convert --draft` writes), EAGLE (an EagleForCausalLM
 checkpoint; tree = eagle_choices or TRT-LLM's default mc_sim_7b_63, or an EAGLE-2 dynamic tree
 with eagle_dynamic_top_k). All of them emit exactly the target's greedy tokens; they differ in
-target steps and acceptance length.
+target steps and acceptance length. On a quantized checkpoint "exactly" needs `batch_invariant`
+(decode.py): a multi-token verify rounds differently from a one-token decode, and FP8 activation
+rounding can flip a near-tie (README, "Speculation on FP8 checkpoints").
 """
 
 from __future__ import annotations
@@ -95,14 +97,14 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
 
 
 def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = None, eagle_choices=None,
-                 eagle_dynamic_top_k: int | None = None) -> Proposer | None:
+                 eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> Proposer | None:
     """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain greedy."""
     mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
     if draft_len is not None and mode != "draft-target":
         raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
     if mode == "draft-target":
         return DraftModelProposer(models.draft, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
-                                  models.target.vocab_size)
+                                  models.target.vocab_size, batch_invariant)
     if mode == "eagle":
         return eagle_proposer(models.eagle, models.target.vocab_size, eagle_choices, eagle_dynamic_top_k)
     return None
@@ -110,12 +112,14 @@ def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = Non
 
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
-                   eagle_dynamic_top_k: int | None = None) -> list[GenerationResult]:
+                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
-    mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree."""
-    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k)
-    return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer)
+    mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
+    target (and draft-model) forward after the prompt is one token of one row (decode.py)."""
+    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
+    return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer,
+                    batch_invariant=batch_invariant)
 
 
 def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
@@ -142,7 +146,8 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
-                 eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None) -> dict:
+                 eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
+                 batch_invariant: bool = False) -> dict:
     """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps}:
     generated ids only; text None when the checkpoint has no tokenizer; acceptance_length None for
     plain greedy; steps = target forward calls, prefill included."""
@@ -155,7 +160,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     models = load_models(Path(ckpt), draft_ckpt)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     result = generate_batch(models, [list(ids)], max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
-                            ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)[0]
+                            ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
+                            batch_invariant=batch_invariant)[0]
     text = (models.tokenizer.decode(result.output_ids, skip_special_tokens=True)
             if models.tokenizer is not None else None)
     return {"output_ids": result.output_ids, "text": text,
