@@ -11,9 +11,12 @@ full: acceptance length exactly K + 1.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from cli_helpers import run_cli
 from tiny_models import make_hf_model
 from trtspec.calib.quantize import CalibOptions, quantize_hf
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
@@ -83,3 +86,18 @@ def test_stepwise_block_is_a_sequence_of_one_token_decodes(fp8):
         ref.append(lg[:, 0])
     assert torch.equal(step[0], torch.stack(ref, 1)[0])
     assert not torch.equal(one, step)
+
+
+def test_cli_batch_invariant_flag(fp8, capsys):
+    """`trtspec generate --batch-invariant` on a prompt the default mode changes."""
+    default = own_draft(fp8, batch_invariant=False)
+    i = next(i for i, r in enumerate(default) if r.output_ids != fp8["greedy"][i])
+    ck = fp8["target"].path
+    args = ["generate", "--ckpt", ck, "--draft-ckpt", ck, "--draft-len", K, "--prompt-ids",
+            json.dumps(fp8["prompts"][i]), "--max-new-tokens", NEW, "--ignore-eos", "--json"]
+    code, out, err = run_cli(capsys, *args, "--batch-invariant")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["output_ids"] == fp8["greedy"][i] and result["acceptance_length"] == K + 1
+    code, out, _ = run_cli(capsys, *args)
+    assert json.loads(out)["output_ids"] != fp8["greedy"][i]
