@@ -14,13 +14,16 @@
 Plain decoding is the same loop without a proposer (`NoProposer`: the empty tree, one T=1 forward
 per step). Batch generation (`generate`, `generate_batch`), acceptance profiling and the cpu-flavor
 Triton models (one request, streamed) all consume this iterator, so they run the same steps and
-report the same metrics. With `batch_invariant` the prefill runs each row alone and every verify
-block one row and one token at a time (model.forward_stepwise): each logit is then computed with
-the arithmetic of a one-token decode of a batch of one, so greedy speculation reproduces plain
-greedy bit for bit on quantized checkpoints too (README, "Speculation on FP8 checkpoints"); it
-costs the speedup (K+1 target forwards per step instead of one). The accept rule is a parameter and sees the proposal (draft tokens and
+report the same metrics. The accept rule is a parameter and sees the proposal (draft tokens and
 draft logits) and the target's logits; each RowStep hands both back, which is what a sampling rule
 and its tests need.
+
+With `batch_invariant` the prefill runs each row alone and every verify block one row and one
+token at a time (model.forward_stepwise): each logit is then computed with the arithmetic of a
+one-token decode of a batch of one, so greedy speculation reproduces plain greedy bit for bit on
+quantized checkpoints too, where a block's different GEMM rounding, through FP8 activation
+quantization, can flip near-ties (README, "Speculation on FP8 checkpoints"). It costs the
+speedup: K+1 target forwards per step instead of one, and no batching.
 
 Also here: `verify_external`, a target step on draft tokens that come from outside (TensorRT-LLM's
 `draft_tokens_external`): prompt + draft in one causal forward, then the same accept rule.
@@ -29,6 +32,7 @@ Also here: `verify_external`, a target step on draft tokens that come from outsi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterator
 
 import torch
@@ -84,7 +88,7 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
     cache = target.new_cache(len(reqs), capacity)
     rows = torch.arange(len(reqs))
     logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs], batch_invariant)
-    forward = (lambda *a, **kw: forward_stepwise(target, *a, **kw)) if batch_invariant else target.forward
+    forward = partial(forward_stepwise, target) if batch_invariant else target.forward
     first, logits = empty_proposal(len(reqs)), logits[:, None]
     yield _emit(reqs, rows, first, logits, accept(first, logits), verify=False)
     proposer.start(reqs, rows, hidden)

@@ -48,13 +48,13 @@ class DraftModelProposer:
         lens = self.cache.lens
         pending = [requests[b].tokens[int(lens[b]):] for b in rows.tolist()]
         logits, _, _ = prefill(self.draft, self.cache, rows, pending, self.batch_invariant)  # catch up, commit
+        forward = forward_stepwise if self.batch_invariant else Decoder.forward
         tokens, dists = [], []
         for i in range(self.k):
             logits = logits[:, :self.vocab]
             dists.append(logits)
             tokens.append(logits.argmax(-1))
             if i + 1 < self.k:  # d_K itself is never run through the draft
-                forward = forward_stepwise if self.batch_invariant else Decoder.forward
                 step, _ = forward(self.draft, tokens[-1][:, None], self.cache, rows=rows)
                 self.cache.advance(rows, 1)
                 logits = step[:, -1]

@@ -152,6 +152,9 @@ def forward_stepwise(model: Decoder, tokens: torch.Tensor, cache: KVCache, rows:
     rows = torch.arange(cache.batch) if rows is None else rows
     mask = causal(T) if block_mask is None else block_mask
     pos = torch.arange(T) if pos_offsets is None else pos_offsets
+    if mask.shape[-1] != T:
+        raise ValueError(f"forward_stepwise: the block must start at the committed slots (mask width "
+                         f"{mask.shape[-1]}, {T} tokens)")
     logits, hidden = [], []
     for i in range(B):
         m, p = (mask[i] if mask.dim() == 3 else mask), (pos[i] if pos.dim() == 2 else pos)
