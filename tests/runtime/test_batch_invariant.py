@@ -101,3 +101,25 @@ def test_cli_batch_invariant_flag(fp8, capsys):
     assert result["output_ids"] == fp8["greedy"][i] and result["acceptance_length"] == K + 1
     code, out, _ = run_cli(capsys, *args)
     assert json.loads(out)["output_ids"] != fp8["greedy"][i]
+
+
+@pytest.mark.slow
+def test_smollm2_fp8_batch_invariant_speculation(smollm2_hf, tmp_path, one_torch_thread):
+    """The case issue 13 reported: SmolLM2 FP8 as its own draft at K=3 changes chat outputs by
+    default (near-ties, README), and reproduces plain greedy exactly, AL 4.0, batch-invariant."""
+    from trtspec.runtime.generate import encode, load_models
+
+    quantize_hf(smollm2_hf, tmp_path / "fp8", fmt="fp8", calib=CalibOptions(calib="mt-bench", samples=4, seq_len=128))
+    models = load_models(tmp_path / "fp8")
+    models = Models(target=models.target, draft=models.target, tokenizer=models.tokenizer)
+    texts = ["Write a short poem about the sea.", "Give three tips for a job interview.",
+             "Describe a sunset in two sentences."]
+    prompts = [encode(models.tokenizer, t, True, tmp_path / "fp8") for t in texts]
+    new = 12
+    greedy = [generate_greedy(models.target, [p], new)[0].output_ids for p in prompts]
+    run = dict(mode="draft-target", draft_len=K, ignore_eos=True)
+    default = generate_batch(models, prompts, new, **run)
+    assert [r.output_ids for r in default] != greedy
+    exact = generate_batch(models, prompts, new, batch_invariant=True, **run)
+    assert [r.output_ids for r in exact] == greedy
+    assert [r.stats.acceptance_length for r in exact] == [K + 1] * len(prompts)
