@@ -72,6 +72,7 @@ def generate(
     chat: bool = typer.Option(default(G, "chat"), help=doc(G, "chat")),
     max_new_tokens: int = typer.Option(default(G, "max_new_tokens"), "--max-new-tokens", help=doc(G, "max_new_tokens")),
     ignore_eos: bool = typer.Option(default(G, "ignore_eos"), help=doc(G, "ignore_eos")),
+    batch_invariant: bool = typer.Option(default(G, "batch_invariant"), help=doc(G, "batch_invariant")),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
@@ -95,7 +96,8 @@ def generate(
     with flag_context(G, params={"chat": "--chat"}):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                               draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
-                              eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k)
+                              eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
+                              batch_invariant=batch_invariant)
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -18,6 +18,13 @@ report the same metrics. The accept rule is a parameter and sees the proposal (d
 draft logits) and the target's logits; each RowStep hands both back, which is what a sampling rule
 and its tests need.
 
+With `batch_invariant` the prefill runs each row alone and every verify block one row and one
+token at a time (model.forward_stepwise): each logit is then computed with the arithmetic of a
+one-token decode of a batch of one, so greedy speculation reproduces plain greedy bit for bit on
+quantized checkpoints too, where a block's different GEMM rounding, through FP8 activation
+quantization, can flip near-ties (README, "Speculation on FP8 checkpoints"). It costs the
+speedup: K+1 target forwards per step instead of one, and no batching.
+
 Also here: `verify_external`, a target step on draft tokens that come from outside (TensorRT-LLM's
 `draft_tokens_external`): prompt + draft in one causal forward, then the same accept rule.
 """
@@ -25,12 +32,13 @@ Also here: `verify_external`, a target step on draft tokens that come from outsi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterator
 
 import torch
 
 from .batch import Request, active_rows, make_requests
-from .model import Decoder, prefill
+from .model import Decoder, forward_stepwise, prefill
 from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, accept_greedy, empty_proposal
 from .stats import GenerationResult, RequestStats, Step
 from .tree import chain
@@ -68,24 +76,27 @@ def _emit(requests: list[Request], rows: torch.Tensor, proposal: Proposal, logit
 
 
 def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
-           proposer: Proposer | None = None, accept: AcceptRule = accept_greedy) -> Iterator[list[RowStep]]:
+           proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
+           batch_invariant: bool = False) -> Iterator[list[RowStep]]:
     """Yield, per target forward (the prefill first), one RowStep per request still running.
-    Finished rows drop out of the batch; their cache rows stay put."""
+    Finished rows drop out of the batch; their cache rows stay put. batch_invariant: see the
+    module docstring."""
     verify = proposer is not None
     proposer = proposer if verify else NoProposer()
     reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions)
     capacity = max(len(p) for p in prompts) + max_new_tokens + proposer.max_block + 1
     cache = target.new_cache(len(reqs), capacity)
     rows = torch.arange(len(reqs))
-    logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs])
+    logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs], batch_invariant)
+    forward = partial(forward_stepwise, target) if batch_invariant else target.forward
     first, logits = empty_proposal(len(reqs)), logits[:, None]
     yield _emit(reqs, rows, first, logits, accept(first, logits), verify=False)
     proposer.start(reqs, rows, hidden)
     while len(rows := active_rows(reqs)):
         proposal = proposer.propose(reqs, rows)
         roots = torch.tensor([[reqs[b].output[-1]] for b in rows.tolist()])
-        logits, hidden = target.forward(torch.cat([roots, proposal.tokens], dim=1), cache, rows=rows,
-                                        pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
+        logits, hidden = forward(torch.cat([roots, proposal.tokens], dim=1), cache, rows=rows,
+                                 pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
         accepted = accept(proposal, logits)
         for b, a in zip(rows.tolist(), accepted):
             cache.commit(b, a.path)
@@ -94,11 +105,12 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
 
 
 def generate(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
-             proposer: Proposer | None = None, accept: AcceptRule = accept_greedy) -> list[GenerationResult]:
+             proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
+             batch_invariant: bool = False) -> list[GenerationResult]:
     """Run `decode` to the end; results in prompt order."""
     outputs: list[list[int]] = [[] for _ in prompts]
     last: dict[int, RowStep] = {}
-    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept):
+    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant):
         for row in rows:
             outputs[row.index] += row.tokens
             last[row.index] = row

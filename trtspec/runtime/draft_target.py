@@ -8,6 +8,10 @@ prompt on the first step), then proposes d_1..d_K greedily, one T=1 forward each
 After verification its cache is rolled back to the part that still matches the committed sequence:
 prompt/previous tokens + the accepted drafts it ran (d_1..d_min(a, K-1)). Rejected drafts are
 forgotten and overwritten later. Reference: trtllm.md §5 (TRT-LLM `draft_tokens_external`).
+
+With `batch_invariant` the draft computes as the batch-invariant target does (decode.py): each
+prompt in one block of a batch of one, every later token one at a time (model.forward_stepwise),
+so a draft that is the target itself proposes exactly the target's tokens (AL = K + 1).
 """
 
 from __future__ import annotations
@@ -17,14 +21,14 @@ import torch
 from ..errors import TrtspecError
 from .batch import Request
 from .decode import generate
-from .model import Decoder, prefill
+from .model import Decoder, forward_stepwise, prefill
 from .speculative import Acceptance, Proposal
 from .stats import GenerationResult
 from .tree import chain
 
 
 class DraftModelProposer:
-    def __init__(self, draft: Decoder, k: int, target_vocab: int):
+    def __init__(self, draft: Decoder, k: int, target_vocab: int, batch_invariant: bool = False):
         if k < 1:
             raise TrtspecError(f"draft_len: expected >= 1, got {k}")
         self.draft, self.k, self.tree = draft, k, chain(k)
@@ -32,22 +36,26 @@ class DraftModelProposer:
         # Vocabularies may be padded differently (same tokenizer): never propose an id the target lacks.
         self.vocab = min(draft.vocab_size, target_vocab)
         self.cache = None
+        self.batch_invariant = batch_invariant
 
     def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
         longest = max(len(r.prompt) for r in requests)
         self.cache = self.draft.new_cache(len(requests), longest + requests[0].max_new_tokens + self.k + 2)
+        if self.batch_invariant:  # the prompts in one block each, as the target ran them; the rest one by one
+            prefill(self.draft, self.cache, rows, [requests[b].prompt for b in rows.tolist()], True)
 
     def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
         lens = self.cache.lens
         pending = [requests[b].tokens[int(lens[b]):] for b in rows.tolist()]
-        logits, _, _ = prefill(self.draft, self.cache, rows, pending)  # catch up, commit
+        logits, _, _ = prefill(self.draft, self.cache, rows, pending, self.batch_invariant)  # catch up, commit
+        forward = forward_stepwise if self.batch_invariant else Decoder.forward
         tokens, dists = [], []
         for i in range(self.k):
             logits = logits[:, :self.vocab]
             dists.append(logits)
             tokens.append(logits.argmax(-1))
             if i + 1 < self.k:  # d_K itself is never run through the draft
-                step, _ = self.draft.forward(tokens[-1][:, None], self.cache, rows=rows)
+                step, _ = forward(self.draft, tokens[-1][:, None], self.cache, rows=rows)
                 self.cache.advance(rows, 1)
                 logits = step[:, -1]
         return Proposal(self.tree, torch.stack(tokens, 1), torch.stack(dists, 1))

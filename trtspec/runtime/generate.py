@@ -11,7 +11,9 @@ Modes: greedy (plain checkpoint), draft-target (a draft checkpoint is given, or 
 directory with target/ and draft/ as `trtspec convert --draft` writes), EAGLE (an EagleForCausalLM
 checkpoint; tree = eagle_choices or TRT-LLM's default mc_sim_7b_63, or an EAGLE-2 dynamic tree
 with eagle_dynamic_top_k). All of them emit exactly the target's greedy tokens; they differ in
-target steps and acceptance length.
+target steps and acceptance length. On a quantized checkpoint "exactly" needs `batch_invariant`
+(decode.py): a multi-token verify rounds differently from a one-token decode, and FP8 activation
+rounding can flip a near-tie (README, "Speculation on FP8 checkpoints").
 """
 
 from __future__ import annotations
@@ -96,14 +98,14 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
 
 
 def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = None, eagle_choices=None,
-                 eagle_dynamic_top_k: int | None = None) -> Proposer | None:
+                 eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> Proposer | None:
     """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain greedy."""
     mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
     if draft_len is not None and mode != "draft-target":
         raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
     if mode == "draft-target":
         return DraftModelProposer(models.draft, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
-                                  models.target.vocab_size)
+                                  models.target.vocab_size, batch_invariant)
     if mode == "eagle":
         return eagle_proposer(models.eagle, models.target.vocab_size, eagle_choices, eagle_dynamic_top_k)
     return None
@@ -111,22 +113,25 @@ def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = Non
 
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
-                   eagle_dynamic_top_k: int | None = None) -> list[GenerationResult]:
+                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
-    mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree."""
-    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k)
-    return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer)
+    mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
+    target (and draft-model) forward after the prompt is one token of one row (decode.py)."""
+    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
+    return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer,
+                    batch_invariant=batch_invariant)
 
 
 def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, eos_ids=None,
-                   eagle_dynamic_top_k: int | None = None) -> Iterator[RowStep]:
+                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> Iterator[RowStep]:
     """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
     these); eos_ids None = the checkpoint's. The proposer is checked before the first step runs."""
-    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k)
+    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
     eos = models.eos_ids if eos_ids is None else eos_ids
-    return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer))
+    return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer,
+                              batch_invariant=batch_invariant))
 
 
 def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
@@ -143,7 +148,8 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
-                 eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None) -> dict:
+                 eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
+                 batch_invariant: bool = False) -> dict:
     """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
@@ -158,7 +164,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     models = load_models(Path(ckpt), draft_ckpt)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
-                           eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k)
+                           eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k,
+                           batch_invariant=batch_invariant)
     output_ids, first_token_s, start = [], None, time.perf_counter()
     for row in steps:  # the prefill's step carries the first token
         first_token_s = time.perf_counter() - start if first_token_s is None else first_token_s

@@ -135,13 +135,66 @@ def pad_right(seqs: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.
     return out, lengths
 
 
-def prefill(model: Decoder, cache: KVCache, rows: torch.Tensor, seqs: list[list[int]]
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@torch.inference_mode()
+def forward_stepwise(model: Decoder, tokens: torch.Tensor, cache: KVCache, rows: torch.Tensor | None = None,
+                     pos_offsets: torch.Tensor | None = None, block_mask: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`model.forward` of a block that starts at the committed slots (no earlier uncommitted
+    forward), computed one row and one token at a time: every forward is a batch of one, T=1.
+
+    Why: a GEMM's result for one row depends on the shape it is part of (the library picks kernels
+    and summation order per shape), so a [b', T] verify block and a one-token decode round
+    differently (~1e-7). FP8 activation quantization can turn that into a different FP8 code and a
+    near-tie argmax into a different token. Token t of the block writes its K/V at slot lens + t and
+    attends the committed slots plus the block slots its mask row allows, which for a chain is
+    exactly what a one-token decode at that position computes (batch-invariant mode, decode.py)."""
+    B, T = tokens.shape
+    rows = torch.arange(cache.batch) if rows is None else rows
+    mask = causal(T) if block_mask is None else block_mask
+    pos = torch.arange(T) if pos_offsets is None else pos_offsets
+    if mask.shape[-1] != T:
+        raise ValueError(f"forward_stepwise: the block must start at the committed slots (mask width "
+                         f"{mask.shape[-1]}, {T} tokens)")
+    logits, hidden = [], []
+    for i in range(B):
+        m, p = (mask[i] if mask.dim() == 3 else mask), (pos[i] if pos.dim() == 2 else pos)
+        for t in range(T):
+            lg, h = model.forward(tokens[i:i + 1, t:t + 1], cache, rows=rows[i:i + 1], pos_offsets=p[t:t + 1],
+                                  block_mask=m[t:t + 1, :t + 1])
+            logits.append(lg)
+            hidden.append(h)
+    return torch.cat(logits).view(B, T, -1), torch.cat(hidden).view(B, T, -1)
+
+
+@torch.inference_mode()
+def _prefill_rows(model: Decoder, cache: KVCache, rows: torch.Tensor, tokens: torch.Tensor,
+                  lengths: torch.Tensor) -> torch.Tensor:
+    """Batch-invariant prefill: each row alone; a row's first block (its prompt) in one forward, as
+    a batch of one computes it, and later tokens (a drafter catching up) one at a time, as the
+    target computed them. Returns hidden [b', Tmax, H]."""
+    hidden = torch.zeros(*tokens.shape, model.spec.hidden_size, dtype=model.dtype)
+    for i, b in enumerate(rows.tolist()):
+        n, row = int(lengths[i]), rows[i:i + 1]
+        if int(cache.lens[b]) == 0:
+            _, hidden[i, :n] = model.forward(tokens[i:i + 1, :n], cache, rows=row, with_logits=False)
+        else:
+            _, hidden[i, :n] = forward_stepwise(model, tokens[i:i + 1, :n], cache, rows=row)
+    return hidden
+
+
+def prefill(model: Decoder, cache: KVCache, rows: torch.Tensor, seqs: list[list[int]],
+            batch_invariant: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run ragged `seqs` after the committed slots of `rows` in one right-padded causal block and
     commit exactly each row's own tokens. Returns (logits of each row's last token [b', V],
-    hidden [b', Tmax, H] (rows past their length are padding), lengths [b'])."""
+    hidden [b', Tmax, H] (rows past their length are padding), lengths [b']).
+    batch_invariant: each row on its own (`_prefill_rows`)."""
     tokens, lengths = pad_right(seqs)
-    _, hidden = model.forward(tokens, cache, rows=rows, with_logits=False)
+    if batch_invariant:
+        hidden = _prefill_rows(model, cache, rows, tokens, lengths)
+    else:
+        _, hidden = model.forward(tokens, cache, rows=rows, with_logits=False)
     cache.advance(rows, lengths)
     last = hidden[torch.arange(len(seqs)), lengths - 1]
+    if batch_invariant:  # the lm_head GEMM per row as well
+        return torch.cat([model.logits(last[i:i + 1]) for i in range(len(seqs))]), hidden, lengths
     return model.logits(last), hidden, lengths
