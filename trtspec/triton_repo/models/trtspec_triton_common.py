@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 import traceback
+import uuid
 from collections import namedtuple
 
 import numpy as np
@@ -28,6 +29,20 @@ except ImportError:  # TensorRT-LLM container: trtspec is not installed
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 TRUE = ("true", "1", "yes", "on")
+
+# Cancellation across a BLS call. The python backend we serve with (r24.10, tritonserver 2.51)
+# has no way to cancel a BLS request: its response iterator has no cancel(), and dropping it only
+# stops the caller from reading, while the callee decodes on to request_output_len (measured: a
+# 1000-token request burned 77 s of CPU after its client had gone). So a caller names each
+# cancellable call with a request parameter (STREAM_ID) and, when it stops reading early, sends
+# the callee a second, tiny request whose CANCEL parameter names that call; the callee's execute()
+# answers it at once and its worker sees the name at its next check_running(), i.e. within one
+# decoding step. Only PooledModels understand it (spec_decode, cpu_llm), so it is sent to nothing else.
+STREAM_ID = "trtspec_stream_id"
+CANCEL = "trtspec_cancel"
+# the required inputs of spec_decode / tensorrt_llm, so that a cancel message passes Triton's checks
+CANCEL_INPUTS = {"input_lengths": np.array([[0]], np.int32), "request_output_len": np.array([[1]], np.int32),
+                 "num_draft_tokens": np.array([[0]], np.int32)}
 
 
 class Cancelled(RequestError):
@@ -135,9 +150,23 @@ def error_response(message):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(message)))
 
 
-def bls(model, inputs, outputs, decoupled, stop=None):
+def request_parameter(request, key):
+    """A request parameter as a string, or None (absent, or a backend without parameters())."""
+    try:
+        params = request.parameters()
+    except Exception:
+        return None
+    if isinstance(params, str):
+        params = json.loads(params or "{}")
+    value = (params or {}).get(key)
+    return None if value is None else str(value)
+
+
+def bls(model, inputs, outputs, decoupled, stop=None, cancellable=False):
     """Call another model. Yields {output name: array} per non-empty response; raises on errors.
-    `inputs`: {name: numpy array with the batch dimension}.
+    `inputs`: {name: numpy array with the batch dimension}. cancellable (a decoupled call to a
+    PooledModel): when the caller stops reading before the last response (close() of this
+    generator, or `stop`), the callee is told to stop too (see CANCEL).
 
     A decoupled call's response iterator is not dropped here but retired to this thread's list,
     which check_running empties. The reason is a bug of the python backend we serve with
@@ -149,10 +178,12 @@ def bls(model, inputs, outputs, decoupled, stop=None):
     "malloc(): unaligned fastbin chunk detected" under 8 concurrent streams). A stream retired
     before an is_cancelled() round trip has left that map by the time the round trip returns, so
     the last reference is then ours and is dropped with the GIL held."""
+    stream_id = uuid.uuid4().hex if cancellable else None
     request = pb_utils.InferenceRequest(
         model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
-        requested_output_names=list(outputs))
+        requested_output_names=list(outputs), **({"parameters": {STREAM_ID: stream_id}} if stream_id else {}))
     responses = request.exec(decoupled=True) if decoupled else [request.exec()]
+    finished = False
     try:
         for resp in responses:
             if resp.has_error():
@@ -166,9 +197,26 @@ def bls(model, inputs, outputs, decoupled, stop=None):
                 yield got
             if stop is not None and stop.is_set():
                 return
+        finished = True
     finally:
         if decoupled:
             _ended_streams().append(responses)
+        if stream_id and not finished:
+            _send_cancel(model, stream_id)
+
+
+def _send_cancel(model, stream_id) -> None:
+    """Tell `model` (a PooledModel) to stop the stream named `stream_id` (see CANCEL)."""
+    message = pb_utils.InferenceRequest(
+        model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in CANCEL_INPUTS.items()],
+        requested_output_names=[], parameters={CANCEL: stream_id})
+    try:
+        answers = message.exec(decoupled=True)
+        for _ in answers:  # one empty final response, sent at once by the callee's execute()
+            pass
+        _ended_streams().append(answers)
+    except Exception:  # the callee is gone (unloading): its own stop ends the stream
+        traceback.print_exc()
 
 
 class Workers:
@@ -186,6 +234,9 @@ class Workers:
     def __init__(self, handler, count: int, name: str):
         self.handler, self.stop = handler, threading.Event()
         self.jobs = queue.Queue()
+        # stream names (STREAM_ID) of the requests handed over and not finished, and those of them
+        # a caller cancelled; both are changed on the execute thread (submit, cancel) and by workers
+        self.live, self.cancelled, self.names = set(), set(), threading.Lock()
         self.threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
                         for i in range(max(1, int(count)))]
         for t in self.threads:
@@ -193,7 +244,29 @@ class Workers:
 
     def submit(self, request) -> None:
         # the sender is taken here, on the stub's execute thread, so a request never queues without one
+        name = request_parameter(request, STREAM_ID)
+        if name:
+            with self.names:
+                self.live.add(name)
         self.jobs.put((request, request.get_response_sender()))
+
+    def cancel(self, name) -> None:
+        """A caller stopped reading the stream `name`: its worker stops at its next check. A name
+        no longer live (the stream already ended) is dropped, so the set cannot grow."""
+        with self.names:
+            if name in self.live:
+                self.cancelled.add(name)
+
+    def is_cancelled(self, request) -> bool:
+        name = request_parameter(request, STREAM_ID)
+        return bool(name) and name in self.cancelled
+
+    def _forget(self, request) -> None:
+        name = request_parameter(request, STREAM_ID)
+        if name:
+            with self.names:
+                self.live.discard(name)
+                self.cancelled.discard(name)
 
     def _run(self) -> None:
         while not self.stop.is_set():
@@ -213,6 +286,8 @@ class Workers:
         except Exception as e:  # a bug or a failed BLS call: report it, keep serving
             traceback.print_exc()
             _send_final_error(sender, f"{type(e).__name__}: {e}")
+        finally:
+            self._forget(request)
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the pool: running requests end at their next step, queued ones are refused."""
@@ -257,12 +332,20 @@ class PooledModel:
 
     def execute(self, requests):
         for r in requests:
-            self.workers.submit(r)
+            name = request_parameter(r, CANCEL)
+            if name:  # a cancel message (see CANCEL): answered here, never queued behind busy workers
+                self.workers.cancel(name)
+                r.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=[]), flags=FINAL)
+            else:
+                self.workers.submit(r)
         return None
 
     def finalize(self):
         self.workers.close()
 
     def check_running(self, request) -> None:
-        """Raise Cancelled when the client cancelled `request` or the model is being unloaded."""
+        """Raise Cancelled when the client cancelled `request` (directly, or its BLS caller by a
+        cancel message) or the model is being unloaded."""
+        if self.workers.is_cancelled(request):
+            raise Cancelled("request cancelled by its caller")
         check_running(request, self.workers.stop)
