@@ -120,3 +120,33 @@ def test_cancelled_stream_stops_decoding(server):
     assert busy > 1.0, f"the long request did not load the server ({busy:.2f} CPU-s in 2 s): the test measures nothing"
     assert after < 0.3, f"the server spent {after:.2f} CPU-s in the 3 s after the cancel: decoding went on"
     assert follow_up < 3 * baseline + 0.5, f"follow-up request took {follow_up:.3f} s (before the cancel: {baseline:.3f} s)"
+
+
+def test_request_limits_refused_before_decoding(server):
+    """max_tokens beyond the model's positions (10^9 included) and a request of two prompts get a
+    clear error, and the server serves on."""
+    url = server["url"]
+    for max_tokens, words in ((10**9, ("max_tokens", "4096 positions")), (4096, ("max_tokens", "ask for at most"))):
+        with pytest.raises(Exception) as e:
+            request(url, PROMPTS["chat"], "chat", max_tokens=max_tokens)
+        assert all(w in str(e.value) for w in words), str(e.value)
+        assert "Traceback" not in str(e.value) and "alloc" not in str(e.value).lower()
+
+    c = grpcclient.InferenceServerClient(url)
+    q: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    inputs = []
+    for name, value, dtype, np_dtype in (("text_input", [[b"t5 t17"], [b"t9 t8"]], "BYTES", object),
+                                         ("max_tokens", [[4], [4]], "INT32", np.int32)):
+        x = grpcclient.InferInput(name, [2, 1], dtype)
+        x.set_data_from_numpy(np.array(value, dtype=np_dtype))
+        inputs.append(x)
+    c.async_stream_infer("generate", inputs, enable_empty_final_response=True)
+    try:
+        _, error = q.get(timeout=120)
+    finally:
+        bounded(c.stop_stream, "stop_stream")
+        c.close()
+    assert error is not None and "2 rows in one request" in str(error), error
+    pieces, _ = request(url, PROMPTS["code"], "code", max_tokens=4)
+    assert pieces

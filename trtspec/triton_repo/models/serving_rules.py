@@ -80,6 +80,29 @@ def output_len(value, name):
     return int(value)
 
 
+def check_positions(prompt_len, output_len, max_positions):
+    """Refuse a request the model's positions cannot hold (prompt + output tokens), before any KV
+    cache is allocated for it: the cpu flavor preallocates prompt + output tokens, so an unbounded
+    max_tokens (10^9) would otherwise end in an allocator error, and a prompt past the trained
+    positions would be served as noise. max_positions 0: no known bound."""
+    if not max_positions:
+        return
+    if prompt_len >= max_positions:
+        raise RequestError(f"input_ids: the prompt has {prompt_len} tokens; the model has {max_positions} "
+                           "positions (max_position_embeddings), which leaves no room for output")
+    if prompt_len + output_len > max_positions:
+        raise RequestError(f"max_tokens: {output_len} output tokens after a {prompt_len}-token prompt exceed the "
+                           f"model's {max_positions} positions (max_position_embeddings); ask for at most "
+                           f"{max_positions - prompt_len}")
+
+
+def one_row(batch_rows, name):
+    """A request carries one prompt: a batch of several rows in one request is refused rather than
+    answered for its first row only (each prompt is its own request, and they batch in flight)."""
+    if batch_rows > 1:
+        raise RequestError(f"{name}: {batch_rows} rows in one request; send one prompt per request")
+
+
 def draft_len(value, max_draft_len):
     """num_draft_tokens as an int in [0, max_draft_len] (max_draft_len 0: no upper bound)."""
     k = int(value or 0)

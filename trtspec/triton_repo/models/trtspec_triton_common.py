@@ -18,7 +18,7 @@ from collections import namedtuple
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import RequestError, output_len
+from serving_rules import RequestError, check_positions, one_row, output_len
 
 try:  # cpu flavor: the models run trtspec in-process, and its errors are the request's fault
     from trtspec.errors import TrtspecError
@@ -105,9 +105,29 @@ def load_tokenizer(tokenizer_dir: str, **kwargs):
 
 
 def tensor(request, name):
-    """The input as a numpy array, or None when the client did not send it."""
+    """The input as a numpy array, or None when the client did not send it. Every input of our
+    models has the batch dimension first: a request of several rows is refused (see one_row)."""
     t = pb_utils.get_input_tensor_by_name(request, name)
-    return None if t is None else t.as_numpy()
+    if t is None:
+        return None
+    arr = t.as_numpy()
+    if arr.ndim >= 2:
+        one_row(arr.shape[0], name)
+    return arr
+
+
+def max_positions(*checkpoint_dirs) -> int:
+    """The positions every one of these TRT-LLM checkpoints holds (the smallest
+    max_position_embeddings of their config.json; 0 when none states one): a cpu-flavor request's
+    prompt + output tokens must fit (see check_positions)."""
+    found = []
+    for d in checkpoint_dirs:
+        if d:
+            with open(os.path.join(d, "config.json")) as f:
+                n = json.load(f).get("max_position_embeddings")
+            if n:
+                found.append(int(n))
+    return min(found, default=0)
 
 
 def scalar(request, name, default=None):
@@ -134,12 +154,16 @@ def ids_input(request, ids_name, len_name=None):
 LlmRequest = namedtuple("LlmRequest", "prompt output_len end_id streaming")
 
 
-def llm_request(request) -> LlmRequest:
+def llm_request(request, positions=0) -> LlmRequest:
     """What every model taking tensorrt_llm's request tensors reads first (spec_decode and the cpu
-    tensorrt_llm): the prompt, request_output_len (>= 1), end_id (None if not sent), streaming."""
-    return LlmRequest(ids_input(request, "input_ids", "input_lengths"),
-                      output_len(scalar(request, "request_output_len", 0), "request_output_len"),
-                      scalar(request, "end_id"), bool(scalar(request, "streaming", False)))
+    tensorrt_llm): the prompt, request_output_len (>= 1), end_id (None if not sent), streaming;
+    refused when prompt + output exceed `positions` (0: not checked here, e.g. a TensorRT-LLM
+    engine, which enforces its own max_input_len / max_seq_len)."""
+    req = LlmRequest(ids_input(request, "input_ids", "input_lengths"),
+                     output_len(scalar(request, "request_output_len", 0), "request_output_len"),
+                     scalar(request, "end_id"), bool(scalar(request, "streaming", False)))
+    check_positions(len(req.prompt), req.output_len, positions)
+    return req
 
 
 def out(name, value, dtype):
