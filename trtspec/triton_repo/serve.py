@@ -46,7 +46,7 @@ from ..upstream.triton import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRA
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-EXIT_TIMEOUT_S = 10  # tritonserver --exit-timeout-secs: in-flight requests get this long at shutdown
+EXIT_TIMEOUT_S = 30  # tritonserver --exit-timeout-secs: in-flight requests get this long at shutdown
 KILL_GRACE_S = 10.0
 
 
@@ -142,8 +142,10 @@ class CpuServer:
     """A running bundled tritonserver serving one repository (start() waits for readiness)."""
 
     def __init__(self, repo: Path, http_port: int | None = None, grpc_port: int | None = None,
-                 metrics_port: int | None = None, log_file: Path | None = None, extra_args: list[str] | None = None):
+                 metrics_port: int | None = None, log_file: Path | None = None, extra_args: list[str] | None = None,
+                 model_control: bool = False, exit_timeout_s: int = EXIT_TIMEOUT_S):
         self.repo = Path(repo).resolve()
+        self.model_control, self.exit_timeout_s = model_control, int(exit_timeout_s)
         self.ports = {"http": http_port or DEFAULT_PORTS["http"], "grpc": grpc_port or DEFAULT_PORTS["grpc"],
                       "metrics": metrics_port or DEFAULT_PORTS["metrics"]}
         self.log_file = Path(log_file) if log_file else self.repo.parent / f"{self.repo.name}.tritonserver.log"
@@ -165,10 +167,15 @@ class CpuServer:
                 f"--grpc-address={HOST}", f"--grpc-port={self.ports['grpc']}",
                 f"--metrics-address={HOST}", f"--metrics-port={self.ports['metrics']}",
                 "--allow-gpu-metrics=false", "--exit-on-error=true", "--strict-readiness=true",
-                f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-                # every model is loaded at start, as in the default mode, and a client may still reload one
-                # with another config (a tuning loop; reference triton.md §6.3) without a restart
-                "--model-control-mode=explicit", "--load-model=*", *self.extra_args]
+                f"--exit-timeout-secs={self.exit_timeout_s}", *self.model_control_args(), *self.extra_args]
+
+    def model_control_args(self) -> list[str]:
+        """Model control is off unless asked for: the API lets any local process load model code
+        (a python model is arbitrary code). With it on, every model is still loaded at start and a
+        client may reload one with another config (a tuning loop; reference triton.md §6.3)."""
+        if self.model_control:
+            return ["--model-control-mode=explicit", "--load-model=*"]
+        return ["--model-control-mode=none"]
 
     def start(self, timeout: float = 300.0) -> "CpuServer":
         manifest = read_manifest(self.repo)
@@ -219,8 +226,10 @@ class CpuServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace: float = EXIT_TIMEOUT_S + KILL_GRACE_S) -> int | None:
-        """SIGTERM the server's process group, wait, then SIGKILL what is left. Returns the exit status."""
+    def stop(self, grace: float | None = None) -> int | None:
+        """SIGTERM the server's process group, wait (its exit timeout, then KILL_GRACE_S), then
+        SIGKILL what is left. Returns the exit status."""
+        grace = self.exit_timeout_s + KILL_GRACE_S if grace is None else grace
         code = None
         if self.proc is not None:
             pgid = self.proc.pid  # start_new_session: the group id is the server's pid
@@ -263,9 +272,11 @@ def _reap_group(pgid: int, wait: float = 5.0) -> None:
     _signal_group(pgid, signal.SIGKILL)
 
 
-def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file: Path | None, echo) -> int:
+def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file: Path | None, echo,
+              drain_timeout_s: int = EXIT_TIMEOUT_S, model_control: bool = False) -> int:
     """Foreground serving: start, report, wait for Ctrl-C / SIGTERM, stop cleanly."""
-    server = CpuServer(repo, ports.get("http"), ports.get("grpc"), ports.get("metrics"), log_file)
+    server = CpuServer(repo, ports.get("http"), ports.get("grpc"), ports.get("metrics"), log_file,
+                       model_control=model_control, exit_timeout_s=drain_timeout_s)
     stop = {"signal": None}
 
     def on_signal(signum, _frame):
