@@ -74,14 +74,15 @@ def server(tmp_path_factory):
     stop_cli(proc, repo)
 
 
-def start_long(url: str):
-    """A streaming generate request of LONG tokens; returns (client, queue of (result, error))."""
+def start_long(url: str, max_tokens: int = LONG):
+    """A streaming chat generate request of `max_tokens` tokens that ignores eos; returns (client,
+    queue of (result, error))."""
     c = grpcclient.InferenceServerClient(url)
     q: queue.Queue = queue.Queue()
     c.start_stream(callback=lambda result, error: q.put((result, error)))
     inputs = []
     for name, value, dtype, np_dtype in (("text_input", PROMPTS["chat"].encode(), "BYTES", object),
-                                         ("max_tokens", LONG, "INT32", np.int32), ("stream", True, "BOOL", bool),
+                                         ("max_tokens", max_tokens, "INT32", np.int32), ("stream", True, "BOOL", bool),
                                          ("workload", b"chat", "BYTES", object),
                                          ("end_id", NEVER, "INT32", np.int32)):
         x = grpcclient.InferInput(name, [1, 1], dtype)

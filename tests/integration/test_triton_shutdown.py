@@ -1,21 +1,19 @@
-"""SIGTERM to `trtspec serve` under load, on a live cpu-flavor server: the command exits 0, every
-in-flight stream ends (completes, or fails with a clear status: no hang, no silent cut), no
-/dev/shm segment of the python backend is left, no process outlives the server. And model control
-is off unless asked for."""
+"""SIGTERM to `trtspec serve` under load, on a live cpu-flavor server: the command exits 0, a new
+request during the drain is refused clearly ("the server is shutting down"), the streams in flight
+complete, tritonserver stops without hitting its exit timeout, no /dev/shm segment the server
+mapped is left, no process outlives the server. And model control is off unless asked for."""
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.integration.test_triton_cancel import small_pair
+from tests.integration.test_triton_cancel import small_pair, start_long
 from tests.integration.test_triton_serve import DT, PROMPTS, procs_mentioning, start_cli
 from triton_fixtures import tuning_file
 from trtspec.triton_repo.repo import RepoRequest, make_repository
@@ -27,23 +25,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 STREAMS = 4
 
 
-def shm_segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
+def shm_segments(pids: list[int]) -> set[str]:
+    """The /dev/shm segments these processes map (other servers on the box have their own)."""
+    names = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        names |= {line.split("/dev/shm/", 1)[1].split()[0] for line in maps.splitlines() if "/dev/shm/" in line}
+    return names
 
 
 def stream(url: str, outcome: dict, key: int, first: threading.Event, max_tokens: int) -> None:
     """One streaming generate request; records 'final' or the error text in outcome[key]."""
-    c = grpcclient.InferenceServerClient(url)
-    q: queue.Queue = queue.Queue()
-    c.start_stream(callback=lambda result, error: q.put((result, error)))
-    inputs = []
-    for name, value, dtype, np_dtype in (("text_input", PROMPTS["chat"].encode(), "BYTES", object),
-                                         ("max_tokens", max_tokens, "INT32", np.int32),
-                                         ("stream", True, "BOOL", bool), ("workload", b"chat", "BYTES", object)):
-        x = grpcclient.InferInput(name, [1, 1], dtype)
-        x.set_data_from_numpy(np.array([[value]], dtype=np_dtype))
-        inputs.append(x)
-    c.async_stream_infer("generate", inputs, enable_empty_final_response=True)
+    c, q = start_long(url, max_tokens)
     try:
         while True:
             result, error = q.get(timeout=120)
@@ -74,17 +70,18 @@ def repo(tmp_path_factory):
 
 
 def test_sigterm_under_load_exits_clean(repo):
-    shm_before = shm_segments()
-    proc, ports = start_cli(repo, repo.parent / "server.log", "--drain-timeout", "20")
+    proc, ports = start_cli(repo, repo.parent / "server.log", "--drain-timeout", "60")
     try:
-        _sigterm_under_load(proc, f"127.0.0.1:{ports['grpc']}", repo, shm_before)
+        _sigterm_under_load(proc, f"127.0.0.1:{ports['grpc']}", repo)
     finally:
         if proc.poll() is None:  # a failed assertion before the SIGTERM: do not leave the server running
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=90)
 
 
-def _sigterm_under_load(proc, url: str, repo: Path, shm_before: set[str]) -> None:
+def _sigterm_under_load(proc, url: str, repo: Path) -> None:
+    ours = shm_segments(procs_mentioning(str(repo)))
+    assert ours, "found no /dev/shm segment of the server: the leak check would check nothing"
     c = grpcclient.InferenceServerClient(url)
     with pytest.raises(Exception, match="explicit model load / unload is not allowed"):
         c.unload_model("generate")  # model control is off by default: no local process may (re)load model code
@@ -92,8 +89,9 @@ def _sigterm_under_load(proc, url: str, repo: Path, shm_before: set[str]) -> Non
 
     outcome: dict = {}
     started = [threading.Event() for _ in range(STREAMS)]
-    # a mix: short streams that finish within the drain period, long ones that may not
-    threads = [threading.Thread(target=stream, args=(url, outcome, i, started[i], 40 if i % 2 else 1500), daemon=True)
+    # a mix of lengths, all well within the drain period even on a busy 2-core box (a stream that
+    # outlasts the drain is stopped and told so; that path is not asserted here, see the report)
+    threads = [threading.Thread(target=stream, args=(url, outcome, i, started[i], 40 if i % 2 else 400), daemon=True)
                for i in range(STREAMS)]
     for t in threads:
         t.start()
@@ -101,18 +99,26 @@ def _sigterm_under_load(proc, url: str, repo: Path, shm_before: set[str]) -> Non
         assert e.wait(120), "a stream never started"
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)  # serve has begun its drain
+    late: dict = {}
+    stream(url, late, 0, threading.Event(), 8)
     code = proc.wait(timeout=90)
     took = time.monotonic() - t0
     for t in threads:
         t.join(30)
-    print(f"shutdown: exit {code} after {took:.1f} s; streams {outcome}")
+    print(f"shutdown: exit {code} after {took:.1f} s; streams {outcome}; request during the drain: {late}")
     assert code == 0
     assert len(outcome) == STREAMS and "hang" not in outcome.values(), outcome
+    assert all(v == "final" for v in outcome.values()), f"streams in flight were not drained: {outcome}"
+    assert "the server is shutting down: not taking new requests" in late[0], late
     for v in outcome.values():
-        assert v == "final" or ("shutting down" in v or "not ready" in v.lower() or "unavailable" in v.lower()), v
+        assert v == "final" or "the server is shutting down: the request did not finish within the drain period" in v, v
     deadline = time.monotonic() + 10
     while procs_mentioning(str(repo)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert procs_mentioning(str(repo)) == [], "processes outlived the server"
-    leaked = {n for n in shm_segments() - shm_before if "triton" in n.lower() or n.startswith("prefix")}
-    assert not leaked, f"/dev/shm segments left behind: {sorted(leaked)}"
+    log = (repo.parent / "server.log").read_text(errors="replace")
+    for bad in ("failed to stop server", "Non-graceful termination", "Fatal Python error", "ASSERTION FAILED"):
+        assert bad not in log, f"tritonserver did not stop cleanly: {bad!r} in its log"
+    leaked = sorted(n for n in ours if (Path("/dev/shm") / n).exists())
+    assert not leaked, f"/dev/shm segments left behind: {leaked}"

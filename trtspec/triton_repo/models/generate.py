@@ -53,6 +53,7 @@ LLM_OUTPUTS = ["output_ids", "sequence_length", "total_accepted_draft_tokens", "
 
 class TritonPythonModel(PooledModel):
     pool_name = "generate"
+    front = True
 
     def setup(self, p):
         self.routing = json.loads(p["routing"])

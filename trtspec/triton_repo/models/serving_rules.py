@@ -17,6 +17,14 @@ their definitions (acceptance length = tokens per target verification step, bonu
 import re
 
 
+# ---- draining (`trtspec serve` and the front model agree on these; see trtspec_triton_common) ----
+
+CONTROL_DIR = "TRTSPEC_CONTROL_DIR"  # environment variable: the directory serve and the stubs share
+DRAIN_FILE = "draining"  # created there by serve when it begins to drain
+STOP_FILE = "stopping"  # created when the drain period is over, just before Triton's SIGTERM
+INFLIGHT_SUFFIX = ".inflight"  # <pool name><suffix>: the front model's in-flight count while draining
+
+
 class RequestError(ValueError):
     """A request that breaks a serving rule: the models send its message to the client as the
     response error (no traceback), and keep serving."""

@@ -18,7 +18,7 @@ from collections import namedtuple
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import RequestError, check_positions, one_row, output_len
+from serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE, RequestError, check_positions, one_row, output_len
 
 try:  # cpu flavor: the models run trtspec in-process, and its errors are the request's fault
     from trtspec.errors import TrtspecError
@@ -40,6 +40,17 @@ TRUE = ("true", "1", "yes", "on")
 # decoding step. Only PooledModels understand it (spec_decode, cpu_llm), so it is sent to nothing else.
 STREAM_ID = "trtspec_stream_id"
 CANCEL = "trtspec_cancel"
+# Draining (cpu flavor, `trtspec serve`): Triton 2.51 refuses every new request once it has its
+# SIGTERM, BLS calls included, so a stream in flight dies at its next postprocessing call ("Server
+# not ready"). So serve drains first: it creates DRAIN_FILE in the directory named by CONTROL_DIR
+# (its environment, inherited by every stub); the front model (generate) then refuses new requests
+# with "the server is shutting down" and, while idle between requests, writes its in-flight count
+# to <CONTROL_DIR>/<pool name>.inflight; serve sends Triton its SIGTERM once that is 0 (or the
+# drain period is over). Then it creates STOP_FILE, and every pooled model stops its streams at
+# their next step: after Triton's SIGTERM a cancel message could no longer reach spec_decode, and a
+# stream left decoding holds its caller's unload (the python backend drains a stub's BLS iterators
+# before it finalizes it) past Triton's exit timeout. The names are in serving_rules, which serve
+# imports too.
 # the required inputs of spec_decode / tensorrt_llm, so that a cancel message passes Triton's checks
 CANCEL_INPUTS = {"input_lengths": np.array([[0]], np.int32), "request_output_len": np.array([[1]], np.int32),
                  "num_draft_tokens": np.array([[0]], np.int32)}
@@ -225,7 +236,9 @@ def bls(model, inputs, outputs, decoupled, stop=None, cancellable=False):
     finally:
         if decoupled:
             _ended_streams().append(responses)
-        if stream_id and not finished:
+        # (once serve has stopped the drain, the callee stops itself, and Triton, stopping, would not
+        # answer a new request: the message would hang this thread)
+        if stream_id and not finished and not draining(STOP_FILE):
             _send_cancel(model, stream_id)
 
 
@@ -255,8 +268,9 @@ class Workers:
     stream left open is not harmless: the caller's BLS iterator waits on it without a timeout,
     and the python backend drains unfinished iterators before it lets a stub finish unloading."""
 
-    def __init__(self, handler, count: int, name: str):
-        self.handler, self.stop = handler, threading.Event()
+    def __init__(self, handler, count: int, name: str, front: bool = False):
+        self.handler, self.stop, self.name, self.front = handler, threading.Event(), name, front
+        self.busy = 0  # requests handed over and not finished (the in-flight count serve drains)
         self.jobs = queue.Queue()
         # stream names (STREAM_ID) of the requests handed over and not finished, and those of them
         # a caller cancelled; both are changed on the execute thread (submit, cancel) and by workers
@@ -269,10 +283,15 @@ class Workers:
     def submit(self, request) -> None:
         # the sender is taken here, on the stub's execute thread, so a request never queues without one
         name = request_parameter(request, STREAM_ID)
-        if name:
-            with self.names:
+        sender = request.get_response_sender()
+        if self.front and draining():
+            _send_final_error(sender, Cancelled("the server is shutting down: not taking new requests"))
+            return
+        with self.names:
+            self.busy += 1
+            if name:
                 self.live.add(name)
-        self.jobs.put((request, request.get_response_sender()))
+        self.jobs.put((request, sender))
 
     def cancel(self, name) -> None:
         """A caller stopped reading the stream `name`: its worker stops at its next check. A name
@@ -287,16 +306,30 @@ class Workers:
 
     def _forget(self, request) -> None:
         name = request_parameter(request, STREAM_ID)
-        if name:
-            with self.names:
+        with self.names:
+            self.busy -= 1
+            if name:
                 self.live.discard(name)
                 self.cancelled.discard(name)
+
+    def _report_drain(self) -> None:
+        """While serve drains, tell it how many requests are still in flight (see DRAIN_FILE)."""
+        if self.front and draining():
+            path = os.path.join(os.environ[CONTROL_DIR], self.name + INFLIGHT_SUFFIX)
+            tmp = f"{path}.{threading.get_ident()}.tmp"  # one per worker thread: they report concurrently
+            try:
+                with open(tmp, "w") as f:
+                    f.write(str(self.busy))
+                os.replace(tmp, path)
+            except OSError:  # serve removed its directory: it has stopped waiting
+                pass
 
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
                 request, sender = self.jobs.get(timeout=0.2)
             except queue.Empty:
+                self._report_drain()
                 continue
             self.serve(request, sender)
 
@@ -308,6 +341,10 @@ class Workers:
         except USER_ERRORS as e:
             _send_final_error(sender, e)
         except Exception as e:  # a bug or a failed BLS call: report it, keep serving
+            if self.front and draining():  # Triton refused the stream's next BLS call: it is stopping
+                _send_final_error(sender, Cancelled("the server is shutting down: the request did not finish "
+                                                    "within the drain period"))
+                return
             traceback.print_exc()
             _send_final_error(sender, f"{type(e).__name__}: {e}")
         finally:
@@ -327,6 +364,12 @@ class Workers:
             _send_final_error(sender, Cancelled("the server is shutting down"))
 
 
+def draining(marker=DRAIN_FILE) -> bool:
+    """serve has begun a drain (DRAIN_FILE) or ended it (STOP_FILE); never outside `trtspec serve`."""
+    d = os.environ.get(CONTROL_DIR)
+    return bool(d) and os.path.exists(os.path.join(d, marker))
+
+
 def _send_final_error(sender, message) -> None:
     try:
         sender.send(error_response(message), flags=FINAL)
@@ -342,11 +385,12 @@ class PooledModel:
     last one with FINAL, and raises RequestError for a bad request."""
 
     pool_name = "model"
+    front = False  # the model clients call (generate): it refuses new requests while serve drains
 
     def initialize(self, args):
         params = parameters(args)
         self.setup(params)
-        self.workers = Workers(self.handle, int(params.get("max_concurrency") or 8), self.pool_name)
+        self.workers = Workers(self.handle, int(params.get("max_concurrency") or 8), self.pool_name, self.front)
 
     def setup(self, params) -> None:
         raise NotImplementedError
@@ -372,4 +416,6 @@ class PooledModel:
         cancel message) or the model is being unloaded."""
         if self.workers.is_cancelled(request):
             raise Cancelled("request cancelled by its caller")
+        if draining(STOP_FILE):
+            raise Cancelled("the server is shutting down: the request did not finish within the drain period")
         check_running(request, self.workers.stop)
