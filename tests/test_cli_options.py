@@ -61,6 +61,8 @@ COMMANDS = {
                                             "repeats": (MeasureConfig, "repeats", None)}),
     "triton": (triton_command, {f: (TritonOptions, f, None) for f in TritonOptions.model_fields}),
     "serve": (serve_command, {"timeout": (ServeOptions, "start_timeout_s", None),
+                              "drain_timeout": (ServeOptions, "drain_timeout_s", None),
+                              "model_control": (ServeOptions, "model_control", None),
                               **{f"{p}_port": (Ports, p, None) for p in Ports.model_fields}}),
     "perf": (perf_command, {**{f: (PerfOptions, f, None) for f in PerfOptions.model_fields
                                if f not in ("workloads", "out", "duration_s", "timeout_s", "connect_timeout_s")},

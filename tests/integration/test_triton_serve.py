@@ -73,11 +73,11 @@ def procs_mentioning(text: str) -> list[int]:
     return out
 
 
-def start_cli(repo: Path, log: Path):
+def start_cli(repo: Path, log: Path, *flags: str):
     ports = {k: free_port() for k in ("http", "grpc", "metrics")}
     proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, str(repo), "--grpc-port", str(ports["grpc"]),
                              "--http-port", str(ports["http"]), "--metrics-port", str(ports["metrics"]),
-                             "--log-file", str(log), "--timeout", "240"],
+                             "--log-file", str(log), "--timeout", "240", *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     deadline = time.monotonic() + 260
@@ -191,7 +191,7 @@ def dt(tmp_path_factory):
     tok = __import__("transformers").AutoTokenizer.from_pretrained(str(pair / "target"))
     routing = json.loads((repo / "trtspec-repo.json").read_text())["routing"]
     t0 = time.monotonic()
-    proc, ports = start_cli(repo, d / "server.log")
+    proc, ports = start_cli(repo, d / "server.log", "--model-control")  # test_spec_decode_bls reloads spec_decode
     info = {"repo": repo, "url": f"127.0.0.1:{ports['grpc']}", "ports": ports, "models": models, "tok": tok,
             "routing": routing, "start_s": time.monotonic() - t0, "log": d / "server.log"}
     yield info

@@ -139,3 +139,17 @@ def test_every_python_model_ships_with_the_rules_and_the_validator_says_when_one
     (repo / "spec_decode" / "1" / "serving_rules.py").unlink()
     assert check_repository(repo) == [f"{repo / 'spec_decode' / '1' / 'serving_rules.py'}: missing "
                                       "(imported by spec_decode's model.py)"]
+
+
+def test_check_positions_and_one_row():
+    from trtspec.triton_repo.models.serving_rules import RequestError, check_positions, one_row
+
+    check_positions(10, 246, 256)
+    check_positions(10, 10**9, 0)  # no known bound
+    with pytest.raises(RequestError, match=r"max_tokens: 1000000000 output tokens .* ask for at most 246"):
+        check_positions(10, 10**9, 256)
+    with pytest.raises(RequestError, match=r"input_ids: the prompt has 300 tokens"):
+        check_positions(300, 1, 256)
+    one_row(1, "text_input")
+    with pytest.raises(RequestError, match="text_input: 2 rows in one request"):
+        one_row(2, "text_input")

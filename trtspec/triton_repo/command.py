@@ -18,7 +18,8 @@ from .options import ServeOptions as S, TritonOptions as T
 
 # RepoRequest's path arguments (not options fields): library errors name them as Python does.
 PORT_FLAGS = {"ports": "--http-port/--grpc-port/--metrics-port", "ports.http": "--http-port",
-              "ports.grpc": "--grpc-port", "ports.metrics": "--metrics-port", "start_timeout_s": "--timeout"}
+              "ports.grpc": "--grpc-port", "ports.metrics": "--metrics-port", "start_timeout_s": "--timeout",
+              "drain_timeout_s": "--drain-timeout", "model_control": "--model-control"}
 REPO_PARAMS = {"engines": "--engines", "draft_engines": "--draft-engines", "ckpt": "--ckpt",
                "draft_ckpt": "--draft-ckpt", "tokenizer": "--tokenizer"}
 
@@ -88,6 +89,8 @@ def serve_command(
                                                                     "next to the repository)."),
     exec_: bool = typer.Option(False, "--exec", help="trtllm/llmapi: run the container command instead of printing it."),
     image: Optional[str] = typer.Option(None, "--image", help="trtllm/llmapi: container image override."),
+    drain_timeout: int = typer.Option(default(S, "drain_timeout_s"), "--drain-timeout", help=doc(S, "drain_timeout_s")),
+    model_control: bool = typer.Option(default(S, "model_control"), "--model-control", help=doc(S, "model_control")),
 ):
     """Serve a repository: cpu flavor on the bundled tritonserver (127.0.0.1); trtllm/llmapi: the container command."""
     from . import serve as s
@@ -100,7 +103,7 @@ def serve_command(
     if manifest.get("flavor") == "cpu":
         try:
             with flag_context(S, PORT_FLAGS):
-                code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo)
+                code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo, drain_timeout, model_control)
         except s.ServerStartError as e:
             if e.log_tail:
                 typer.echo("--- tritonserver log (last lines) ---\n" + e.log_tail + "\n---", err=True)

@@ -41,3 +41,11 @@ class ServeOptions(StageOptions):
     section = "triton"
     ports: Ports = Field(default_factory=Ports, description="Ports of the server.")
     start_timeout_s: float = Field(300.0, gt=0, description="cpu: seconds to wait for every model to be ready.")
+    drain_timeout_s: int = Field(30, ge=1, description="cpu: on SIGTERM / Ctrl-C, seconds the streams in flight "
+                                                       "get to finish (new requests are refused) before the "
+                                                       "models are unloaded.")
+    model_control: bool = Field(False, description="cpu: enable Triton's model-control API (explicit mode), which "
+                                                   "lets any local client load or unload models, e.g. reload "
+                                                   "spec_decode with another config in a tuning loop without a "
+                                                   "restart. Off: every model is loaded at start and none can be "
+                                                   "changed.")

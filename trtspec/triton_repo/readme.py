@@ -18,7 +18,12 @@ trtspec serve {repo}                 # binds 127.0.0.1:8000 (HTTP) / 8001 (gRPC)
 trtspec serve {repo} --grpc-port 9001 --http-port 9000 --metrics-port 9002 --timeout 600
 ```
 
-It waits until every model is ready, prints the addresses, and stops cleanly on Ctrl-C / SIGTERM.
+It waits until every model is ready, prints the addresses, and stops cleanly on Ctrl-C / SIGTERM:
+`generate` refuses new requests ("the server is shutting down"), the streams in flight get up to
+`--drain-timeout` seconds (default 30) to finish, then every model is unloaded and it exits 0.
+Triton's model-control API is off: no client can load or unload a model. `--model-control` turns
+it on (explicit mode), for a tuning loop that reloads `spec_decode` with another config without a
+restart; it lets any local process load model code, so leave it off otherwise.
 The `tensorrt_llm*` models here are python-backend models running `trtspec.runtime` on the
 TensorRT-LLM checkpoints, with the tensor names of the C++ backend: the same graph as the
 trtllm flavor, greedy decoding only.""",

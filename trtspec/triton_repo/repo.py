@@ -172,6 +172,12 @@ class _Builder:
                 f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
                 f"{worst[2]}, above the target engine's max_draft_len {target.max_draft_len} "
                 f"({target.path / 'config.json'}); rebuild the pair with build.max_draft_len {worst[2]} or re-tune")
+        if self.flavor == "cpu" and target.max_seq_len and worst[2] >= target.max_seq_len:
+            # the cpu flavor has no engine max_draft_len; a chain of drafts must still fit the positions
+            raise TrtspecError(
+                f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
+                f"{worst[2]}, not below the target checkpoint's max_position_embeddings {target.max_seq_len} "
+                f"({target.path / 'config.json'}); re-tune")
         return max(k for _, _, k in ks)
 
     def _check_trees(self, routing: dict, art: Artifact) -> None:

@@ -12,8 +12,10 @@ way reference/cpu-stack.md §4 found necessary:
 It binds HTTP, gRPC and metrics to 127.0.0.1 only, refuses ports already in use before starting,
 waits for /v2/health/ready, and on failure stops the server and reports the tail of its log.
 The server runs in its own process group (the python-backend stubs are its children); stopping
-sends SIGTERM to the group, waits for Triton's exit timeout, then SIGKILLs whatever is left, so no
-stub outlives it.
+first drains (`generate` refuses new requests, the streams in flight get drain_timeout_s to finish;
+see CpuServer.drain), then sends SIGTERM to the group, waits for Triton's exit timeout (the models'
+finalize), then SIGKILLs whatever is left, so no stub outlives it. Model control is off unless
+asked for (model_control_args).
 
 trtllm / llmapi flavors: the container launch command for the H100 host (printed, or run with
 --exec), with the MPI world size the repository needs (trtspec-repo.json "launch"): one TensorRT-LLM
@@ -43,11 +45,15 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..upstream.triton import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
+from .contracts import GENERATE
+from .models.serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-EXIT_TIMEOUT_S = 10  # tritonserver --exit-timeout-secs: in-flight requests get this long at shutdown
+DRAIN_TIMEOUT_S = 30  # the drain: streams in flight get this long at shutdown (see CpuServer.drain)
+UNLOAD_S = 15  # then tritonserver --exit-timeout-secs: finalize() of every model (Workers.close joins 10 s)
 KILL_GRACE_S = 10.0
+STOP_GRACE_S = 3.0  # after the drain: streams still running are stopped and told so (see CpuServer.drain)
 
 
 class ServerStartError(TrtspecError):
@@ -142,14 +148,17 @@ class CpuServer:
     """A running bundled tritonserver serving one repository (start() waits for readiness)."""
 
     def __init__(self, repo: Path, http_port: int | None = None, grpc_port: int | None = None,
-                 metrics_port: int | None = None, log_file: Path | None = None, extra_args: list[str] | None = None):
+                 metrics_port: int | None = None, log_file: Path | None = None, extra_args: list[str] | None = None,
+                 model_control: bool = False, drain_timeout_s: int = DRAIN_TIMEOUT_S):
         self.repo = Path(repo).resolve()
+        self.model_control, self.drain_timeout_s = model_control, int(drain_timeout_s)
         self.ports = {"http": http_port or DEFAULT_PORTS["http"], "grpc": grpc_port or DEFAULT_PORTS["grpc"],
                       "metrics": metrics_port or DEFAULT_PORTS["metrics"]}
         self.log_file = Path(log_file) if log_file else self.repo.parent / f"{self.repo.name}.tritonserver.log"
         self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen | None = None
         self.workdir: Path | None = None
+        self.ready = False
 
     @property
     def grpc_url(self) -> str:
@@ -165,10 +174,15 @@ class CpuServer:
                 f"--grpc-address={HOST}", f"--grpc-port={self.ports['grpc']}",
                 f"--metrics-address={HOST}", f"--metrics-port={self.ports['metrics']}",
                 "--allow-gpu-metrics=false", "--exit-on-error=true", "--strict-readiness=true",
-                f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-                # every model is loaded at start, as in the default mode, and a client may still reload one
-                # with another config (a tuning loop; reference triton.md §6.3) without a restart
-                "--model-control-mode=explicit", "--load-model=*", *self.extra_args]
+                f"--exit-timeout-secs={UNLOAD_S}", *self.model_control_args(), *self.extra_args]
+
+    def model_control_args(self) -> list[str]:
+        """Model control is off unless asked for: the API lets any local process load model code
+        (a python model is arbitrary code). With it on, every model is still loaded at start and a
+        client may reload one with another config (a tuning loop; reference triton.md §6.3)."""
+        if self.model_control:
+            return ["--model-control-mode=explicit", "--load-model=*"]
+        return ["--model-control-mode=none"]
 
     def start(self, timeout: float = 300.0) -> "CpuServer":
         manifest = read_manifest(self.repo)
@@ -185,8 +199,9 @@ class CpuServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "wb")
         try:
+            env = {**server_env(self.bundle), CONTROL_DIR: str(self.workdir)}
             self.proc = subprocess.Popen(self.command(self.workdir / "backends"), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=server_env(self.bundle),
+                                         stdin=subprocess.DEVNULL, env=env,
                                          cwd=str(self.workdir), start_new_session=True)
         finally:
             log.close()
@@ -195,7 +210,37 @@ class CpuServer:
         except BaseException:
             self.stop()
             raise
+        self.ready = True
         return self
+
+    def drain(self) -> int | None:
+        """Let the streams in flight finish before Triton gets its SIGTERM (after which it refuses
+        every new request, the BLS calls of a stream in flight included): `generate` stops taking
+        new requests ("the server is shutting down") and reports its in-flight count, which is
+        waited on for up to drain_timeout_s. Then the streams still running are stopped at their
+        next step, and their final error ("did not finish within the drain period") is given
+        STOP_GRACE_S to reach the clients while Triton still serves. Returns the count left."""
+        (self.workdir / DRAIN_FILE).touch()
+        left = self._wait_idle(self.drain_timeout_s)
+        if left != 0:
+            (self.workdir / STOP_FILE).touch()
+            left = self._wait_idle(STOP_GRACE_S)
+        return left
+
+    def _wait_idle(self, timeout: float) -> int | None:
+        """generate's in-flight count once it is 0, or the last one reported after `timeout` s."""
+        report = self.workdir / (GENERATE + INFLIGHT_SUFFIX)
+        deadline = time.monotonic() + timeout
+        left = None
+        while self.alive() and time.monotonic() < deadline:
+            try:
+                left = int(report.read_text())
+            except (OSError, ValueError):
+                left = None
+            if left == 0:
+                return 0
+            time.sleep(0.2)
+        return left
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -219,9 +264,14 @@ class CpuServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace: float = EXIT_TIMEOUT_S + KILL_GRACE_S) -> int | None:
-        """SIGTERM the server's process group, wait, then SIGKILL what is left. Returns the exit status."""
+    def stop(self, grace: float | None = None) -> int | None:
+        """SIGTERM the server's process group, wait (its exit timeout, then KILL_GRACE_S), then
+        SIGKILL what is left. Returns the exit status."""
+        grace = UNLOAD_S + KILL_GRACE_S if grace is None else grace
         code = None
+        if self.ready and self.alive():
+            self.drain()
+        self.ready = False
         if self.proc is not None:
             pgid = self.proc.pid  # start_new_session: the group id is the server's pid
             _signal_group(pgid, signal.SIGTERM)
@@ -263,9 +313,11 @@ def _reap_group(pgid: int, wait: float = 5.0) -> None:
     _signal_group(pgid, signal.SIGKILL)
 
 
-def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file: Path | None, echo) -> int:
+def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file: Path | None, echo,
+              drain_timeout_s: int = DRAIN_TIMEOUT_S, model_control: bool = False) -> int:
     """Foreground serving: start, report, wait for Ctrl-C / SIGTERM, stop cleanly."""
-    server = CpuServer(repo, ports.get("http"), ports.get("grpc"), ports.get("metrics"), log_file)
+    server = CpuServer(repo, ports.get("http"), ports.get("grpc"), ports.get("metrics"), log_file,
+                       model_control=model_control, drain_timeout_s=drain_timeout_s)
     stop = {"signal": None}
 
     def on_signal(signum, _frame):

@@ -257,5 +257,45 @@ class Tuning(BaseModel):
 
 
 def load_tuning(path: Path) -> Tuning:
-    """Read and validate tuning.json (what the Triton repository stage consumes)."""
-    return load_versioned(path, Tuning, TUNING_SCHEMA, "tuning")
+    """Read and validate tuning.json (what the Triton repository stage consumes): the schema, then
+    the values (see check_tuning_values)."""
+    tuning = load_versioned(path, Tuning, TUNING_SCHEMA, "tuning")
+    check_tuning_values(tuning, path)
+    return tuning
+
+
+def check_tuning_values(tuning: Tuning, path: Path | str = "tuning") -> None:
+    """Values a well-typed tuning.json can still get wrong, each reported with its field: a
+    non-finite number (json reads NaN and Infinity), a concurrency below 1, a draft length below 0
+    or above the file's own max_draft_len. A repository written from such a file routes requests
+    by nonsense (bands [-1, 0]) or asks the engine for a million draft tokens and hangs."""
+    def fail(field: str, msg: str):
+        raise TrtspecError(f"{path}: field '{field}': {msg}")
+
+    for field, value in _floats(tuning.model_dump(by_alias=True)):
+        if not math.isfinite(value):
+            fail(field, f"{value} is not a finite number")
+    if tuning.max_draft_len < 0:
+        fail("max_draft_len", f"{tuning.max_draft_len} is negative")
+    for i, c in enumerate(tuning.concurrency_bands):
+        if c < 1:
+            fail(f"concurrency_bands.{i}", f"concurrency {c} is below 1")
+    for name, w in tuning.workloads.items():
+        for i, b in enumerate(w.bands):
+            where = f"workloads.{name}.bands.{i}"
+            if b.concurrency < 1:
+                fail(f"{where}.concurrency", f"concurrency {b.concurrency} is below 1")
+            if b.draft_len is not None and not 0 <= b.draft_len <= tuning.max_draft_len:
+                fail(f"{where}.draft_len", f"{b.draft_len} is outside [0, max_draft_len={tuning.max_draft_len}]")
+
+
+def _floats(data, prefix: str = ""):
+    """(dotted field path, value) of every float in a dumped model."""
+    if isinstance(data, float):
+        yield prefix, data
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            yield from _floats(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from _floats(v, f"{prefix}.{i}" if prefix else str(i))

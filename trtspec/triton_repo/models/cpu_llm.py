@@ -47,6 +47,7 @@ class TritonPythonModel(PooledModel):
         self.torch_threads = int(p.get("torch_threads") or 1)
         with open(os.path.join(self.path, "config.json")) as f:
             cfg = json.load(f)
+        self.positions = int(cfg.get("max_position_embeddings") or 0)
         tp = int((cfg.get("mapping") or {}).get("tp_size", 1))
         for r in range(tp):
             if not os.path.isfile(os.path.join(self.path, f"rank{r}.safetensors")):
@@ -72,7 +73,7 @@ class TritonPythonModel(PooledModel):
     def handle(self, request, sender):
         from trtspec.runtime.generate import stream_request  # lazy: imported with the checkpoint (see _load)
 
-        prompt, n, end_id, streaming = llm_request(request)
+        prompt, n, end_id, streaming = llm_request(request, self.positions)
         check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
         check_beam_width(scalar(request, "beam_width", 1))
         exclude = scalar(request, "exclude_input_in_output")

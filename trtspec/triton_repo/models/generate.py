@@ -27,6 +27,7 @@ trailing incomplete UTF-8 character is held back until it completes).
 Parameters: routing (JSON), max_concurrency (worker threads = requests served at once).
 """
 
+import contextlib
 import json
 import threading
 
@@ -52,6 +53,7 @@ LLM_OUTPUTS = ["output_ids", "sequence_length", "total_accepted_draft_tokens", "
 
 class TritonPythonModel(PooledModel):
     pool_name = "generate"
+    front = True
 
     def setup(self, p):
         self.routing = json.loads(p["routing"])
@@ -131,18 +133,22 @@ class TritonPythonModel(PooledModel):
 
         tokens, sent = [], ""
         stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
-        for resp in bls(model, inputs, outputs, True, self.workers.stop):
-            self.check_running(request)
-            ids = resp.get("output_ids")
-            if ids is not None:
-                length = resp.get("sequence_length")
-                k = int(length.reshape(-1)[0]) if length is not None else ids.shape[-1]
-                tokens.extend(int(t) for t in ids.reshape(-1)[:k])
-            self._update_stats(stats, resp, model)
-            if stream and ids is not None and ids.size:
-                piece, sent = self._piece(tokens, sent, final=False)
-                if piece:
-                    sender.send(self._response(piece, stats, route, len(tokens)))
+        # spec_decode is ours and takes a cancel message; an EAGLE profile may be the C++ tensorrtllm
+        # backend, which has none (a cancelled EAGLE request runs on there; see bls / CANCEL)
+        steps = bls(model, inputs, outputs, True, self.workers.stop, cancellable=self.mode == "draft-target")
+        with contextlib.closing(steps):  # closing early (Cancelled, an error) cancels spec_decode's stream
+            for resp in steps:
+                self.check_running(request)
+                ids = resp.get("output_ids")
+                if ids is not None:
+                    length = resp.get("sequence_length")
+                    k = int(length.reshape(-1)[0]) if length is not None else ids.shape[-1]
+                    tokens.extend(int(t) for t in ids.reshape(-1)[:k])
+                self._update_stats(stats, resp, model)
+                if stream and ids is not None and ids.size:
+                    piece, sent = self._piece(tokens, sent, final=False)
+                    if piece:
+                        sender.send(self._response(piece, stats, route, len(tokens)))
         self.check_running(request)
         piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
         if piece or not stream:

@@ -17,6 +17,14 @@ their definitions (acceptance length = tokens per target verification step, bonu
 import re
 
 
+# ---- draining (`trtspec serve` and the front model agree on these; see trtspec_triton_common) ----
+
+CONTROL_DIR = "TRTSPEC_CONTROL_DIR"  # environment variable: the directory serve and the stubs share
+DRAIN_FILE = "draining"  # created there by serve when it begins to drain
+STOP_FILE = "stopping"  # created when the drain period is over, just before Triton's SIGTERM
+INFLIGHT_SUFFIX = ".inflight"  # <pool name><suffix>: the front model's in-flight count while draining
+
+
 class RequestError(ValueError):
     """A request that breaks a serving rule: the models send its message to the client as the
     response error (no traceback), and keep serving."""
@@ -78,6 +86,29 @@ def output_len(value, name):
     if value is None or int(value) < 1:
         raise RequestError(f"{name}: expected >= 1, got {value}")
     return int(value)
+
+
+def check_positions(prompt_len, output_len, max_positions):
+    """Refuse a request the model's positions cannot hold (prompt + output tokens), before any KV
+    cache is allocated for it: the cpu flavor preallocates prompt + output tokens, so an unbounded
+    max_tokens (10^9) would otherwise end in an allocator error, and a prompt past the trained
+    positions would be served as noise. max_positions 0: no known bound."""
+    if not max_positions:
+        return
+    if prompt_len >= max_positions:
+        raise RequestError(f"input_ids: the prompt has {prompt_len} tokens; the model has {max_positions} "
+                           "positions (max_position_embeddings), which leaves no room for output")
+    if prompt_len + output_len > max_positions:
+        raise RequestError(f"max_tokens: {output_len} output tokens after a {prompt_len}-token prompt exceed the "
+                           f"model's {max_positions} positions (max_position_embeddings); ask for at most "
+                           f"{max_positions - prompt_len}")
+
+
+def one_row(batch_rows, name):
+    """A request carries one prompt: a batch of several rows in one request is refused rather than
+    answered for its first row only (each prompt is its own request, and they batch in flight)."""
+    if batch_rows > 1:
+        raise RequestError(f"{name}: {batch_rows} rows in one request; send one prompt per request")
 
 
 def draft_len(value, max_draft_len):

@@ -25,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import Acceptance, check_greedy, draft_len, stop_ids
-from trtspec_triton_common import FINAL, PooledModel, bls, llm_request, out, scalar
+from trtspec_triton_common import FINAL, PooledModel, bls, llm_request, max_positions, out, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
             "frequency_penalty", "seed")
@@ -40,6 +40,7 @@ class TritonPythonModel(PooledModel):
         self.target_model = p.get("target_model", "tensorrt_llm")
         self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
         self.max_draft_len = int(p.get("max_draft_len") or 0)
+        self.positions = 0  # bls: the TensorRT-LLM engines refuse what exceeds their limits themselves
         if self.engine == "trtspec.runtime":
             # lazy: only the cpu flavor runs trtspec.runtime; the trtllm container (bls) may have no trtspec
             import torch
@@ -52,11 +53,12 @@ class TritonPythonModel(PooledModel):
             if threads > 0:
                 torch.set_num_threads(threads)
             self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False)
+            self.positions = max_positions(p["target_checkpoint"], p["draft_checkpoint"])
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
 
     def handle(self, request, sender):
-        prompt, n, end_id, streaming = llm_request(request)
+        prompt, n, end_id, streaming = llm_request(request, self.positions)
         k = draft_len(scalar(request, "num_draft_tokens", 0), self.max_draft_len)
         stats = Acceptance()
         steps = self._runtime(request, prompt, n, k, end_id, stats) if self.engine == "trtspec.runtime" \

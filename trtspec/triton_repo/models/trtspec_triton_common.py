@@ -12,12 +12,13 @@ import queue
 import threading
 import time
 import traceback
+import uuid
 from collections import namedtuple
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import RequestError, output_len
+from serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE, RequestError, check_positions, one_row, output_len
 
 try:  # cpu flavor: the models run trtspec in-process, and its errors are the request's fault
     from trtspec.errors import TrtspecError
@@ -28,6 +29,31 @@ except ImportError:  # TensorRT-LLM container: trtspec is not installed
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 TRUE = ("true", "1", "yes", "on")
+
+# Cancellation across a BLS call. The python backend we serve with (r24.10, tritonserver 2.51)
+# has no way to cancel a BLS request: its response iterator has no cancel(), and dropping it only
+# stops the caller from reading, while the callee decodes on to request_output_len (measured: a
+# 1000-token request burned 77 s of CPU after its client had gone). So a caller names each
+# cancellable call with a request parameter (STREAM_ID) and, when it stops reading early, sends
+# the callee a second, tiny request whose CANCEL parameter names that call; the callee's execute()
+# answers it at once and its worker sees the name at its next check_running(), i.e. within one
+# decoding step. Only PooledModels understand it (spec_decode, cpu_llm), so it is sent to nothing else.
+STREAM_ID = "trtspec_stream_id"
+CANCEL = "trtspec_cancel"
+# Draining (cpu flavor, `trtspec serve`): Triton 2.51 refuses every new request once it has its
+# SIGTERM, BLS calls included, so a stream in flight dies at its next postprocessing call ("Server
+# not ready"). So serve drains first: it creates DRAIN_FILE in the directory named by CONTROL_DIR
+# (its environment, inherited by every stub); the front model (generate) then refuses new requests
+# with "the server is shutting down" and, while idle between requests, writes its in-flight count
+# to <CONTROL_DIR>/<pool name>.inflight; serve sends Triton its SIGTERM once that is 0 (or the
+# drain period is over). Then it creates STOP_FILE, and every pooled model stops its streams at
+# their next step: after Triton's SIGTERM a cancel message could no longer reach spec_decode, and a
+# stream left decoding holds its caller's unload (the python backend drains a stub's BLS iterators
+# before it finalizes it) past Triton's exit timeout. The names are in serving_rules, which serve
+# imports too.
+# the required inputs of spec_decode / tensorrt_llm, so that a cancel message passes Triton's checks
+CANCEL_INPUTS = {"input_lengths": np.array([[0]], np.int32), "request_output_len": np.array([[1]], np.int32),
+                 "num_draft_tokens": np.array([[0]], np.int32)}
 
 
 class Cancelled(RequestError):
@@ -90,9 +116,29 @@ def load_tokenizer(tokenizer_dir: str, **kwargs):
 
 
 def tensor(request, name):
-    """The input as a numpy array, or None when the client did not send it."""
+    """The input as a numpy array, or None when the client did not send it. Every input of our
+    models has the batch dimension first: a request of several rows is refused (see one_row)."""
     t = pb_utils.get_input_tensor_by_name(request, name)
-    return None if t is None else t.as_numpy()
+    if t is None:
+        return None
+    arr = t.as_numpy()
+    if arr.ndim >= 2:
+        one_row(arr.shape[0], name)
+    return arr
+
+
+def max_positions(*checkpoint_dirs) -> int:
+    """The positions every one of these TRT-LLM checkpoints holds (the smallest
+    max_position_embeddings of their config.json; 0 when none states one): a cpu-flavor request's
+    prompt + output tokens must fit (see check_positions)."""
+    found = []
+    for d in checkpoint_dirs:
+        if d:
+            with open(os.path.join(d, "config.json")) as f:
+                n = json.load(f).get("max_position_embeddings")
+            if n:
+                found.append(int(n))
+    return min(found, default=0)
 
 
 def scalar(request, name, default=None):
@@ -119,12 +165,16 @@ def ids_input(request, ids_name, len_name=None):
 LlmRequest = namedtuple("LlmRequest", "prompt output_len end_id streaming")
 
 
-def llm_request(request) -> LlmRequest:
+def llm_request(request, positions=0) -> LlmRequest:
     """What every model taking tensorrt_llm's request tensors reads first (spec_decode and the cpu
-    tensorrt_llm): the prompt, request_output_len (>= 1), end_id (None if not sent), streaming."""
-    return LlmRequest(ids_input(request, "input_ids", "input_lengths"),
-                      output_len(scalar(request, "request_output_len", 0), "request_output_len"),
-                      scalar(request, "end_id"), bool(scalar(request, "streaming", False)))
+    tensorrt_llm): the prompt, request_output_len (>= 1), end_id (None if not sent), streaming;
+    refused when prompt + output exceed `positions` (0: not checked here, e.g. a TensorRT-LLM
+    engine, which enforces its own max_input_len / max_seq_len)."""
+    req = LlmRequest(ids_input(request, "input_ids", "input_lengths"),
+                     output_len(scalar(request, "request_output_len", 0), "request_output_len"),
+                     scalar(request, "end_id"), bool(scalar(request, "streaming", False)))
+    check_positions(len(req.prompt), req.output_len, positions)
+    return req
 
 
 def out(name, value, dtype):
@@ -135,9 +185,23 @@ def error_response(message):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(message)))
 
 
-def bls(model, inputs, outputs, decoupled, stop=None):
+def request_parameter(request, key):
+    """A request parameter as a string, or None (absent, or a backend without parameters())."""
+    try:
+        params = request.parameters()
+    except Exception:
+        return None
+    if isinstance(params, str):
+        params = json.loads(params or "{}")
+    value = (params or {}).get(key)
+    return None if value is None else str(value)
+
+
+def bls(model, inputs, outputs, decoupled, stop=None, cancellable=False):
     """Call another model. Yields {output name: array} per non-empty response; raises on errors.
-    `inputs`: {name: numpy array with the batch dimension}.
+    `inputs`: {name: numpy array with the batch dimension}. cancellable (a decoupled call to a
+    PooledModel): when the caller stops reading before the last response (close() of this
+    generator, or `stop`), the callee is told to stop too (see CANCEL).
 
     A decoupled call's response iterator is not dropped here but retired to this thread's list,
     which check_running empties. The reason is a bug of the python backend we serve with
@@ -149,10 +213,12 @@ def bls(model, inputs, outputs, decoupled, stop=None):
     "malloc(): unaligned fastbin chunk detected" under 8 concurrent streams). A stream retired
     before an is_cancelled() round trip has left that map by the time the round trip returns, so
     the last reference is then ours and is dropped with the GIL held."""
+    stream_id = uuid.uuid4().hex if cancellable else None
     request = pb_utils.InferenceRequest(
         model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
-        requested_output_names=list(outputs))
+        requested_output_names=list(outputs), **({"parameters": {STREAM_ID: stream_id}} if stream_id else {}))
     responses = request.exec(decoupled=True) if decoupled else [request.exec()]
+    finished = False
     try:
         for resp in responses:
             if resp.has_error():
@@ -166,9 +232,28 @@ def bls(model, inputs, outputs, decoupled, stop=None):
                 yield got
             if stop is not None and stop.is_set():
                 return
+        finished = True
     finally:
         if decoupled:
             _ended_streams().append(responses)
+        # (once serve has stopped the drain, the callee stops itself, and Triton, stopping, would not
+        # answer a new request: the message would hang this thread)
+        if stream_id and not finished and not draining(STOP_FILE):
+            _send_cancel(model, stream_id)
+
+
+def _send_cancel(model, stream_id) -> None:
+    """Tell `model` (a PooledModel) to stop the stream named `stream_id` (see CANCEL)."""
+    message = pb_utils.InferenceRequest(
+        model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in CANCEL_INPUTS.items()],
+        requested_output_names=[], parameters={CANCEL: stream_id})
+    try:
+        answers = message.exec(decoupled=True)
+        for _ in answers:  # one empty final response, sent at once by the callee's execute()
+            pass
+        _ended_streams().append(answers)
+    except Exception:  # the callee is gone (unloading): its own stop ends the stream
+        traceback.print_exc()
 
 
 class Workers:
@@ -183,9 +268,13 @@ class Workers:
     stream left open is not harmless: the caller's BLS iterator waits on it without a timeout,
     and the python backend drains unfinished iterators before it lets a stub finish unloading."""
 
-    def __init__(self, handler, count: int, name: str):
-        self.handler, self.stop = handler, threading.Event()
+    def __init__(self, handler, count: int, name: str, front: bool = False):
+        self.handler, self.stop, self.name, self.front = handler, threading.Event(), name, front
+        self.busy = 0  # requests handed over and not finished (the in-flight count serve drains)
         self.jobs = queue.Queue()
+        # stream names (STREAM_ID) of the requests handed over and not finished, and those of them
+        # a caller cancelled; both are changed on the execute thread (submit, cancel) and by workers
+        self.live, self.cancelled, self.names = set(), set(), threading.Lock()
         self.threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
                         for i in range(max(1, int(count)))]
         for t in self.threads:
@@ -193,13 +282,54 @@ class Workers:
 
     def submit(self, request) -> None:
         # the sender is taken here, on the stub's execute thread, so a request never queues without one
-        self.jobs.put((request, request.get_response_sender()))
+        name = request_parameter(request, STREAM_ID)
+        sender = request.get_response_sender()
+        if self.front and draining():
+            _send_final_error(sender, Cancelled("the server is shutting down: not taking new requests"))
+            return
+        with self.names:
+            self.busy += 1
+            if name:
+                self.live.add(name)
+        self.jobs.put((request, sender))
+
+    def cancel(self, name) -> None:
+        """A caller stopped reading the stream `name`: its worker stops at its next check. A name
+        no longer live (the stream already ended) is dropped, so the set cannot grow."""
+        with self.names:
+            if name in self.live:
+                self.cancelled.add(name)
+
+    def is_cancelled(self, request) -> bool:
+        name = request_parameter(request, STREAM_ID)
+        return bool(name) and name in self.cancelled
+
+    def _forget(self, request) -> None:
+        name = request_parameter(request, STREAM_ID)
+        with self.names:
+            self.busy -= 1
+            if name:
+                self.live.discard(name)
+                self.cancelled.discard(name)
+
+    def _report_drain(self) -> None:
+        """While serve drains, tell it how many requests are still in flight (see DRAIN_FILE)."""
+        if self.front and draining():
+            path = os.path.join(os.environ[CONTROL_DIR], self.name + INFLIGHT_SUFFIX)
+            tmp = f"{path}.{threading.get_ident()}.tmp"  # one per worker thread: they report concurrently
+            try:
+                with open(tmp, "w") as f:
+                    f.write(str(self.busy))
+                os.replace(tmp, path)
+            except OSError:  # serve removed its directory: it has stopped waiting
+                pass
 
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
                 request, sender = self.jobs.get(timeout=0.2)
             except queue.Empty:
+                self._report_drain()
                 continue
             self.serve(request, sender)
 
@@ -211,8 +341,14 @@ class Workers:
         except USER_ERRORS as e:
             _send_final_error(sender, e)
         except Exception as e:  # a bug or a failed BLS call: report it, keep serving
+            if self.front and draining():  # Triton refused the stream's next BLS call: it is stopping
+                _send_final_error(sender, Cancelled("the server is shutting down: the request did not finish "
+                                                    "within the drain period"))
+                return
             traceback.print_exc()
             _send_final_error(sender, f"{type(e).__name__}: {e}")
+        finally:
+            self._forget(request)
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the pool: running requests end at their next step, queued ones are refused."""
@@ -226,6 +362,12 @@ class Workers:
             except queue.Empty:
                 return
             _send_final_error(sender, Cancelled("the server is shutting down"))
+
+
+def draining(marker=DRAIN_FILE) -> bool:
+    """serve has begun a drain (DRAIN_FILE) or ended it (STOP_FILE); never outside `trtspec serve`."""
+    d = os.environ.get(CONTROL_DIR)
+    return bool(d) and os.path.exists(os.path.join(d, marker))
 
 
 def _send_final_error(sender, message) -> None:
@@ -243,11 +385,12 @@ class PooledModel:
     last one with FINAL, and raises RequestError for a bad request."""
 
     pool_name = "model"
+    front = False  # the model clients call (generate): it refuses new requests while serve drains
 
     def initialize(self, args):
         params = parameters(args)
         self.setup(params)
-        self.workers = Workers(self.handle, int(params.get("max_concurrency") or 8), self.pool_name)
+        self.workers = Workers(self.handle, int(params.get("max_concurrency") or 8), self.pool_name, self.front)
 
     def setup(self, params) -> None:
         raise NotImplementedError
@@ -257,12 +400,22 @@ class PooledModel:
 
     def execute(self, requests):
         for r in requests:
-            self.workers.submit(r)
+            name = request_parameter(r, CANCEL)
+            if name:  # a cancel message (see CANCEL): answered here, never queued behind busy workers
+                self.workers.cancel(name)
+                r.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=[]), flags=FINAL)
+            else:
+                self.workers.submit(r)
         return None
 
     def finalize(self):
         self.workers.close()
 
     def check_running(self, request) -> None:
-        """Raise Cancelled when the client cancelled `request` or the model is being unloaded."""
+        """Raise Cancelled when the client cancelled `request` (directly, or its BLS caller by a
+        cancel message) or the model is being unloaded."""
+        if self.workers.is_cancelled(request):
+            raise Cancelled("request cancelled by its caller")
+        if draining(STOP_FILE):
+            raise Cancelled("the server is shutting down: the request did not finish within the drain period")
         check_running(request, self.workers.stop)
