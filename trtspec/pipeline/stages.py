@@ -266,7 +266,8 @@ def serve_not_applicable(ctx: Ctx) -> str | None:
 def start_server(ctx: Ctx) -> str:
     t = ctx.recipe.triton
     ports = {k: getattr(t.ports, k) or free_port() for k in ("http", "grpc", "metrics")}
-    server = CpuServer(ctx.paths.repo, ports["http"], ports["grpc"], ports["metrics"], log_file=ctx.paths.server_log)
+    server = CpuServer(ctx.paths.repo, ports["http"], ports["grpc"], ports["metrics"], log_file=ctx.paths.server_log,
+                       model_control=t.model_control, drain_timeout_s=t.drain_timeout_s)
     server.start(t.start_timeout_s)
     ctx.server = server
     return f"tritonserver ready on gRPC {server.grpc_url} (stopped after perf; log {ctx.paths.server_log.name})"
