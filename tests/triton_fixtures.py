@@ -170,3 +170,13 @@ def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
+
+
+def cpu_repository(d: Path, mode: str, ckpt: Path, choices: dict, bands=(1, 16)) -> tuple[Path, Path]:
+    """A cpu-flavor repository under d/repo serving `ckpt` with the routes of tuning_file(mode,
+    choices, bands); returns (repository, tuning.json)."""
+    from trtspec.triton_repo.repo import RepoRequest, make_repository
+
+    tuning = tuning_file(d / "t" / "tuning.json", mode, choices, bands=bands)
+    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=d / "repo", ckpt=ckpt))
+    return d / "repo", tuning

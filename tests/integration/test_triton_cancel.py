@@ -18,9 +18,8 @@ import pytest
 
 from tests.integration.test_triton_serve import DT, PROMPTS, bounded, procs_mentioning, request, start_cli, stop_cli
 from tiny_models import make_hf_model, save_tiny_tokenizer
-from triton_fixtures import tuning_file
+from triton_fixtures import cpu_repository
 from trtspec.checkpoints.pair import convert_pair
-from trtspec.triton_repo.repo import RepoRequest, make_repository
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
@@ -66,9 +65,7 @@ def small_pair(d: Path) -> Path:
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_cancel").resolve()
     pair = small_pair(d)
-    tuning = tuning_file(d / "t" / "tuning.json", "draft-target", DT, bands=(1, 16))
-    repo = d / "repo"
-    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=pair))
+    repo, _ = cpu_repository(d, "draft-target", pair, DT)
     proc, ports = start_cli(repo, d / "server.log")
     yield {"repo": repo, "url": f"127.0.0.1:{ports['grpc']}", "pids": procs_mentioning(str(repo))}
     stop_cli(proc, repo)

@@ -34,10 +34,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_fixtures import TREE_A, TREE_B, tiny_eagle, tiny_pair, tuning_file
+from triton_fixtures import TREE_A, TREE_B, cpu_repository, tiny_eagle, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.runtime.generate import load_models, stream_request
-from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.serve import CpuServer, ServerStartError, free_port
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -184,9 +183,7 @@ def text_of(pieces) -> str:
 def dt(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_dt").resolve()
     pair = tiny_pair(d)
-    tuning = tuning_file(d / "t" / "tuning.json", "draft-target", DT, bands=(1, 16))
-    repo = d / "repo"
-    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=pair))
+    repo, _ = cpu_repository(d, "draft-target", pair, DT)
     models = load_models(pair / "target", pair / "draft", tokenizer=False)
     tok = __import__("transformers").AutoTokenizer.from_pretrained(str(pair / "target"))
     routing = json.loads((repo / "trtspec-repo.json").read_text())["routing"]
@@ -384,9 +381,7 @@ def test_a_model_that_fails_to_load_is_reported_with_the_log_tail(dt, tmp_path):
 def eagle(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_eagle").resolve()
     ckpt = tiny_eagle(d)
-    tuning = tuning_file(d / "t" / "tuning.json", "eagle", {"chat": TREE_A, "code": TREE_B}, bands=(1,))
-    repo = d / "repo"
-    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=ckpt))
+    repo, _ = cpu_repository(d, "eagle", ckpt, {"chat": TREE_A, "code": TREE_B}, bands=(1,))
     server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
     yield {"repo": repo, "url": server.grpc_url, "models": load_models(ckpt, tokenizer=False),
            "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(ckpt))}

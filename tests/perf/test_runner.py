@@ -25,11 +25,10 @@ import pytest
 
 from cli_helpers import run_cli
 from integration.test_triton_serve import DT, request, text_of, value
-from triton_fixtures import tiny_pair, tuning_file
+from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.schema import load_results
-from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.serve import CpuServer, free_port
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -43,9 +42,7 @@ REQUESTS = 4
 def served(tmp_path_factory):
     d = tmp_path_factory.mktemp("perf").resolve()
     pair = tiny_pair(d)
-    tuning = tuning_file(d / "t" / "tuning.json", "draft-target", DT, bands=(1, 16))
-    repo = d / "repo"
-    make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=pair))
+    repo, tuning = cpu_repository(d, "draft-target", pair, DT)
     files = {}
     for name, texts in PROMPTS.items():
         files[name] = d / f"{name}.jsonl"

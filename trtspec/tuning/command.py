@@ -41,15 +41,6 @@ def ints_text(values: list[int]) -> str:
 T, M = TuneOptions, MeasureConfig
 
 
-def __getattr__(name: str):
-    """`run_tune` / `tune_stage` were importable from here before tune.py existed; resolved lazily
-    because tune.py reads checkpoints (torch) and this module is on `trtspec --help`'s path."""
-    if name in ("run_tune", "tune_stage"):
-        from . import tune  # lazy: start-up
-
-        return getattr(tune, name)
-    raise AttributeError(name)
-
 
 def tune_command(
     profile: Path = typer.Option(..., "--profile", help="profile.json from the profiler."),
