@@ -105,6 +105,23 @@ def tiny_pair(d: Path) -> Path:
     return d / "pair"
 
 
+def small_vocab_pair(d: Path, vocab: int = 12) -> Path:
+    """A pair directory of tiny Llamas over a `vocab`-token vocabulary (no tokenizer), target and
+    draft from different seeds with flattened logits, so that at temperature > 0 every token has
+    a fair probability and the draft is often but not always right: the setting in which the
+    output distribution of a sampling accept rule can be checked exhaustively."""
+    from trtspec.checkpoints.options import ConvertOptions
+    from trtspec.checkpoints.stage import convert
+
+    for name, seed in (("target", 0), ("draft", 1)):
+        m = make_hf_model("llama", d / f"{name}_hf", seed=seed, vocab_size=vocab, num_key_value_heads=1)
+        with torch.no_grad():
+            m.lm_head.weight.mul_(0.6)
+        m.save_pretrained(d / f"{name}_hf")
+        convert(d / f"{name}_hf", d / "small_pair" / name, ConvertOptions(dtype="float32"))
+    return d / "small_pair"
+
+
 def tiny_eagle(d: Path) -> Path:
     """An EAGLE-1 checkpoint (4 levels, max_draft_len 63) over a near-bigram tiny Llama, with a
     bigram head (fc picks the token embedding), and the tiny tokenizer."""

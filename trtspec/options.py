@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticUndefined
 
 from .errors import TrtspecError
@@ -132,3 +132,37 @@ class flag_context:
         for name, flag in self.params.items():
             text = text.replace(f"`{name}`", flag)
         return text
+
+
+class Sampling(StageOptions):
+    """How a request is sampled: the same four settings everywhere (a workload's `sampling:`, the
+    `--temperature/--top-k/--top-p/--seed` flags of generate and profile, a Triton request's inputs,
+    the runtime's accept rules). temperature 0 (or top_k 1) is greedy decoding.
+
+    Order, as in transformers' warpers and TensorRT-LLM's sampling layers: logits / temperature,
+    then keep the top_k most likely (0 = all), then the smallest set whose probability reaches top_p
+    (1.0 = all). `seed` makes a request reproducible: every random draw is keyed by (seed, output
+    position), see trtspec/runtime/sampling.py."""
+    section = "sampling"
+    temperature: float = Field(0.0, ge=0.0, le=100.0, allow_inf_nan=False,
+                               description="Sampling temperature; 0 is greedy.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens (0 = no limit).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False,
+                         description="Keep the smallest set of tokens whose probability reaches top_p.")
+    seed: int = Field(0, ge=0, lt=2 ** 63, description="Seed of the request's random draws.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    def label(self) -> str:
+        """Short text for tables and plots: `T=0.7 top_p=0.9`, or `greedy`."""
+        if self.greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        parts += [f"top_k={self.top_k}"] if self.top_k else []
+        parts += [f"top_p={self.top_p:g}"] if self.top_p < 1.0 else []
+        return " ".join(parts)
+
+
+GREEDY = Sampling()

@@ -97,7 +97,7 @@ def test_row_steps_carry_the_logits_the_accept_rule_read(m):
     assert seen > 5
 
 
-def accept_nothing(proposal, target_logits):
+def accept_nothing(proposal, target_logits, keys=None):
     """A rule that keeps no draft token: only the target's own next token."""
     return [Acceptance([0], [int(t)], 1) for t in target_logits[:, 0].argmax(-1)]
 

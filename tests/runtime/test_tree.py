@@ -8,7 +8,8 @@ import torch
 
 from trtspec.upstream import trtllm
 from trtspec.errors import TrtspecError
-from trtspec.runtime.speculative import Proposal, accept_greedy
+from trtspec.runtime.accept import accept_greedy
+from trtspec.runtime.speculative import Proposal
 from trtspec.runtime.stats import RequestStats, Step
 from trtspec.runtime.tree import build, chain, validate_choices
 

@@ -20,6 +20,7 @@ class Request:
     prompt: list[int]
     max_new_tokens: int
     eos_ids: frozenset[int] = frozenset()
+    seed: int = 0  # keys the request's random draws when it is sampled (runtime/sampling.py)
     output: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     stats: RequestStats = field(default_factory=RequestStats)
@@ -49,8 +50,9 @@ class Request:
 
 
 def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_size: int,
-                  max_positions: int = 0) -> list[Request]:
-    """Check the prompts (clear errors, not an index error inside torch) and wrap them."""
+                  max_positions: int = 0, seed: int = 0) -> list[Request]:
+    """Check the prompts (clear errors, not an index error inside torch) and wrap them. Request i
+    gets the seed `seed + i`: a batch's rows draw independently, and a batch of one is seeded `seed`."""
     if max_new_tokens < 1:
         raise TrtspecError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
     if not prompts:
@@ -62,8 +64,8 @@ def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_
         if bad:
             raise TrtspecError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
     eos = frozenset(int(e) for e in (eos_ids or ()))
-    return [Request([int(t) for t in p], max_new_tokens, eos, stats=RequestStats(max_positions=max_positions))
-            for p in prompts]
+    return [Request([int(t) for t in p], max_new_tokens, eos, seed + i, stats=RequestStats(max_positions=max_positions))
+            for i, p in enumerate(prompts)]
 
 
 def active_rows(requests: list[Request]) -> torch.Tensor:

@@ -39,7 +39,8 @@ import torch
 
 from .batch import Request, active_rows, make_requests
 from .model import Decoder, forward_stepwise, prefill
-from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, accept_greedy, empty_proposal
+from .accept import Key, accept_greedy
+from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, empty_proposal
 from .stats import GenerationResult, RequestStats, Step
 from .tree import chain
 
@@ -75,29 +76,34 @@ def _emit(requests: list[Request], rows: torch.Tensor, proposal: Proposal, logit
     return out
 
 
+def _keys(reqs: list[Request], rows: torch.Tensor) -> list[Key]:
+    """Each row's draw key: its seed and the output position its root's next token takes."""
+    return [Key(reqs[b].seed, len(reqs[b].output)) for b in rows.tolist()]
+
+
 def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
            proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
-           batch_invariant: bool = False) -> Iterator[list[RowStep]]:
+           batch_invariant: bool = False, seed: int = 0) -> Iterator[list[RowStep]]:
     """Yield, per target forward (the prefill first), one RowStep per request still running.
     Finished rows drop out of the batch; their cache rows stay put. batch_invariant: see the
-    module docstring."""
+    module docstring. seed: request i draws with seed + i (accept.py, sampling.py)."""
     verify = proposer is not None
     proposer = proposer if verify else NoProposer()
-    reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions)
+    reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions, seed)
     capacity = max(len(p) for p in prompts) + max_new_tokens + proposer.max_block + 1
     cache = target.new_cache(len(reqs), capacity)
     rows = torch.arange(len(reqs))
     logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs], batch_invariant)
     forward = partial(forward_stepwise, target) if batch_invariant else target.forward
     first, logits = empty_proposal(len(reqs)), logits[:, None]
-    yield _emit(reqs, rows, first, logits, accept(first, logits), verify=False)
+    yield _emit(reqs, rows, first, logits, accept(first, logits, _keys(reqs, rows)), verify=False)
     proposer.start(reqs, rows, hidden)
     while len(rows := active_rows(reqs)):
         proposal = proposer.propose(reqs, rows)
         roots = torch.tensor([[reqs[b].output[-1]] for b in rows.tolist()])
         logits, hidden = forward(torch.cat([roots, proposal.tokens], dim=1), cache, rows=rows,
                                  pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
-        accepted = accept(proposal, logits)
+        accepted = accept(proposal, logits, _keys(reqs, rows))
         for b, a in zip(rows.tolist(), accepted):
             cache.commit(b, a.path)
         yield _emit(reqs, rows, proposal, logits, accepted, verify)
@@ -106,11 +112,11 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
 
 def generate(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
              proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
-             batch_invariant: bool = False) -> list[GenerationResult]:
+             batch_invariant: bool = False, seed: int = 0) -> list[GenerationResult]:
     """Run `decode` to the end; results in prompt order."""
     outputs: list[list[int]] = [[] for _ in prompts]
     last: dict[int, RowStep] = {}
-    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant):
+    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant, seed):
         for row in rows:
             outputs[row.index] += row.tokens
             last[row.index] = row
@@ -126,14 +132,18 @@ def one_request(steps: Iterator[list[RowStep]]) -> Iterator[RowStep]:
 
 @torch.inference_mode()
 def verify_external(target: Decoder, prompt: list[int], draft: list[int], max_new_tokens: int, eos_ids=(),
-                    accept: AcceptRule = accept_greedy) -> RowStep:
+                    accept: AcceptRule = accept_greedy, key: Key = Key(0, 0),
+                    draft_logits: torch.Tensor | None = None) -> RowStep:
     """A `draft_tokens_external` target step: prompt + draft (a chain) in one causal forward, the
     accept rule on the logits after the last prompt token and after each draft token. The RowStep's
     tokens are the accepted drafts + the target's next token, cut at max_new_tokens and eos; its
-    step counts acceptance before that cut."""
+    step counts acceptance before that cut. key: the request's seed and the output position of the
+    token after `prompt` (sampling rules); draft_logits [K, V]: the distribution the draft sampled
+    each token from (TensorRT-LLM's `draft_logits`, for rejection sampling)."""
     req = make_requests([prompt + draft], max_new_tokens, eos_ids, target.vocab_size, len(draft))[0]
     req.prompt = req.prompt[:len(prompt)]  # checked as one sequence; emit() counts after the prompt
     logits, _ = target.forward(torch.tensor([prompt + draft]), target.new_cache(1, len(prompt) + len(draft)))
-    proposal = Proposal(chain(len(draft)), torch.tensor([draft], dtype=torch.long), None)
+    proposal = Proposal(chain(len(draft)), torch.tensor([draft], dtype=torch.long),
+                        None if draft_logits is None else draft_logits[None], sampled=draft_logits is not None)
     logits = logits[:, len(prompt) - 1:]
-    return _emit([req], torch.arange(1), proposal, logits, accept(proposal, logits), verify=True)[0]
+    return _emit([req], torch.arange(1), proposal, logits, accept(proposal, logits, [key]), verify=True)[0]

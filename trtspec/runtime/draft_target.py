@@ -9,6 +9,11 @@ After verification its cache is rolled back to the part that still matches the c
 prompt/previous tokens + the accepted drafts it ran (d_1..d_min(a, K-1)). Rejected drafts are
 forgotten and overwritten later. Reference: trtllm.md §5 (TRT-LLM `draft_tokens_external`).
 
+With `sampling` (temperature > 0) the draft samples each d_i from its own filtered distribution
+(the request's temperature / top-k / top-p, keyed draw DRAFT at d_i's output position) and says so in
+the Proposal, which rejection sampling needs; without it the draft proposes greedily, as
+TensorRT-LLM's PyTorch backend drafts for its two-model path.
+
 With `batch_invariant` the draft computes as the batch-invariant target does (decode.py): each
 prompt in one block of a batch of one, every later token one at a time (model.forward_stepwise),
 so a draft that is the target itself proposes exactly the target's tokens (AL = K + 1).
@@ -19,16 +24,19 @@ from __future__ import annotations
 import torch
 
 from ..errors import TrtspecError
+from ..options import Sampling
 from .batch import Request
 from .decode import generate
 from .model import Decoder, forward_stepwise, prefill
+from .sampling import DRAFT, draw, probs, uniform
 from .speculative import Acceptance, Proposal
 from .stats import GenerationResult
 from .tree import chain
 
 
 class DraftModelProposer:
-    def __init__(self, draft: Decoder, k: int, target_vocab: int, batch_invariant: bool = False):
+    def __init__(self, draft: Decoder, k: int, target_vocab: int, batch_invariant: bool = False,
+                 sampling: Sampling | None = None):
         if k < 1:
             raise TrtspecError(f"draft_len: expected >= 1, got {k}")
         self.draft, self.k, self.tree = draft, k, chain(k)
@@ -37,6 +45,16 @@ class DraftModelProposer:
         self.vocab = min(draft.vocab_size, target_vocab)
         self.cache = None
         self.batch_invariant = batch_invariant
+        self.sampling = None if sampling is None or sampling.greedy else sampling
+
+    def _choose(self, logits: torch.Tensor, requests: list[Request], rows: torch.Tensor, i: int) -> torch.Tensor:
+        """Draft token i (0-based) of every row: the argmax, or a keyed sample of the draft's
+        distribution at output position len(output) + i."""
+        if self.sampling is None:
+            return logits.argmax(-1)
+        p = probs(logits, self.sampling)
+        return torch.tensor([draw(p[j], uniform(requests[b].seed, len(requests[b].output) + i, DRAFT))
+                             for j, b in enumerate(rows.tolist())])
 
     def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
         longest = max(len(r.prompt) for r in requests)
@@ -53,12 +71,12 @@ class DraftModelProposer:
         for i in range(self.k):
             logits = logits[:, :self.vocab]
             dists.append(logits)
-            tokens.append(logits.argmax(-1))
+            tokens.append(self._choose(logits, requests, rows, i))
             if i + 1 < self.k:  # d_K itself is never run through the draft
                 step, _ = forward(self.draft, tokens[-1][:, None], self.cache, rows=rows)
                 self.cache.advance(rows, 1)
                 logits = step[:, -1]
-        return Proposal(self.tree, torch.stack(tokens, 1), torch.stack(dists, 1))
+        return Proposal(self.tree, torch.stack(tokens, 1), torch.stack(dists, 1), sampled=self.sampling is not None)
 
     def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
                target_hidden: torch.Tensor) -> None:

@@ -28,7 +28,9 @@ import torch
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
+from ..options import GREEDY, Sampling
 from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
+from .accept import EXACT_MATCH, REJECTION_SAMPLING, accept_rule
 from .decode import RowStep, decode, generate, one_request
 from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
@@ -98,40 +100,61 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
 
 
 def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = None, eagle_choices=None,
-                 eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> Proposer | None:
-    """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain greedy."""
+                 eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
+                 draft_sampling: Sampling | None = None) -> Proposer | None:
+    """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain decoding.
+    draft_sampling: the draft model samples its tokens at these settings (rejection sampling)."""
     mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
     if draft_len is not None and mode != "draft-target":
         raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
     if mode == "draft-target":
         return DraftModelProposer(models.draft, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
-                                  models.target.vocab_size, batch_invariant)
+                                  models.target.vocab_size, batch_invariant, draft_sampling)
     if mode == "eagle":
         return eagle_proposer(models.eagle, models.target.vocab_size, eagle_choices, eagle_dynamic_top_k)
     return None
 
 
+def sampled_steps(models: Models, mode: str, draft_len: int | None, eagle_choices, eagle_dynamic_top_k: int | None,
+                  batch_invariant: bool, sampling: Sampling, rule: str | None):
+    """(proposer, accept rule) for these settings. rule None = exact_match, the lossless rule every
+    proposer supports; the draft model samples its own tokens only under rejection_sampling (it
+    then needs to, to send a draft distribution), and drafts greedily otherwise."""
+    rule = EXACT_MATCH if rule is None else rule
+    accept = accept_rule(rule, sampling)
+    draft_sampling = sampling if rule == REJECTION_SAMPLING else None
+    return proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
+                        draft_sampling), accept
+
+
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
-                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> list[GenerationResult]:
+                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
+                   sampling: Sampling = GREEDY, accept: str | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
-    target (and draft-model) forward after the prompt is one token of one row (decode.py)."""
-    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
+    target (and draft-model) forward after the prompt is one token of one row (decode.py).
+    sampling / accept: the settings and accept rule name (runtime/accept.py); prompt i draws with
+    seed sampling.seed + i."""
+    proposer, rule = sampled_steps(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
+                                   sampling, accept)
     return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer,
-                    batch_invariant=batch_invariant)
+                    rule, batch_invariant=batch_invariant, seed=sampling.seed)
 
 
 def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, eos_ids=None,
-                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> Iterator[RowStep]:
+                   eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
+                   sampling: Sampling = GREEDY, accept: str | None = None) -> Iterator[RowStep]:
     """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
-    these); eos_ids None = the checkpoint's. The proposer is checked before the first step runs."""
-    proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
+    these); eos_ids None = the checkpoint's. The proposer and rule are checked before the first step
+    runs. Same seed, same output."""
+    proposer, rule = sampled_steps(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
+                                   sampling, accept)
     eos = models.eos_ids if eos_ids is None else eos_ids
-    return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer,
-                              batch_invariant=batch_invariant))
+    return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer, rule,
+                              batch_invariant=batch_invariant, seed=sampling.seed))
 
 
 def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
@@ -149,7 +172,7 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
-                 batch_invariant: bool = False) -> dict:
+                 batch_invariant: bool = False, sampling: Sampling = GREEDY, accept: str | None = None) -> dict:
     """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
@@ -165,7 +188,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
                            eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k,
-                           batch_invariant=batch_invariant)
+                           batch_invariant=batch_invariant, sampling=sampling, accept=accept)
     output_ids, first_token_s, start = [], None, time.perf_counter()
     for row in steps:  # the prefill's step carries the first token
         first_token_s = time.perf_counter() - start if first_token_s is None else first_token_s
@@ -175,6 +198,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     text = (models.tokenizer.decode(output_ids, skip_special_tokens=True)
             if models.tokenizer is not None else None)
     return {"output_ids": output_ids, "text": text, "acceptance_length": stats.acceptance_length,
+            "sampling": sampling.model_dump(), "accept_rule": None if sampling.greedy else accept or EXACT_MATCH,
             "steps": stats.target_calls,
             "timing": {"first_token_s": first_token_s, "total_s": total_s,
                        "tokens_per_s": len(output_ids) / total_s if total_s > 0 else None}}

@@ -9,10 +9,9 @@ Plain decoding has no proposer: its proposal is the empty tree (`NoProposer`), s
 root alone and the accept rule only picks the target's next token. That is also how the first token
 after the prefill is chosen, so every emitted token goes through the accept rule.
 
-Greedy acceptance (the only one so far) keeps the longest path whose every token is the target's
-argmax after its parent, then appends the target's argmax after the last kept node; the output is
-therefore exactly the target's greedy output. Rejection sampling (draft-target) and typical
-acceptance (EAGLE) need the draft and target logits, which is why Proposal and accept carry them.
+The accept rules (greedy, exact match, rejection sampling, typical acceptance) live in accept.py;
+rejection sampling needs the distribution each draft token was taken from, which is why a Proposal
+carries the draft logits and says whether its tokens were sampled from them.
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ class Proposal:
     tree: Tree | list[Tree]  # one tree for every row (chains, EAGLE-1), or one per row (EAGLE-2)
     tokens: torch.Tensor  # [b', N] the draft token of each node (block index n is tokens[:, n - 1])
     logits: torch.Tensor | None  # [b', N, V] the draft distribution each node was taken from
+    sampled: bool = False  # tokens were sampled from `logits` at the request's settings (else chosen
+    #                        deterministically: argmax / top-k ranks)
 
     def tree_for(self, i: int) -> Tree:
         return self.tree[i] if isinstance(self.tree, list) else self.tree
@@ -95,24 +96,6 @@ class NoProposer:
 
 
 class AcceptRule(Protocol):
-    def __call__(self, proposal: Proposal, target_logits: torch.Tensor) -> list[Acceptance]:
-        """target_logits [b', N+1, V]: the target's distribution after the root and after each node."""
-
-
-def accept_greedy(proposal: Proposal, target_logits: torch.Tensor) -> list[Acceptance]:
-    """Walk the tree from the root, following the child whose token is the target's argmax."""
-    want = target_logits.argmax(-1).tolist()  # [b'][N+1]: the target's next token after each entry
-    drafted = proposal.tokens.tolist()
-    out = []
-    for b in range(len(want)):
-        tree = proposal.tree_for(b)
-        path, node = [0], 0
-        while True:
-            nxt = next((c for c in tree.children[node] if drafted[b][c - 1] == want[b][node]), None)
-            if nxt is None:
-                break
-            path.append(nxt)
-            node = nxt
-        offered = len(path) - 1 + (1 if tree.children[node] else 0)
-        out.append(Acceptance(path, [drafted[b][n - 1] for n in path[1:]] + [want[b][node]], offered))
-    return out
+    def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list | None = None) -> list[Acceptance]:
+        """target_logits [b', N+1, V]: the target's distribution after the root and after each node;
+        keys: each row's accept.Key (seed, output position of the root's next token) for the draws."""

@@ -1,0 +1,193 @@
+"""Accept rules at temperature > 0 (trtspec/runtime/accept.py): lossless in distribution, checked
+against the exact distribution of plain sampling from the target.
+
+On a 12-token vocabulary the distribution of the first three sampled tokens is computed exactly
+(every prefix through the target, 1 + 12 + 144 forwards). Thousands of seeded speculative runs are
+then compared with it by a chi-square test: the joint of (x1, x2) and the marginal of x3, the
+positions the first verify step decides (K = 2). A rule with the textbook rejection-sampling bug
+(resample from p instead of norm(max(0, p - q))) fails the same test, and typical acceptance,
+which is lossy by design, is shown to move the distribution.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chi2
+
+from triton_fixtures import TREE_A, small_vocab_pair, tiny_eagle, tiny_pair
+from trtspec.errors import TrtspecError
+from trtspec.options import Sampling
+from trtspec.runtime.accept import RejectionSampling, TypicalAcceptance, accept_greedy, accept_rule
+from trtspec.runtime.decode import generate
+from trtspec.runtime.draft_target import DraftModelProposer
+from trtspec.runtime.generate import generate_batch, load_models
+from trtspec.runtime.sampling import RESIDUAL, draw, probs, uniform
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPT = [1, 5, 3]
+N = 4000  # seeded runs per check
+SETTINGS = [Sampling(temperature=0.7), Sampling(temperature=1.2, top_p=0.8), Sampling(temperature=1.0, top_k=5)]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = small_vocab_pair(tmp_path_factory.mktemp("small"))
+    return load_models(d / "target", d / "draft", tokenizer=False)
+
+
+@torch.inference_mode()
+def exact_distribution(target, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P(x1, x2) [V, V], P(x3) [V]) of plain sampling from the target after PROMPT."""
+    V = target.vocab_size
+
+    def next_probs(prefixes: torch.Tensor) -> torch.Tensor:
+        seqs = torch.cat([torch.tensor(PROMPT).expand(len(prefixes), -1), prefixes], 1)
+        logits, _ = target.forward(seqs, target.new_cache(len(seqs), seqs.shape[1]))
+        return probs(logits[:, -1], sampling)
+
+    p1 = next_probs(torch.zeros(1, 0, dtype=torch.long))[0]
+    p2 = next_probs(torch.arange(V)[:, None])  # [x1, x2]
+    joint12 = p1[:, None] * p2
+    pairs = torch.cartesian_prod(torch.arange(V), torch.arange(V))  # row i = (x1, x2), x1-major
+    p3 = next_probs(pairs)
+    return joint12, (joint12.reshape(-1, 1) * p3).sum(0)
+
+
+def chi_square_p(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    """Goodness of fit; cells expected below 5 are pooled into one."""
+    counts, expected = counts.flatten().double(), expected_probs.flatten() * counts.sum()
+    small = expected < 5
+    obs = torch.cat([counts[~small], counts[small].sum()[None]])
+    exp = torch.cat([expected[~small], expected[small].sum()[None]])
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    return float(chi2.sf(stat, int(keep.sum()) - 1))
+
+
+def fit(models, outputs: list[list[int]], sampling: Sampling) -> tuple[float, float]:
+    V = models.target.vocab_size
+    joint12, p3 = exact_distribution(models.target, sampling)
+    x = torch.tensor(outputs)
+    c12 = torch.bincount(x[:, 0] * V + x[:, 1], minlength=V * V)
+    return chi_square_p(c12, joint12), chi_square_p(torch.bincount(x[:, 2], minlength=V), p3)
+
+
+def run(models, sampling: Sampling, proposer=None, rule=None, seed: int = 0) -> list[list[int]]:
+    rule = rule or accept_rule("exact_match", sampling)
+    results = generate(models.target, [PROMPT] * N, 3, (), proposer, rule, seed=seed)
+    return [r.output_ids for r in results]
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: s.label())
+def test_plain_sampling_matches_the_exact_distribution(small, sampling):
+    p12, p3 = fit(small, run(small, sampling), sampling)
+    assert p12 > 1e-3 and p3 > 1e-3
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: s.label())
+@pytest.mark.parametrize("rule", ["exact_match", "rejection_sampling"])
+def test_lossless_rules_reproduce_the_target_distribution(small, rule, sampling):
+    draft_sampling = sampling if rule == "rejection_sampling" else None  # sampled draft + its distribution
+    proposer = DraftModelProposer(small.draft, 2, small.target.vocab_size, sampling=draft_sampling)
+    outputs = run(small, sampling, proposer, accept_rule(rule, sampling), seed=10_000)
+    p12, p3 = fit(small, outputs, sampling)
+    assert p12 > 1e-3 and p3 > 1e-3, (p12, p3)
+
+
+def test_rejection_sampling_with_a_greedy_draft_is_lossless(small):
+    """q is then the one-hot of the draft's choice: keep d with probability p(d)."""
+    s = SETTINGS[0]
+    outputs = run(small, s, DraftModelProposer(small.draft, 2, small.target.vocab_size), accept_rule("rejection_sampling", s))
+    assert min(fit(small, outputs, s)) > 1e-3
+
+
+class ResampleFromTarget(RejectionSampling):
+    """The textbook bug: after a rejection, sample p itself instead of norm(max(0, p - q))."""
+
+    def __call__(self, proposal, target_logits, keys):
+        accepted = super().__call__(proposal, target_logits, keys)
+        for b, (a, key) in enumerate(zip(accepted, keys)):
+            tree = proposal.tree_for(b)
+            last = a.path[-1]
+            if tree.children[last]:  # stopped by a rejection: redraw its token from p
+                p = probs(target_logits[b, last], self.sampling)
+                a.tokens[-1] = draw(p, uniform(key.seed, key.position + tree.depth[last], RESIDUAL))
+        return accepted
+
+
+def test_a_broken_rejection_rule_fails_the_same_check(small):
+    s = Sampling(temperature=1.0)
+    proposer = DraftModelProposer(small.draft, 2, small.target.vocab_size, sampling=s)
+    outputs = run(small, s, proposer, ResampleFromTarget(s), seed=10_000)
+    assert min(fit(small, outputs, s)) < 1e-6
+
+
+def test_typical_acceptance_is_lossy_and_says_how_much(small):
+    """Measured deviation (total variation of x2's marginal) documented in the README."""
+    s = SETTINGS[0]
+    outputs = run(small, s, DraftModelProposer(small.draft, 2, small.target.vocab_size), TypicalAcceptance(s))
+    assert min(fit(small, outputs, s)) < 1e-6
+    joint12, _ = exact_distribution(small.target, s)
+    x2 = torch.bincount(torch.tensor(outputs)[:, 1], minlength=12).double() / N
+    tv = 0.5 * float((x2 - joint12.sum(0)).abs().sum())
+    assert tv > 0.05
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    pair, eagle = tiny_pair(d), tiny_eagle(d)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 1001, (n,), generator=g).tolist() for n in (7, 1, 12)]
+    return {"pair": load_models(pair / "target", pair / "draft", tokenizer=False),
+            "eagle": load_models(eagle, tokenizer=False), "prompts": prompts}
+
+
+SPEC = {"draft-target K=1": ("pair", {"mode": "draft-target", "draft_len": 1}),
+        "draft-target K=3": ("pair", {"mode": "draft-target", "draft_len": 3}),
+        "eagle tree": ("eagle", {"mode": "eagle", "eagle_choices": TREE_A}),
+        "eagle-2": ("eagle", {"mode": "eagle", "eagle_dynamic_top_k": 2})}
+
+
+@pytest.mark.parametrize("name", list(SPEC))
+def test_exact_match_emits_the_plain_sampled_output_for_the_same_seed(tiny, name):
+    """Keyed draws: the target's sample at each output position is the same whatever drafted it,
+    so exact-match speculation is plain sampling token for token (and accepts some drafts)."""
+    which, options = SPEC[name]
+    models, s = tiny[which], Sampling(temperature=0.4, top_p=0.95, seed=7)
+    plain = generate_batch(models, tiny["prompts"], 40, "greedy", ignore_eos=True, sampling=s)
+    spec = generate_batch(models, tiny["prompts"], 40, ignore_eos=True, sampling=s, **options)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in plain]
+    assert sum(st.accepted for r in spec for st in r.stats.steps) > 0
+    greedy = generate_batch(models, tiny["prompts"], 40, "greedy", ignore_eos=True)
+    assert [r.output_ids for r in plain] != [r.output_ids for r in greedy]
+
+
+def test_same_seed_same_output_other_seed_other_output(tiny):
+    models, s = tiny["pair"], Sampling(temperature=1.0, seed=5)
+    one = generate_batch(models, tiny["prompts"], 30, draft_len=3, ignore_eos=True, sampling=s,
+                         accept="rejection_sampling")
+    again = generate_batch(models, tiny["prompts"], 30, draft_len=3, ignore_eos=True, sampling=s,
+                           accept="rejection_sampling")
+    other = generate_batch(models, tiny["prompts"], 30, draft_len=3, ignore_eos=True,
+                           sampling=s.model_copy(update={"seed": 6}), accept="rejection_sampling")
+    assert [r.output_ids for r in one] == [r.output_ids for r in again]
+    assert [r.output_ids for r in one] != [r.output_ids for r in other]
+
+
+def test_greedy_settings_give_the_greedy_rule_whatever_the_name():
+    for name in ("greedy", "exact_match", "rejection_sampling", "typical_acceptance"):
+        assert accept_rule(name, Sampling()) is accept_greedy
+        assert accept_rule(name, Sampling(temperature=0.9, top_k=1)) is accept_greedy
+
+
+def test_rule_errors_name_the_field(tiny):
+    with pytest.raises(TrtspecError, match=r"^accept_rule: 'lossy' is not one of"):
+        accept_rule("lossy", Sampling(temperature=0.5))
+    with pytest.raises(TrtspecError, match=r"^accept_rule: greedy cannot accept at T=0.5"):
+        accept_rule("greedy", Sampling(temperature=0.5))
+    with pytest.raises(TrtspecError, match=r"^rejection_sampling: needs a chain"):
+        generate_batch(tiny["eagle"], tiny["prompts"], 5, eagle_choices=TREE_A,
+                       sampling=Sampling(temperature=0.5), accept="rejection_sampling")

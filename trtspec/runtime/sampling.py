@@ -1,0 +1,78 @@
+"""Sampling primitives: the filtered distribution of a logits row, and keyed random draws.
+
+    p = probs(logits, sampling)              # softmax(logits / T), top-k, then top-p, renormalised
+    u = uniform(seed, position, TARGET)      # one U[0, 1) per (request seed, output position, purpose)
+    token = draw(p, u)                       # inverse CDF over the vocabulary order
+
+Why keyed draws rather than a generator that advances: every random number a request uses is a pure
+function of (seed, output position, purpose). The target's sample for output position n is then the
+same whether it was drawn by plain decoding, by a verify step of K = 1 or of K = 7, or by the
+profiler teacher-forcing the finished sequence. Two consequences we rely on:
+
+- exact-match speculation (accept a draft token iff it equals the target's sample) emits exactly the
+  plain sampled output for the same seed, whatever the draft or K: seeded runs are reproducible and
+  the profiler (trtspec/tuning/profile.py) can replay AL(K) exactly from one sampled pass;
+- the draws of different positions and purposes are independent U[0, 1) (splitmix64 of the key),
+  which is all the losslessness arguments of the accept rules (accept.py) need.
+
+TensorRT-LLM draws from curand states that advance per step instead, so its samples differ from ours
+token for token; their distribution is the same.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..options import Sampling
+
+# Purposes of a draw: one independent uniform each per (seed, output position).
+TARGET, DRAFT, ACCEPT, RESIDUAL = range(4)
+
+_MASK = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def uniform(seed: int, position: int, purpose: int) -> float:
+    """U[0, 1) for the key (seed, output position, purpose): 53 random bits of a splitmix64 chain."""
+    x = _splitmix64(_splitmix64(_splitmix64(seed) ^ position) ^ purpose)
+    return (x >> 11) * (1.0 / (1 << 53))
+
+
+def probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The distribution `sampling` draws from, for each row of logits [..., V] (float64).
+
+    Greedy settings give the one-hot of the argmax, so the accept rules need no special case. top-p
+    keeps the most likely tokens up to and including the one whose cumulative probability first
+    reaches top_p (transformers' TopPLogitsWarper keeps the same set, ties aside)."""
+    logits = logits.double()
+    if sampling.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).double()
+    logits = logits / sampling.temperature
+    if 0 < sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    p = logits.softmax(-1)
+    if sampling.top_p < 1.0:
+        sorted_p, order = p.sort(-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p  # probability of the tokens ranked above each one
+        drop_sorted = before >= sampling.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
+        p = p.masked_fill(drop, 0.0)
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def draw(p: torch.Tensor, u: float) -> int:
+    """Inverse CDF: the first token whose cumulative probability exceeds u * total (p need not sum
+    to 1). Zero-probability tokens are never drawn."""
+    cdf = p.double().cumsum(-1)
+    i = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype), right=True))
+    if i >= p.shape[-1] or p[i] <= 0:  # u * total rounded onto the end: the last possible token
+        i = int(torch.nonzero(p > 0)[-1])
+    return i
