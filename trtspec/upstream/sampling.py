@@ -109,8 +109,9 @@ BLS_DRAFT_LOGITS_SWITCH = "use_draft_logits"  # tensorrt_llm_bls input (decode.p
 # both give P(accept d) = p(d) and the same emitted distribution. Whether 1.2.1's DraftTarget
 # drafter attaches logits: unverified (it does not change the profile).
 # One-model EAGLE-3: argmax regardless of temperature unless this prototype flag (default False,
-# TensorRT-LLM PR 9885, merged 2025-12) is set: then the target samples, the draft stays argmax,
-# exact match. Present in 1.2.1: UNVERIFIED. Later main: `use_rejection_sampling` (PR 12588) and
+# TensorRT-LLM PR 9885, merged 2025-12-12) is set: then the target samples, the draft stays argmax,
+# exact match. Present in 1.2.1: UNVERIFIED (the 1.2.0rc5 backend release, 2025-12-10, predates the
+# merge; whether release/1.2 picked it up is unknown). Later main: `use_rejection_sampling` (PR 12588) and
 # per-request auto-detection making this flag a no-op (PR 14745, 2026-06).
 LLMAPI_ADVANCED_SAMPLING_FIELD = "allow_advanced_sampling"
 LLMAPI_ADVANCED_SAMPLING_DEFAULT = False
