@@ -10,6 +10,9 @@ default, limit or name.
   `trtllm-build` defaults and rules the build plans rely on, and the runtime memory facts.
 - `triton`: the Triton TensorRT-LLM backend shipped with that release (model configs, parameters,
   the llmapi model, launching).
+- `sampling`: the rule each TensorRT-LLM 1.2.x path uses to accept a draft token at temperature > 0
+  (greedy, exact match, rejection sampling, typical acceptance), its parameters, and the request
+  fields the sampling settings travel in.
 - `modelopt`: ModelOpt 0.47's quantized export (numeric ranges, KV scales).
 - `transformers`: the transformers release the HF side is read with, and the tokenizer files.
 
