@@ -165,4 +165,4 @@ class Sampling(StageOptions):
         return " ".join(parts)
 
 
-GREEDY = Sampling()
+GREEDY_SAMPLING = Sampling()

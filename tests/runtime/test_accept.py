@@ -18,7 +18,8 @@ from scipy.stats import chi2
 from triton_fixtures import TREE_A, small_vocab_pair, tiny_eagle, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
-from trtspec.runtime.accept import RejectionSampling, TypicalAcceptance, accept_greedy, accept_rule
+from trtspec.runtime.accept import (ExactMatch, ExactMatchResample, RejectionSampling, TypicalAcceptance, accept_greedy,
+                                    accept_rule)
 from trtspec.runtime.decode import generate
 from trtspec.runtime.draft_target import DraftModelProposer
 from trtspec.runtime.generate import generate_batch, load_models
@@ -124,15 +125,24 @@ def test_a_broken_rejection_rule_fails_the_same_check(small):
     assert min(fit(small, outputs, s)) < 1e-6
 
 
-def test_typical_acceptance_is_lossy_and_says_how_much(small):
-    """Measured deviation (total variation of x2's marginal) documented in the README."""
-    s = SETTINGS[0]
-    outputs = run(small, s, DraftModelProposer(small.draft, 2, small.target.vocab_size), TypicalAcceptance(s))
-    assert min(fit(small, outputs, s)) < 1e-6
+def x2_total_variation(small, outputs, s: Sampling) -> float:
     joint12, _ = exact_distribution(small.target, s)
-    x2 = torch.bincount(torch.tensor(outputs)[:, 1], minlength=12).double() / N
-    tv = 0.5 * float((x2 - joint12.sum(0)).abs().sum())
-    assert tv > 0.05
+    x2 = torch.bincount(torch.tensor(outputs)[:, 1], minlength=small.target.vocab_size).double() / len(outputs)
+    return 0.5 * float((x2 - joint12.sum(0)).abs().sum())
+
+
+@pytest.mark.parametrize("rule,temperature", [(TypicalAcceptance, 0.5), (ExactMatchResample, 1.5)])
+def test_the_lossy_rules_move_the_distribution_measurably(small, rule, temperature):
+    """typical_acceptance (EAGLE engines, greedy sampling off) and exact_match_resample (engine-flow
+    draft-target without draft logits) fail the check the lossless rules pass; the total variation
+    of x2's marginal is what the README quotes."""
+    s = Sampling(temperature=temperature)
+    outputs = run(small, s, DraftModelProposer(small.draft, 2, small.target.vocab_size), rule(s))
+    assert min(fit(small, outputs, s)) < 1e-6
+    lossless = run(small, s, DraftModelProposer(small.draft, 2, small.target.vocab_size), ExactMatch(s))
+    print(f"{rule.name}: TV(x2) {x2_total_variation(small, outputs, s):.4f}, "
+          f"exact_match {x2_total_variation(small, lossless, s):.4f}")
+    assert x2_total_variation(small, outputs, s) > 2 * x2_total_variation(small, lossless, s)
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +188,7 @@ def test_same_seed_same_output_other_seed_other_output(tiny):
 
 
 def test_greedy_settings_give_the_greedy_rule_whatever_the_name():
-    for name in ("greedy", "exact_match", "rejection_sampling", "typical_acceptance"):
+    for name in ("greedy", "exact_match", "exact_match_resample", "rejection_sampling", "typical_acceptance"):
         assert accept_rule(name, Sampling()) is accept_greedy
         assert accept_rule(name, Sampling(temperature=0.9, top_k=1)) is accept_greedy
 

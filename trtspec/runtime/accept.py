@@ -2,24 +2,28 @@
 
 Every rule walks the proposal's tree from the root (a chain is a tree) and returns, per row, the kept
 path, the kept draft tokens + one token from the target, and the positions it offered. Which rule a
-deployment runs depends on the TensorRT-LLM path (trtspec/upstream/sampling.py); the profile must
-predict that rule, so each is named and selectable (`accept_rule`):
+deployment runs depends on the TensorRT-LLM path (trtspec/upstream/sampling.py, read from its
+source); the profile must predict that rule, so each is named and selectable (`accept_rule`):
 
 - greedy: keep the child whose token is the target's argmax; add the argmax. Output = greedy output.
-- exact_match (draft-target without draft logits, the PyTorch backend's two-model and n-gram paths):
-  the target samples at each node (temperature, top-k, top-p); keep the child equal to that sample,
-  at the first miss emit the sample itself. Lossless: each emitted token is a target sample given
-  the emitted prefix. With keyed draws (sampling.py) it even emits the plain sampled output.
+- exact_match (the PyTorch backend's two-model and n-gram paths): the target samples at each node
+  (temperature, top-k, top-p); keep the child equal to that sample, at the first miss emit the
+  sample itself. Lossless: each emitted token is a target sample given the emitted prefix. With
+  keyed draws (sampling.py) it even emits the plain sampled output, token for token.
+- exact_match_resample (engine-flow draft-target without draft logits): the same test, but at the
+  first miss TensorRT-LLM emits a FRESH draw from p instead of the sample that missed. LOSSY: the
+  rejected draft token d is drawn again with probability p(d), so P(emit d) = p(d)(2 - p(d)).
 - rejection_sampling (draft-target with draft logits; chains only): keep d_i when u < p(d_i)/q(d_i),
   p the target's and q the draft's filtered distribution at that position; at the first rejection
   emit a sample of norm(max(0, p - q)), after a full chain a sample of p. Lossless (Leviathan et al.
   2023, Chen et al. 2023): P(emit x) = min(p, q)(x) + (1 - sum min(p, q)) * norm(max(0, p - q))(x)
   = p(x). q is what the draft really sampled from: its filtered distribution when it sampled, the
   one-hot of its choice when it drafted greedily (then P(keep d) = p(d), as for exact match).
-- typical_acceptance (EAGLE engines with greedy sampling off): keep a child whose target probability
-  exceeds min(posterior_threshold, posterior_alpha * exp(-entropy(p))), the likeliest such child;
-  add a sample of p. LOSSY: it keeps likely-enough tokens whether or not the target would have
-  sampled them (tests/runtime/test_accept.py measures how far its output distribution moves).
+- typical_acceptance (EAGLE engines with greedy_sampling off, as TensorRT-LLM's kernel does it):
+  p = softmax(logits / T) (no top-k / top-p), tokens below min(eps, alpha * exp(-H(p))) masked out
+  and the rest renormalised; then exact match against one sample per node of that masked
+  distribution. LOSSY: the masked tail is never emitted (tests/runtime/test_accept.py measures how
+  far the output distribution moves).
 
 At temperature 0 (or top_k 1) every rule is the greedy rule (the same function), so greedy outputs
 and their golden tests do not depend on the rule named.
@@ -35,14 +39,12 @@ import torch
 
 from ..errors import TrtspecError
 from ..options import Sampling
+from ..upstream import sampling as upstream
 from .sampling import ACCEPT, RESIDUAL, TARGET, draw, probs, uniform
 from .speculative import Acceptance, AcceptRule, Proposal
 from .tree import Tree
 
-GREEDY, EXACT_MATCH, REJECTION_SAMPLING, TYPICAL_ACCEPTANCE = (
-    "greedy", "exact_match", "rejection_sampling", "typical_acceptance")
-RULES = (GREEDY, EXACT_MATCH, REJECTION_SAMPLING, TYPICAL_ACCEPTANCE)
-LOSSLESS = (GREEDY, EXACT_MATCH, REJECTION_SAMPLING)
+RULES = tuple(r.name for r in upstream.ACCEPT_RULES)  # greedy first
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,17 @@ def accept_greedy(proposal: Proposal, target_logits: torch.Tensor, keys: list[Ke
 
 
 class ExactMatch:
-    """Keep the child equal to the target's sample at each node (module docstring)."""
-    name = EXACT_MATCH
+    """Keep the child equal to the target's sample at each node; at a miss emit that sample."""
+    name = upstream.EXACT_MATCH.name
 
     def __init__(self, sampling: Sampling):
         self.sampling = sampling
+
+    def node_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return probs(logits, self.sampling)
+
+    def on_miss(self, p: torch.Tensor, sample: int, key: Key, position: int) -> int:
+        return sample
 
     def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list[Key]) -> list[Acceptance]:
         drafted = proposal.tokens.tolist()
@@ -95,16 +103,46 @@ class ExactMatch:
             tree = proposal.tree_for(b)
 
             def choose(node: int, b=b, key=key, tree=tree) -> tuple[int | None, int]:
-                p = probs(target_logits[b, node], self.sampling)
-                token = draw(p, uniform(key.seed, key.position + tree.depth[node], TARGET))
-                return next((c for c in tree.children[node] if drafted[b][c - 1] == token), None), token
+                p = self.node_probs(target_logits[b, node])
+                position = key.position + tree.depth[node]
+                token = draw(p, uniform(key.seed, position, TARGET))
+                kid = next((c for c in tree.children[node] if drafted[b][c - 1] == token), None)
+                return kid, token if kid is not None or not tree.children[node] else self.on_miss(p, token, key, position)
             out.append(_walk(tree, drafted[b], choose))
         return out
 
 
+class ExactMatchResample(ExactMatch):
+    """TensorRT-LLM's engine flow without draft logits: a miss emits a fresh draw of p (lossy)."""
+    name = upstream.EXACT_MATCH_RESAMPLE.name
+
+    def on_miss(self, p: torch.Tensor, sample: int, key: Key, position: int) -> int:
+        return draw(p, uniform(key.seed, position, RESIDUAL))
+
+
+class TypicalAcceptance(ExactMatch):
+    """Exact match against the entropy-masked target distribution (lossy; module docstring)."""
+    name = upstream.TYPICAL.name
+
+    def __init__(self, sampling: Sampling, posterior_threshold: float = upstream.TYPICAL_DEFAULT_POSTERIOR_THRESHOLD):
+        super().__init__(sampling)
+        lo, hi = upstream.TYPICAL_POSTERIOR_THRESHOLD_RANGE
+        if not lo <= posterior_threshold < hi:
+            raise TrtspecError(f"posterior_threshold: expected in [{lo}, {hi}), got {posterior_threshold}")
+        self.threshold = posterior_threshold
+        self.alpha = posterior_threshold ** upstream.TYPICAL_ALPHA_EXPONENT
+        self.tempered = Sampling(temperature=sampling.temperature)  # the plugin gets no top-k / top-p
+
+    def node_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        p = probs(logits, self.tempered)
+        entropy = -float((p * (p + 1e-20).log()).sum())
+        p = p.masked_fill(p < min(self.threshold, self.alpha * math.exp(-entropy)), 0.0)
+        return p / p.sum()
+
+
 class RejectionSampling:
     """Keep d_i with probability min(1, p(d_i) / q(d_i)); chains only (module docstring)."""
-    name = REJECTION_SAMPLING
+    name = upstream.REJECTION.name
 
     def __init__(self, sampling: Sampling):
         self.sampling = sampling
@@ -144,33 +182,6 @@ class RejectionSampling:
         return q
 
 
-class TypicalAcceptance:
-    """Keep the likeliest child whose probability passes the entropy-adapted threshold (lossy)."""
-    name = TYPICAL_ACCEPTANCE
-
-    def __init__(self, sampling: Sampling, posterior_threshold: float = 0.09, posterior_alpha: float = 0.3):
-        self.sampling = sampling
-        self.threshold, self.alpha = posterior_threshold, posterior_alpha
-
-    def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list[Key]) -> list[Acceptance]:
-        drafted = proposal.tokens.tolist()
-        out = []
-        for b, key in enumerate(keys):
-            tree = proposal.tree_for(b)
-
-            def choose(node: int, b=b, key=key, tree=tree) -> tuple[int | None, int]:
-                p = probs(target_logits[b, node], self.sampling)
-                entropy = -float((p[p > 0] * p[p > 0].log()).sum())
-                bar = min(self.threshold, self.alpha * math.exp(-entropy))
-                passing = [c for c in tree.children[node] if float(p[drafted[b][c - 1]]) > bar]
-                token = draw(p, uniform(key.seed, key.position + tree.depth[node], TARGET))
-                if not passing:
-                    return None, token
-                return max(passing, key=lambda c: float(p[drafted[b][c - 1]])), token
-            out.append(_walk(tree, drafted[b], choose))
-        return out
-
-
 def accept_rule(name: str, sampling: Sampling) -> AcceptRule:
     """The rule `name` (one of RULES) at `sampling`; greedy settings give the greedy rule whatever
     the name. Errors name the field `accept_rule`."""
@@ -178,8 +189,8 @@ def accept_rule(name: str, sampling: Sampling) -> AcceptRule:
         raise TrtspecError(f"accept_rule: {name!r} is not one of {', '.join(RULES)}")
     if sampling.greedy:
         return accept_greedy
-    if name == GREEDY:
+    if name == upstream.GREEDY.name:
         raise TrtspecError(f"accept_rule: greedy cannot accept at {sampling.label()} "
-                           "(use exact_match, rejection_sampling or typical_acceptance, or temperature 0)")
-    return {EXACT_MATCH: ExactMatch, REJECTION_SAMPLING: RejectionSampling,
-            TYPICAL_ACCEPTANCE: TypicalAcceptance}[name](sampling)
+                           f"(use one of {', '.join(RULES[1:])}, or temperature 0)")
+    rule = {r.name: r for r in (ExactMatch, ExactMatchResample, RejectionSampling, TypicalAcceptance)}[name]
+    return rule(sampling)

@@ -28,9 +28,10 @@ import torch
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from ..options import GREEDY, Sampling
+from ..options import GREEDY_SAMPLING, Sampling
 from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
-from .accept import EXACT_MATCH, REJECTION_SAMPLING, accept_rule
+from ..upstream.sampling import EXACT_MATCH, REJECTION
+from .accept import accept_rule
 from .decode import RowStep, decode, generate, one_request
 from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
@@ -120,9 +121,9 @@ def sampled_steps(models: Models, mode: str, draft_len: int | None, eagle_choice
     """(proposer, accept rule) for these settings. rule None = exact_match, the lossless rule every
     proposer supports; the draft model samples its own tokens only under rejection_sampling (it
     then needs to, to send a draft distribution), and drafts greedily otherwise."""
-    rule = EXACT_MATCH if rule is None else rule
+    rule = EXACT_MATCH.name if rule is None else rule
     accept = accept_rule(rule, sampling)
-    draft_sampling = sampling if rule == REJECTION_SAMPLING else None
+    draft_sampling = sampling if rule == REJECTION.name else None
     return proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
                         draft_sampling), accept
 
@@ -130,7 +131,7 @@ def sampled_steps(models: Models, mode: str, draft_len: int | None, eagle_choice
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
-                   sampling: Sampling = GREEDY, accept: str | None = None) -> list[GenerationResult]:
+                   sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
@@ -146,7 +147,7 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
 def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, eos_ids=None,
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
-                   sampling: Sampling = GREEDY, accept: str | None = None) -> Iterator[RowStep]:
+                   sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> Iterator[RowStep]:
     """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
     these); eos_ids None = the checkpoint's. The proposer and rule are checked before the first step
     runs. Same seed, same output."""
@@ -172,7 +173,7 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
-                 batch_invariant: bool = False, sampling: Sampling = GREEDY, accept: str | None = None) -> dict:
+                 batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> dict:
     """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
@@ -198,7 +199,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     text = (models.tokenizer.decode(output_ids, skip_special_tokens=True)
             if models.tokenizer is not None else None)
     return {"output_ids": output_ids, "text": text, "acceptance_length": stats.acceptance_length,
-            "sampling": sampling.model_dump(), "accept_rule": None if sampling.greedy else accept or EXACT_MATCH,
+            "sampling": sampling.model_dump(), "accept_rule": None if sampling.greedy else accept or EXACT_MATCH.name,
             "steps": stats.target_calls,
             "timing": {"first_token_s": first_token_s, "total_s": total_s,
                        "tokens_per_s": len(output_ids) / total_s if total_s > 0 else None}}
