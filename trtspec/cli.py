@@ -73,6 +73,11 @@ def generate(
     max_new_tokens: int = typer.Option(default(G, "max_new_tokens"), "--max-new-tokens", help=doc(G, "max_new_tokens")),
     ignore_eos: bool = typer.Option(default(G, "ignore_eos"), help=doc(G, "ignore_eos")),
     batch_invariant: bool = typer.Option(default(G, "batch_invariant"), help=doc(G, "batch_invariant")),
+    temperature: float = typer.Option(default(G, "temperature"), help=doc(G, "temperature")),
+    top_k: int = typer.Option(default(G, "top_k"), "--top-k", help=doc(G, "top_k")),
+    top_p: float = typer.Option(default(G, "top_p"), "--top-p", help=doc(G, "top_p")),
+    seed: int = typer.Option(default(G, "seed"), help=doc(G, "seed")),
+    accept_rule: Optional[str] = typer.Option(default(G, "accept_rule"), "--accept-rule", help=doc(G, "accept_rule")),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
@@ -93,11 +98,12 @@ def generate(
             choices = json.loads(eagle_choices)
         except json.JSONDecodeError as e:
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
-    with flag_context(G, params={"chat": "--chat"}):  # run_generate names its arguments
+    options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule)
+    with flag_context(G, params={"chat": "--chat", "accept_rule": "--accept-rule"}):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                               draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
-                              batch_invariant=batch_invariant)
+                              batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule)
     if as_json:
         typer.echo(json.dumps(result))
     else:

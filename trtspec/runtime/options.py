@@ -9,12 +9,17 @@ from typing import Optional
 
 from pydantic import Field
 
-from ..options import StageOptions
+from ..options import Sampling
 
 
-class GenerateOptions(StageOptions):
-    """How one prompt is decoded: greedy, draft-target, or EAGLE tree (static or dynamic)."""
+class GenerateOptions(Sampling):
+    """How one prompt is decoded: greedy or sampled (the Sampling fields), plain, draft-target, or
+    EAGLE tree (static or dynamic), and with which accept rule at temperature > 0."""
     section = "generate"
+    accept_rule: Optional[str] = Field(None, description="Accept rule at temperature > 0: exact_match (default, "
+                                       "lossless), rejection_sampling (draft-target; the draft samples), "
+                                       "exact_match_resample or typical_acceptance (TensorRT-LLM engine rules, "
+                                       "lossy).")
     draft_len: int = Field(4, ge=1, description="Draft tokens per step (draft-target).")
     eagle_choices: Optional[list[list[int]]] = Field(None, description="EAGLE tree, e.g. [[0],[1],[0,0]].")
     eagle_dynamic_top_k: Optional[int] = Field(None, description="EAGLE-2 dynamic tree with this top-k (instead of "
@@ -25,3 +30,7 @@ class GenerateOptions(StageOptions):
     batch_invariant: bool = Field(False, description="Verify each draft token as a one-token decode (no speedup): "
                                                      "speculation then reproduces greedy bit for bit on FP8/INT8 "
                                                      "checkpoints too.")
+
+    def sampling(self) -> Sampling:
+        """The Sampling part of these options."""
+        return Sampling.model_validate(self.model_dump(include=set(Sampling.model_fields)))
