@@ -164,6 +164,12 @@ def test_sampled_runs_carry_the_settings_and_a_distribution_check(served, tmp_pa
         assert c.parity.requests == c.parity.baseline_requests == REQUESTS
         assert c.parity.lengths_ks == 0.0 and c.parity.words_chi2 == pytest.approx(0.0)
     assert load_results(tmp_path / "sampled" / "results.json") == res
+    from trtspec.perf.report import render_report
+
+    html = render_report(res)
+    assert '<table id="parity">' in html and "T=0.8 top_p=0.95" in html and ">consistent<" in html
+    assert '<table id="parity">' not in render_report(run_perf(options(served, tmp_path / "greedy", baseline=True,
+                                                                       concurrency=[1], requests=2)))
 
 
 def test_open_loop_and_the_command_line(served, tmp_path, capsys):

@@ -3,6 +3,7 @@ as the manifest, the README and spec_decode's parameters carry it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import types
@@ -17,7 +18,10 @@ from trtspec.triton_repo.configs import parse_file, params
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.sampling import request_sampling, route_sampling, tuned_rule
 from trtspec.triton_repo.validate import check_repository
-from trtspec.upstream.sampling import PATH_RULES
+from trtspec.upstream.sampling import (BLS_SAMPLING_INPUTS, DRAFT_LOGITS_INPUT, DRAFT_LOGITS_REQUEST_FLAG,
+                                      LLMAPI_SAMPLING_INPUTS, PATH_RULES, TRTLLM_SAMPLING_INPUTS)
+
+MODELS = Path(__file__).resolve().parents[2] / "trtspec" / "triton_repo" / "models"
 
 CHOICES = {"chat": [3, 2], "code": [5, 4]}
 
@@ -117,3 +121,46 @@ def test_cpu_spec_decode_runs_exact_match_and_eagle_repositories_say_greedy(root
     assert manifest["sampling"]["accept_rule"] == "greedy" and manifest["sampling"]["sampling_fallback"] == "greedy"
     assert '`sampling_fallback` = "greedy"' in (repo / "README.md").read_text()
     shutil.rmtree(repo)
+
+
+def _literal(source: Path, name: str):
+    """A module-level dict literal of a python-backend model (they import triton_python_backend_utils)."""
+    tree = ast.parse(source.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == name)
+    return {ast.literal_eval(k): ast.literal_eval(v.elts[0]) if isinstance(v, ast.Tuple) else ast.literal_eval(v)
+            for k, v in zip(node.value.keys, node.value.values)}
+
+
+def test_models_send_sampling_under_upstreams_input_names():
+    """generate.py and spec_decode.py run where trtspec is not installed, so they spell the names;
+    they must be upstream.sampling's."""
+    llmapi = _literal(MODELS / "generate.py", "LLMAPI_SAMPLING")
+    trtllm = _literal(MODELS / "generate.py", "SAMPLING_TO_TRTLLM")
+    for field in ("temperature", "top_k", "top_p", "seed"):
+        assert llmapi[field] == LLMAPI_SAMPLING_INPUTS[field]
+        assert trtllm[BLS_SAMPLING_INPUTS[field]] == TRTLLM_SAMPLING_INPUTS[field]
+    spec = (MODELS / "spec_decode.py").read_text()
+    assert all(f'"{n}"' in spec for n in TRTLLM_SAMPLING_INPUTS.values())
+    assert f'"{DRAFT_LOGITS_INPUT}"' in spec and f'"{DRAFT_LOGITS_REQUEST_FLAG}"' in spec
+
+
+def test_llmapi_eagle3_repository_flags_sampled_requests(root):
+    hf = root / "hf_target"
+    hf.mkdir(exist_ok=True)
+    (hf / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"}))
+    head = root / "hf_eagle3"
+    head.mkdir(exist_ok=True)
+    (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"],
+                                                  "torch_dtype": "bfloat16",
+                                                  "eagle_config": {"use_aux_hidden_state": True}}))
+    tuning = tuning_file(root / "tl" / "tuning.json", "draft-target", CHOICES)
+    repo = root / "llmapi"
+    make_repository(RepoRequest(tuning=tuning, flavor="llmapi", out=repo, ckpt=hf, draft_ckpt=head))
+    assert check_repository(repo) == []
+    routing = json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert routing["greedy_only"] and manifest["sampling"]["path"] == "llmapi-eagle3-one-model"
+    for call in manifest["calls"]:
+        assert {v: k for k, v in call["sends"].items() if k.startswith("sampling_param_")}.items() >= {
+            f"generate.input.{f}": n for f, n in LLMAPI_SAMPLING_INPUTS.items()}.items()
+    assert '`sampling_fallback` = "greedy"' in (repo / "README.md").read_text()
