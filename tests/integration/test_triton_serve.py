@@ -372,6 +372,28 @@ def test_cpu_tensorrt_llm_answers_tensorrt_llm_requests(dt):
     assert [t for p in pieces for t in p.as_numpy("output_ids").reshape(-1).tolist()] == greedy[:4]
 
 
+def test_cpu_tensorrt_llm_samples_draft_input_ids_like_the_engine(dt):
+    """At T > 0 a draft_input_ids request is checked by exact_match_resample (the engine flow without
+    draft logits), then decoded on with the next seed: the runtime's numbers, reproducible by seed."""
+    from trtspec.runtime.accept import Key, accept_rule
+    from trtspec.runtime.decode import verify_external
+
+    m, tok = dt["models"], dt["tok"]
+    ids = tok.encode(PROMPTS["chat"])
+    s = Sampling(temperature=0.8, seed=11)
+    draft = [t for p in stream_request(m, ids, 3, "greedy", eos_ids=()) for t in p.tokens]
+    first = verify_external(m.target, ids, draft, 6, (), accept=accept_rule("exact_match_resample", s),
+                            key=Key(11, 0))
+    rest = [t for p in stream_request(m, ids + first.tokens, 6 - len(first.tokens), "greedy", eos_ids=(),
+                                      sampling=s.model_copy(update={"seed": 12})) for t in p.tokens]
+    base = {"input_ids": (ids, "INT32"), "input_lengths": (len(ids), "INT32"), "request_output_len": (6, "INT32"),
+            "exclude_input_in_output": (True, "BOOL"), "return_perf_metrics": (True, "BOOL"),
+            "draft_input_ids": (draft, "INT32"), "temperature": (0.8, "FP32"), "seed": (11, "UINT64")}
+    _, last = request(dt["url"], "", model="tensorrt_llm", extra=base)
+    assert last.as_numpy("output_ids").reshape(-1).tolist() == first.tokens + rest
+    assert value(last, "total_accepted_draft_tokens") == first.step.accepted and value(last, "total_draft_tokens") == 3
+
+
 def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
     """The trtllm flavor's orchestration (BLS rounds: draft K tokens, target verifies them) runs here
     against the python stand-ins: same text. Its acceptance length is per BLS round, and a round
