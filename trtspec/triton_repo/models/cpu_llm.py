@@ -37,7 +37,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (EXACT_MATCH_RESAMPLE, acceptance_rate, check_beam_width, parse_braces, stop_ids,
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, parse_braces, stop_ids,
                            tree_depth)
 from trtspec_triton_common import FINAL, PooledModel, is_true, llm_request, out, scalar
 
@@ -128,7 +128,7 @@ class TritonPythonModel(PooledModel):
         from trtspec.runtime.decode import verify_external
         from trtspec.runtime.generate import stream_request
 
-        rule = accept_rule(EXACT_MATCH_RESAMPLE, sampling)
+        rule = accept_rule(RESAMPLE_RULE, sampling)
         first = verify_external(m.target, prompt, draft, n, eos, accept=rule, key=Key(sampling.seed, 0))
         acc["accepted"] += first.step.accepted
         acc["drafted"] += len(draft)

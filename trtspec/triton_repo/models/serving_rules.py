@@ -149,10 +149,10 @@ def check_beam_width(value):
 #   ("greedy"; "" when nothing was changed). Never silently.
 # - llmapi: exact_match (two-model) or greedy (one-model EAGLE-3, allow_advanced_sampling off).
 GREEDY_RULE = "greedy"
-EXACT_MATCH = "exact_match"
-EXACT_MATCH_RESAMPLE = "exact_match_resample"
-REJECTION_SAMPLING = "rejection_sampling"
-SPEC_DECODE_RULES = (EXACT_MATCH, EXACT_MATCH_RESAMPLE, REJECTION_SAMPLING)  # a cpu spec_decode may run
+EXACT_MATCH_RULE = "exact_match"
+RESAMPLE_RULE = "exact_match_resample"
+REJECTION_RULE = "rejection_sampling"
+SPEC_DECODE_RULES = (EXACT_MATCH_RULE, RESAMPLE_RULE, REJECTION_RULE)  # a cpu spec_decode may run
 SAMPLING_FALLBACK_GREEDY = "greedy"  # generate's `sampling_fallback` when a sampled request was decoded greedily
 
 
@@ -164,12 +164,12 @@ def is_sampled(temperature, top_k):
 
 def bls_rule(draft_logits):
     """The rule TensorRT-LLM's executor runs for spec_decode's BLS rounds at temperature > 0."""
-    return REJECTION_SAMPLING if draft_logits else EXACT_MATCH_RESAMPLE
+    return REJECTION_RULE if draft_logits else RESAMPLE_RULE
 
 
 def spec_decode_rule(value):
     """A cpu spec_decode's `accept_rule` parameter (default exact_match), checked at model load."""
-    rule = (value or "").strip() or EXACT_MATCH
+    rule = (value or "").strip() or EXACT_MATCH_RULE
     if rule not in SPEC_DECODE_RULES:
         raise ValueError(f"accept_rule: {rule!r} is not one of {', '.join(SPEC_DECODE_RULES)}")
     return rule
