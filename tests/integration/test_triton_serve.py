@@ -9,7 +9,12 @@ leave no process behind. What the tests assert:
 - speculation=false (perf --baseline) gives the same greedy text with K=0 and AL 1.0; EAGLE refuses it;
 - an unknown or missing workload gets the default route; 10 concurrent streaming requests all
   complete with the right text; stream=false returns one response;
-- bad requests get an error response (max_tokens 0, sampling on the greedy-only cpu flavor);
+- bad requests get an error response (max_tokens 0, a negative temperature);
+- sampling (temperature 0.8, seed): the streamed text is the target's plain sampled text for that
+  seed (exact_match with keyed draws), not the greedy text, with the per-request acceptance length
+  trtspec.runtime measures; same seed, same text; another seed, another text; speculation off
+  samples the same text; an EAGLE route answers a sampled request greedily, flagged
+  sampling_fallback = "greedy";
 - genai-perf's tensorrtllm payload (exclude_input_in_output=true) is accepted, false is refused;
 - the cpu `tensorrt_llm` answers tensorrt_llm's own request tensors (draft_input_ids verification);
 - spec_decode's BLS engine (the trtllm flavor's orchestration code, reloaded with engine=bls over
@@ -36,6 +41,7 @@ import pytest
 
 from triton_fixtures import TREE_A, TREE_B, cpu_repository, tiny_eagle, tiny_pair
 from trtspec.errors import TrtspecError
+from trtspec.options import Sampling
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.serve import CpuServer, ServerStartError, free_port
 
@@ -135,7 +141,8 @@ def request(url: str, text: str, workload: str | None = None, stream: bool = Tru
     def inp(name, value, dtype):
         x = grpcclient.InferInput(name, [1, 1] if np.ndim(value) == 0 else [1, len(value)], dtype)
         arr = np.array([value] if np.ndim(value) else [[value]],
-                       dtype={"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32}[dtype])
+                       dtype={"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32,
+                              "UINT64": np.uint64}[dtype])
         if dtype == "BYTES":
             arr = np.array([[value.encode()]], dtype=object)
         x.set_data_from_numpy(arr)
@@ -271,10 +278,56 @@ def test_non_streaming_returns_one_response(dt):
 def test_bad_requests_get_error_responses(dt):
     with pytest.raises(Exception, match="max_tokens: expected >= 1, got 0"):
         request(dt["url"], PROMPTS["chat"], "chat", max_tokens=0)
-    with pytest.raises(Exception, match="decodes greedily only"):
-        request(dt["url"], PROMPTS["chat"], "chat", extra={"temperature": (0.7, "FP32")})
+    with pytest.raises(Exception, match=r"temperature: Input should be greater than or equal to 0 \(got -0.5\)"):
+        request(dt["url"], PROMPTS["chat"], "chat", extra={"temperature": (-0.5, "FP32")})
+    with pytest.raises(Exception, match=r"runtime_top_p \(top_p\): Input should be less than or equal to 1"):
+        request(dt["url"], PROMPTS["chat"], "chat", extra={"temperature": (0.7, "FP32"), "top_p": (1.5, "FP32")})
     pieces, _ = request(dt["url"], PROMPTS["chat"], "chat", max_tokens=3)  # the server still serves
     assert text_of(pieces)
+
+
+def sampled(info, text: str, k: int, sampling: Sampling):
+    """trtspec.runtime's plain sampled text for this seed, and its draft-target run's acceptance length
+    (exact_match: the same tokens, whatever K)."""
+    m, tok = info["models"], info["tok"]
+    ids, eos = tok.encode(text), (tok.eos_token_id,)
+    plain = [t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos, sampling=sampling) for t in p.tokens]
+    spec = list(stream_request(m, ids, MAX_TOKENS, "draft-target", draft_len=k, eos_ids=eos, sampling=sampling,
+                               accept="exact_match"))
+    assert [t for p in spec for t in p.tokens] == plain
+    return tok.decode(plain, skip_special_tokens=True), spec[-1].stats.acceptance_length
+
+
+def sampling_inputs(temperature, seed, top_p=None):
+    extra = {"temperature": (temperature, "FP32"), "seed": (seed, "UINT64")}
+    return extra | ({"top_p": (top_p, "FP32")} if top_p is not None else {})
+
+
+def test_sampled_requests_return_the_targets_sampled_text_with_acceptance_length(dt):
+    k = DT["chat"][0]
+    greedy = expected(dt, PROMPTS["chat"], k)[0]
+    texts = {}
+    for seed in (7, 8):
+        want, al = sampled(dt, PROMPTS["chat"], k, Sampling(temperature=0.8, seed=seed))
+        pieces, last = request(dt["url"], PROMPTS["chat"], "chat", extra=sampling_inputs(0.8, seed))
+        texts[seed] = text_of(pieces)
+        assert texts[seed] == want != greedy
+        assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6) and al >= 1.0
+        assert value(last, "total_draft_tokens") > 0 and value(last, "sampling_fallback") == ""
+    assert texts[7] != texts[8]
+    # the tiny random pair rarely agrees at T = 0.8; at T = 0.3 this seed accepts draft tokens
+    want, al = sampled(dt, PROMPTS["chat"], k, Sampling(temperature=0.3, seed=7))
+    pieces, last = request(dt["url"], PROMPTS["chat"], "chat", extra=sampling_inputs(0.3, 7))
+    assert text_of(pieces) == want and value(last, "total_accepted_draft_tokens") > 0
+    assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6) and al > 1.0
+    again, _ = request(dt["url"], PROMPTS["chat"], "chat", extra=sampling_inputs(0.8, 7))
+    assert text_of(again) == texts[7]  # same seed, same output
+    base, last = request(dt["url"], PROMPTS["chat"], "chat",
+                         extra={**sampling_inputs(0.8, 7), "speculation": (False, "BOOL")})
+    assert text_of(base) == texts[7] and value(last, "num_draft_tokens") == 0  # the baseline samples the same
+    want, _ = sampled(dt, PROMPTS["code"], DT["code"][0], Sampling(temperature=0.8, top_p=0.9, seed=3))
+    pieces, _ = request(dt["url"], PROMPTS["code"], "code", extra=sampling_inputs(0.8, 3, 0.9))
+    assert text_of(pieces) == want
 
 
 def test_genai_perf_tensorrtllm_payload_is_accepted(dt):
@@ -317,6 +370,28 @@ def test_cpu_tensorrt_llm_answers_tensorrt_llm_requests(dt):
     assert value(last, "total_accepted_draft_tokens") == 2 and value(last, "total_draft_tokens") == 3
     pieces, _ = request(dt["url"], "", model="tensorrt_llm", extra={**base, "streaming": (True, "BOOL")})
     assert [t for p in pieces for t in p.as_numpy("output_ids").reshape(-1).tolist()] == greedy[:4]
+
+
+def test_cpu_tensorrt_llm_samples_draft_input_ids_like_the_engine(dt):
+    """At T > 0 a draft_input_ids request is checked by exact_match_resample (the engine flow without
+    draft logits), then decoded on with the next seed: the runtime's numbers, reproducible by seed."""
+    from trtspec.runtime.accept import Key, accept_rule
+    from trtspec.runtime.decode import verify_external
+
+    m, tok = dt["models"], dt["tok"]
+    ids = tok.encode(PROMPTS["chat"])
+    s = Sampling(temperature=0.8, seed=11)
+    draft = [t for p in stream_request(m, ids, 3, "greedy", eos_ids=()) for t in p.tokens]
+    first = verify_external(m.target, ids, draft, 6, (), accept=accept_rule("exact_match_resample", s),
+                            key=Key(11, 0))
+    rest = [t for p in stream_request(m, ids + first.tokens, 6 - len(first.tokens), "greedy", eos_ids=(),
+                                      sampling=s.model_copy(update={"seed": 12})) for t in p.tokens]
+    base = {"input_ids": (ids, "INT32"), "input_lengths": (len(ids), "INT32"), "request_output_len": (6, "INT32"),
+            "exclude_input_in_output": (True, "BOOL"), "return_perf_metrics": (True, "BOOL"),
+            "draft_input_ids": (draft, "INT32"), "temperature": (0.8, "FP32"), "seed": (11, "UINT64")}
+    _, last = request(dt["url"], "", model="tensorrt_llm", extra=base)
+    assert last.as_numpy("output_ids").reshape(-1).tolist() == first.tokens + rest
+    assert value(last, "total_accepted_draft_tokens") == first.step.accepted and value(last, "total_draft_tokens") == 3
 
 
 def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
@@ -403,3 +478,20 @@ def test_eagle_profiles_route_by_workload(eagle):
         assert value(last, "acceptance_length") == pytest.approx(ref[-1].stats.acceptance_length, rel=1e-6)
     with pytest.raises(Exception, match="engines always draft; measure the baseline against a target-only"):
         request(eagle["url"], PROMPTS["chat"], "chat", extra={"speculation": (False, "BOOL")})
+
+
+def test_eagle_answers_sampled_requests_greedily_and_says_so(eagle):
+    """TensorRT-LLM's Triton backend decodes EAGLE engines greedily whatever the temperature; the
+    repository does the same and flags it (serving_rules: sampling_fallback)."""
+    m, tok = eagle["models"], eagle["tok"]
+    ids, eos = tok.encode(PROMPTS["chat"]), (tok.eos_token_id,)
+    greedy = tok.decode([t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos) for t in p.tokens],
+                        skip_special_tokens=True)
+    pieces, last = request(eagle["url"], PROMPTS["chat"], "chat",
+                           extra={"temperature": (0.8, "FP32"), "seed": (5, "UINT64")})
+    assert text_of(pieces) == greedy and value(last, "sampling_fallback") == "greedy"
+    assert value(last, "acceptance_length") > 1.0
+    _, last = request(eagle["url"], PROMPTS["chat"], "chat")
+    assert value(last, "sampling_fallback") == ""
+    with pytest.raises(Exception, match=r"temperature: Input should be greater than or equal to 0"):
+        request(eagle["url"], PROMPTS["chat"], "chat", extra={"temperature": (-1.0, "FP32")})

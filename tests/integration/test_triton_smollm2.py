@@ -62,3 +62,26 @@ def test_smollm2_chat_and_code_served_exactly(smol):
         assert value(last, "num_draft_tokens") == K[w]
         assert value(last, "acceptance_length") == pytest.approx(want[w][1], rel=1e-6)
     assert want["chat"][0].strip() and want["code"][0].strip()
+
+
+def test_smollm2_sampled_requests(smol):
+    """T = 0.7, top_p 0.9: the served text is trtspec.runtime's plain sampled text for the seed (exact
+    match with keyed draws), not the greedy one, with the runtime's acceptance counters; same seed,
+    same text."""
+    from trtspec.options import Sampling
+
+    m, tok = smol["models"], smol["tok"]
+    eos = (tok.eos_token_id,)
+    text = smol["prompts"]["code"]
+    ids = tok.encode(text)
+    s = Sampling(temperature=0.7, top_p=0.9, seed=21)
+    plain = [t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos, sampling=s) for t in p.tokens]
+    greedy = [t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos) for t in p.tokens]
+    spec = list(stream_request(m, ids, MAX_TOKENS, "draft-target", draft_len=K["code"], eos_ids=eos, sampling=s))
+    assert [t for p in spec for t in p.tokens] == plain != greedy
+    extra = {"temperature": (0.7, "FP32"), "top_p": (0.9, "FP32"), "seed": (21, "UINT64")}
+    for _ in range(2):
+        pieces, last = request(smol["url"], text, "code", max_tokens=MAX_TOKENS, extra=extra)
+        assert text_of(pieces) == tok.decode(plain, skip_special_tokens=True)
+        assert value(last, "acceptance_length") == pytest.approx(spec[-1].stats.acceptance_length, rel=1e-6)
+        assert value(last, "total_accepted_draft_tokens") == spec[-1].stats.accepted_draft_tokens

@@ -141,3 +141,19 @@ def test_genai_perf_itself_reads_the_export(tmp_path):
         assert pa[pa.index("--concurrency-range") + 1] == "2" and pa[pa.index("--request-count") + 1] == "5"
         assert pa[pa.index("--warmup-request-count") + 1] == "2" and pa[pa.index("-u") + 1] == "127.0.0.1:8001"
         assert "--streaming" in pa and pa[pa.index("-m") + 1] == "generate"
+
+
+def test_sampled_workloads_send_their_settings(tmp_path):
+    from trtspec.options import Sampling
+    from trtspec.perf.genai_perf import genai_perf_inputs
+
+    assert genai_perf_inputs(Sampling()) == {}
+    chat = genai_perf_inputs(Sampling(temperature=0.8, top_p=0.9, seed=3))
+    assert chat == {"temperature": 0.8, "seed": 3, "top_p": 0.9}
+    script = export_genai_perf(tmp_path / "gp", prompts=PROMPTS, url="127.0.0.1:8001", model="generate",
+                               tokenizer=tokenizer_dir(tmp_path), max_tokens=8, concurrency=[1], baseline=True,
+                               sampling={"chat": chat})
+    for r in json.loads((tmp_path / "gp" / MANIFEST).read_text())["runs"]:
+        extra = [json.loads(x) for x in flag(r["argv"], "--extra-inputs")]
+        assert (chat in extra) == (r["workload"] == "chat")  # baseline and speculative runs alike
+    assert script.is_file()

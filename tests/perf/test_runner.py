@@ -8,6 +8,10 @@ One server per module (CpuServer, ~15 s to start). What the tests assert:
   comparison rows carry speedup = tokens/s on / off and the tuned band's prediction; the CSVs agree
   with results.json; the command line prints one summary line per run;
 - an open-loop run (Poisson arrivals) sends the planned number of requests;
+- sampled runs (--temperature): every request of both halves carries the settings and its prompt's
+  seed (an independent request with them gets the same text), results.json records the settings,
+  the comparison carries the distribution check (the cpu flavor's exact match with keyed draws:
+  every speculative text equals its baseline's, so the check is consistent);
 - clear errors: no server at the URL (within the connect timeout, naming the URL and `trtspec
   serve`), a model that is not there, a bad workload spec (before any server contact).
 Fault tests (a server killed mid-run, requests beyond --timeout) are in test_perf_faults.py.
@@ -27,7 +31,9 @@ from cli_helpers import run_cli
 from integration.test_triton_serve import DT, request, text_of, value
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.errors import TrtspecError
+from trtspec.options import Sampling
 from trtspec.perf.runner import PerfOptions, run_perf
+from trtspec.perf.sampling import request_seed
 from trtspec.perf.schema import load_results
 from trtspec.triton_repo.serve import CpuServer, free_port
 
@@ -129,6 +135,41 @@ def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert [float(x["output_tokens_per_s"]) for x in summary] == [r.summary.output_tokens_per_s for r in res.runs]
     assert [float(x["ttft_s_p99"]) for x in summary] == [r.summary.ttft_s.p99 for r in res.runs]
+
+
+def test_sampled_runs_carry_the_settings_and_a_distribution_check(served, tmp_path):
+    res = run_perf(options(served, tmp_path / "sampled", baseline=True, concurrency=[2], temperature=0.8, top_p=0.95,
+                           seed=4))
+    want = Sampling(temperature=0.8, top_p=0.95)
+    assert res.completed and res.settings.sampling == {w: want.model_dump() for w in PROMPTS}
+    texts = {}
+    for r in res.runs:
+        assert r.sampling == want.model_dump() and r.output_words and r.sampling_fallbacks == 0
+        for q in r.requests:
+            assert q.status == "ok"
+            texts.setdefault((r.workload, q.prompt_id), set()).add(q.output_sha256)
+    assert all(len(v) == 1 for v in texts.values())  # same prompt, same seed: same text, spec or not
+    workload, pid = next(iter(texts))
+    text = PROMPTS[workload][int(pid[len(workload):])]
+    seed = request_seed(4, want, workload, pid)
+    extra = {"temperature": (0.8, "FP32"), "top_p": (0.95, "FP32"), "seed": (seed, "UINT64")}
+    pieces, _ = request(served["url"], text, workload, max_tokens=MAX_TOKENS, extra=extra)
+    assert {hashlib.sha256(text_of(pieces).encode("utf-8")).hexdigest()} == texts[(workload, pid)]
+    greedy, _ = request(served["url"], text, workload, max_tokens=MAX_TOKENS)
+    assert text_of(greedy) != text_of(pieces)
+    assert len(res.comparisons) == 2
+    for c in res.comparisons:
+        assert c.sampling == "T=0.8 top_p=0.95" and c.parity is not None
+        assert c.parity.identical_outputs == 1.0 and c.parity.consistent
+        assert c.parity.requests == c.parity.baseline_requests == REQUESTS
+        assert c.parity.lengths_ks == 0.0 and c.parity.words_chi2 == pytest.approx(0.0)
+    assert load_results(tmp_path / "sampled" / "results.json") == res
+    from trtspec.perf.report import render_report
+
+    html = render_report(res)
+    assert '<table id="parity">' in html and "T=0.8 top_p=0.95" in html and ">consistent<" in html
+    assert '<table id="parity">' not in render_report(run_perf(options(served, tmp_path / "greedy", baseline=True,
+                                                                       concurrency=[1], requests=2)))
 
 
 def test_open_loop_and_the_command_line(served, tmp_path, capsys):

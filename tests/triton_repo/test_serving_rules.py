@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from triton_fixtures import build_dir, tiny_tokenizer_dir, tuning_file
+from trtspec.options import Sampling
 from trtspec.triton_repo.models import serving_rules as r
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.validate import check_repository
+from trtspec.upstream import sampling as upstream_sampling
 
 
 @dataclass
@@ -85,14 +87,28 @@ def test_draft_len_bounds():
 
 
 @pytest.mark.parametrize("temperature, top_k", [(None, None), (0.0, None), (0, 5), (0.7, 1)])
-def test_greedy_requests_pass(temperature, top_k):
-    r.check_greedy(temperature, top_k)
+def test_greedy_requests_are_not_sampled(temperature, top_k):
+    assert not r.is_sampled(temperature, top_k)
+    assert r.sampling_fallback(True, temperature, top_k) == ""
+    assert Sampling(temperature=temperature or 0.0, top_k=top_k or 0).greedy  # the same rule as the model
 
 
 @pytest.mark.parametrize("temperature, top_k", [(0.7, None), (1.0, 0), (0.1, 40)])
-def test_sampling_requests_are_refused(temperature, top_k):
-    with pytest.raises(r.RequestError, match="decodes greedily only"):
-        r.check_greedy(temperature, top_k)
+def test_sampled_requests_on_eagle_routes_are_flagged_greedy(temperature, top_k):
+    assert r.is_sampled(temperature, top_k)
+    assert not Sampling(temperature=temperature, top_k=top_k or 0).greedy
+    assert r.sampling_fallback(True, temperature, top_k) == r.SAMPLING_FALLBACK_GREEDY == "greedy"
+    assert r.sampling_fallback(False, temperature, top_k) == ""  # draft-target routes really sample
+
+
+def test_rule_names_are_upstreams():
+    names = {x.name for x in upstream_sampling.ACCEPT_RULES}
+    assert {r.GREEDY_RULE, *r.SPEC_DECODE_RULES} <= names
+    assert r.bls_rule(False) == upstream_sampling.EXACT_MATCH_RESAMPLE.name
+    assert r.bls_rule(True) == upstream_sampling.REJECTION.name
+    assert r.spec_decode_rule(None) == r.spec_decode_rule("") == upstream_sampling.EXACT_MATCH.name
+    with pytest.raises(ValueError, match="accept_rule: 'greedy' is not one of"):
+        r.spec_decode_rule("greedy")
 
 
 def test_beam_width():

@@ -31,10 +31,12 @@ from tritonclient.utils import InferenceServerException
 from ..errors import TrtspecError
 
 # What the load generator reads from a response, when the model has it (see contracts.GENERATE_OUTPUTS).
-WANTED_OUTPUTS = ("text_output", "num_output_tokens", "acceptance_length", "num_draft_tokens", "route")
+WANTED_OUTPUTS = ("text_output", "num_output_tokens", "acceptance_length", "num_draft_tokens", "route",
+                  "sampling_fallback")
 MAX_MESSAGE = 2**31 - 1
 _F32 = struct.Struct("<f")
 _I32 = struct.Struct("<i")
+_U64 = struct.Struct("<Q")
 
 
 class ServerGone(TrtspecError):
@@ -67,6 +69,8 @@ class Result:
     num_draft_tokens: int | None = None
     route: str | None = None
     output_sha256: str | None = None  # of the streamed text, whole (set when the final response arrives)
+    output_text: str | None = None  # the streamed text, whole (for the sampled-output distribution checks)
+    sampling_fallback: str | None = None  # the repository's sampling_fallback output ("greedy": decoded greedily)
 
 
 def _cancelling() -> bool:
@@ -80,10 +84,29 @@ def _bytes_tensor(value: bytes) -> bytes:
     return struct.pack("<I", len(value)) + value
 
 
+def sampling_inputs(info: ModelInfo, sampling, seed: int) -> list[tuple[str, str, bytes]]:
+    """(name, datatype, raw) of a sampled request's temperature / top_k / top_p / seed, the
+    repository front model's inputs (contracts.GENERATE_INPUTS); none for greedy settings. An input
+    the model does not declare is an error: the run would silently measure something else."""
+    if sampling is None or sampling.greedy:
+        return []
+    wanted = [("temperature", "FP32", _F32.pack(sampling.temperature)), ("seed", "UINT64", _U64.pack(seed))]
+    if sampling.top_k:
+        wanted.append(("top_k", "INT32", _I32.pack(sampling.top_k)))
+    if sampling.top_p < 1.0:
+        wanted.append(("top_p", "FP32", _F32.pack(sampling.top_p)))
+    missing = [name for name, _, _ in wanted if name not in info.inputs]
+    if missing:
+        raise TrtspecError(f"perf.temperature: model {info.name!r} has no {missing[0]!r} input, so it cannot be sent "
+                           f"{sampling.label()}; drive a trtspec repository's 'generate' or measure greedily")
+    return wanted
+
+
 def build_request(model: str, info: ModelInfo, text: str, max_tokens: int, workload: str | None,
-                  speculation: bool | None) -> service_pb2.ModelInferRequest:
+                  speculation: bool | None, extra: list[tuple[str, str, bytes]] = ()) -> service_pb2.ModelInferRequest:
     """The request message for one prompt (built once, sent many times). Inputs the model does not
-    declare (workload, speculation on a foreign model) are left out; stream is always true."""
+    declare (workload, speculation on a foreign model) are left out; stream is always true.
+    extra: further (name, datatype, raw) inputs (sampling_inputs)."""
     req = service_pb2.ModelInferRequest(model_name=model)
     req.parameters["triton_enable_empty_final_response"].bool_param = True
 
@@ -99,6 +122,8 @@ def build_request(model: str, info: ModelInfo, text: str, max_tokens: int, workl
         add("workload", "BYTES", _bytes_tensor(workload.encode("utf-8")))
     if speculation is not None and "speculation" in info.inputs:
         add("speculation", "BOOL", b"\x01" if speculation else b"\x00")
+    for name, datatype, raw in extra:
+        add(name, datatype, raw)
     for name in info.outputs:
         req.outputs.add(name=name)
     return req
@@ -125,6 +150,8 @@ def _read_stats(resp, result: Result, counted: bool) -> None:
             result.num_draft_tokens = _I32.unpack_from(raw)[0]
         elif o.name == "route":
             result.route = _first_bytes(raw)
+        elif o.name == "sampling_fallback":
+            result.sampling_fallback = _first_bytes(raw) or None
     if not counted:  # a model without num_output_tokens: one token per token-carrying response
         result.output_tokens = len(result.token_times)
 
@@ -147,13 +174,14 @@ def _token_progress(resp, seen: int) -> tuple[bool, int]:
     return text_nonempty, seen + (1 if text_nonempty else 0)
 
 
-def _hash_text(resp, digest) -> None:
+def _hash_text(resp, digest, parts: list) -> None:
     """Feed the response's text_output bytes (one BYTES element: 4-byte length, then the text) to the
-    digest, so two requests can be compared for identical output without keeping their text."""
+    digest, so two requests can be compared for identical output, and keep them in `parts`."""
     raws = resp.raw_output_contents
     for i, o in enumerate(resp.outputs):
         if o.name == "text_output" and i < len(raws):
             digest.update(raws[i][4:])
+            parts.append(raws[i][4:])
             return
 
 
@@ -228,7 +256,7 @@ class Stream:
         perf = time.perf_counter
         times = result.token_times
         seen, last = 0, None
-        text = hashlib.sha256()
+        text, parts = hashlib.sha256(), []
         await call.write(request)
         while True:
             msg = await call.read()
@@ -244,11 +272,12 @@ class Stream:
                 new, seen = _token_progress(resp, seen)
                 if new:
                     times.append(now)
-                    _hash_text(resp, text)
+                    _hash_text(resp, text, parts)
                 last = resp
             final = resp.parameters.get("triton_final_response")
             if final is None or final.bool_param:  # a model without the flag answers once
                 result.e2e, result.output_sha256 = now - result.start, text.hexdigest()
+                result.output_text = b"".join(parts).decode("utf-8", errors="replace")
                 return last
 
 

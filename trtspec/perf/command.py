@@ -48,6 +48,10 @@ def perf_command(
     max_tokens: int = typer.Option(default(P, "max_tokens"), "--max-tokens", help=doc(P, "max_tokens")),
     tuning: Optional[Path] = typer.Option(default(P, "tuning"), "--tuning", help=doc(P, "tuning")),
     seed: int = typer.Option(default(P, "seed"), "--seed", help=doc(P, "seed")),
+    temperature: Optional[float] = typer.Option(default(P, "temperature"), "--temperature",
+                                                help=doc(P, "temperature")),
+    top_k: Optional[int] = typer.Option(default(P, "top_k"), "--top-k", help=doc(P, "top_k")),
+    top_p: Optional[float] = typer.Option(default(P, "top_p"), "--top-p", help=doc(P, "top_p")),
     tokenizer: Optional[Path] = typer.Option(default(P, "tokenizer"), "--tokenizer", help=doc(P, "tokenizer")),
     chat: bool = typer.Option(default(P, "chat"), "--chat/--no-chat", help=doc(P, "chat")),
     progress: bool = typer.Option(default(P, "progress"), "--progress/--no-progress", help=doc(P, "progress")),
@@ -66,7 +70,8 @@ def perf_command(
             url=url, model=model, workloads={s.name: s.source for s in specs},
             concurrency=_ints(concurrency, "--concurrency") if concurrency else [], request_rate=request_rate,
             requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
-            connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, tuning=tuning, out=out,
+            connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, temperature=temperature,
+            top_k=top_k, top_p=top_p, tuning=tuning, out=out,
             tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
@@ -95,6 +100,11 @@ def perf_command(
         pred = f" (predicted {c.predicted_speedup:.2f}x)" if c.predicted_speedup is not None else ""
         point = f"c={c.concurrency}" if c.concurrency else f"r={c.request_rate:g}/s"
         typer.echo(f"speedup {c.workload} {point}: {c.speedup:.2f}x{pred}")
+        if c.parity is not None:
+            q = c.parity
+            typer.echo(f"parity {c.workload} {point} ({c.sampling}): lengths KS p={q.lengths_p:.3g}, words "
+                       f"chi2 p={q.words_p:.3g}, identical outputs {q.identical_outputs:.0%} -> "
+                       f"{'consistent' if q.consistent else 'DIFFERENT distributions'}")
     _write_report(results, options)
     typer.echo(f"wrote {Path(out) / 'results.json'}")
 

@@ -3,15 +3,20 @@
 The prediction is the tuned band the repository serves at that load, chosen with the same rule as
 the repository's `generate` model (serving_rules.pick_band: the largest tuned band <= the requests
 in flight, else the smallest band), so a measured speedup is compared with the number the served K came from.
-Open-loop runs have no fixed concurrency, so they get no prediction.
+Open-loop runs have no fixed concurrency, so they get no prediction. Sampled runs (temperature > 0)
+get a distribution check of their outputs against the baseline's (trtspec.perf.parity).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
+from ..options import Sampling
 from ..triton_repo.models.serving_rules import pick_band
-from .schema import Comparison, Run
+from .parity import ALPHA, chi2_homogeneity, ks_2samp
+from .sampling import accept_rule
+from .schema import Comparison, Parity, Run
 
 
 def load_predictions(path: Path | None):
@@ -45,6 +50,10 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
                          tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=tps / btps if btps > 0 else 0.0,
                          acceptance_length=r.summary.acceptance_length)
+        if r.sampling is not None:
+            row.sampling = Sampling.model_validate(r.sampling).label()
+            row.accept_rule = accept_rule(tuning, r.workload)
+            row.parity = parity(r, b)
         wt = tuning.workloads.get(r.workload) if tuning is not None else None
         if wt is not None and wt.bands and r.concurrency is not None:
             band = pick_band(wt.bands, r.concurrency)
@@ -53,3 +62,17 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
             row.predicted_draft_len = _draft_len(band)
         out.append(row)
     return out
+
+
+def parity(spec: Run, base: Run) -> Parity:
+    """The two runs' outputs compared as distributions (lengths, word frequencies), and how many
+    speculative outputs equal their prompt's baseline text (same prompt, same seed)."""
+    rs = [x for x in spec.requests if x.status == "ok"]
+    bs = [x for x in base.requests if x.status == "ok"]
+    d, lengths_p = ks_2samp([x.output_tokens for x in rs], [x.output_tokens for x in bs])
+    chi, dof, words_p = chi2_homogeneity(Counter(spec.output_words or {}), Counter(base.output_words or {}))
+    base_text = {x.prompt_id: x.output_sha256 for x in bs}
+    same = sum(base_text.get(x.prompt_id) == x.output_sha256 for x in rs) / len(rs) if rs else 0.0
+    return Parity(requests=len(rs), baseline_requests=len(bs), lengths_ks=d, lengths_p=lengths_p, words_chi2=chi,
+                  words_dof=dof, words_p=words_p, identical_outputs=same,
+                  consistent=lengths_p >= ALPHA and words_p >= ALPHA)

@@ -20,6 +20,10 @@ How our request maps onto genai-perf's, and why each flag (genai-perf 0.0.16 sou
 - `--extra-inputs '{"workload": ...}'`, and `'{"speculation": false}'` for baseline runs (speculation
   runs send no speculation input, as perf does): the JSON form, because the NAME:VALUE form breaks
   on a ':' in a workload name.
+- sampled workloads (trtspec.perf.sampling): `--extra-inputs '{"temperature": T, "top_p": P,
+  "top_k": K, "seed": S}'`. genai-perf's extra inputs are the same for every request, so the seed is
+  one per run (the workload's sampling seed) where perf sends one per prompt: the same settings,
+  other random draws, so compare distributions, not texts.
 - `--request-count` / `--warmup-request-count` / `--concurrency` or `--request-rate` (plus
   perf_analyzer's `--request-distribution poisson` after `--`, as our open loop is Poisson);
   `--measurement-interval` for a duration-bounded run (perf_analyzer's windows, not one run: the
@@ -46,6 +50,8 @@ from pathlib import Path
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, write_text_atomic
 from . import client, prompts
+from .compare import load_predictions
+from .sampling import workload_sampling
 
 GENAI_PERF_VERSION = "0.0.16"
 SCRIPT = "run_genai_perf.sh"
@@ -88,14 +94,17 @@ def pa_warmup(warmup: int, concurrency: int | None) -> int:
 def genai_perf_argv(*, model: str, url: str, workload: str, input_file: str, tokenizer: str, max_tokens: int,
                     speculation: bool | None, concurrency: int | None, request_rate: float | None,
                     requests: int | None, duration_s: float | None, warmup: int, seed: int,
-                    artifact_dir: str) -> list[str]:
-    """The genai-perf command (argv, `genai-perf` first) for one run."""
+                    artifact_dir: str, sampling: dict | None = None) -> list[str]:
+    """The genai-perf command (argv, `genai-perf` first) for one run. sampling: the generate inputs
+    of a sampled workload ({"temperature": ..., ...}), None for greedy."""
     argv = ["genai-perf", "profile", "-m", model, "--endpoint-type", "kserve", "--backend", "tensorrtllm",
             "--streaming", "-u", url, "--tokenizer", tokenizer, "--input-file", input_file,
             "--output-tokens-mean", str(max_tokens), "--output-tokens-stddev", "0",
             "--extra-inputs", json.dumps({"workload": workload})]
     if speculation is not None:
         argv += ["--extra-inputs", json.dumps({"speculation": speculation})]
+    if sampling:
+        argv += ["--extra-inputs", json.dumps(sampling)]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     else:
@@ -115,10 +124,12 @@ def genai_perf_argv(*, model: str, url: str, workload: str, input_file: str, tok
 def export_genai_perf(out_dir: Path, *, prompts: dict[str, list[tuple[str, str]]], url: str, model: str,
                       tokenizer: Path | str, max_tokens: int, concurrency: list[int], request_rate: float | None = None,
                       requests: int | None = None, duration_s: float | None = None, warmup: int = 2,
-                      baseline: bool = False, seed: int = 0, overwrite: bool = True) -> Path:
+                      baseline: bool = False, seed: int = 0, overwrite: bool = True,
+                      sampling: dict[str, dict] | None = None) -> Path:
     """Write the inputs, the script and the manifest (see the module docstring); returns the script.
 
     `prompts`: {workload: [(sample id, prompt text)]} in sending order (trtspec.perf.prompts.render_all).
+    `sampling`: {workload: generate's sampling inputs} for sampled workloads (genai_perf_inputs).
     The directory is written atomically (a failed export leaves nothing half-written)."""
     if not prompts or any(not p for p in prompts.values()):
         raise TrtspecError("prompts: every workload needs at least one prompt")
@@ -149,7 +160,7 @@ def export_genai_perf(out_dir: Path, *, prompts: dict[str, list[tuple[str, str]]
                                            tokenizer=str(tokenizer.resolve()), max_tokens=max_tokens,
                                            speculation=None if spec else False, concurrency=c,
                                            request_rate=r, requests=requests, duration_s=duration_s, warmup=warmup,
-                                           seed=seed, artifact_dir=art)
+                                           seed=seed, artifact_dir=art, sampling=(sampling or {}).get(name))
                     runs.append(GenaiPerfRun(name, spec, c, r, art, argv))
         manifest = {"genai_perf_version": GENAI_PERF_VERSION, "url": url, "model": model,
                     "tokenizer": str(tokenizer.resolve()), "max_tokens": max_tokens, "inputs": files,
@@ -205,7 +216,21 @@ def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) ->
                            "model to take the tokenizer from)")
     texts = prompts.render_all(prompts.load_all(prompts.parse_workloads(o.workloads), o.seed), o.seed,
                                prompts.load_tokenizer(tok_dir) if o.chat else None, o.chat)
+    tuning = load_predictions(o.tuning)
+    sampling = {name: genai_perf_inputs(workload_sampling(o, tuning, name)) for name in texts}
     return export_genai_perf(out_dir, prompts=texts, url=o.url, model=o.model, tokenizer=tok_dir,
                              max_tokens=o.max_tokens, concurrency=o.concurrency, request_rate=o.request_rate,
                              requests=o.requests, duration_s=o.duration_s, warmup=o.warmup, baseline=o.baseline,
-                             seed=o.seed)
+                             seed=o.seed, sampling={k: v for k, v in sampling.items() if v})
+
+
+def genai_perf_inputs(sampling) -> dict:
+    """generate's sampling inputs as genai-perf extra inputs ({} for greedy settings)."""
+    if sampling.greedy:
+        return {}
+    extra = {"temperature": sampling.temperature, "seed": sampling.seed}
+    if sampling.top_k:
+        extra["top_k"] = sampling.top_k
+    if sampling.top_p < 1.0:
+        extra["top_p"] = sampling.top_p
+    return extra

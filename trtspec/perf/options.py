@@ -6,10 +6,23 @@ argument of runner.run_perf and the source of the CLI flags' defaults and help. 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Optional
 
 from pydantic import Field, model_validator
 
-from ..options import StageOptions
+from ..options import Sampling, StageOptions
+
+
+def _sampling_field(name: str, what: str):
+    """An optional sampling setting with trtspec.options.Sampling's own bounds (written there once)."""
+    f = Sampling.model_fields[name]
+    return Optional[Annotated[(f.annotation, *f.metadata)]], Field(None, description=f"{f.description} {what}")
+
+
+_WHICH = "Every request of every workload (default: each workload's sampling in tuning.json, else greedy)."
+_T, _T_FIELD = _sampling_field("temperature", _WHICH)
+_K, _K_FIELD = _sampling_field("top_k", "With temperature: as above.")
+_P, _P_FIELD = _sampling_field("top_p", "With temperature: as above.")
 
 
 class PerfSettings(StageOptions):
@@ -28,7 +41,10 @@ class PerfSettings(StageOptions):
     timeout_s: float = Field(60.0, gt=0, description="Seconds per request before it counts as a timeout.")
     connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for the server and model.")
     max_tokens: int = Field(256, ge=1, description="max_tokens of every request.")
-    seed: int = Field(0, description="Prompt order and open-loop arrivals.")
+    seed: int = Field(0, description="Prompt order, open-loop arrivals and each prompt's sampling seed.")
+    temperature: _T = _T_FIELD
+    top_k: _K = _K_FIELD
+    top_p: _P = _P_FIELD
     chat: bool = Field(True, description="Render prompts with the chat template, as profile does.")
     processes: int = Field(1, ge=1, description="Client processes sharing each run's load (for request rates one "
                                                 "Python process cannot drive; see trtspec.perf.procs).")
@@ -39,6 +55,8 @@ class PerfSettings(StageOptions):
             raise ValueError("give at most one of requests and duration_s")
         if any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency values must be >= 1, got {self.concurrency}")
+        if self.temperature is None and (self.top_k is not None or self.top_p is not None):
+            raise ValueError("top_k / top_p need a temperature (they filter what the temperature samples)")
         return self
 
 

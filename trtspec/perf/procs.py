@@ -36,7 +36,7 @@ class Share:
     slot: int
     url: str
     info: client.ModelInfo
-    prompts: list[tuple[str, str, str]]  # (sample id, text, workload)
+    prompts: list[tuple[str, str, str, list]]  # (sample id, text, workload, client.sampling_inputs)
     speculation: bool | None
     max_tokens: int
     timeout_s: float
@@ -67,8 +67,9 @@ async def _share(s: Share) -> tuple[list[client.Result], str | None]:
     channel = client.open_channel(s.url)
     stub = client.service_pb2_grpc.GRPCInferenceServiceStub(channel)
     pool = load.StreamPool(lambda: client.Stream(stub, s.url))
-    prompts = [load.Prompt(pid, client.build_request(s.info.name, s.info, text, s.max_tokens, wl, s.speculation))
-               for pid, text, wl in s.prompts]
+    prompts = [load.Prompt(pid, client.build_request(s.info.name, s.info, text, s.max_tokens, wl, s.speculation,
+                                                     extra))
+               for pid, text, wl, extra in s.prompts]
     plan = load.Plan(prompts, s.requests, s.duration_s, s.timeout_s, s.counted)
     results: list[client.Result] = []
     counts = _shared["counts"]

@@ -253,6 +253,31 @@ def _errors(results: PerfResults) -> str:
     return '<ul id="errors">' + "".join(items) + "</ul>"
 
 
+def _parity(results: PerfResults) -> str:
+    """Sampled comparisons: the distribution check of speculative vs baseline outputs (perf.parity)."""
+    rows = []
+    for c in results.comparisons:
+        q = c.parity
+        if q is None:
+            continue
+        verdict = "consistent" if q.consistent else "DIFFERENT"
+        rows.append(f'<tr><td class="l">{escape(c.workload)}</td><td class="l">{escape(load_label(c))}</td>'
+                    f'<td class="l">{escape(c.sampling or "")}</td><td class="l">{escape(c.accept_rule or "-")}</td>'
+                    f"<td>{q.requests}/{q.baseline_requests}</td><td>{q.lengths_p:.3g}</td><td>{q.words_p:.3g}</td>"
+                    f'<td>{q.identical_outputs:.0%}</td><td class="l{"" if q.consistent else " bad"}">{verdict}</td>'
+                    "</tr>")
+    if not rows:
+        return ""
+    head = ("<tr><th class='l'>workload</th><th class='l'>load</th><th class='l'>sampling</th>"
+            "<th class='l'>accept rule (tuning)</th><th>requests spec/base</th><th>lengths KS p</th>"
+            "<th>words &chi;&sup2; p</th><th>identical outputs</th><th class='l'>verdict</th></tr>")
+    return ("<h2>Quality parity (temperature &gt; 0)</h2>"
+            '<p class="muted">Speculative vs baseline outputs as distributions (two-sample tests; small p: they '
+            "differ), not token equality: lossless rules keep p large, lossy ones "
+            "(exact_match_resample, typical acceptance) shift it.</p>"
+            f'<table id="parity">{head}{"".join(rows)}</table>')
+
+
 def _settings(results: PerfResults, tuning_path: str | None) -> str:
     s = results.settings.model_dump()
     s["workloads"] = ", ".join(f"{k}={v}" for k, v in results.settings.workloads.items())
@@ -289,6 +314,7 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         "load.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),
+        _parity(results),
         "<h2>Runs</h2>", _run_table(results),
         "<h2>Errors</h2>", _errors(results),
         "<h2>Settings</h2>", _settings(results, tuning_path),

@@ -36,6 +36,8 @@ from .. import __version__
 from ..errors import TrtspecError
 from . import client, load, procs, prompts
 from .compare import comparisons, load_predictions
+from .parity import word_counts
+from .sampling import request_seed, workload_sampling
 from .options import PerfOptions
 from .output import write_results
 from .schema import PerfResults, Run, Settings
@@ -82,11 +84,12 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _settings(o: PerfOptions) -> Settings:
+def _settings(o: PerfOptions, sampling: dict) -> Settings:
     return Settings(url=o.url, model=o.model, workloads=dict(o.workloads), concurrency=list(o.concurrency),
                     request_rate=o.request_rate, requests=o.requests, duration_s=o.duration_s, warmup=o.warmup,
                     timeout_s=o.timeout_s, max_tokens=o.max_tokens, baseline=o.baseline, seed=o.seed,
-                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes)
+                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes,
+                    sampling={w: s.model_dump() for w, s in sampling.items() if not s.greedy})
 
 
 async def _prepare(o: PerfOptions, workloads: list):
@@ -105,8 +108,14 @@ async def _prepare(o: PerfOptions, workloads: list):
     return info, prompts.render_all(workloads, o.seed, tokenizer, o.chat)
 
 
-def _plan(o: PerfOptions, info, texts, speculation: bool | None, concurrency, rate) -> load.Plan:
-    ps = [load.Prompt(pid, client.build_request(o.model, info, text, o.max_tokens, name, speculation))
+def _extras(o: PerfOptions, info, texts, sampling) -> dict:
+    """{prompt id: its sampling inputs} (trtspec.perf.sampling: per-prompt seeds)."""
+    return {pid: client.sampling_inputs(info, sampling, request_seed(o.seed, sampling, name, pid))
+            for name, pid, text in texts}
+
+
+def _plan(o: PerfOptions, info, texts, speculation: bool | None, concurrency, rate, extras: dict) -> load.Plan:
+    ps = [load.Prompt(pid, client.build_request(o.model, info, text, o.max_tokens, name, speculation, extras[pid]))
           for name, pid, text in texts]
     n = o.requests
     if n is None and o.duration_s is None:
@@ -200,7 +209,9 @@ def _progress(o: PerfOptions):
 
 async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
     info, rendered = await _prepare(o, workloads)
-    res = PerfResults(created=_now(), trtspec_version=__version__, settings=_settings(o), completed=False, runs=[])
+    sampling = {wl.name: workload_sampling(o, tuning, wl.name) for wl in workloads}
+    res = PerfResults(created=_now(), trtspec_version=__version__, settings=_settings(o, sampling), completed=False,
+                      runs=[])
     channel = client.open_channel(o.url)
     stub = client.service_pb2_grpc.GRPCInferenceServiceStub(channel)
     modes = [True, False] if o.baseline else [True]
@@ -212,15 +223,16 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
         with _progress(o) as progress:
             for wl in workloads:
                 texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
+                extras = _extras(o, info, texts, sampling[wl.name])
                 for concurrency, rate in load_points(o):
-                    for spec_on in modes:
+                    for spec_on in modes:  # the baseline carries the same settings and seeds
                         speculation = None if spec_on else False
-                        plan = _plan(o, info, texts, speculation, concurrency, rate)
-                        split = procs.shares(ps.n, o.url, info, [(pid, text, w) for w, pid, text in texts],
+                        plan = _plan(o, info, texts, speculation, concurrency, rate, extras)
+                        split = procs.shares(ps.n, o.url, info, [(pid, text, w, extras[pid]) for w, pid, text in texts],
                                              speculation, o.max_tokens, o.timeout_s, plan.counted, concurrency,
                                              plan.requests, plan.duration_s, rate, o.seed, o.warmup) if ps else None
                         await _one_run(o, res, stub, plan, wl.name, spec_on, concurrency, rate, progress, tuning,
-                                       ps, split)
+                                       ps, split, sampling[wl.name])
         res.completed = True
         write_results(res, o.out)
         return res
@@ -231,7 +243,7 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
 
 
 async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurrency, rate, progress, tuning,
-                   ps=None, split=None):
+                   ps=None, split=None, sampling=None):
     label = f"{workload} {'spec' if spec_on else 'base'} " + (f"c={concurrency}" if concurrency else f"r={rate:g}/s")
     task = progress.add_task(label, total=plan.requests) if progress is not None else None
     pool = load.StreamPool(lambda: client.Stream(stub, o.url))
@@ -250,9 +262,12 @@ async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurren
         pool.close()
     results.sort(key=lambda r: r.start)
     records = [to_record(i, r, clock["start"]) for i, r in enumerate(results)]
+    sampled = sampling is not None and not sampling.greedy
     res.runs.append(Run(workload=workload, speculation=spec_on, concurrency=concurrency, request_rate=rate,
                         started_at=clock["started_at"], completed=error is None, error=error, requests=records,
-                        summary=summarize(records)))
+                        summary=summarize(records), sampling=sampling.model_dump() if sampled else None,
+                        output_words=word_counts(r.output_text for r in results if r.status == "ok") if sampled
+                        else None, sampling_fallbacks=sum(r.sampling_fallback == "greedy" for r in results)))
     res.comparisons = comparisons(res.runs, tuning)
     if error is not None:
         where = f"{workload}, speculation {'on' if spec_on else 'off'}, " + \

@@ -18,6 +18,9 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
 - Percentiles: numpy's default (linear interpolation) over the successful requests of a run.
 - speedup (a Comparison): output tokens/s with speculation / output tokens/s with speculation off,
   same workload, same concurrency (or request rate), same server, same invocation.
+- sampling: the settings every request of a run carried (trtspec.perf.sampling; none = greedy), the
+  same for its baseline; at temperature > 0 a Comparison's `parity` is the distribution check of
+  trtspec.perf.parity (output lengths and word frequencies, two-sample tests), not token equality.
 """
 
 from __future__ import annotations
@@ -89,6 +92,23 @@ class Run(BaseModel):
     error: str | None = None
     requests: list[RequestRecord]
     summary: RunSummary
+    sampling: dict | None = None  # trtspec.options.Sampling sent with every request (None: greedy)
+    output_words: dict[str, int] | None = None  # sampled runs: word frequencies of the outputs (parity.word_counts)
+    sampling_fallbacks: int = 0  # requests the repository decoded greedily although sampled (sampling_fallback)
+
+
+class Parity(BaseModel):
+    """Speculative vs baseline outputs of one comparison at temperature > 0 (trtspec.perf.parity)."""
+    model_config = ConfigDict(extra="forbid")
+    requests: int  # successful speculative requests compared
+    baseline_requests: int
+    lengths_ks: float  # two-sample Kolmogorov-Smirnov statistic of output tokens per request
+    lengths_p: float
+    words_chi2: float  # chi-square of homogeneity of word frequencies
+    words_dof: int
+    words_p: float
+    identical_outputs: float  # fraction of speculative requests whose text equals its prompt's baseline text
+    consistent: bool  # both p-values >= parity.ALPHA
 
 
 class Comparison(BaseModel):
@@ -104,6 +124,9 @@ class Comparison(BaseModel):
     predicted_speedup: float | None = None  # tuning.json, the band the repository serves at this load
     predicted_acceptance_length: float | None = None
     predicted_draft_len: int | None = None
+    sampling: str | None = None  # Sampling.label() of both runs (None: greedy)
+    accept_rule: str | None = None  # the rule tuning.json assumed for this workload, when it says
+    parity: Parity | None = None  # at temperature > 0
 
 
 class Settings(BaseModel):
@@ -122,6 +145,7 @@ class Settings(BaseModel):
     seed: int
     tuning: str | None = None  # tuning.json the predictions came from
     processes: int = 1  # client processes that shared each run's load (trtspec perf --processes)
+    sampling: dict[str, dict] = Field(default_factory=dict)  # workload -> Sampling sent (absent: greedy)
 
 
 class PerfResults(BaseModel):

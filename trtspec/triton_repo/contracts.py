@@ -87,6 +87,8 @@ GENERATE_OUTPUTS = (
     Tensor("num_draft_tokens", "TYPE_INT32", (1,)), Tensor("total_accepted_draft_tokens", "TYPE_INT32", (1,)),
     Tensor("total_draft_tokens", "TYPE_INT32", (1,)), Tensor("num_output_tokens", "TYPE_INT32", (1,)),
     Tensor("route", "TYPE_STRING", (1,)),
+    # "greedy" when a sampled request was decoded greedily (EAGLE routes; serving_rules), else ""
+    Tensor("sampling_fallback", "TYPE_STRING", (1,)),
 )
 
 # The orchestration model takes tensorrt_llm's own request tensors (same names, dtypes, dims), plus K.
@@ -126,10 +128,12 @@ def _sampling_sends() -> dict[str, str]:
     return {SAMPLING_TO_TRTLLM[s]: f"{GENERATE}.input.{s}" for s in SAMPLING}
 
 
-def calls(mode: str, llm_models: list[str], bls_spec_decode: bool) -> list[Call]:
+def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits: bool = False) -> list[Call]:
     """Every BLS call of a repository: mode draft-target | eagle; llm_models = the tensorrt_llm*
     models generate routes to (EAGLE profiles); bls_spec_decode: spec_decode calls the engines
-    through BLS (trtllm flavor) instead of running them in-process (cpu flavor)."""
+    through BLS (trtllm flavor) instead of running them in-process (cpu flavor); draft_logits: at
+    temperature > 0 the draft samples with the request's settings and returns its generation
+    logits, and the target gets draft_logits (models/spec_decode.py)."""
     pre = Call(GENERATE, PREPROCESSING, False,
                {"QUERY": f"{GENERATE}.input.text_input", "REQUEST_OUTPUT_LEN": f"{GENERATE}.input.max_tokens",
                 "END_ID": f"{GENERATE}.input.end_id", "PAD_ID": f"{GENERATE}.input.pad_id"},
@@ -151,11 +155,14 @@ def calls(mode: str, llm_models: list[str], bls_spec_decode: bool) -> list[Call]
                               "end_id": f"{SPEC_DECODE}.input.end_id", "pad_id": f"{SPEC_DECODE}.input.pad_id",
                               "streaming": "const:TYPE_BOOL:1", "exclude_input_in_output": "const:TYPE_BOOL:1"}
             sampling = {n: f"{SPEC_DECODE}.input.{n}" for n in SAMPLING_TO_TRTLLM.values()}
-            out.append(Call(SPEC_DECODE, TENSORRT_LLM_DRAFT, True, dict(engine_request),
-                            ["output_ids", "sequence_length"]))
-            out.append(Call(SPEC_DECODE, TENSORRT_LLM, True,
-                            {**engine_request, **sampling, "draft_input_ids": "const:TYPE_INT32:-1"},
-                            ["output_ids", "sequence_length"]))
+            draft_sends, draft_reads = dict(engine_request), ["output_ids", "sequence_length"]
+            target_sends = {**engine_request, **sampling, "draft_input_ids": "const:TYPE_INT32:-1"}
+            if draft_logits:
+                draft_sends.update(sampling, return_generation_logits="const:TYPE_BOOL:1")
+                draft_reads.append("generation_logits")
+                target_sends["draft_logits"] = "const:TYPE_FP32:-1,-1"
+            out.append(Call(SPEC_DECODE, TENSORRT_LLM_DRAFT, True, draft_sends, draft_reads))
+            out.append(Call(SPEC_DECODE, TENSORRT_LLM, True, target_sends, ["output_ids", "sequence_length"]))
     else:
         producers = list(llm_models)
         for m in llm_models:

@@ -1,4 +1,4 @@
-"""README.md of a generated repository: launch, models, the tuned table, memory."""
+"""README.md of a generated repository: launch, models, the tuned table, sampling, memory."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ it on (explicit mode), for a tuning loop that reloads `spec_decode` with another
 restart; it lets any local process load model code, so leave it off otherwise.
 The `tensorrt_llm*` models here are python-backend models running `trtspec.runtime` on the
 TensorRT-LLM checkpoints, with the tensor names of the C++ backend: the same graph as the
-trtllm flavor, greedy decoding only.""",
+trtllm flavor (sampling: see "Sampling" below).""",
     "trtllm": """For an H100 host with the TensorRT-LLM {trtllm} Triton container. `trtspec serve {repo}` prints
 the command below (`--exec` runs it). The engine, tokenizer and repository paths are mounted at the
 same absolute paths, so copy them to the same places on the GPU host (or edit the mounts).
@@ -109,6 +109,8 @@ def render_readme(manifest: dict, tuning, repo_path: Path) -> str:
         lines.append(f"| `{name}` | {text} |")
     lines += ["", "## Tuned settings and routing", ""]
     lines += _tuned_table(manifest, tuning)
+    if manifest.get("sampling"):
+        lines += ["", "## Sampling (temperature > 0)", ""] + _sampling_text(manifest)
     if manifest.get("memory"):
         lines += ["", "## GPU memory (estimate, per GPU)", ""] + _memory_table(manifest)
     if manifest.get("warnings"):
@@ -151,6 +153,42 @@ def _tuned_table(manifest: dict, tuning) -> list[str]:
         d = routing["default"]
         out += ["", f"Unknown or missing workload: `{d['model']}` ({d['source']}). The LLM API backend does not "
                 "report acceptance counters to Triton, so `acceptance_length` is 0 in this flavor."]
+    return out
+
+
+RULE_TEXT = {
+    "exact_match": "exact match: the target samples at each draft position and keeps the draft token only if it "
+                   "equals that sample, else emits the sample (lossless: the output follows the target's own "
+                   "sampling distribution)",
+    "exact_match_resample": "exact match with a fresh draw at the first miss (TensorRT-LLM's engine without draft "
+                            "logits): NOT lossless, a rejected draft token is drawn again with probability p(d)",
+    "rejection_sampling": "rejection sampling against the draft's own distribution (draft_logits): lossless",
+    "greedy": "greedy: the target's argmax tokens, whatever the temperature",
+}
+
+
+def _sampling_text(manifest: dict) -> list[str]:
+    """Which accept rule the speculative route runs at temperature > 0 (triton_repo.sampling)."""
+    s = manifest["sampling"]
+    out = ["`generate` passes `temperature`, `top_k`, `top_p` and `seed` on to the engines (same seed, same "
+           "output). At temperature 0 every route is greedy and speculation is exact.", "",
+           f"- Accept rule at temperature > 0: **{s['accept_rule']}**, "
+           f"{RULE_TEXT.get(s['accept_rule'], s['accept_rule'])}.",
+           f"- TensorRT-LLM path it stands for: `{s['path']}` ({s['condition']}); draft tokens: {s['draft']}."]
+    if s.get("sampling_fallback"):
+        out.append("- A request with temperature > 0 is answered with the greedy tokens and `sampling_fallback` = "
+                   f"\"{s['sampling_fallback']}\" in every response (never silently); send temperature 0 to avoid "
+                   "the flag, or serve a draft-target repository to sample.")
+    elif manifest["flavor"] == "trtllm":
+        out.append("- Draft logits " + ("on: the draft engine returns generation logits, and `spec_decode` sends "
+                                        "the distribution the draft sampled from (logits / T, top-k/top-p masked) "
+                                        "as `draft_logits`" if s["draft_logits"] else
+                                        "off (the draft engine has no generation logits; build with "
+                                        "`build.draft_logits` for rejection sampling)") + ".")
+    elif manifest["flavor"] == "cpu" and manifest["mode"] == "draft-target":
+        out.append("- `spec_decode` runs this rule in-process (its `accept_rule` parameter; exact_match unless "
+                   "tuning.json assumed another draft-target rule). With exact_match the speculative output is "
+                   "the target's plain sampled output for the same seed.")
     return out
 
 

@@ -138,9 +138,11 @@ def postprocessing_model(max_batch_size: int, tokenizer_dir: str, instances: int
 
 
 def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int, engine: str,
-                      target_ckpt: str | None = None, draft_ckpt: str | None = None) -> ModelFiles:
+                      target_ckpt: str | None = None, draft_ckpt: str | None = None,
+                      sampling_params: dict[str, str] | None = None) -> ModelFiles:
+    """sampling_params: `draft_logits` (bls) / `accept_rule` (trtspec.runtime), see spec_decode.py."""
     params = {"engine": engine, "target_model": c.TENSORRT_LLM, "draft_model": c.TENSORRT_LLM_DRAFT,
-              "max_draft_len": str(max_draft_len), "max_concurrency": str(concurrency)}
+              "max_draft_len": str(max_draft_len), "max_concurrency": str(concurrency), **(sampling_params or {})}
     if engine == "trtspec.runtime":
         params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt, torch_threads="1")
     cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, c.SPEC_INPUTS, c.SPEC_OUTPUTS, decoupled=True,

@@ -37,11 +37,14 @@ from .models import HELPERS, SOURCES
 from .options import TritonOptions
 from .deploy import (FLAVORS, Artifact, is_eagle3, resolve_checkpoints, resolve_engines, resolve_hf,
                      resolve_tokenizer)
+from .models.serving_rules import SPEC_DECODE_RULES
 from .readme import render_readme
+from .sampling import route_sampling, tuned_rule
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
 from .validate import check_repository
 from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY,
                                TRITON_CONTAINER)
+from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 
 MANIFEST = "trtspec-repo.json"
@@ -150,6 +153,7 @@ class _Builder:
         self.memory = None
         self.manifest: dict = {}
         self.routing: dict = {}
+        self.sampling: dict = {}
 
     # ---- limits ---------------------------------------------------------------------------------
     def _batch(self) -> int:
@@ -212,13 +216,19 @@ class _Builder:
                     files.append(r.tensorrtllm_model(name, B, art.dtype, params,
                                                      f"{what} engine ({art.speculative_mode or 'plain'}, "
                                                      f"max_draft_len {art.max_draft_len})"))
-                spec = r.spec_decode_model(B, B, limit, "bls")
+                logits = bool(draft.build.get("gather_generation_logits"))
+                self.sampling = route_sampling(self.flavor, self.mode, draft_logits=logits)
+                spec = r.spec_decode_model(B, B, limit, "bls", sampling_params={"draft_logits": "true"} if logits
+                                           else None)
             else:
                 for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
                     files.append(r.cpu_llm_model(name, B, str(art.path), what, None, B,
                                                  f"{what} checkpoint on trtspec.runtime (tensorrt_llm's tensors; "
                                                  "loaded on first use: spec_decode serves in-process)", True))
-                spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path))
+                rule = self._cpu_accept_rule()
+                self.sampling = route_sampling(self.flavor, self.mode, cpu_rule=rule)
+                spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path),
+                                           {"accept_rule": rule})
             spec.files = _python_files("spec_decode")
             files.append(spec)
         else:
@@ -226,6 +236,7 @@ class _Builder:
             routing = eagle_routes(self.tuning, req.eagle_band, req.default_workload, art.num_eagle_layers)
             self._check_trees(routing, art)
             llm_names = [m["model"] for m in routing["models"]]
+            self.sampling = route_sampling(self.flavor, self.mode)
             if self.flavor == "trtllm":
                 self.memory = self._memory([(n, art) for n in llm_names], shared=False)
                 gpus = self._gpu_ids(art, orchestrator=len(llm_names) > 1)
@@ -245,9 +256,19 @@ class _Builder:
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")
         files.insert(0, gen)
-        self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm"))
+        self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm",
+                                                      bool(self.sampling.get("draft_logits"))))
         return files
 
+    def _cpu_accept_rule(self) -> str:
+        """The cpu spec_decode's rule at T > 0: the one tuning.json says it assumed, when spec_decode
+        can run it; else exact_match (the PyTorch backend's two-model rule)."""
+        rule = tuned_rule(self.tuning)
+        if rule is None or rule in SPEC_DECODE_RULES:
+            return rule or SPEC_DECODE_RULES[0]
+        self.warnings.append(f"tuning.json assumed accept rule {rule!r}, which a draft-target spec_decode does not "
+                             f"run; it serves {SPEC_DECODE_RULES[0]} at temperature > 0")
+        return SPEC_DECODE_RULES[0]
     def _profile_comment(self, m: dict) -> str:
         tree = f"{m['num_draft_tokens']}-node tree" if m["speculate"] else \
             "no speculation tuned: the smallest legal tree (a chain of num_eagle_layers nodes)"
@@ -291,13 +312,16 @@ class _Builder:
             f = r.llmapi_model(name, text)
             f.config.model_transaction_policy.decoupled = True
             files.append(f)
+        self.sampling = route_sampling(self.flavor, self.mode, eagle3=eagle3)
+        if self.sampling["sampling_fallback"]:
+            routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")
         files.insert(0, gen)
-        sampling = {"sampling_param_temperature": "temperature", "sampling_param_top_k": "top_k",
-                    "sampling_param_top_p": "top_p", "sampling_param_presence_penalty": "presence_penalty",
-                    "sampling_param_frequency_penalty": "frequency_penalty", "sampling_param_seed": "seed"}
+        sampling = {v: k for k, v in LLMAPI_SAMPLING_INPUTS.items()}
+        sampling.update(sampling_param_presence_penalty="presence_penalty",
+                        sampling_param_frequency_penalty="frequency_penalty")
         calls = [c.Call(c.GENERATE, f.name, True,
                         {"text_input": "const:TYPE_STRING:-1",
                          "sampling_param_max_tokens": f"{c.GENERATE}.input.max_tokens",
@@ -330,6 +354,7 @@ class _Builder:
                            "tp": a.tp, "pp": a.pp} for a in self.arts],
             "models": {f.name: {"kind": f.kind, "description": f.comment} for f in files},
             "routing": self.routing,
+            "sampling": self.sampling,
             "calls": [x.to_dict() for x in calls],
             "launch": self._launch(files),
             "memory": self.memory.to_dict() if self.memory else None,

@@ -13,7 +13,12 @@ with the same names, types and shapes, and runs the TRT-LLM checkpoint with trts
 - return_perf_metrics: total_accepted_draft_tokens and total_draft_tokens with TRT-LLM's
   accounting (per verification step: accepted tokens, and min(draft tokens, max path length));
   acceptance_rate = accepted / drafted.
-Greedy decoding only (temperature 0 or top_k 1), like the rest of the cpu flavor.
+Sampling: temperature / runtime_top_k / runtime_top_p / seed per request (checked by
+trtspec.options.Sampling; a bad value is a one-line error naming the input), with the rule of the
+engine path each role stands for (serving_rules, "sampling at temperature > 0"): plain decoding
+samples the target; draft_input_ids are checked by exact_match_resample (the engine without
+draft logits); the "eagle" role decodes greedily whatever the temperature, as TensorRT-LLM's
+Triton backend does (generate flags that fallback in its response). Same seed, same output.
 
 Loading: with lazy_load true the checkpoint is loaded on the first request, not at start-up. That
 is what draft-target repositories use: their `spec_decode` runs both checkpoints in-process, so
@@ -32,7 +37,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import acceptance_rate, check_beam_width, check_greedy, parse_braces, stop_ids, tree_depth
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, parse_braces, stop_ids,
+                           tree_depth)
 from trtspec_triton_common import FINAL, PooledModel, is_true, llm_request, out, scalar
 
 
@@ -71,10 +77,12 @@ class TritonPythonModel(PooledModel):
         return self.models
 
     def handle(self, request, sender):
-        from trtspec.runtime.generate import stream_request  # lazy: imported with the checkpoint (see _load)
+        # lazy: imported with the checkpoint (see _load)
+        from trtspec.runtime.generate import stream_request
+        from trtspec.triton_repo.sampling import request_sampling
 
         prompt, n, end_id, streaming = llm_request(request, self.positions)
-        check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
+        sampling = request_sampling(lambda name: scalar(request, name))
         check_beam_width(scalar(request, "beam_width", 1))
         exclude = scalar(request, "exclude_input_in_output")
         exclude = self.exclude_default if exclude is None else bool(exclude)
@@ -90,10 +98,10 @@ class TritonPythonModel(PooledModel):
             depth = tree_depth(self.choices) if self.choices else None
             pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos)
         elif draft:
-            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc)
+            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc, sampling)
             depth = None
         else:
-            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos)
+            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos, sampling=sampling)
             depth = None
         collected = []
         for piece in pieces:
@@ -111,17 +119,24 @@ class TritonPythonModel(PooledModel):
             tokens = collected if exclude else prompt + collected
             sender.send(self._response(tokens, acc, perf, len(prompt), len(collected)), flags=FINAL)
 
-    def _verify_then_decode(self, m, prompt, draft, n, eos, acc):
+    def _verify_then_decode(self, m, prompt, draft, n, eos, acc, sampling):
+        """The engine's draft_tokens_external step (exact_match_resample at T > 0: no draft logits
+        reach this model), then plain decoding. The continuation restarts the runtime's output
+        positions at 0, so it draws with the next seed rather than re-using the first step's draws."""
         # lazy: imported with the checkpoint (see _load)
+        from trtspec.runtime.accept import Key, accept_rule
         from trtspec.runtime.decode import verify_external
         from trtspec.runtime.generate import stream_request
 
-        first = verify_external(m.target, prompt, draft, n, eos)
+        rule = accept_rule(RESAMPLE_RULE, sampling)
+        first = verify_external(m.target, prompt, draft, n, eos, accept=rule, key=Key(sampling.seed, 0))
         acc["accepted"] += first.step.accepted
         acc["drafted"] += len(draft)
         yield first
         if not first.done:
-            yield from stream_request(m, prompt + first.tokens, n - len(first.tokens), "greedy", eos_ids=eos)
+            rest = sampling.model_copy(update={"seed": (sampling.seed + 1) % 2 ** 63})
+            yield from stream_request(m, prompt + first.tokens, n - len(first.tokens), "greedy", eos_ids=eos,
+                                      sampling=rest)
 
     def _response(self, tokens, acc, perf, n_input, n_output):
         outs = [out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),

@@ -9,8 +9,14 @@ through the same repository: draft-target sends K=0 to spec_decode, the plain ta
 llmapi engines always draft, so they refuse it and a baseline needs a target-only deployment).
 Outputs: text_output (one piece per response when streaming, the whole text otherwise), and per
 request acceptance_length, num_draft_tokens, total_accepted_draft_tokens, total_draft_tokens,
-num_output_tokens and route (which tuned setting served it); the statistics are running totals
-in every streamed response and final in the last one.
+num_output_tokens, route (which tuned setting served it) and sampling_fallback; the statistics
+are running totals in every streamed response and final in the last one.
+
+Sampling: temperature / top_k / top_p / seed go to the engines as they are (serving_rules says
+which accept rule each route runs at temperature > 0). An EAGLE route (and an llmapi EAGLE-3
+one-model route) decodes greedily whatever the temperature, because that is what TensorRT-LLM
+does there; a sampled request on such a route is answered with the greedy tokens and
+`sampling_fallback` = "greedy" in every response (else ""), so the fallback is never silent.
 
 Per request: pick the route of its `workload` from the `routing` parameter (tuning.json, see
 trtspec/triton_repo/routing.py; unknown or missing workload -> the default route), tokenize with
@@ -34,7 +40,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import RequestError, acceptance_length, output_len, pick_band, tree_depth, trtllm_steps
+from serving_rules import (RequestError, acceptance_length, output_len, pick_band, sampling_fallback, tree_depth,
+                           trtllm_steps)
 from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
@@ -74,6 +81,12 @@ class TritonPythonModel(PooledModel):
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": f"{label}:{entry['model']}"}
 
+    def _fallback(self, request):
+        """sampling_fallback of this request: EAGLE engines (and llmapi routes written as greedy-only)
+        decode greedily."""
+        greedy_only = self.mode == "eagle" or bool(self.routing.get("greedy_only"))
+        return sampling_fallback(greedy_only, scalar(request, "temperature"), scalar(request, "top_k"))
+
     def _speculation_off(self, route):
         if self.mode != "draft-target":
             raise RequestError(f"speculation=false: this {self.mode} repository's engines always draft; measure the "
@@ -103,6 +116,7 @@ class TritonPythonModel(PooledModel):
         route = self.route(workload, inflight)
         if not bool(scalar(request, "speculation", True)):
             route = self._speculation_off(route)
+        route["fallback"] = self._fallback(request)
         if self.mode == "llmapi":
             return self._llmapi(request, sender, route, text, max_tokens, stream)
         pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
@@ -225,4 +239,5 @@ class TritonPythonModel(PooledModel):
             out("total_accepted_draft_tokens", [[stats["accepted"]]], np.int32),
             out("total_draft_tokens", [[stats["drafted"]]], np.int32),
             out("num_output_tokens", [[n_tokens]], np.int32),
-            out("route", np.array([[route["label"].encode("utf-8")]], dtype=object), object)])
+            out("route", np.array([[route["label"].encode("utf-8")]], dtype=object), object),
+            out("sampling_fallback", np.array([[route["fallback"].encode("utf-8")]], dtype=object), object)])

@@ -10,7 +10,8 @@ Two kinds of readers use the same functions, which is why they live here and now
   repository validator checks model parameters with the same parser.
 
 The rules: which tuned concurrency band serves a request, the `eagle_choices` brace syntax,
-request validation (output lengths, draft lengths, greedy-only), and the acceptance counters and
+request validation (output lengths, draft lengths), the accept rule each route runs at
+temperature > 0, and the acceptance counters and
 their definitions (acceptance length = tokens per target verification step, bonus included).
 """
 
@@ -78,9 +79,6 @@ def tree_depth(choices):
 
 # ---- request validation ------------------------------------------------------------------------
 
-GREEDY_ONLY = "the cpu flavor decodes greedily only (send temperature 0 or top_k 1)"
-
-
 def output_len(value, name):
     """A requested number of output tokens (`max_tokens`, `request_output_len`) as an int >= 1."""
     if value is None or int(value) < 1:
@@ -125,16 +123,62 @@ def stop_ids(end_id, default):
     return (int(end_id),) if end_id is not None and int(end_id) >= 0 else default
 
 
-def check_greedy(temperature, top_k):
-    """The cpu flavor accepts draft tokens by greedy matching: refuse sampling rather than ignore it
-    (temperature > 0 is sampling unless top_k is 1)."""
-    if temperature is not None and float(temperature) > 0 and top_k != 1:
-        raise RequestError(GREEDY_ONLY)
-
-
 def check_beam_width(value):
     if int(value or 1) != 1:
         raise RequestError("beam_width: the cpu flavor decodes with beam width 1 only")
+
+
+# ---- sampling at temperature > 0: the accept rule of each route --------------------------------
+# Stated once, here, because the models (which import nothing but the standard library) and
+# trtspec (readme, perf) both need it. The names are trtspec.upstream.sampling's AcceptRule names
+# (tests/triton_repo/test_serving_rules.py checks they agree); each route runs the rule of the
+# TensorRT-LLM path it stands for (upstream.sampling.PATH_RULES):
+# - spec_decode, cpu flavor (trtspec.runtime in-process): exact_match by default, which is what the
+#   PyTorch / LLM-API backend's two-model path runs (lossless: with keyed draws the output equals
+#   plain sampling from the target for the same seed); rejection_sampling when the repository is
+#   written for draft logits (`accept_rule` parameter). The engine flow it mirrors would run
+#   exact_match_resample (lossy) unless draft logits are on.
+# - spec_decode, trtllm flavor (BLS to the engines): TensorRT-LLM's executor decides:
+#   exact_match_resample without draft logits, rejection_sampling with them (the draft engine built
+#   with --gather_generation_logits: the repository then sends draft_logits).
+# - tensorrt_llm (cpu flavor) called with draft_input_ids: the engine without draft logits,
+#   exact_match_resample.
+# - EAGLE (both flavors): greedy. TensorRT-LLM's Triton backend builds EagleConfig(eagle_choices)
+#   only, so the engine decodes greedily whatever the request's temperature; `generate` answers a
+#   sampled request with the greedy tokens and says so in its `sampling_fallback` output
+#   ("greedy"; "" when nothing was changed). Never silently.
+# - llmapi: exact_match (two-model) or greedy (one-model EAGLE-3, allow_advanced_sampling off).
+GREEDY_RULE = "greedy"
+EXACT_MATCH_RULE = "exact_match"
+RESAMPLE_RULE = "exact_match_resample"
+REJECTION_RULE = "rejection_sampling"
+SPEC_DECODE_RULES = (EXACT_MATCH_RULE, RESAMPLE_RULE, REJECTION_RULE)  # a cpu spec_decode may run
+SAMPLING_FALLBACK_GREEDY = "greedy"  # generate's `sampling_fallback` when a sampled request was decoded greedily
+
+
+def is_sampled(temperature, top_k):
+    """Does the request ask for sampling? temperature > 0 unless top_k is 1 (trtspec.options.
+    Sampling.greedy says the same; absent values are the greedy defaults)."""
+    return temperature is not None and float(temperature) > 0 and (top_k is None or int(top_k) != 1)
+
+
+def bls_rule(draft_logits):
+    """The rule TensorRT-LLM's executor runs for spec_decode's BLS rounds at temperature > 0."""
+    return REJECTION_RULE if draft_logits else RESAMPLE_RULE
+
+
+def spec_decode_rule(value):
+    """A cpu spec_decode's `accept_rule` parameter (default exact_match), checked at model load."""
+    rule = (value or "").strip() or EXACT_MATCH_RULE
+    if rule not in SPEC_DECODE_RULES:
+        raise ValueError(f"accept_rule: {rule!r} is not one of {', '.join(SPEC_DECODE_RULES)}")
+    return rule
+
+
+def sampling_fallback(eagle, temperature, top_k):
+    """generate's `sampling_fallback` output: "greedy" for a sampled request on an EAGLE route
+    (decoded greedily, see above), else ""."""
+    return SAMPLING_FALLBACK_GREEDY if eagle and is_sampled(temperature, top_k) else ""
 
 
 # ---- acceptance ----------------------------------------------------------------------------------

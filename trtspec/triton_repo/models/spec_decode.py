@@ -15,8 +15,23 @@ Two engines, chosen by the `engine` parameter:
   Unlike upstream's BLS this streams every round and sums the acceptance over all rounds.
 - "trtspec.runtime" (cpu flavor): the same loop in-process on the two TRT-LLM checkpoints with
   trtspec.runtime (one KV cache per request instead of re-sent prefixes; the tensorrt_llm* models
-  of the repository stay as they are, callable directly). Greedy only: the runtime accepts draft
-  tokens by greedy matching, which makes the output exactly the target's greedy output.
+  of the repository stay as they are, callable directly).
+Sampling (temperature, runtime_top_k, runtime_top_p, seed per request; serving_rules states which
+accept rule each route runs at temperature > 0):
+- trtspec.runtime: the `accept_rule` parameter (default exact_match, the PyTorch backend's rule:
+  lossless, and with the runtime's keyed draws the output is the plain sampled output of the same
+  seed); values are checked by trtspec.options.Sampling and a bad one is a one-line error.
+- bls: TensorRT-LLM's executor accepts. Without draft logits (parameter draft_logits false) the
+  draft drafts greedily (no sampling settings sent to it: the executor's exact_match_resample keeps
+  d with probability p(d), highest for the draft's argmax, and that is what the profile predicts);
+  the target gets the request's settings. With draft_logits true (the draft engine built with
+  --gather_generation_logits) and a sampled request, the draft samples with the request's settings,
+  returns its generation logits, and the target gets draft_logits = the distribution the draft
+  sampled from (`draft_distribution`: log-softmax of logits / T, top-k / top-p masked to a very
+  negative value), because TensorRT-LLM applies no temperature or filtering to draft_logits; the
+  executor then runs rejection sampling. Every round is a new executor request, so each round's
+  seed is derived from the request's seed and the round's output position (`round_seed`): the
+  same seed gives the same output, and rounds do not repeat each other's random draws.
 Concurrency: `max_concurrency` worker threads, one request each (trtspec.runtime engine: torch
 intra-op threads `torch_threads`, default 1).
 """
@@ -24,12 +39,50 @@ intra-op threads `torch_threads`, default 1).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import Acceptance, check_greedy, draft_len, stop_ids
-from trtspec_triton_common import FINAL, PooledModel, bls, llm_request, max_positions, out, scalar
+from serving_rules import Acceptance, draft_len, is_sampled, spec_decode_rule, stop_ids
+from trtspec_triton_common import FINAL, PooledModel, bls, is_true, llm_request, max_positions, out, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
             "frequency_penalty", "seed")
 SAMPLING_DTYPES = {"runtime_top_k": np.int32, "seed": np.uint64}
+MASKED_LOGIT = -1.0e4  # a filtered-out token's draft logit: exp() underflows to 0, finite even in fp16
+SEED_SPACE = 2 ** 63
+
+
+def round_seed(seed, position, draft):
+    """The seed of one BLS round's executor request: a splitmix64 mix of the request's seed, the
+    output position the round starts at, and which engine (draft or target)."""
+    x = (int(seed) * 0x9E3779B97F4A7C15 + int(position) * 2 + int(bool(draft))) % 2 ** 64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2 ** 64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2 ** 64
+    return (x ^ (x >> 31)) % SEED_SPACE
+
+
+def draft_distribution(logits, temperature, top_k=0, top_p=1.0):
+    """draft_logits for TensorRT-LLM: log of the distribution a draft engine samples from, per
+    position ([K, V] raw generation logits -> [K, V] float32). Order as TensorRT-LLM's sampling
+    layers and trtspec.runtime.sampling.probs (which the tests compare this with): logits / T,
+    keep the top_k largest (0 = all), keep the smallest most-likely set reaching top_p; filtered
+    tokens get MASKED_LOGIT. numpy only: this runs in the TensorRT-LLM container."""
+    z = np.asarray(logits, np.float64) / float(temperature)
+    keep = np.ones(z.shape, bool)
+    k = int(top_k or 0)
+    if 0 < k < z.shape[-1]:
+        kth = np.sort(z, axis=-1)[..., -k][..., None]
+        keep &= z >= kth
+    z = np.where(keep, z, -np.inf)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    if top_p is not None and float(top_p) < 1.0:
+        order = np.argsort(-p, axis=-1, kind="stable")
+        sorted_p = np.take_along_axis(p, order, -1)
+        before = np.cumsum(sorted_p, -1) - sorted_p
+        drop = np.zeros_like(keep)
+        np.put_along_axis(drop, order, before >= float(top_p), -1)
+        keep &= ~drop
+    with np.errstate(divide="ignore"):
+        logq = np.log(np.where(keep, p, 0.0) / np.where(keep, p, 0.0).sum(-1, keepdims=True))
+    return np.where(keep, logq, MASKED_LOGIT).astype(np.float32)
 
 
 class TritonPythonModel(PooledModel):
@@ -40,6 +93,8 @@ class TritonPythonModel(PooledModel):
         self.target_model = p.get("target_model", "tensorrt_llm")
         self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
         self.max_draft_len = int(p.get("max_draft_len") or 0)
+        self.draft_logits = is_true(p.get("draft_logits"), False)  # bls: send draft_logits (see above)
+        self.accept_rule = spec_decode_rule(p.get("accept_rule"))  # trtspec.runtime's rule at T > 0
         self.positions = 0  # bls: the TensorRT-LLM engines refuse what exceeds their limits themselves
         if self.engine == "trtspec.runtime":
             # lazy: only the cpu flavor runs trtspec.runtime; the trtllm container (bls) may have no trtspec
@@ -87,12 +142,15 @@ class TritonPythonModel(PooledModel):
 
     # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
     def _runtime(self, request, prompt, n, k, end_id, stats):
-        check_greedy(scalar(request, "temperature"), scalar(request, "runtime_top_k"))
-        from trtspec.runtime.generate import stream_request  # lazy: cpu flavor only (see setup)
+        # lazy: cpu flavor only (see setup)
+        from trtspec.runtime.generate import stream_request
+        from trtspec.triton_repo.sampling import request_sampling
 
+        sampling = request_sampling(lambda name: scalar(request, name))
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.models
-        pieces = stream_request(m, prompt, n, "draft-target" if k else "greedy", draft_len=k or None, eos_ids=eos)
+        pieces = stream_request(m, prompt, n, "draft-target" if k else "greedy", draft_len=k or None, eos_ids=eos,
+                                sampling=sampling, accept=self.accept_rule)
         for piece in pieces:
             s = piece.stats
             stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
@@ -100,7 +158,8 @@ class TritonPythonModel(PooledModel):
             yield piece.tokens
 
     # ---- trtllm flavor: BLS calls to the two TensorRT-LLM models ------------------------------
-    def _call(self, model, ids, n, end_id, pad_id, extra):
+    def _call(self, model, ids, n, end_id, pad_id, extra, logits=False):
+        """One non-streaming executor request: (tokens, generation logits [tokens, V] or None)."""
         inputs = {"input_ids": np.array([ids], np.int32), "input_lengths": np.array([[len(ids)]], np.int32),
                   "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[False]], bool),
                   "exclude_input_in_output": np.array([[True]], bool)}
@@ -108,48 +167,86 @@ class TritonPythonModel(PooledModel):
             inputs["end_id"] = np.array([[end_id]], np.int32)
         if pad_id is not None:
             inputs["pad_id"] = np.array([[pad_id]], np.int32)
+        if logits:
+            inputs["return_generation_logits"] = np.array([[True]], bool)
         inputs.update(extra)
-        tokens = []
-        for resp in bls(model, inputs, ["output_ids", "sequence_length"], True):
+        tokens, rows = [], []
+        outputs = ["output_ids", "sequence_length"] + (["generation_logits"] if logits else [])
+        for resp in bls(model, inputs, outputs, True):
             ids_out = resp["output_ids"].reshape(-1)
             length = resp.get("sequence_length")
             k = int(length.reshape(-1)[0]) if length is not None else ids_out.size
             tokens.extend(int(t) for t in ids_out[:k])
-        return tokens
+            gen = resp.get("generation_logits")
+            if gen is not None and gen.size:
+                rows.append(gen.reshape(-1, gen.shape[-1])[:k])
+        return tokens, (np.concatenate(rows)[:len(tokens)] if rows else None)
 
-    def _bls(self, request, prompt, n, k, end_id, stats):
-        pad_id = scalar(request, "pad_id")
+    def _sampling(self, request):
+        """The request's sampling inputs, as tensorrt_llm tensors."""
         sampling = {}
         for name in SAMPLING:
             v = scalar(request, name)
             if v is not None:
                 sampling[name] = np.array([[v]], SAMPLING_DTYPES.get(name, np.float32))
+        return sampling
+
+    def _plain(self, prompt, n, end, sampling, stats):
+        """No speculation for this workload: stream the target directly."""
+        inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
+                  "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[True]], bool),
+                  "exclude_input_in_output": np.array([[True]], bool), **sampling}
+        if end is not None:
+            inputs["end_id"] = np.array([[end]], np.int32)
+        for resp in bls(self.target_model, inputs, ["output_ids", "sequence_length"], True):
+            ids_out = resp["output_ids"].reshape(-1)
+            length = resp.get("sequence_length")
+            new = [int(t) for t in ids_out[: int(length.reshape(-1)[0]) if length is not None else ids_out.size]]
+            stats.steps += len(new)
+            if new:
+                yield new
+
+    def _round_inputs(self, sampling, position, draft, sampled):
+        """Sampling tensors of one round's engine request: the target always gets the request's
+        settings; the draft only when it must sample (draft logits on, sampled request); seeds
+        per round (round_seed)."""
+        if draft and not (self.draft_logits and sampled):
+            return {}
+        extra = dict(sampling)
+        if sampled:
+            seed = int(sampling["seed"].reshape(-1)[0]) if "seed" in sampling else 0
+            extra["seed"] = np.array([[round_seed(seed, position, draft)]], np.uint64)
+        return extra
+
+    def _bls(self, request, prompt, n, k, end_id, stats):
+        pad_id = scalar(request, "pad_id")
+        sampling = self._sampling(request)
         end = int(end_id) if end_id is not None else None
-        if k == 0:  # no speculation for this workload: stream the target directly
-            inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
-                      "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[True]], bool),
-                      "exclude_input_in_output": np.array([[True]], bool), **sampling}
-            if end is not None:
-                inputs["end_id"] = np.array([[end]], np.int32)
-            for resp in bls(self.target_model, inputs, ["output_ids", "sequence_length"], True):
-                ids_out = resp["output_ids"].reshape(-1)
-                length = resp.get("sequence_length")
-                new = [int(t) for t in ids_out[: int(length.reshape(-1)[0]) if length is not None else ids_out.size]]
-                stats.steps += len(new)
-                if new:
-                    yield new
+        if k == 0:
+            yield from self._plain(prompt, n, end, sampling, stats)
             return
+        temperature, top_k, top_p = (scalar(request, x) for x in ("temperature", "runtime_top_k", "runtime_top_p"))
+        sampled = is_sampled(temperature, top_k)
+        with_logits = self.draft_logits and sampled
         out_tokens = []
         while len(out_tokens) < n:
             left = n - len(out_tokens)
             ids = prompt + out_tokens
-            draft = []
+            draft, logits = [], None
             if k > 0 and left > 1:
-                draft = self._call(self.draft_model, ids, min(k, left - 1), end, pad_id, {})
-            extra = dict(sampling)
+                draft, logits = self._call(self.draft_model, ids, min(k, left - 1), end, pad_id,
+                                           self._round_inputs(sampling, len(out_tokens), True, sampled), with_logits)
+            extra = self._round_inputs(sampling, len(out_tokens), False, sampled)
             if draft:
                 extra["draft_input_ids"] = np.array([draft], np.int32)
-            new = self._call(self.target_model, ids, len(draft) + 1, end, pad_id, extra)[:left]
+                if with_logits:
+                    if logits is None or len(logits) < len(draft):
+                        raise RuntimeError(f"{self.draft_model}: returned no generation_logits for its draft tokens "
+                                           "(draft_logits needs the engine built with --gather_generation_logits)")
+                    q = draft_distribution(logits[:len(draft)], temperature, top_k or 0,
+                                           1.0 if top_p is None else top_p)
+                    extra["draft_logits"] = q[None]
+            new = self._call(self.target_model, ids, len(draft) + 1, end, pad_id, extra)[0][:left]
             if not new:
                 return
             if draft:

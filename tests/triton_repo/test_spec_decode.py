@@ -1,0 +1,168 @@
+"""spec_decode's trtllm-flavor rounds at temperature > 0, without a server or TensorRT-LLM.
+
+The BLS calls go to fake `tensorrt_llm_draft` / `tensorrt_llm` engines (a stand-in for
+triton_python_backend_utils that records every request's inputs and answers with fixed tokens and
+logits). What is pinned: draft_logits is the distribution the draft sampled from ([K, V]: log of
+trtspec.runtime.sampling.probs at the request's settings, filtered tokens very negative, since
+TensorRT-LLM applies no temperature or filtering to draft_logits); it is sent only when the
+repository enables draft logits and the request samples; the draft samples with the request's
+settings then and drafts greedily otherwise; each round's seeds differ and repeat with the seed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from triton_repo.test_models_common import MODELS, Request
+from trtspec.options import Sampling
+from trtspec.runtime.sampling import probs
+
+V = 12
+DRAFT_TOKENS = [3, 5, 7, 9]
+
+
+def fake_engines(calls: list, logits: np.ndarray):
+    """pb_utils whose InferenceRequest.exec answers as the two engines: the draft returns the first
+    request_output_len of DRAFT_TOKENS (+ their generation logits when asked), the target accepts
+    one draft token and adds token 1 (or returns token 1 alone without drafts)."""
+    pb = types.ModuleType("triton_python_backend_utils")
+    pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+    class Resp:
+        def __init__(self, outputs):
+            self.outputs = outputs
+
+        def has_error(self):
+            return False
+
+    class InferenceRequest:
+        def __init__(self, model_name, inputs, requested_output_names, parameters=None):
+            self.model, self.inputs = model_name, dict(inputs)
+
+        def exec(self, decoupled=False):
+            calls.append((self.model, self.inputs))
+            n = int(self.inputs["request_output_len"].reshape(-1)[0])
+            if self.model == "tensorrt_llm_draft":
+                out = {"output_ids": np.array([[DRAFT_TOKENS[:n]]], np.int32),
+                       "sequence_length": np.array([[n]], np.int32)}
+                if "return_generation_logits" in self.inputs:
+                    out["generation_logits"] = logits[None, None, :n]
+            else:
+                draft = self.inputs.get("draft_input_ids")
+                tokens = [int(draft.reshape(-1)[0]), 1] if draft is not None else [1]
+                out = {"output_ids": np.array([[tokens]], np.int32),
+                       "sequence_length": np.array([[len(tokens)]], np.int32)}
+            return iter([Resp(out)])
+
+    pb.InferenceRequest = InferenceRequest
+    pb.Tensor = lambda name, value: (name, value)
+    pb.get_output_tensor_by_name = lambda resp, name: (
+        types.SimpleNamespace(as_numpy=lambda: resp.outputs[name]) if name in resp.outputs else None)
+    pb.get_input_tensor_by_name = lambda req, name: (
+        types.SimpleNamespace(as_numpy=lambda: req.inputs[name]) if name in req.inputs else None)
+    pb.InferenceResponse = lambda output_tensors=None, error=None: ("response", error)
+    pb.TritonError = str
+    return pb
+
+
+@pytest.fixture()
+def spec(monkeypatch):
+    """(spec_decode module, calls, generation logits) with the fake engines installed."""
+    calls: list = []
+    logits = np.random.default_rng(0).normal(0, 2, (len(DRAFT_TOKENS), V)).astype(np.float32)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_engines(calls, logits))
+    monkeypatch.syspath_prepend(str(MODELS))
+    names = ("trtspec_triton_common", "serving_rules", "spec_decode")
+    for name in names:
+        sys.modules.pop(name, None)
+    yield importlib.import_module("spec_decode"), calls, logits
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def run_rounds(mod, draft_logits: bool, inputs: dict, k: int = 2, n: int = 6):
+    m = mod.TritonPythonModel.__new__(mod.TritonPythonModel)
+    m.target_model, m.draft_model, m.draft_logits = "tensorrt_llm", "tensorrt_llm_draft", draft_logits
+    req = Request()
+    req.inputs = {name: np.array([[v]], dtype) for name, (v, dtype) in inputs.items()}
+    stats = mod.__dict__["Acceptance"]()
+    return [t for piece in m._bls(req, [11, 4], n, k, None, stats) for t in piece], stats
+
+
+SETTINGS = [Sampling(temperature=0.7), Sampling(temperature=1.3, top_k=5), Sampling(temperature=0.8, top_p=0.9),
+            Sampling(temperature=0.5, top_k=4, top_p=0.8)]
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: s.label())
+def test_draft_distribution_is_the_filtered_draft_distribution(spec, sampling):
+    mod, _, logits = spec
+    q = mod.draft_distribution(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+    want = probs(torch.tensor(logits), sampling).numpy()
+    assert q.shape == (len(DRAFT_TOKENS), V) and q.dtype == np.float32
+    kept = want > 0
+    assert np.allclose(q[kept], np.log(want[kept]), atol=1e-5)  # log-probs of the filtered distribution
+    assert (q[~kept] == mod.MASKED_LOGIT).all()
+    assert (~kept).any() == (sampling.top_k > 0 or sampling.top_p < 1)
+    assert np.allclose(torch.tensor(q).double().softmax(-1).numpy(), want, atol=1e-6)  # softmax as sent = q
+
+
+def sampled_inputs(seed=5):
+    return {"temperature": (0.8, np.float32), "runtime_top_k": (4, np.int32), "runtime_top_p": (0.9, np.float32),
+            "seed": (seed, np.uint64)}
+
+
+def test_draft_logits_are_sent_with_the_draft_tokens_when_enabled_and_sampled(spec):
+    mod, calls, logits = spec
+    tokens, stats = run_rounds(mod, True, sampled_inputs())
+    # rounds draft 2, 2, then 1 token (one output token left after it)
+    assert tokens == [3, 1, 3, 1, 3, 1] and (stats.steps, stats.accepted, stats.drafted) == (3, 3, 5)
+    drafts = [i for m, i in calls if m == "tensorrt_llm_draft"]
+    targets = [i for m, i in calls if m == "tensorrt_llm"]
+    assert len(drafts) == len(targets) == 3
+    for d, t, k in zip(drafts, targets, (2, 2, 1)):
+        assert d["return_generation_logits"].all() and d["temperature"].item() == pytest.approx(0.8)
+        assert d["runtime_top_k"].item() == 4 and d["runtime_top_p"].item() == pytest.approx(0.9)
+        assert t["draft_input_ids"].tolist() == [DRAFT_TOKENS[:k]]
+        want = mod.draft_distribution(logits[:k], 0.8, 4, 0.9)
+        assert t["draft_logits"].shape == (1, k, V) and np.allclose(t["draft_logits"][0], want, atol=1e-5)
+        assert t["temperature"].item() == pytest.approx(0.8)
+    seeds = [int(i["seed"].item()) for _, i in calls]
+    assert len(set(seeds)) == len(seeds) and 5 not in seeds  # every engine request draws afresh
+    calls.clear()
+    run_rounds(mod, True, sampled_inputs())
+    assert [int(i["seed"].item()) for _, i in calls] == seeds  # same seed, same rounds
+    calls.clear()
+    run_rounds(mod, True, sampled_inputs(seed=6))
+    assert not set(int(i["seed"].item()) for _, i in calls) & set(seeds)
+
+
+def test_no_draft_logits_without_the_switch_or_at_temperature_0(spec):
+    mod, calls, _ = spec
+    run_rounds(mod, False, sampled_inputs())  # engine-flow exact_match_resample: greedy draft
+    for model, inputs in calls:
+        assert "draft_logits" not in inputs and "return_generation_logits" not in inputs
+        assert ("temperature" in inputs) == (model == "tensorrt_llm")
+    calls.clear()
+    run_rounds(mod, True, {"temperature": (0.0, np.float32), "seed": (5, np.uint64)})  # greedy request
+    for model, inputs in calls:
+        assert "draft_logits" not in inputs and "return_generation_logits" not in inputs
+        assert "temperature" not in inputs or model == "tensorrt_llm"
+    assert {int(i["seed"].item()) for m, i in calls if m == "tensorrt_llm"} == {5}  # greedy: passed as is
+
+
+def test_a_draft_without_generation_logits_is_an_error(spec, monkeypatch):
+    mod, _, _ = spec
+    real = mod.TritonPythonModel._call
+
+    def no_logits(self, model, ids, n, end_id, pad_id, extra, logits=False):
+        tokens, _ = real(self, model, ids, n, end_id, pad_id, extra, logits)
+        return tokens, None
+    monkeypatch.setattr(mod.TritonPythonModel, "_call", no_logits)
+    with pytest.raises(RuntimeError, match="built with --gather_generation_logits"):
+        run_rounds(mod, True, sampled_inputs())
