@@ -83,8 +83,11 @@ def summary_table(tuning: Tuning) -> Table:
                       ("step ms", "right"), ("tok/s", "right"), ("base tok/s", "right"), ("speedup", "right")):
         t.add_column(col, justify=just)
     for name, wt in tuning.workloads.items():
+        label = f"{name} ({wt.sampling.label()})" if wt.sampling is not None and not wt.sampling.greedy else name
         for band in wt.bands:
-            t.add_row(name, str(band.concurrency), setting_text(band), f"{band.acceptance_length:.2f}",
+            se = band.acceptance_length_se
+            al = f"{band.acceptance_length:.2f}" + (f" ±{se:.2f}" if se else "")
+            t.add_row(label, str(band.concurrency), setting_text(band), al,
                       f"{band.step_time_s * 1e3:.2f}", f"{band.tokens_per_s:,.0f}",
                       f"{band.baseline_tokens_per_s:,.0f}", f"{band.speedup:.2f}x")
     return t
