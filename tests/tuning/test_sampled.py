@@ -1,0 +1,122 @@
+"""Profiles at temperature T > 0 (trtspec.tuning.sampled): the replay of a sampled profile is, for
+the same seeds, exactly what speculative decoding under exact_match does (per sample: output,
+verify steps, accepted counts), for every K on the tiny draft-target pair and for two EAGLE trees;
+with other seeds the runtime's mean AL lies within 2 standard errors of the prediction.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from triton_fixtures import TREE_A, TREE_B, tiny_eagle, tiny_pair
+from trtspec.errors import TrtspecError
+from trtspec.options import Sampling
+from trtspec.runtime.generate import generate_batch, load_models
+from trtspec.tuning.acceptance import acceptance_length_se, chain_accepted, replay_chain, replay_tree
+from trtspec.tuning.profile import profile_prompts
+from trtspec.tuning.sampled import decode_settings, estimator, with_overrides
+
+NEW, MAX_K, SEED = 24, 5, 1000
+SHARPEN = 8.0  # peaked tiny models: at T = 0.7 the draft is right often, not always
+T07 = Sampling(temperature=0.7, seed=SEED)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return load_models(tiny_pair(tmp_path_factory.mktemp("sampled_pair"), sharpen=SHARPEN))
+
+
+@pytest.fixture(scope="module")
+def eagle(tmp_path_factory):
+    return load_models(tiny_eagle(tmp_path_factory.mktemp("sampled_eagle"), sharpen=SHARPEN))
+
+
+def prompts(n: int, seed: int = 3) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 1000, (int(k),), generator=g).tolist() for k in torch.randint(2, 9, (n,), generator=g)]
+
+
+def profile(models, ps, sampling: Sampling, max_k: int = MAX_K):
+    """Sample j draws with sampling.seed + j, as generate_batch seeds row j of one batch."""
+    settings = [sampling.model_copy(update={"seed": sampling.seed + j}) for j in range(len(ps))]
+    return profile_prompts(models, [(str(j), p) for j, p in enumerate(ps)], NEW, max_k, ignore_eos=True,
+                           settings=settings)
+
+
+def check_same(rep, stats) -> None:
+    assert rep.steps == stats.verify_steps
+    assert rep.tokens == sum(s.accepted + 1 for s in stats.steps)
+    assert rep.accepted_at == stats.accepted_at() and rep.reached == stats.reached()
+
+
+def test_chain_prediction_is_exact_per_seed(pair):
+    ps = prompts(4)
+    profiled = profile(pair, ps, T07)
+    greedy = profile(pair, ps, Sampling())
+    assert [p.output_ids for p in profiled] != [g.output_ids for g in greedy]  # really sampled
+    assert [p.seed for p in profiled] == [SEED + j for j in range(4)] and greedy[0].seed is None
+    seen = set()
+    for k in range(1, MAX_K + 1):
+        results = generate_batch(pair, ps, NEW, mode="draft-target", draft_len=k, sampling=T07,
+                                 accept="exact_match", ignore_eos=True)
+        for sp, r in zip(profiled, results):
+            assert r.output_ids == sp.output_ids  # keyed draws: the speculative output is the sampled one
+            rep = replay_chain([sp.match_lengths], k)
+            check_same(rep, r.stats)
+            seen.add(rep.steps)
+    assert len(seen) > 4  # acceptance varies with K and prompt: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("tree", [TREE_A, TREE_B], ids=["TREE_A", "TREE_B"])
+def test_tree_prediction_is_exact_per_seed(eagle, tree):
+    ps = prompts(3, seed=5)
+    profiled = profile(eagle, ps, T07, max_k=4)
+    results = generate_batch(eagle, ps, NEW, mode="eagle", eagle_choices=tree, sampling=T07,
+                             accept="exact_match", ignore_eos=True)
+    for sp, r in zip(profiled, results):
+        assert r.output_ids == sp.output_ids
+        check_same(replay_tree([sp.rank_paths], tree), r.stats)
+    assert replay_tree([sp.rank_paths for sp in profiled], tree).acceptance_length > 1.2
+
+
+def test_prediction_holds_for_other_seeds_within_two_standard_errors(pair):
+    """Profile with one set of seeds, decode with another: the runtime's pooled AL for each K is
+    within 2 standard errors (delta method over the profiled samples) of the prediction."""
+    ps = prompts(12, seed=7)
+    profiled = profile(pair, ps, T07)
+    other = T07.model_copy(update={"seed": 77_000})
+    for k in range(1, MAX_K + 1):
+        lists = [chain_accepted(sp.match_lengths, k) for sp in profiled]
+        predicted = replay_chain([sp.match_lengths for sp in profiled], k).acceptance_length
+        se = acceptance_length_se(lists)
+        results = generate_batch(pair, ps, NEW, mode="draft-target", draft_len=k, sampling=other,
+                                 accept="exact_match", ignore_eos=True)
+        steps = [s for r in results for s in r.stats.steps]
+        measured = sum(s.accepted + 1 for s in steps) / len(steps)
+        assert se is not None and se > 0
+        assert abs(measured - predicted) <= 2 * se, (k, predicted, se, measured)
+
+
+def test_rules_and_their_estimators():
+    assert estimator("exact_match", T07) == "exact"
+    assert estimator("greedy", T07) == "exact" and decode_settings("greedy", T07).greedy
+    assert estimator("exact_match_resample", T07) == "approximate"
+    assert estimator("rejection_sampling", Sampling()) == "exact"  # every rule is greedy at T = 0
+    for rule in ("rejection_sampling", "typical_acceptance"):
+        with pytest.raises(TrtspecError, match=r"^profile\.accept_rule: .*no one-pass estimator"):
+            estimator(rule, T07)
+    with pytest.raises(TrtspecError, match=r"^profile\.accept_rule: 'nope'"):
+        estimator("nope", T07)
+    s = with_overrides(T07, {"top_p": 0.9, "category": "x"})
+    assert (s.temperature, s.top_p, s.seed) == (0.7, 0.9, SEED)
+    with pytest.raises(Exception, match="top_p"):
+        with_overrides(T07, {"top_p": 1.5})
