@@ -120,3 +120,45 @@ def test_rules_and_their_estimators():
     assert (s.temperature, s.top_p, s.seed) == (0.7, 0.9, SEED)
     with pytest.raises(Exception, match="top_p"):
         with_overrides(T07, {"top_p": 1.5})
+
+
+def test_best_draft_length_falls_with_temperature():
+    """Synthetic profiles with i.i.d. per-position acceptance a (synthetic.py: E[AL(K)] =
+    (1 - a^(K+1)) / (1 - a)): a = 0.9 stands for a low temperature, 0.6 for a high one. Under the
+    same cost model the closed form's best K is clearly smaller at 0.6, and the tuner, reading each
+    profile at its temperature, picks a near-optimal K for each: smaller at the higher temperature."""
+    from trtspec.tuning.select import SelectConfig, tune_draft_target
+    from trtspec.tuning.synthetic import chain_profile, example_cost_model
+
+    cost, cfg, ctx = example_cost_model("draft-target"), SelectConfig(concurrency_bands=[1, 16]), 256 + 200
+    settings = {0.0: (0.9, Sampling()), 1.0: (0.6, Sampling(temperature=1.0, seed=4))}
+    chosen = {}
+    for temp, (a, s) in settings.items():
+        p = chain_profile({"chat": a}, num_samples=32, T=400, max_k=8, seed=1, temperature=temp,
+                          sampling=s.model_dump(), accept_rule="exact_match", estimator="exact")
+        w = tune_draft_target(p, cost, cfg.model_copy(update={"context_tokens": ctx}))["chat"]
+        assert w.sampling == s and w.accept_rule == "exact_match"
+        assert all(b.acceptance_length_se is not None for b in w.bands)
+        for b in w.bands:
+            tps = [b.concurrency * (1 - a ** (k + 1)) / (1 - a) / cost.draft_target_step(b.concurrency, k, ctx).total_s
+                   for k in range(9)]
+            assert tps[b.draft_len] >= 0.99 * max(tps)  # the tuner's K is (near-)optimal in expectation
+            chosen[temp, b.concurrency] = (b.draft_len, tps)
+    for band in (1, 16):
+        (k_cold, _), (k_hot, tps_hot) = chosen[0.0, band], chosen[1.0, band]
+        assert k_hot < k_cold
+        assert tps_hot[k_cold] < 0.9 * max(tps_hot)  # the cold K would cost > 10 % at the high temperature
+
+
+def test_al_vs_temperature_plot(tmp_path):
+    from trtspec.tuning.report import al_by_temperature, plot_al_vs_temperature
+    from trtspec.tuning.synthetic import chain_profile
+
+    profiles = [chain_profile({"chat": a, "code": a + 0.05}, num_samples=6, T=60, max_k=4, seed=2, temperature=t,
+                              sampling=Sampling(temperature=t).model_dump(), accept_rule="exact_match")
+                for t, a in ((1.0, 0.5), (0.0, 0.85), (0.7, 0.7))]
+    got = al_by_temperature(profiles, k=3)
+    assert [t for t, _, _ in got["chat"]] == [0.0, 0.7, 1.0]
+    assert got["chat"][0][1] > got["chat"][1][1] > got["chat"][2][1] and all(se > 0 for _, _, se in got["code"])
+    png = plot_al_vs_temperature(profiles, tmp_path / "al_vs_t.png", k=3)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

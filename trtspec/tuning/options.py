@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..options import Sampling, StageOptions
 from ..upstream.sampling import ACCEPT_RULES, EXACT_MATCH
@@ -68,6 +68,25 @@ class ProfileOptions(StageOptions):
         if not names:
             raise ValueError("expected category names, e.g. [coding, math]")
         return names
+
+
+class WorkloadEntry(Sampling):
+    """A recipe workload written with its own sampling settings, `{source: mt-bench, temperature: 0.7,
+    top_p: 0.9}`: Sampling's temperature / top_k / top_p (the ones given override the stage's; a
+    logged request's own fields override these). No seed: draws are seeded by the stage
+    (profile.sampling_seed)."""
+    section = "workloads"
+    source: str = Field(description="mt-bench, humaneval, or a .jsonl/.csv path.")
+
+    @model_validator(mode="after")
+    def _no_seed(self):
+        if "seed" in self.model_fields_set:
+            raise ValueError("seed: a workload has no seed of its own (profile.sampling_seed seeds the draws)")
+        return self
+
+    def overrides(self) -> dict:
+        """The sampling settings this entry sets (not those left at Sampling's defaults)."""
+        return self.model_dump(include=self.model_fields_set - {"source"})
 
 
 class TuneOptions(StageOptions):
