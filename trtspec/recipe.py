@@ -149,7 +149,7 @@ class Recipe(ConvertOptions):
                     entry = WorkloadEntry.model_validate(v)
                 except ValidationError as e:
                     field, msg = first_problem(e)
-                    raise ValueError(f"workloads.{name}.{field}: {msg}") from None
+                    raise ValueError(f"workloads.{name}{'.' + field if field else ''}: {msg}") from None
                 plain[name], sampling[name] = entry.source, entry.overrides()
             else:
                 plain[name] = v

@@ -31,8 +31,13 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_models(tiny_pair(tmp_path_factory.mktemp("sampled_pair"), sharpen=SHARPEN))
+def pair_dir(tmp_path_factory):
+    return tiny_pair(tmp_path_factory.mktemp("sampled_pair"), sharpen=SHARPEN)
+
+
+@pytest.fixture(scope="module")
+def pair(pair_dir):
+    return load_models(pair_dir)
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +167,41 @@ def test_al_vs_temperature_plot(tmp_path):
     assert got["chat"][0][1] > got["chat"][1][1] > got["chat"][2][1] and all(se > 0 for _, _, se in got["code"])
     png = plot_al_vs_temperature(profiles, tmp_path / "al_vs_t.png", k=3)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
+    """trtspec profile --temperature/--top-p/--samples-per-prompt on a traffic log whose second record
+    carries its own temperature -> a sampled profile.json (rule, estimator, seeds, standard errors)
+    -> trtspec tune -> tuning.json with the workload's settings and the rule."""
+    import json
+
+    from cli_helpers import run_cli
+
+    log = tmp_path / "traffic.jsonl"
+    recs = [{"prompt": " ".join(f"t{i + j}" for j in range(6))} for i in range(3, 7)]
+    recs[1]["temperature"] = 1.0
+    log.write_text("\n".join(json.dumps(r) for r in recs))
+    args = ["profile", "--ckpt", pair_dir, "--workloads", f"logs={log}", "--max-k", "3", "--max-new-tokens", "12",
+            "--temperature", "0.7", "--top-p", "0.95", "--sampling-seed", "40", "--samples-per-prompt", "2",
+            "--out", tmp_path / "profile.json"]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "logs (T=0.7 top_p=0.95)" in out and "±" in out
+    p = json.loads((tmp_path / "profile.json").read_text())
+    cond, w = p["measurement_conditions"], p["workloads"]["logs"]
+    assert cond["temperature"] == 0.7 and cond["accept_rule"] == "exact_match" and cond["estimator"] == "exact"
+    assert cond["sampling"] == {"temperature": 0.7, "top_k": 0, "top_p": 0.95, "seed": 40}
+    assert w["sampling"]["temperature"] == 0.7 and w["num_samples"] == 8  # 4 prompts x 2 seeds
+    assert [s["seed"] for s in w["samples"]] == list(range(40, 48))
+    assert [s.get("sampling", {}).get("temperature") for s in w["samples"][:4]] == [None, 1.0, None, None]
+    assert set(w["accept_length_se_by_k"]) == {"1", "2", "3"} and all(v > 0 for v in w["accept_length_se_by_k"].values())
+    code, out, err = run_cli(capsys, "tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
+                             "--concurrency-bands", "1", "--no-plots", "--out", tmp_path / "tuning.json")
+    assert code == 0, err
+    t = json.loads((tmp_path / "tuning.json").read_text())["workloads"]["logs"]
+    assert t["sampling"]["temperature"] == 0.7 and t["accept_rule"] == "exact_match"
+    assert t["bands"][0]["acceptance_length_se"] is not None
+    code, out, err = run_cli(capsys, *args[:-2], "--accept-rule", "typical_acceptance", "--out", tmp_path / "x.json")
+    assert code != 0 and "--accept-rule: typical_acceptance at T=0.7" in err
+    code, out, err = run_cli(capsys, *args[:-2], "--temperature", "-1", "--out", tmp_path / "x.json")
+    assert code != 0 and "--temperature:" in err

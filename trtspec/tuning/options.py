@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from ..options import Sampling, StageOptions
 from ..upstream.sampling import ACCEPT_RULES, EXACT_MATCH
@@ -78,11 +78,10 @@ class WorkloadEntry(Sampling):
     section = "workloads"
     source: str = Field(description="mt-bench, humaneval, or a .jsonl/.csv path.")
 
-    @model_validator(mode="after")
-    def _no_seed(self):
-        if "seed" in self.model_fields_set:
-            raise ValueError("seed: a workload has no seed of its own (profile.sampling_seed seeds the draws)")
-        return self
+    @field_validator("seed")
+    @classmethod
+    def _no_seed(cls, v: int) -> int:  # runs only when given (defaults are not validated)
+        raise ValueError("a workload has no seed of its own (profile.sampling_seed seeds the draws)")
 
     def overrides(self) -> dict:
         """The sampling settings this entry sets (not those left at Sampling's defaults)."""
