@@ -111,6 +111,52 @@ def test_prediction_holds_for_other_seeds_within_two_standard_errors(pair):
         assert abs(measured - predicted) <= 2 * se, (k, predicted, se, measured)
 
 
+def test_exact_match_resample_is_predicted_approximately(pair):
+    """exact_match_resample (the engine flow without draft logits) accepts with the same probability
+    per position but resamples at a miss, so its states drift from plain sampling; the exact_match
+    profile is its approximate prediction (sampled.py). Measured over other seeds it stays within 2
+    combined standard errors (prediction's and measurement's) of it on this pair, for every K."""
+    from trtspec.tuning.acceptance import ratio_se
+
+    ps = prompts(16, seed=7)
+    profiled = profile(pair, ps, T07)
+    for k in range(1, MAX_K + 1):
+        predicted = replay_chain([sp.match_lengths for sp in profiled], k).acceptance_length
+        se = acceptance_length_se([chain_accepted(sp.match_lengths, k) for sp in profiled])
+        results = generate_batch(pair, ps, NEW, mode="draft-target", draft_len=k, accept="exact_match_resample",
+                                 sampling=T07.model_copy(update={"seed": 9000}), ignore_eos=True)
+        counts = [(sum(s.accepted + 1 for s in r.stats.steps), r.stats.verify_steps) for r in results]
+        measured = sum(y for y, _ in counts) / sum(x for _, x in counts)
+        assert abs(measured - predicted) <= 2 * (se ** 2 + ratio_se(counts) ** 2) ** 0.5, (k, predicted, measured)
+
+
+def test_profile_stage_records_the_rule_it_predicts(pair_dir, tmp_path):
+    """greedy (EAGLE through Triton ignores T) -> the greedy outputs, no seeds, rule and requested T
+    recorded; exact_match_resample -> sampled outputs, estimator 'approximate'; a workload's own
+    temperature overrides the stage's."""
+    import json
+
+    from trtspec.tuning.options import ProfileOptions
+    from trtspec.tuning.profile import profile_workloads
+
+    log = tmp_path / "traffic.jsonl"
+    log.write_text("\n".join(json.dumps({"prompt": " ".join(f"t{i + j}" for j in range(6))}) for i in range(3, 6)))
+    common = dict(max_k=3, max_new_tokens=10)
+    greedy = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common))
+    as_greedy = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common, temperature=0.7,
+                                                                            accept_rule="greedy"))
+    c = as_greedy.measurement_conditions
+    assert (c.temperature, c.accept_rule, c.estimator) == (0.7, "greedy", "exact")
+    g, a = greedy.workloads["logs"].samples, as_greedy.workloads["logs"].samples
+    assert [s.output_ids for s in a] == [s.output_ids for s in g] and all(s.seed is None for s in a)
+    resample = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common, accept_rule="exact_match_resample"),
+                                 sampling={"logs": {"temperature": 1.0}})
+    w = resample.workloads["logs"]
+    assert resample.measurement_conditions.estimator == "approximate" and w.sampling.temperature == 1.0
+    assert [s.seed for s in w.samples] == [0, 1, 2] and [s.output_ids for s in w.samples] != [s.output_ids for s in g]
+    assert resample.measurement_conditions.workloads["logs"]["sampling"] == {"temperature": 1.0}
+
+
 def test_rules_and_their_estimators():
     assert estimator("exact_match", T07) == "exact"
     assert estimator("greedy", T07) == "exact" and decode_settings("greedy", T07).greedy
