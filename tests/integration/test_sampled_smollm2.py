@@ -13,7 +13,6 @@ Slow: the cached SmolLM2, one torch thread.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from trtspec.checkpoints.derive import truncate_layers
 from trtspec.checkpoints.pair import convert_pair
@@ -23,17 +22,9 @@ from trtspec.tuning.acceptance import acceptance_length_se, chain_accepted, repl
 from trtspec.tuning.profile import profile_prompts
 from trtspec.workloads import load_workload, render
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 NEW, MAX_K, DRAFT_LAYERS, PER_SET, SEEDS = 24, 4, 24, 4, 2
 TEMPERATURES = (0.0, 0.7, 1.0)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

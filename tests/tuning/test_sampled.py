@@ -18,16 +18,9 @@ from trtspec.tuning.profile import profile_prompts
 from trtspec.tuning.sampled import decode_settings, estimator, with_overrides
 
 NEW, MAX_K, SEED = 24, 5, 1000
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SHARPEN = 8.0  # peaked tiny models: at T = 0.7 the draft is right often, not always
 T07 = Sampling(temperature=0.7, seed=SEED)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
@@ -244,6 +237,14 @@ def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
     code, out, err = run_cli(capsys, "tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
                              "--concurrency-bands", "1", "--no-plots", "--out", tmp_path / "tuning.json")
     assert code == 0, err
+    from trtspec.tuning.report import summary_table
+    from trtspec.tuning.schema import load_tuning
+
+    tuning = load_tuning(tmp_path / "tuning.json")
+    band = tuning.workloads["logs"].bands[0]
+    band.acceptance_length, band.acceptance_length_se = 1.5, 0.05  # as if speculating: AL with its SE
+    table = summary_table(tuning)  # what `trtspec tune` prints
+    assert table.columns[0]._cells == ["logs (T=0.7 top_p=0.95)"] and table.columns[3]._cells == ["1.50 ±0.05"]
     t = json.loads((tmp_path / "tuning.json").read_text())["workloads"]["logs"]
     assert t["sampling"]["temperature"] == 0.7 and t["accept_rule"] == "exact_match"
     assert t["bands"][0]["acceptance_length_se"] is not None
