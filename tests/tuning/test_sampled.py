@@ -86,41 +86,61 @@ def test_tree_prediction_is_exact_per_seed(eagle, tree):
     assert replay_tree([sp.rank_paths for sp in profiled], tree).acceptance_length > 1.2
 
 
+def measured(models, ps, rounds: int = 4, **decode) -> tuple[float, float]:
+    """The runtime's pooled AL over `rounds` decodes of the prompts with fresh seeds, and its standard
+    error (ratio_se, requests clustered by prompt)."""
+    from trtspec.tuning.acceptance import ratio_se
+
+    counts, clusters = [], []
+    for r in range(rounds):
+        sampling = T07.model_copy(update={"seed": 77_000 + 1000 * r})
+        for j, res in enumerate(generate_batch(models, ps, NEW, sampling=sampling, ignore_eos=True, **decode)):
+            counts.append((sum(s.accepted + 1 for s in res.stats.steps), res.stats.verify_steps))
+            clusters.append(j)
+    return sum(y for y, _ in counts) / sum(x for _, x in counts), ratio_se(counts, clusters)
+
+
+def agrees(predicted: float, se: float, got: tuple[float, float]) -> bool:
+    """Within 2 combined standard errors (the prediction's and the measurement's, independent draws)."""
+    return se > 0 and abs(got[0] - predicted) <= 2 * (se ** 2 + got[1] ** 2) ** 0.5
+
+
 def test_prediction_holds_for_other_seeds_within_two_standard_errors(pair):
-    """Profile with one set of seeds, decode with another: the runtime's pooled AL for each K is
-    within 2 standard errors (delta method over the profiled samples) of the prediction."""
+    """Profile with one set of seeds, decode with others: the runtime's pooled AL for each K agrees
+    with the prediction within 2 standard errors (delta method over prompts, acceptance.ratio_se)."""
     ps = prompts(12, seed=7)
     profiled = profile(pair, ps, T07)
-    other = T07.model_copy(update={"seed": 77_000})
     for k in range(1, MAX_K + 1):
-        lists = [chain_accepted(sp.match_lengths, k) for sp in profiled]
         predicted = replay_chain([sp.match_lengths for sp in profiled], k).acceptance_length
-        se = acceptance_length_se(lists)
-        results = generate_batch(pair, ps, NEW, mode="draft-target", draft_len=k, sampling=other,
-                                 accept="exact_match", ignore_eos=True)
-        steps = [s for r in results for s in r.stats.steps]
-        measured = sum(s.accepted + 1 for s in steps) / len(steps)
-        assert se is not None and se > 0
-        assert abs(measured - predicted) <= 2 * se, (k, predicted, se, measured)
+        se = acceptance_length_se([chain_accepted(sp.match_lengths, k) for sp in profiled])
+        got = measured(pair, ps, mode="draft-target", draft_len=k, accept="exact_match")
+        assert agrees(predicted, se, got), (k, predicted, se, got)
+
+
+@pytest.mark.parametrize("tree", [TREE_A, TREE_B], ids=["TREE_A", "TREE_B"])
+def test_tree_prediction_holds_for_other_seeds_within_two_standard_errors(eagle, tree):
+    from trtspec.tuning.acceptance import tree_se
+
+    ps = prompts(24, seed=9)
+    profiled = profile(eagle, ps, T07, max_k=4)
+    predicted = replay_tree([sp.rank_paths for sp in profiled], tree).acceptance_length
+    se = tree_se([sp.rank_paths for sp in profiled], tree)
+    got = measured(eagle, ps, mode="eagle", eagle_choices=tree, accept="exact_match")
+    assert agrees(predicted, se, got), (predicted, se, got)
 
 
 def test_exact_match_resample_is_predicted_approximately(pair):
     """exact_match_resample (the engine flow without draft logits) accepts with the same probability
     per position but resamples at a miss, so its states drift from plain sampling; the exact_match
-    profile is its approximate prediction (sampled.py). Measured over other seeds it stays within 2
-    combined standard errors (prediction's and measurement's) of it on this pair, for every K."""
-    from trtspec.tuning.acceptance import ratio_se
-
+    profile is its approximate prediction (sampled.py). Measured over other seeds it agrees within 2
+    combined standard errors on this pair, for every K."""
     ps = prompts(16, seed=7)
     profiled = profile(pair, ps, T07)
     for k in range(1, MAX_K + 1):
         predicted = replay_chain([sp.match_lengths for sp in profiled], k).acceptance_length
         se = acceptance_length_se([chain_accepted(sp.match_lengths, k) for sp in profiled])
-        results = generate_batch(pair, ps, NEW, mode="draft-target", draft_len=k, accept="exact_match_resample",
-                                 sampling=T07.model_copy(update={"seed": 9000}), ignore_eos=True)
-        counts = [(sum(s.accepted + 1 for s in r.stats.steps), r.stats.verify_steps) for r in results]
-        measured = sum(y for y, _ in counts) / sum(x for _, x in counts)
-        assert abs(measured - predicted) <= 2 * (se ** 2 + ratio_se(counts) ** 2) ** 0.5, (k, predicted, measured)
+        got = measured(pair, ps, mode="draft-target", draft_len=k, accept="exact_match_resample")
+        assert agrees(predicted, se, got), (k, predicted, se, got)
 
 
 def test_profile_stage_records_the_rule_it_predicts(pair_dir, tmp_path):
@@ -252,3 +272,19 @@ def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
     assert code != 0 and "--accept-rule: typical_acceptance at T=0.7" in err
     code, out, err = run_cli(capsys, *args[:-2], "--temperature", "-1", "--out", tmp_path / "x.json")
     assert code != 0 and "--temperature:" in err
+
+
+def test_standard_error_is_calibrated(pair):
+    """The delta-method SE (acceptance.ratio_se) describes how much the prediction moves: over 16
+    seed sets on the same prompts the predictions' spread is of the size of the mean SE (the SE also
+    covers the choice of prompts, so it may be somewhat larger, never much smaller)."""
+    import statistics
+
+    ps = prompts(12, seed=11)
+    preds, ses = [], []
+    for r in range(16):
+        profiled = profile(pair, ps, T07.model_copy(update={"seed": 500_000 + 100 * r}), max_k=3)
+        preds.append(replay_chain([sp.match_lengths for sp in profiled], 3).acceptance_length)
+        ses.append(acceptance_length_se([chain_accepted(sp.match_lengths, 3) for sp in profiled]))
+    spread, se = statistics.stdev(preds), statistics.mean(ses)
+    assert 0.5 * se <= spread <= 1.5 * se, (spread, se)
