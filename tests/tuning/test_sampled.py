@@ -288,3 +288,23 @@ def test_standard_error_is_calibrated(pair):
         ses.append(acceptance_length_se([chain_accepted(sp.match_lengths, 3) for sp in profiled]))
     spread, se = statistics.stdev(preds), statistics.mean(ses)
     assert 0.5 * se <= spread <= 1.5 * se, (spread, se)
+
+
+def test_profiles_written_before_sampling_still_load_and_tune(tmp_path):
+    """profile.json files of earlier versions (greedy, no sampling, rule or standard errors) load,
+    pass the aggregate check and tune; their tuning records no settings."""
+    import json
+
+    from trtspec.tuning.schema import dump_json, load_profile
+    from trtspec.tuning.select import SelectConfig, tune_draft_target
+    from trtspec.tuning.synthetic import chain_profile, example_cost_model
+
+    data = json.loads(dump_json(chain_profile({"chat": 0.7}, num_samples=3, T=40, max_k=4)))
+    for w in data["workloads"].values():
+        del w["accept_length_se_by_k"], w["sampling"]
+    for key in ("sampling", "accept_rule", "estimator"):
+        data["measurement_conditions"].pop(key, None)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = load_profile(tmp_path / "old.json")
+    w = tune_draft_target(old, example_cost_model("draft-target"), SelectConfig(concurrency_bands=[1]))["chat"]
+    assert w.sampling is None and w.accept_rule is None and w.bands[0].acceptance_length_se is not None
