@@ -61,7 +61,8 @@ def test_acceptance_falls_with_temperature(setup):
             al = replay_chain([sp.match_lengths for sp in profiled], k).acceptance_length
             table[t, k] = (al, acceptance_length_se(lists, ids))
     for t in TEMPERATURES:
-        print(f"T={t:g}: " + ", ".join(f"K={k} {table[t, k][0]:.3f}±{table[t, k][1]:.3f}" for k in range(1, MAX_K + 1)))
+        row = (f"K={k} {table[t, k][0]:.3f}±{table[t, k][1]:.3f}" for k in range(1, MAX_K + 1))
+        print(f"T={t:g}: " + ", ".join(row))
     (cold, se_cold), (hot, se_hot) = table[0.0, MAX_K], table[1.0, MAX_K]
     assert cold - hot > 2 * (se_cold ** 2 + se_hot ** 2) ** 0.5, table
     assert table[0.7, MAX_K][0] < cold

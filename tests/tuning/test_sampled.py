@@ -155,14 +155,16 @@ def test_profile_stage_records_the_rule_it_predicts(pair_dir, tmp_path):
     log = tmp_path / "traffic.jsonl"
     log.write_text("\n".join(json.dumps({"prompt": " ".join(f"t{i + j}" for j in range(6))}) for i in range(3, 6)))
     common = dict(max_k=3, max_new_tokens=10)
-    greedy = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common))
+    greedy = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common, samples_per_prompt=2))
+    assert greedy.workloads["logs"].num_samples == 3  # greedy outputs have no draws: decoded once
     as_greedy = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common, temperature=0.7,
                                                                             accept_rule="greedy"))
     c = as_greedy.measurement_conditions
     assert (c.temperature, c.accept_rule, c.estimator) == (0.7, "greedy", "exact")
     g, a = greedy.workloads["logs"].samples, as_greedy.workloads["logs"].samples
     assert [s.output_ids for s in a] == [s.output_ids for s in g] and all(s.seed is None for s in a)
-    resample = profile_workloads(pair_dir, [f"logs={log}"], ProfileOptions(**common, accept_rule="exact_match_resample"),
+    resample = profile_workloads(pair_dir, [f"logs={log}"],
+                                 ProfileOptions(**common, accept_rule="exact_match_resample"),
                                  sampling={"logs": {"temperature": 1.0}})
     w = resample.workloads["logs"]
     assert resample.measurement_conditions.estimator == "approximate" and w.sampling.temperature == 1.0
@@ -253,7 +255,9 @@ def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
     assert w["sampling"]["temperature"] == 0.7 and w["num_samples"] == 8  # 4 prompts x 2 seeds
     assert [s["seed"] for s in w["samples"]] == list(range(40, 48))
     assert [s.get("sampling", {}).get("temperature") for s in w["samples"][:4]] == [None, 1.0, None, None]
-    assert set(w["accept_length_se_by_k"]) == {"1", "2", "3"} and all(v > 0 for v in w["accept_length_se_by_k"].values())
+    assert w["samples"][1]["sampling"] == {"temperature": 1.0, "top_k": 0, "top_p": 0.95, "seed": 41}
+    se = w["accept_length_se_by_k"]
+    assert set(se) == {"1", "2", "3"} and all(v > 0 for v in se.values())
     code, out, err = run_cli(capsys, "tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
                              "--concurrency-bands", "1", "--no-plots", "--out", tmp_path / "tuning.json")
     assert code == 0, err

@@ -1,8 +1,9 @@
 """Acceptance length of any chain length K or EAGLE tree, replayed exactly from one profiling pass.
 
-Notation. A sample's target output (greedy, or sampled with a recorded seed: sampled.py) is x_1..x_T. *State t* (0 <= t < T) is the moment the
-committed sequence is prompt + x_1..x_t, i.e. it ends just before x_{t+1}. The profile stores one
-entry per state (trtspec/tuning/profile.py measures them):
+Notation. A sample's target output (greedy, or sampled with a recorded seed: sampled.py) is
+x_1..x_T. *State t* (0 <= t < T) is the moment the committed sequence is prompt + x_1..x_t, i.e. it
+ends just before x_{t+1}. The profile stores one entry per state (trtspec/tuning/profile.py
+measures them):
 
 - chain drafts: `match_lengths[t]` = m_t, how many consecutive draft proposals made from state t
   equal x_{t+1}, x_{t+2}, ... (capped at the profiled max K, and cut where the sequence ends);

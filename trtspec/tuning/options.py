@@ -45,7 +45,8 @@ class ProfileOptions(StageOptions):
     accept_rule: str = Field(EXACT_MATCH.name, description="Accept rule the deployment runs at T > 0: " +
                              ", ".join(r.name for r in ACCEPT_RULES) + " (exact: greedy, exact_match; "
                              "approximate: exact_match_resample; see trtspec/tuning/sampled.py).")
-    samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0.")
+    samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0 (greedy "
+                                    "workloads are decoded once).")
 
     @field_validator("accept_rule")
     @classmethod

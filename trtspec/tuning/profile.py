@@ -152,8 +152,9 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
 
 def workload_settings(w, sampling: Sampling, rule: str, repeats: int = 1) -> tuple[Sampling, list[Sampling]]:
     """The workload's settings (`sampling` with the workload's own) and the settings each decode runs
-    at: one per sample (its own request fields applied) and repetition, seeded as sampled.py says.
-    Checks that `rule` has an estimator at each (errors name profile.accept_rule)."""
+    at: one per sample (its own request fields applied) and repetition, seeded as sampled.py says
+    (greedy outputs are not repeated: they have no draws). Checks that `rule` has an estimator at
+    each (errors name profile.accept_rule)."""
     base = with_overrides(sampling, w.sampling)
     n, out = len(w.samples), []
     for r in range(repeats):
@@ -161,15 +162,19 @@ def workload_settings(w, sampling: Sampling, rule: str, repeats: int = 1) -> tup
             own = with_overrides(base, s.sampling)
             estimator(rule, own)
             out.append(decode_settings(rule, own).model_copy(update={"seed": base.seed + r * n + j}))
+        if r == 0 and all(d.greedy for d in out):
+            break
     return base, out
 
 
-def _record(p: SampleProfile, key: str, sample) -> dict:
+def _record(p: SampleProfile, key: str, sample, base: Sampling) -> dict:
+    """A profile sample; `sampling` (the settings it decoded at) only when its request set its own."""
     rec = {"id": p.id, "prompt_len": p.prompt_len, "output_ids": p.output_ids, key: getattr(p, key)}
     if p.seed is not None:
         rec["seed"] = p.seed
     if sample.sampling:
-        rec["sampling"] = with_overrides(GREEDY_SAMPLING, sample.sampling).model_dump()
+        own = with_overrides(base, sample.sampling)
+        rec["sampling"] = own.model_copy(update={"seed": own.seed if p.seed is None else p.seed}).model_dump()
     return rec
 
 
@@ -215,12 +220,13 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                 progress(f"profiling {w.name}: reusing its {len(done[w.name])} finished samples from {partial}")
             continue
         base, decodes = settings[w.name]
-        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples] * samples_per_prompt
+        repeats = len(decodes) // len(w.samples)
+        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples] * repeats
         if progress:
             progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode}, "
                      f"{base.label()})")
         profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes)
-        samples[w.name] = [_record(p, key, s) for p, s in zip(profiles, w.samples * samples_per_prompt)]
+        samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, w.samples * repeats)]
         save_partial(partial, digest, samples)
     return build_profile(mode, max_k, recorded_top_k, conditions, samples,
                          sampling={name: base.model_dump() for name, (base, _) in settings.items()})
