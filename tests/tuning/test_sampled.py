@@ -34,8 +34,13 @@ def pair(pair_dir):
 
 
 @pytest.fixture(scope="module")
-def eagle(tmp_path_factory):
-    return load_models(tiny_eagle(tmp_path_factory.mktemp("sampled_eagle"), sharpen=SHARPEN))
+def eagle_dir(tmp_path_factory):
+    return tiny_eagle(tmp_path_factory.mktemp("sampled_eagle"), sharpen=SHARPEN)
+
+
+@pytest.fixture(scope="module")
+def eagle(eagle_dir):
+    return load_models(eagle_dir)
 
 
 def prompts(n: int, seed: int = 3) -> list[list[int]]:
@@ -86,14 +91,14 @@ def test_tree_prediction_is_exact_per_seed(eagle, tree):
     assert replay_tree([sp.rank_paths for sp in profiled], tree).acceptance_length > 1.2
 
 
-def measured(models, ps, rounds: int = 4, **decode) -> tuple[float, float]:
+def measured(models, ps, rounds: int = 4, at: Sampling = T07, **decode) -> tuple[float, float]:
     """The runtime's pooled AL over `rounds` decodes of the prompts with fresh seeds, and its standard
     error (ratio_se, requests clustered by prompt)."""
     from trtspec.tuning.acceptance import ratio_se
 
     counts, clusters = [], []
     for r in range(rounds):
-        sampling = T07.model_copy(update={"seed": 77_000 + 1000 * r})
+        sampling = at.model_copy(update={"seed": 77_000 + 1000 * r})
         for j, res in enumerate(generate_batch(models, ps, NEW, sampling=sampling, ignore_eos=True, **decode)):
             counts.append((sum(s.accepted + 1 for s in res.stats.steps), res.stats.verify_steps))
             clusters.append(j)
@@ -143,6 +148,24 @@ def test_exact_match_resample_is_predicted_approximately(pair):
         assert agrees(predicted, se, got), (k, predicted, se, got)
 
 
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_rejection_sampling_is_predicted_without_bias(pair, temperature):
+    """rejection_sampling with a sampled draft: kept indicators Bernoulli(min(1, q/p)) drawn given the
+    sampled output (sampled.rejection_agreement), equal in law to the rule's: the runtime's AL over
+    other seeds agrees within 2 combined SE for every K."""
+    at = Sampling(temperature=temperature, seed=SEED)
+    ps = prompts(16, seed=7)
+    settings = [at.model_copy(update={"seed": SEED + j}) for j in range(len(ps))]
+    profiled = profile_prompts(pair, [(str(j), p) for j, p in enumerate(ps)], NEW, MAX_K, ignore_eos=True,
+                               settings=settings, accept_rule="rejection_sampling")
+    assert profiled[0].match_lengths != profile(pair, ps[:1], at)[0].match_lengths  # not the exact-match lists
+    for k in range(1, MAX_K + 1):
+        predicted = replay_chain([sp.match_lengths for sp in profiled], k).acceptance_length
+        se = acceptance_length_se([chain_accepted(sp.match_lengths, k) for sp in profiled])
+        got = measured(pair, ps, at=at, mode="draft-target", draft_len=k, accept="rejection_sampling")
+        assert agrees(predicted, se, got), (k, predicted, se, got)
+
+
 def test_profile_stage_records_the_rule_it_predicts(pair_dir, tmp_path):
     """greedy (EAGLE through Triton ignores T) -> the greedy outputs, no seeds, rule and requested T
     recorded; exact_match_resample -> sampled outputs, estimator 'approximate'; a workload's own
@@ -172,14 +195,23 @@ def test_profile_stage_records_the_rule_it_predicts(pair_dir, tmp_path):
     assert resample.measurement_conditions.workloads["logs"]["sampling"] == {"temperature": 1.0}
 
 
+def test_rejection_sampling_needs_a_chain_draft(eagle_dir):
+    from trtspec.tuning.options import ProfileOptions
+    from trtspec.tuning.profile import profile_workloads
+
+    options = ProfileOptions(max_k=2, samples=1, max_new_tokens=4, temperature=0.7, accept_rule="rejection_sampling")
+    with pytest.raises(TrtspecError, match=r"^profile\.accept_rule: rejection_sampling needs a chain draft"):
+        profile_workloads(eagle_dir, ["chat=mt-bench"], options)
+
+
 def test_rules_and_their_estimators():
     assert estimator("exact_match", T07) == "exact"
     assert estimator("greedy", T07) == "exact" and decode_settings("greedy", T07).greedy
     assert estimator("exact_match_resample", T07) == "approximate"
-    assert estimator("rejection_sampling", Sampling()) == "exact"  # every rule is greedy at T = 0
-    for rule in ("rejection_sampling", "typical_acceptance"):
-        with pytest.raises(TrtspecError, match=r"^profile\.accept_rule: .*no one-pass estimator"):
-            estimator(rule, T07)
+    assert estimator("rejection_sampling", T07) == "unbiased"
+    assert estimator("typical_acceptance", Sampling()) == "exact"  # every rule is greedy at T = 0
+    with pytest.raises(TrtspecError, match=r"^profile\.accept_rule: typical_acceptance at T=0.7 has no one-pass"):
+        estimator("typical_acceptance", T07)
     with pytest.raises(TrtspecError, match=r"^profile\.accept_rule: 'nope'"):
         estimator("nope", T07)
     s = with_overrides(T07, {"top_p": 0.9, "category": "x"})

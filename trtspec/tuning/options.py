@@ -43,8 +43,9 @@ class ProfileOptions(StageOptions):
     sampling_seed: int = Field(0, ge=0, lt=2 ** 63, description="Seed of the token draws at T > 0 (sample j of a "
                                "workload draws with sampling_seed + j; the prompt choice is `seed`).")
     accept_rule: str = Field(EXACT_MATCH.name, description="Accept rule the deployment runs at T > 0: " +
-                             ", ".join(r.name for r in ACCEPT_RULES) + " (exact: greedy, exact_match; "
-                             "approximate: exact_match_resample; see trtspec/tuning/sampled.py).")
+                             ", ".join(r.name for r in ACCEPT_RULES) + " (exact: greedy, exact_match; unbiased: "
+                             "rejection_sampling; approximate: exact_match_resample; typical_acceptance "
+                             "refused; see trtspec/tuning/sampled.py).")
     samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0 (greedy "
                                     "workloads are decoded once).")
 

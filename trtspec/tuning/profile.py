@@ -37,7 +37,8 @@ from ..upstream.sampling import EXACT_MATCH
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
 from .profile_partial import conditions_hash, load_partial, save_partial
-from .sampled import decode_settings, decode_targets, estimator, with_overrides
+from .sampled import (decode_settings, decode_targets, estimator, rejection_agreement, samples_drafts,
+                      with_overrides)
 from .schema import build_profile
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
@@ -59,11 +60,15 @@ def chain_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k: 
     tokens = torch.tensor([seq])
     logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
     agree = (logits[0, :-1].argmax(-1) == tokens[0, 1:]).tolist()  # agree[j]: draft at j predicts s[j+1]
+    return agreement_runs(agree, len(seq), prompt_len, max_k)
+
+
+def agreement_runs(agree: list[bool], length: int, prompt_len: int, max_k: int) -> list[int]:
+    """match_lengths[t]: the run of agreements from index prompt_len - 1 + t, capped at max_k."""
     runs = [0] * (len(agree) + 1)
     for j in range(len(agree) - 1, -1, -1):
         runs[j] = runs[j + 1] + 1 if agree[j] else 0
-    T = len(seq) - prompt_len
-    return [min(runs[prompt_len - 1 + t], max_k) for t in range(T)]
+    return [min(runs[prompt_len - 1 + t], max_k) for t in range(length - prompt_len)]
 
 
 def _rank(logits: torch.Tensor, true: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -125,10 +130,12 @@ def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth:
 
 def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
                     tree_top_k: int = 10, ignore_eos: bool = False,
-                    settings: list[Sampling] | None = None) -> list[SampleProfile]:
+                    settings: list[Sampling] | None = None, accept_rule: str = EXACT_MATCH.name
+                    ) -> list[SampleProfile]:
     """Decode every prompt with the target (greedily, or at `settings[i]`: sampled with its seed,
     see sampled.py), then record match_lengths (draft-target) or rank_paths (EAGLE) along that
-    output for the first `max_new_tokens` states.
+    output for the first `max_new_tokens` states (under rejection_sampling at T > 0, the kept
+    indicators drawn given that output: sampled.rejection_agreement).
 
     The target decodes max_k + 1 tokens past max_new_tokens so that the runs of the last states are
     known in full: a speculative run's last step is counted before its output is cut, and the
@@ -144,6 +151,9 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
         sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states], seed=None if s.greedy else s.seed)
         if models.eagle is not None:
             sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)[:states]
+        elif samples_drafts(accept_rule, s):
+            agree = rejection_agreement(models, seq, len(prompt), s)
+            sp.match_lengths = agreement_runs(agree, len(seq), len(prompt), max_k)[:states]
         elif models.draft is not None:
             sp.match_lengths = chain_match_lengths(models, seq, len(prompt), max_k)[:states]
         out.append(sp)
@@ -189,7 +199,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     (trtspec.tuning.profile_partial); the caller removes it once the profile is written."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     settings = {w.name: workload_settings(w, sampling, accept_rule, samples_per_prompt) for w in workloads}
-    approximate = any(estimator(accept_rule, s) == "approximate" for _, ss in settings.values() for s in ss)
+    kinds = {estimator(accept_rule, s) for _, ss in settings.values() for s in ss}
+    kind = next(k for k in ("approximate", "unbiased", "exact") if k in kinds | {"exact"})
     models = load_models(ckpt, draft_ckpt)
     if models.eagle is None and models.draft is None:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory "
@@ -197,6 +208,9 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     if models.tokenizer is None:
         raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
     mode = "eagle" if models.eagle is not None else "draft-target"
+    if mode == "eagle" and any(samples_drafts(accept_rule, d) for _, ds in settings.values() for d in ds):
+        raise TrtspecError(f"profile.accept_rule: {accept_rule} needs a chain draft (draft-target); EAGLE trees "
+                           "are accepted by greedy, exact_match or typical_acceptance")
     if mode == "eagle" and max_k > models.eagle.num_levels:
         raise TrtspecError(f"profile.max_k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
     recorded_top_k = tree_top_k if mode == "eagle" else None
@@ -208,7 +222,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                   "trtspec_version": __version__,
                   "workloads": {w.name: w.manifest() for w in workloads},
                   "sampling": sampling.model_dump(), "accept_rule": accept_rule,
-                  "estimator": "approximate" if approximate else "exact", "samples_per_prompt": samples_per_prompt}
+                  "estimator": kind, "samples_per_prompt": samples_per_prompt}
     digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k})
     done = load_partial(partial, digest, progress)
     samples: dict[str, list[dict]] = {}
@@ -225,7 +239,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
         if progress:
             progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode}, "
                      f"{base.label()})")
-        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes)
+        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes,
+                                   accept_rule=accept_rule)
         samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, w.samples * repeats)]
         save_partial(partial, digest, samples)
     return build_profile(mode, max_k, recorded_top_k, conditions, samples,

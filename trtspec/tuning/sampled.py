@@ -33,27 +33,44 @@ The other rules (profile.accept_rule):
   plain sampling: the states it visits are distributed slightly differently (the rejected token can
   be drawn again). The exact_match profile is used as an APPROXIMATION, recorded as `estimator:
   approximate` in measurement_conditions;
-- rejection_sampling (draft-target with draft logits: the draft samples its tokens, P(accept) =
-  1 - TV(p, q) per position) and typical_acceptance (EAGLE engines outside Triton) have no one-pass
-  replay here: refused with an error naming profile.accept_rule.
+- rejection_sampling (draft-target with draft logits: the draft SAMPLES d ~ q and d is kept with
+  probability min(1, p(d)/q(d))): UNBIASED (`estimator: unbiased`: exact in law, not per seed).
+  At one position the joint law of (kept?, emitted token y) is P(kept, y) = min(p, q)(y) and
+  P(rejected, y) = max(0, p - q)(y), so the emitted y follows p (lossless) and, given y,
+  P(kept | y) = min(1, q(y) / p(y)). The step's next position conditions on the emitted prefix
+  either way (kept: the draft continues from it; rejected: the next step starts from it; a bonus
+  token is a plain sample of p). Hence (emitted sequence, kept indicators) has the law of: x by
+  plain sampling, and independently given x, b_n ~ Bernoulli(min(1, q_n(x_n) / p_n(x_n))) with p_n,
+  q_n the target's and the draft's filtered distributions after x_<n. The profiler computes these
+  from one teacher-forced pass of each model along x, draws b_n with keyed uniforms (seed,
+  position, ACCEPT) and stores their runs as match_lengths: the same replay and tuner apply, and
+  averaged over seeds AL(K) is unbiased (E_x[min(1, q/p)] = sum min(p, q) = 1 - TV(p, q), Leviathan
+  et al.'s alpha). Chains only (EAGLE trees have no rejection rule). Cost: one extra target pass.
+- typical_acceptance (EAGLE engines outside Triton) has no one-pass replay here: refused with an
+  error naming profile.accept_rule.
 At greedy settings (T = 0 or top_k 1) every rule is greedy and the profile is the greedy one.
 """
 
 from __future__ import annotations
 
+import torch
+
 from ..errors import TrtspecError
 from ..options import GREEDY_SAMPLING, Sampling
 from ..runtime.generate import Models, generate_batch
+from ..runtime.sampling import ACCEPT, probs, uniform
 from ..runtime.stats import GenerationResult
 from ..upstream import sampling as upstream
 
+# exact: the replay is the rule's AL for each seed; unbiased: equal in law (in expectation over
+# seeds); approximate: the visited states' law differs from the rule's (module docstring).
 ESTIMATORS = {upstream.GREEDY.name: "exact", upstream.EXACT_MATCH.name: "exact",
-              upstream.EXACT_MATCH_RESAMPLE.name: "approximate"}
+              upstream.REJECTION.name: "unbiased", upstream.EXACT_MATCH_RESAMPLE.name: "approximate"}
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p")  # what a workload or a request may set; seeds are the profile's
 
 
 def estimator(rule: str, sampling: Sampling) -> str:
-    """'exact' or 'approximate' (module docstring) for `rule` at `sampling`; errors name the field."""
+    """'exact', 'unbiased' or 'approximate' (ESTIMATORS) for `rule` at `sampling`; errors name the field."""
     if rule not in {r.name for r in upstream.ACCEPT_RULES}:
         raise TrtspecError(f"profile.accept_rule: {rule!r} is not one of "
                            f"{', '.join(r.name for r in upstream.ACCEPT_RULES)}")
@@ -98,3 +115,27 @@ def decode_targets(models: Models, prompts: list[list[int]], max_new_tokens: int
                               accept=None if first.greedy else upstream.EXACT_MATCH.name)
         start = end
     return out
+
+
+def samples_drafts(rule: str, sampling: Sampling) -> bool:
+    """Whether the draft samples its tokens under `rule` (rejection sampling at T > 0), so that its
+    acceptance is alpha = 1 - TV(p, q) rather than agreement with x (module docstring)."""
+    return rule == upstream.REJECTION.name and not sampling.greedy
+
+
+@torch.inference_mode()
+def rejection_agreement(models: Models, seq: list[int], prompt_len: int, sampling: Sampling) -> list[bool]:
+    """agree[j] for j = 0..len(seq)-2 (a draft token proposed after s[..j] is kept, s[j+1] emitted):
+    Bernoulli(min(1, q_j(s[j+1]) / p_j(s[j+1]))) with p_j, q_j the target's and the draft's filtered
+    distributions after s[..j], drawn with the keyed uniform of s[j+1]'s output position (module
+    docstring: the kept indicators' law given the emitted sequence)."""
+    tokens = torch.tensor([seq])
+    p_logits, _ = models.target.forward(tokens, models.target.new_cache(1, len(seq)))
+    q_logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
+    vocab = min(p_logits.shape[-1], q_logits.shape[-1])  # the proposer's restriction (draft_target.py)
+    nxt = tokens[0, 1:, None]
+    p = probs(p_logits[0, :-1], sampling).gather(-1, nxt)[:, 0]
+    q = probs(q_logits[0, :-1, :vocab], sampling)
+    q = torch.where(nxt[:, 0] < vocab, q.gather(-1, nxt.clamp(max=vocab - 1))[:, 0], torch.zeros_like(p))
+    keep = torch.where(p > 0, (q / p).clamp(max=1.0), torch.zeros_like(p)).tolist()
+    return [uniform(sampling.seed, j + 1 - prompt_len, ACCEPT) < a for j, a in enumerate(keep)]

@@ -50,7 +50,7 @@ class MeasurementConditions(BaseModel):
     trtspec_version: str
     sampling: Sampling | None = None  # the profile's default settings (a workload may set its own)
     accept_rule: str | None = None  # the rule the predictions assume (upstream.sampling names)
-    estimator: Literal["exact", "approximate"] | None = None  # profile.py: how AL relates to that rule
+    estimator: Literal["exact", "unbiased", "approximate"] | None = None  # sampled.py: AL vs that rule
 
     @model_validator(mode="after")
     def _rule(self):
