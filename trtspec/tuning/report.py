@@ -94,7 +94,7 @@ def plot_al_vs_temperature(profiles: list[Profile], path: Path, k: int | None = 
     for name, pts in al_by_temperature(profiles, k).items():
         ax.errorbar([t for t, _, _ in pts], [a for _, a, _ in pts], yerr=[2 * s for _, _, s in pts], marker="o",
                     capsize=3, label=name)
-    ax.set(xlabel="temperature", ylabel=f"acceptance length (K = {k or 'max_k'})",
+    ax.set(xlabel="temperature", ylabel=f"acceptance length (K = {k or 'max K'})",
            title="acceptance vs temperature (±2 SE)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
