@@ -91,12 +91,22 @@ def _scaled(model, scale: float):
     return model
 
 
-def tiny_pair(d: Path) -> Path:
+def _sharpened(model, factor: float):
+    """lm_head scaled by `factor`: peaked next-token distributions, so that sampling at T ~ 0.7 still
+    follows the argmax often (the random tiny models are near-uniform over their 1001 tokens)."""
+    if factor != 1.0:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(factor)
+    return model
+
+
+def tiny_pair(d: Path, sharpen: float = 1.0) -> Path:
     """A draft-target pair directory (target/ + draft/) of tiny Llamas that agree often but not always
-    (a near-bigram target and a pure-bigram draft, as in test_runtime_spec), with the tiny tokenizer."""
+    (a near-bigram target and a pure-bigram draft, as in test_runtime_spec), with the tiny tokenizer.
+    sharpen: scale both lm_heads (see _sharpened)."""
     from trtspec.checkpoints.pair import convert_pair
 
-    base = _scaled(make_hf_model("llama", d / "hf", num_key_value_heads=1), 0.1)
+    base = _sharpened(_scaled(make_hf_model("llama", d / "hf", num_key_value_heads=1), 0.1), sharpen)
     base.save_pretrained(d / "hf")
     _scaled(copy.deepcopy(base), 0.0).save_pretrained(d / "draft_hf")
     for m in ("hf", "draft_hf"):
@@ -122,12 +132,13 @@ def small_vocab_pair(d: Path, vocab: int = 12) -> Path:
     return d / "small_pair"
 
 
-def tiny_eagle(d: Path) -> Path:
+def tiny_eagle(d: Path, sharpen: float = 1.0) -> Path:
     """An EAGLE-1 checkpoint (4 levels, max_draft_len 63) over a near-bigram tiny Llama, with a
-    bigram head (fc picks the token embedding), and the tiny tokenizer."""
+    bigram head (fc picks the token embedding), and the tiny tokenizer. sharpen: scale the lm_head
+    the target and the head share (see _sharpened)."""
     from trtspec.checkpoints.eagle import convert_eagle
 
-    base = _scaled(make_hf_model("llama", d / "ehf", num_key_value_heads=1), 0.1)
+    base = _sharpened(_scaled(make_hf_model("llama", d / "ehf", num_key_value_heads=1), 0.1), sharpen)
     base.save_pretrained(d / "ehf")
     save_tiny_tokenizer(d / "ehf")
     head = {"embed_tokens.weight": base.model.embed_tokens.weight.detach().clone(),

@@ -18,7 +18,7 @@ can be moved together and run from anywhere. `target: default` is the embedded S
     mode: draft-target                   # eagle | draft-target (inferred from the draft if left out)
     quantization: {format: fp8, kv_cache: fp8}   # or none
     build: {gpu: h100}
-    workloads: {chat: mt-bench, code: humaneval}
+    workloads: {chat: mt-bench, code: humaneval}   # or chat: {source: mt-bench, temperature: 0.7, top_p: 0.9}
     profile: {samples: 8, max_new_tokens: 64, max_k: 4}
     tune: {cost: cpu, concurrency_bands: [1, 2]}
     triton: {flavor: cpu}
@@ -37,11 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .builders.options import BuildOptions
 from .checkpoints.options import ConvertOptions
 from .errors import TrtspecError
-from .options import field_path
+from .options import field_path, first_problem
 from .perf.options import PerfSettings
 from .quality.options import QualityReportOptions, QuantizeStage
 from .triton_repo.options import ServeOptions, TritonOptions
-from .tuning.options import ProfileOptions, TuneOptions
+from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
 DEFAULT_TARGET = "default"
 PACKAGED_WORKLOADS = ("mt-bench", "humaneval")  # trtspec.workloads.PACKAGED, without importing it
@@ -117,6 +117,9 @@ class Recipe(ConvertOptions):
     quantization: Optional[Quantization] = None
     build: Optional[Build] = None
     workloads: dict[str, str]
+    workload_sampling: dict[str, dict[str, int | float]] = Field(
+        default_factory=dict, description="Each workload's own temperature / top_k / top_p: filled from the "
+                                          "`workloads` entries written as {source, temperature, ...}.")
     profile: ProfileOptions = Field(default_factory=ProfileOptions)
     tune: TuneOptions = Field(default_factory=TuneOptions)
     triton: Optional[Triton] = None
@@ -131,6 +134,26 @@ class Recipe(ConvertOptions):
     @classmethod
     def _draft_shorthand(cls, v: Any) -> Any:
         return {"hf": v} if isinstance(v, str) else v  # `draft: /models/small` = an HF draft model
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workload_entries(cls, data: Any) -> Any:
+        """`workloads: {chat: {source: mt-bench, temperature: 0.7}}` -> workloads {chat: mt-bench} and
+        workload_sampling {chat: {temperature: 0.7}}: every stage reads `workloads` as NAME: SOURCE."""
+        if not isinstance(data, dict) or not isinstance(data.get("workloads"), dict):
+            return data
+        plain, sampling = {}, dict(data.get("workload_sampling") or {})
+        for name, v in data["workloads"].items():
+            if isinstance(v, dict):
+                try:
+                    entry = WorkloadEntry.model_validate(v)
+                except ValidationError as e:
+                    field, msg = first_problem(e)
+                    raise ValueError(f"workloads.{name}{'.' + field if field else ''}: {msg}") from None
+                plain[name], sampling[name] = entry.source, entry.overrides()
+            else:
+                plain[name] = v
+        return {**data, "workloads": plain, "workload_sampling": sampling}
 
     @field_validator("workloads")
     @classmethod

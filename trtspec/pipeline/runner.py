@@ -72,7 +72,8 @@ STAGES = {s.name: s for s in (
              st.run_quantize),
     st.Stage("build", lambda r: [_ck(r)], _build_section, lambda p: [p.build],
              _na(lambda r: r.build is not None, "no build section"), st.run_build),
-    st.Stage("profile", lambda r: [_ck(r)], lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads},
+    st.Stage("profile", lambda r: [_ck(r)], lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads}
+             | ({"workload_sampling": r.workload_sampling} if r.workload_sampling else {}),
              lambda p: [p.profile], lambda ctx: None, st.run_profile),
     st.Stage("tune", lambda r: [_ck(r), "profile"], lambda r: r.tune.model_dump(), lambda p: [p.tuning, p.plots],
              lambda ctx: None, st.run_tune),

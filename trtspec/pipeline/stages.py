@@ -192,7 +192,8 @@ def engines_built(ctx: Ctx) -> bool:
 def run_profile(ctx: Ctx) -> str:
     p = ctx.recipe.profile
     partial = partial_path(ctx.paths.profile)  # finished workloads as they finish: a cut run resumes
-    result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log, partial=partial)
+    result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log, partial=partial,
+                               sampling=ctx.recipe.workload_sampling)
     write_text_atomic(ctx.paths.profile, dump_json(result))
     partial.unlink(missing_ok=True)
     def al(w, k):  # profile.json keys K as strings

@@ -1,8 +1,9 @@
 """Acceptance length of any chain length K or EAGLE tree, replayed exactly from one profiling pass.
 
-Notation. A sample's target greedy output is x_1..x_T. *State t* (0 <= t < T) is the moment the
-committed sequence is prompt + x_1..x_t, i.e. it ends just before x_{t+1}. The profile stores one
-entry per state (trtspec/tuning/profile.py measures them):
+Notation. A sample's target output (greedy, or sampled with a recorded seed: sampled.py) is
+x_1..x_T. *State t* (0 <= t < T) is the moment the committed sequence is prompt + x_1..x_t, i.e. it
+ends just before x_{t+1}. The profile stores one entry per state (trtspec/tuning/profile.py
+measures them):
 
 - chain drafts: `match_lengths[t]` = m_t, how many consecutive draft proposals made from state t
   equal x_{t+1}, x_{t+2}, ... (capped at the profiled max K, and cut where the sequence ends);
@@ -32,6 +33,16 @@ Metrics (definitions shared with trtspec/runtime/stats.py and ModelOpt's specula
 - position i (1-based; depth for trees) is *reached* when offered >= i;
   conditional rate P(accept i | accepted < i) = #(a >= i) / #(offered >= i) (None if never reached),
   marginal rate P(accept i) = #(a >= i) / steps. Identity: AL = 1 + sum_i marginal_i.
+
+Standard errors. AL is a ratio estimator, tokens / steps pooled over samples; its uncertainty comes
+from which prompts (and, at T > 0, which sampling draws) were profiled. `ratio_se` treats clusters
+(one per prompt: the samples of one prompt id, several when a prompt is profiled with several seeds)
+as independent and uses the delta method (linearisation of the ratio):
+
+    SE(R)^2 = n / (n - 1) * sum_i (y_i - R x_i)^2 / (sum_i x_i)^2,   R = sum y / sum x
+
+with y_i, x_i the tokens and steps of cluster i. It needs no resampling, so it is as cheap as the
+replay itself; None below 2 clusters (no spread to measure).
 
 Everything here is plain Python on lists: no torch, no numpy, cheap to call thousands of times.
 """
@@ -85,15 +96,44 @@ def step_states(accepted: Sequence[int], horizon: int | None = None) -> Iterable
         t += accepted[t] + 1
 
 
+def tokens_steps(accepted: Sequence[int]) -> tuple[int, int]:
+    """(tokens, steps) one sample's replay counts from its per-state accepted counts."""
+    steps = tokens = 0
+    T, t = len(accepted), 1
+    while t < T:
+        a = accepted[t]
+        steps, tokens, t = steps + 1, tokens + a + 1, t + a + 1
+    return tokens, steps
+
+
 def acceptance_length(per_sample_accepted: Iterable[Sequence[int]]) -> float | None:
     """Pooled AL of per-state accepted counts (the fast path: no per-position bookkeeping)."""
     steps = tokens = 0
     for acc in per_sample_accepted:
-        T, t = len(acc), 1
-        while t < T:
-            a = acc[t]
-            steps, tokens, t = steps + 1, tokens + a + 1, t + a + 1
+        y, x = tokens_steps(acc)
+        tokens, steps = tokens + y, steps + x
     return tokens / steps if steps else None
+
+
+def ratio_se(counts: Sequence[tuple[float, float]], clusters: Sequence | None = None) -> float | None:
+    """Standard error of sum(tokens) / sum(steps) over samples' (tokens, steps) `counts`, samples with
+    the same cluster key pooled first (default: each sample its own cluster); module docstring."""
+    pooled: dict = {}
+    for i, (y, x) in enumerate(counts):
+        key = i if clusters is None else clusters[i]
+        py, px = pooled.get(key, (0.0, 0.0))
+        pooled[key] = (py + y, px + x)
+    n, total_x = len(pooled), sum(x for _, x in pooled.values())
+    if n < 2 or total_x == 0:
+        return None
+    r = sum(y for y, _ in pooled.values()) / total_x
+    return (n / (n - 1) * sum((y - r * x) ** 2 for y, x in pooled.values())) ** 0.5 / total_x
+
+
+def acceptance_length_se(per_sample_accepted: Iterable[Sequence[int]], clusters: Sequence | None = None
+                         ) -> float | None:
+    """ratio_se of the pooled AL of per-state accepted counts."""
+    return ratio_se([tokens_steps(acc) for acc in per_sample_accepted], clusters)
 
 
 # ---- chains (draft-target, or the top-1 chain of an EAGLE drafter) ------------------------------
@@ -173,17 +213,27 @@ def chain_choices(depth: int) -> list[list[int]]:
 
 # ---- profile aggregates --------------------------------------------------------------------------
 
-def summarize(mode: str, samples: list[Sequence], max_k: int) -> dict:
+def tree_se(samples: Iterable[Sequence[Sequence[int]]], choices, clusters: Sequence | None = None) -> float | None:
+    """Standard error of a static tree's replayed AL over samples' rank_paths (see ratio_se)."""
+    tree = choices if isinstance(choices, TreeIndex) else TreeIndex(choices)
+    return acceptance_length_se(([tree.accepted(p) for p in paths] for paths in samples), clusters)
+
+
+def summarize(mode: str, samples: list[Sequence], max_k: int, clusters: Sequence | None = None) -> dict:
     """The per-workload aggregates a profile stores, from its samples' per-state lists.
 
     `accept_length_by_k[k]` is the AL of a chain of k drafts: the draft model's greedy chain
     (draft-target) or the EAGLE drafter's top-1 chain [[0], [0, 0], ..] of depth k (eagle). The
-    conditional/marginal rates are those of the chain at K = max_k. Used by the profiler to write
-    profile.json and by the tuner to check a profile it reads."""
+    conditional/marginal rates are those of the chain at K = max_k; `accept_length_se_by_k[k]` the
+    standard error of each AL over `clusters` (one key per sample: its prompt id; ratio_se). Used by
+    the profiler to write profile.json and by the tuner to check a profile it reads."""
     chains = samples if mode == "draft-target" else [rank_paths_to_chain(p, max_k) for p in samples]
     by_k = {str(k): acceptance_length(chain_accepted(c, k) for c in chains) for k in range(1, max_k + 1)}
+    se_by_k = {str(k): acceptance_length_se([chain_accepted(c, k) for c in chains], clusters)
+               for k in range(1, max_k + 1)}
     full = replay_chain(chains, max_k)
     return {"num_samples": len(samples), "num_tokens": sum(len(s) for s in samples),
             "mean_accept_length": full.acceptance_length, "accept_length_by_k": by_k,
+            "accept_length_se_by_k": se_by_k,
             "conditional_accept_rates": full.conditional_rates(),
             "marginal_accept_rates": full.marginal_rates()}

@@ -7,11 +7,13 @@ source of the CLI flags' defaults and help (see trtspec/options.py). Light: pyda
 
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 from pydantic import Field, field_validator
 
-from ..options import StageOptions
+from ..options import Sampling, StageOptions
+from ..upstream.sampling import ACCEPT_RULES, EXACT_MATCH
 from .gpus import PRESETS
 
 
@@ -28,10 +30,36 @@ class ProfileOptions(StageOptions):
     max_new_tokens: Optional[int] = Field(None, ge=1, description="Override each workload's default output length.")
     max_k: int = Field(8, ge=1, description="Longest chain (or EAGLE depth) to measure.")
     tree_top_k: int = Field(10, ge=1, description="EAGLE: candidate ranks recorded per depth.")
-    seed: int = Field(0, description="Seed of the prompt sampling.")
+    seed: int = Field(0, description="Seed of the prompt sampling (which prompts; not the token draws).")
     categories: Optional[list[str]] = Field(None, description="Keep only prompts of these categories (e.g. "
                                             "mt-bench's coding, math) in each workload that has categories; a "
                                             "workload without any is used whole. null: all.")
+    # The request settings AL is predicted at: Sampling's own fields (a workload's or a logged request's
+    # own temperature / top_k / top_p override them). `seed` above picks prompts, so Sampling.seed is
+    # `sampling_seed` here: sample j of a workload draws its tokens with sampling_seed + j.
+    temperature: float = copy.copy(Sampling.model_fields["temperature"])
+    top_k: int = copy.copy(Sampling.model_fields["top_k"])
+    top_p: float = copy.copy(Sampling.model_fields["top_p"])
+    sampling_seed: int = Field(0, ge=0, lt=2 ** 63, description="Seed of the token draws at T > 0 (sample j of a "
+                               "workload draws with sampling_seed + j; the prompt choice is `seed`).")
+    accept_rule: str = Field(EXACT_MATCH.name, description="Accept rule the deployment runs at T > 0: " +
+                             ", ".join(r.name for r in ACCEPT_RULES) + " (exact: greedy, exact_match; unbiased: "
+                             "rejection_sampling; approximate: exact_match_resample; typical_acceptance "
+                             "refused; see trtspec/tuning/sampled.py).")
+    samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0 (greedy "
+                                    "workloads are decoded once).")
+
+    @field_validator("accept_rule")
+    @classmethod
+    def _rule(cls, v: str) -> str:
+        names = [r.name for r in ACCEPT_RULES]
+        if v not in names:
+            raise ValueError(f"{v!r} is not one of {', '.join(names)}")
+        return v
+
+    def sampling(self) -> Sampling:
+        """The Sampling settings of these options (sampling_seed is Sampling.seed)."""
+        return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.sampling_seed)
 
     @field_validator("categories")
     @classmethod
@@ -42,6 +70,24 @@ class ProfileOptions(StageOptions):
         if not names:
             raise ValueError("expected category names, e.g. [coding, math]")
         return names
+
+
+class WorkloadEntry(Sampling):
+    """A recipe workload written with its own sampling settings, `{source: mt-bench, temperature: 0.7,
+    top_p: 0.9}`: Sampling's temperature / top_k / top_p (the ones given override the stage's; a
+    logged request's own fields override these). No seed: draws are seeded by the stage
+    (profile.sampling_seed)."""
+    section = "workloads"
+    source: str = Field(description="mt-bench, humaneval, or a .jsonl/.csv path.")
+
+    @field_validator("seed")
+    @classmethod
+    def _no_seed(cls, v: int) -> int:  # runs only when given (defaults are not validated)
+        raise ValueError("a workload has no seed of its own (profile.sampling_seed seeds the draws)")
+
+    def overrides(self) -> dict:
+        """The sampling settings this entry sets (not those left at Sampling's defaults)."""
+        return self.model_dump(include=self.model_fields_set - {"source"})
 
 
 class TuneOptions(StageOptions):

@@ -1,6 +1,8 @@
 """Acceptance profiling: measure once per workload, derive acceptance for every K or tree later.
 
-The target decodes each prompt greedily (the tokens any lossless speculative run would emit). Then,
+The target decodes each prompt greedily (the tokens any lossless speculative run would emit), or at
+temperature > 0 by plain sampling with a recorded seed (the tokens an exact-match speculative run
+emits for that seed: trtspec/tuning/sampled.py has the estimator, its rules and its cost). Then,
 in one teacher-forced pass over the finished sequence s = prompt + output:
 
 - chain drafts (draft-target): the draft's argmax at every index j; `agree[j]` says whether it
@@ -29,10 +31,14 @@ import torch
 from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from ..runtime.generate import Models, generate_batch, load_models, resolve_pair
+from ..options import GREEDY_SAMPLING, Sampling
+from ..runtime.generate import Models, load_models, resolve_pair
+from ..upstream.sampling import EXACT_MATCH
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
 from .profile_partial import conditions_hash, load_partial, save_partial
+from .sampled import (decode_settings, decode_targets, estimator, rejection_agreement, samples_drafts,
+                      with_overrides)
 from .schema import build_profile
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
@@ -45,6 +51,7 @@ class SampleProfile:
     output_ids: list[int]
     match_lengths: list[int] = field(default_factory=list)
     rank_paths: list[list[int]] = field(default_factory=list)
+    seed: int | None = None  # the draw seed of a sampled output; None when greedy
 
 
 @torch.inference_mode()
@@ -53,11 +60,15 @@ def chain_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k: 
     tokens = torch.tensor([seq])
     logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
     agree = (logits[0, :-1].argmax(-1) == tokens[0, 1:]).tolist()  # agree[j]: draft at j predicts s[j+1]
+    return agreement_runs(agree, len(seq), prompt_len, max_k)
+
+
+def agreement_runs(agree: list[bool], length: int, prompt_len: int, max_k: int) -> list[int]:
+    """match_lengths[t]: the run of agreements from index prompt_len - 1 + t, capped at max_k."""
     runs = [0] * (len(agree) + 1)
     for j in range(len(agree) - 1, -1, -1):
         runs[j] = runs[j + 1] + 1 if agree[j] else 0
-    T = len(seq) - prompt_len
-    return [min(runs[prompt_len - 1 + t], max_k) for t in range(T)]
+    return [min(runs[prompt_len - 1 + t], max_k) for t in range(length - prompt_len)]
 
 
 def _rank(logits: torch.Tensor, true: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -118,36 +129,78 @@ def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth:
 
 
 def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
-                    tree_top_k: int = 10, ignore_eos: bool = False) -> list[SampleProfile]:
-    """Greedy-decode every prompt with the target, then record match_lengths (draft-target) or
-    rank_paths (EAGLE) for the first `max_new_tokens` states.
+                    tree_top_k: int = 10, ignore_eos: bool = False,
+                    settings: list[Sampling] | None = None, accept_rule: str = EXACT_MATCH.name
+                    ) -> list[SampleProfile]:
+    """Decode every prompt with the target (greedily, or at `settings[i]`: sampled with its seed,
+    see sampled.py), then record match_lengths (draft-target) or rank_paths (EAGLE) along that
+    output for the first `max_new_tokens` states (under rejection_sampling at T > 0, the kept
+    indicators drawn given that output: sampled.rejection_agreement).
 
     The target decodes max_k + 1 tokens past max_new_tokens so that the runs of the last states are
     known in full: a speculative run's last step is counted before its output is cut, and the
-    replay must count it the same way."""
+    replay must count it the same way (keyed draws make the longer sampled output extend the
+    shorter one)."""
     lookahead = max_k + 1
-    results = generate_batch(models, [p for _, p in prompts], max_new_tokens + lookahead, mode="greedy",
-                             ignore_eos=ignore_eos)
+    settings = settings or [GREEDY_SAMPLING] * len(prompts)
+    results = decode_targets(models, [p for _, p in prompts], max_new_tokens + lookahead, settings, ignore_eos)
     out = []
-    for (sample_id, prompt), res in zip(prompts, results):
+    for (sample_id, prompt), res, s in zip(prompts, results, settings):
         seq = list(prompt) + res.output_ids
         states = min(len(res.output_ids), max_new_tokens)
-        sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states])
+        sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states], seed=None if s.greedy else s.seed)
         if models.eagle is not None:
             sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)[:states]
+        elif samples_drafts(accept_rule, s):
+            agree = rejection_agreement(models, seq, len(prompt), s)
+            sp.match_lengths = agreement_runs(agree, len(seq), len(prompt), max_k)[:states]
         elif models.draft is not None:
             sp.match_lengths = chain_match_lengths(models, seq, len(prompt), max_k)[:states]
         out.append(sp)
     return out
 
 
+def workload_settings(w, sampling: Sampling, rule: str, repeats: int = 1) -> tuple[Sampling, list[Sampling]]:
+    """The workload's settings (`sampling` with the workload's own) and the settings each decode runs
+    at: one per sample (its own request fields applied) and repetition, seeded as sampled.py says
+    (greedy outputs are not repeated: they have no draws). Checks that `rule` has an estimator at
+    each (errors name profile.accept_rule)."""
+    base = with_overrides(sampling, w.sampling)
+    n, out = len(w.samples), []
+    for r in range(repeats):
+        for j, s in enumerate(w.samples):
+            own = with_overrides(base, s.sampling)
+            estimator(rule, own)
+            out.append(decode_settings(rule, own).model_copy(update={"seed": base.seed + r * n + j}))
+        if r == 0 and all(d.greedy for d in out):
+            break
+    return base, out
+
+
+def _record(p: SampleProfile, key: str, sample, base: Sampling) -> dict:
+    """A profile sample; `sampling` (the settings it decoded at) only when its request set its own."""
+    rec = {"id": p.id, "prompt_len": p.prompt_len, "output_ids": p.output_ids, key: getattr(p, key)}
+    if p.seed is not None:
+        rec["seed"] = p.seed
+    if sample.sampling:
+        own = with_overrides(base, sample.sampling)
+        rec["sampling"] = own.model_copy(update={"seed": own.seed if p.seed is None else p.seed}).model_dump()
+    return rec
+
+
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
-                progress=None, partial: Path | None = None):
+                progress=None, partial: Path | None = None, sampling: Sampling = GREEDY_SAMPLING,
+                accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
-    partial: a file to write the finished workloads to as they finish and to resume from
+    sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
+    the rule the predictions are for (sampled.py); samples_per_prompt: sampled outputs (seeds) per
+    prompt. partial: a file to write the finished workloads to as they finish and to resume from
     (trtspec.tuning.profile_partial); the caller removes it once the profile is written."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
+    settings = {w.name: workload_settings(w, sampling, accept_rule, samples_per_prompt) for w in workloads}
+    kinds = {estimator(accept_rule, s) for _, ss in settings.values() for s in ss}
+    kind = next(k for k in ("approximate", "unbiased", "exact") if k in kinds | {"exact"})
     models = load_models(ckpt, draft_ckpt)
     if models.eagle is None and models.draft is None:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory "
@@ -155,42 +208,54 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     if models.tokenizer is None:
         raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
     mode = "eagle" if models.eagle is not None else "draft-target"
+    if mode == "eagle" and any(samples_drafts(accept_rule, d) for _, ds in settings.values() for d in ds):
+        raise TrtspecError(f"profile.accept_rule: {accept_rule} needs a chain draft (draft-target); EAGLE trees "
+                           "are accepted by greedy, exact_match or typical_acceptance")
     if mode == "eagle" and max_k > models.eagle.num_levels:
         raise TrtspecError(f"profile.max_k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
     recorded_top_k = tree_top_k if mode == "eagle" else None
     quant = read_json(Path(ckpt) / "config.json", "TRT-LLM config.json").get("quantization") or {}
     conditions = {"target": str(Path(ckpt).resolve()),
                   "draft": str(Path(draft_ckpt).resolve()) if draft_ckpt else None,
-                  "quantization": quant, "temperature": 0.0,
+                  "quantization": quant, "temperature": sampling.temperature,
                   "max_new_tokens": max(w.max_new_tokens for w in workloads), "dtype": str(models.target.dtype),
                   "trtspec_version": __version__,
-                  "workloads": {w.name: w.manifest() for w in workloads}}
+                  "workloads": {w.name: w.manifest() for w in workloads},
+                  "sampling": sampling.model_dump(), "accept_rule": accept_rule,
+                  "estimator": kind, "samples_per_prompt": samples_per_prompt}
     digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k})
     done = load_partial(partial, digest, progress)
     samples: dict[str, list[dict]] = {}
+    key = "rank_paths" if mode == "eagle" else "match_lengths"
     for w in workloads:
         if w.name in done:
             samples[w.name] = done[w.name]
             if progress:
                 progress(f"profiling {w.name}: reusing its {len(done[w.name])} finished samples from {partial}")
             continue
-        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples]
+        base, decodes = settings[w.name]
+        repeats = len(decodes) // len(w.samples)
+        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples] * repeats
         if progress:
-            progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode})")
-        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k)
-        key = "rank_paths" if mode == "eagle" else "match_lengths"
-        samples[w.name] = [{"id": p.id, "prompt_len": p.prompt_len, "output_ids": p.output_ids,
-                            key: getattr(p, key)} for p in profiles]
+            progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode}, "
+                     f"{base.label()})")
+        profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes,
+                                   accept_rule=accept_rule)
+        samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, w.samples * repeats)]
         save_partial(partial, digest, samples)
-    return build_profile(mode, max_k, recorded_top_k, conditions, samples)
+    return build_profile(mode, max_k, recorded_top_k, conditions, samples,
+                         sampling={name: base.model_dump() for name, (base, _) in settings.items()})
 
 
 def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt: Path | None = None,
-                      progress=None, partial: Path | None = None):
+                      progress=None, partial: Path | None = None, sampling: dict[str, dict] | None = None):
     """The profile stage: load the workloads (`NAME=SOURCE` entries) as `options` (the recipe's
     `profile:` section / the `trtspec profile` flags) say, and profile them (resuming from and
-    writing to `partial`, see run_profile)."""
+    writing to `partial`, see run_profile). sampling: {workload name: its own temperature / top_k /
+    top_p} (the recipe's `workloads: {NAME: {source, temperature, ...}}`)."""
     loaded = load_workloads(workloads, seed=options.seed, samples=options.samples,
-                            max_new_tokens=options.max_new_tokens, categories=options.categories)
+                            max_new_tokens=options.max_new_tokens, categories=options.categories,
+                            sampling=sampling)
     return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress,
-                       partial=partial)
+                       partial=partial, sampling=options.sampling(), accept_rule=options.accept_rule,
+                       samples_per_prompt=options.samples_per_prompt)

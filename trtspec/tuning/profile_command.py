@@ -26,6 +26,13 @@ def profile_command(
     seed: int = typer.Option(default(P, "seed"), "--seed", help=doc(P, "seed")),
     categories: Optional[str] = typer.Option(default(P, "categories"), "--categories",
                                              help=doc(P, "categories") + " Comma-separated."),
+    temperature: float = typer.Option(default(P, "temperature"), "--temperature", help=doc(P, "temperature")),
+    top_k: int = typer.Option(default(P, "top_k"), "--top-k", help=doc(P, "top_k")),
+    top_p: float = typer.Option(default(P, "top_p"), "--top-p", help=doc(P, "top_p")),
+    sampling_seed: int = typer.Option(default(P, "sampling_seed"), "--sampling-seed", help=doc(P, "sampling_seed")),
+    accept_rule: str = typer.Option(default(P, "accept_rule"), "--accept-rule", help=doc(P, "accept_rule")),
+    samples_per_prompt: int = typer.Option(default(P, "samples_per_prompt"), "--samples-per-prompt",
+                                           help=doc(P, "samples_per_prompt")),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -34,7 +41,9 @@ def profile_command(
     from .schema import dump_json
 
     options = from_cli(P, max_k=max_k, samples=samples, max_new_tokens=max_new_tokens, tree_top_k=tree_top_k,
-                       seed=seed, categories=categories.split(",") if categories is not None else None)
+                       seed=seed, categories=categories.split(",") if categories is not None else None,
+                       temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
+                       accept_rule=accept_rule, samples_per_prompt=samples_per_prompt)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
     from .profile_partial import partial_path
@@ -45,6 +54,9 @@ def profile_command(
     write_text_atomic(out, dump_json(profile))
     partial.unlink(missing_ok=True)
     for name, w in profile.workloads.items():
-        al = ", ".join(f"K={k}: {v:.2f}" for k, v in w.accept_length_by_k.items())
-        typer.echo(f"{name}: {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
+        se = w.accept_length_se_by_k or {}
+        al = ", ".join(f"K={k}: {v:.2f}" + (f" ±{se[k]:.2f}" if se.get(k) is not None else "")
+                       for k, v in w.accept_length_by_k.items())
+        label = w.sampling.label() if w.sampling is not None else "greedy"
+        typer.echo(f"{name} ({label}): {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
     typer.echo(f"wrote {out}")

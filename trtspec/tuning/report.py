@@ -7,6 +7,10 @@ One PNG per workload, two panels:
 - right: predicted output tokens/s against the same axis, one line per concurrency band (log
   scale: bands differ by orders of magnitude), the chosen setting starred, K = 0 / 0 nodes being
   no speculation.
+
+And `plot_al_vs_temperature`: from profiles at several temperatures (one `trtspec profile
+--temperature T` each), AL of a chain of K drafts against T, one line per workload, error bars of
+2 standard errors: how fast acceptance falls as the traffic gets hotter.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
-from .schema import BandChoice, Tuning, WorkloadTuning
+from .schema import BandChoice, Profile, Tuning, WorkloadTuning
 
 
 def safe_name(name: str) -> str:
@@ -68,6 +72,37 @@ def write_plots(tuning: Tuning, out_dir: Path) -> list[Path]:
     return [plot_workload(n, wt, tuning.mode, out_dir / f"{safe_name(n)}.png") for n, wt in tuning.workloads.items()]
 
 
+def al_by_temperature(profiles: list[Profile], k: int | None = None) -> dict[str, list[tuple[float, float, float]]]:
+    """{workload: [(temperature, AL of K, its standard error), ...] sorted by temperature} over the
+    profiles; K default: each profile's max_k. A workload's temperature is its own sampling's, else
+    the profile's; a missing standard error is 0."""
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for p in profiles:
+        key = str(k or p.num_speculative_tokens)
+        for name, w in p.workloads.items():
+            temp = (w.sampling or p.measurement_conditions.sampling)
+            temp = temp.temperature if temp is not None else p.measurement_conditions.temperature
+            se = (w.accept_length_se_by_k or {}).get(key) or 0.0
+            out.setdefault(name, []).append((temp, w.accept_length_by_k[key], se))
+    return {n: sorted(v) for n, v in out.items()}
+
+
+def plot_al_vs_temperature(profiles: list[Profile], path: Path, k: int | None = None) -> Path:
+    """One PNG: AL(K) against temperature per workload, ±2 standard errors (module docstring)."""
+    fig = Figure(figsize=(6, 4.2))
+    ax = fig.subplots()
+    for name, pts in al_by_temperature(profiles, k).items():
+        ax.errorbar([t for t, _, _ in pts], [a for _, a, _ in pts], yerr=[2 * s for _, _, s in pts], marker="o",
+                    capsize=3, label=name)
+    ax.set(xlabel="temperature", ylabel=f"acceptance length (K = {k or 'max K'})",
+           title="acceptance vs temperature (±2 SE)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return Path(path)
+
+
 def setting_text(band: BandChoice) -> str:
     if not band.speculate:
         return "off"
@@ -83,8 +118,11 @@ def summary_table(tuning: Tuning) -> Table:
                       ("step ms", "right"), ("tok/s", "right"), ("base tok/s", "right"), ("speedup", "right")):
         t.add_column(col, justify=just)
     for name, wt in tuning.workloads.items():
+        label = f"{name} ({wt.sampling.label()})" if wt.sampling is not None and not wt.sampling.greedy else name
         for band in wt.bands:
-            t.add_row(name, str(band.concurrency), setting_text(band), f"{band.acceptance_length:.2f}",
+            se = band.acceptance_length_se
+            al = f"{band.acceptance_length:.2f}" + (f" ±{se:.2f}" if se else "")
+            t.add_row(label, str(band.concurrency), setting_text(band), al,
                       f"{band.step_time_s * 1e3:.2f}", f"{band.tokens_per_s:,.0f}",
                       f"{band.baseline_tokens_per_s:,.0f}", f"{band.speedup:.2f}x")
     return t

@@ -6,7 +6,11 @@ profile.json (`Profile`, schema "trtspec.profile/1") is written by the profiler
 `measurement_conditions`, `mean_accept_length`, `accept_length_by_k`,
 `conditional_accept_rates`, `marginal_accept_rates`); `workloads` plays the role of ModelOpt's
 `per_category`, and each workload keeps its per-state samples so that any K or tree can be
-replayed exactly (trtspec/tuning/acceptance.py has the definitions).
+replayed exactly (trtspec/tuning/acceptance.py has the definitions). At temperature > 0 the samples
+are the target's *sampled* outputs (trtspec/tuning/profile.py: the estimator and its rules), and the
+profile says so: `measurement_conditions.sampling` / `accept_rule` / `estimator`, each workload's
+`sampling`, each sample's `seed` (and `sampling` where a traffic-log record set its own). Every AL
+has a standard error over prompts (`accept_length_se_by_k`, acceptance.ratio_se).
 
 tuning.json (`Tuning`, schema "trtspec.tuning/1") is what `trtspec tune` writes and the Triton
 repository stage reads: per workload and concurrency band the chosen draft length or eagle_choices
@@ -22,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import TrtspecError
+from ..options import Sampling
 from ..schema_io import load_versioned
 from .acceptance import summarize
 from .cost import GpuSpec, ModelShape
@@ -43,11 +48,15 @@ class MeasurementConditions(BaseModel):
     max_new_tokens: int
     dtype: str
     trtspec_version: str
+    sampling: Sampling | None = None  # the profile's default settings (a workload may set its own)
+    accept_rule: str | None = None  # the rule the predictions assume (upstream.sampling names)
+    estimator: Literal["exact", "unbiased", "approximate"] | None = None  # sampled.py: AL vs that rule
 
     @model_validator(mode="after")
-    def _greedy(self):
-        if self.temperature != 0.0:
-            raise ValueError(f"temperature {self.temperature}: only greedy (0.0) profiles can be replayed exactly")
+    def _rule(self):
+        if self.temperature != 0.0 and self.accept_rule is None:
+            raise ValueError(f"temperature {self.temperature}: only greedy (0.0) profiles are valid without an "
+                             "accept_rule (a sampled profile's AL holds for the rule it names)")
         return self
 
 
@@ -58,7 +67,9 @@ class ProfileSample(BaseModel):
     prompt_len: int | None = None
     match_lengths: list[int] | None = None  # draft-target
     rank_paths: list[list[int]] | None = None  # eagle
-    output_ids: list[int] | None = None  # optional: the target's greedy output, for inspection only
+    output_ids: list[int] | None = None  # optional: the target's output (greedy or sampled), for inspection only
+    seed: int | None = Field(None, exclude_if=lambda v: v is None)  # the sampled output's draw seed
+    sampling: Sampling | None = Field(None, exclude_if=lambda v: v is None)  # this request's own settings
 
     @property
     def lists(self) -> list:
@@ -74,6 +85,8 @@ class WorkloadProfile(BaseModel):
     conditional_accept_rates: list[float | None]
     marginal_accept_rates: list[float | None]
     samples: list[ProfileSample] = Field(min_length=1)
+    accept_length_se_by_k: dict[str, float | None] | None = None  # standard errors (acceptance.ratio_se)
+    sampling: Sampling | None = None  # the workload's settings (None: measurement_conditions.sampling)
 
     def mean_prompt_len(self) -> float | None:
         lens = [s.prompt_len for s in self.samples]
@@ -132,9 +145,13 @@ def _check_sample(s: ProfileSample, where: str, eagle: bool, K: int, top_k: int 
 def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
     """The stored aggregates must be what replaying the stored samples gives (acceptance.summarize)."""
     for name, w in profile.workloads.items():
-        got = summarize(profile.mode, [s.lists for s in w.samples], profile.num_speculative_tokens)
+        got = summarize(profile.mode, [s.lists for s in w.samples], profile.num_speculative_tokens,
+                        [s.id for s in w.samples])
         pairs = [("mean_accept_length", w.mean_accept_length, got["mean_accept_length"])]
         pairs += [(f"accept_length_by_k.{k}", w.accept_length_by_k[k], v) for k, v in got["accept_length_by_k"].items()]
+        if w.accept_length_se_by_k is not None:  # profiles before standard errors have none
+            pairs += [(f"accept_length_se_by_k.{k}", w.accept_length_se_by_k.get(k), v)
+                      for k, v in got["accept_length_se_by_k"].items()]
         for f in ("conditional_accept_rates", "marginal_accept_rates"):
             pairs += [(f"{f}.{i}", a, b) for i, (a, b) in enumerate(zip(getattr(w, f), got[f]))]
         for field, stored, replayed in pairs:
@@ -155,18 +172,20 @@ def load_profile(path: Path, check: bool = True) -> Profile:
 
 
 def build_profile(mode: str, num_speculative_tokens: int, tree_top_k: int | None, conditions: dict,
-                  workloads: dict[str, list[dict]]) -> Profile:
+                  workloads: dict[str, list[dict]], sampling: dict[str, dict] | None = None) -> Profile:
     """A Profile from per-workload samples ({"id", "prompt_len", "match_lengths" | "rank_paths"}),
-    with the aggregates computed by acceptance.summarize (what the profiler should call)."""
+    with the aggregates computed by acceptance.summarize (what the profiler should call); standard
+    errors cluster the samples by id (a prompt profiled with several seeds is one cluster).
+    sampling: {workload: its Sampling settings} where they are not the profile's default."""
     out = {}
     for name, samples in workloads.items():
         parsed = [ProfileSample.model_validate(s) for s in samples]
         for i, s in enumerate(parsed):
             _check_sample(s, f"workloads.{name}.samples.{i}", mode == "eagle", num_speculative_tokens, tree_top_k)
-        agg = summarize(mode, [s.lists for s in parsed], num_speculative_tokens)
+        agg = summarize(mode, [s.lists for s in parsed], num_speculative_tokens, [s.id for s in parsed])
         if agg["mean_accept_length"] is None:
             raise ValueError(f"workloads.{name}: no verify steps (every sample has fewer than 2 generated tokens)")
-        out[name] = WorkloadProfile(samples=parsed, **agg)
+        out[name] = WorkloadProfile(samples=parsed, sampling=(sampling or {}).get(name), **agg)
     return Profile(mode=mode, num_speculative_tokens=num_speculative_tokens, tree_top_k=tree_top_k,
                    measurement_conditions=MeasurementConditions.model_validate(conditions), workloads=out)
 
@@ -195,6 +214,7 @@ class BandChoice(BaseModel):
     eagle_choices: list[list[int]] | None = None  # eagle: the served tree (None = no speculation)
     profile: str | None = None  # eagle: name of the served profile (model instance) it belongs to
     acceptance_length: float
+    acceptance_length_se: float | None = None  # over the profiled prompts (acceptance.ratio_se); 0 when off
     step_time_s: float
     draft_step_s: float
     target_step_s: float
@@ -212,6 +232,9 @@ class WorkloadTuning(BaseModel):
     context_tokens: float  # the mean KV length the step times were evaluated at
     accept_length_by_k: dict[str, float]
     bands: list[BandChoice]
+    accept_length_se_by_k: dict[str, float | None] | None = None
+    sampling: Sampling | None = None  # the settings the workload was profiled (and is tuned) at
+    accept_rule: str | None = None  # the accept rule the profile's AL assumed at those settings
 
 
 class ServedProfile(BaseModel):

@@ -7,7 +7,10 @@ Objective, per workload and concurrency band b (b sequences decoding together):
 AL comes from exact replay of the profile (trtspec/tuning/acceptance.py), step_time from the cost
 model (trtspec/tuning/cost.py) at the workload's mean KV length. "No speculation" is always a
 candidate (AL 1, one target forward per token), so a useless or expensive draft is switched off.
-Speedup is tokens/s over that baseline at the same band.
+Speedup is tokens/s over that baseline at the same band. Each chosen AL carries its standard error
+over the profiled prompts (acceptance.ratio_se). A profile at temperature T (trtspec/tuning/sampled.py)
+is tuned at that T: its AL is the one the accept rule it names has there, so the same selection
+picks the K / tree for the workload's sampling settings, and tuning.json records both.
 
 - draft-target: every K in 0..num_speculative_tokens. K is a per-request setting
   (`num_draft_tokens`), so each workload x band gets its own.
@@ -27,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..upstream import trtllm
 from ..errors import TrtspecError
-from .acceptance import TreeIndex, chain_choices, replay_chain, replay_tree
+from .acceptance import (TreeIndex, acceptance_length_se, chain_accepted, chain_choices, replay_chain, replay_tree,
+                         tree_se)
 from .cost import CostModel, StepTime
 from .grouping import assign, choose_medoids
 from .schema import BandChoice, Profile, ServedProfile, SweepPoint, WorkloadProfile, WorkloadTuning
@@ -86,20 +90,30 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[
     return sweep, steps, _argmax(tps)
 
 
+def sampling_record(profile: Profile, w: WorkloadProfile) -> dict:
+    """What tuning.json says each workload's predictions assumed: its sampling settings and the
+    accept rule of the profile (None for profiles written before either was recorded)."""
+    cond = profile.measurement_conditions
+    return {"sampling": w.sampling or cond.sampling, "accept_rule": cond.accept_rule}
+
+
 def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:
     K = profile.num_speculative_tokens
     out = {}
     for name, w in profile.workloads.items():
-        lists = [s.match_lengths for s in w.samples]
+        lists, ids = [s.match_lengths for s in w.samples], [s.id for s in w.samples]
         als = [1.0] + [_al(replay_chain(lists, k).acceptance_length, name) for k in range(1, K + 1)]
+        ses = [0.0] + [acceptance_length_se([chain_accepted(m, k) for m in lists], ids) for k in range(1, K + 1)]
         ctx = context_of(w, cfg)
         bands = []
         for b in cfg.concurrency_bands:
             sweep, steps, k = chain_sweep(als, cost, b, ctx)
             bands.append(_band(b, als[k], steps[k], steps[0], sweep, sweep[k].tokens_per_s, speculate=k > 0,
-                               draft_len=k))
+                               draft_len=k, acceptance_length_se=ses[k]))
         out[name] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx,
-                                   accept_length_by_k={str(k): als[k] for k in range(1, K + 1)}, bands=bands)
+                                   accept_length_by_k={str(k): als[k] for k in range(1, K + 1)}, bands=bands,
+                                   accept_length_se_by_k={str(k): ses[k] for k in range(1, K + 1)},
+                                   **sampling_record(profile, w))
     return out
 
 
@@ -192,11 +206,20 @@ def tune_eagle(profile: Profile, cost: CostModel, cfg: SelectConfig
             for m in members:
                 tunings[m].append(_band(b, al_of(m, t), t.step(cost, b, ctx[m]), base[m], sweeps[m],
                                         float(best[names.index(m)]), speculate=t.choices is not None,
-                                        eagle_choices=t.choices, profile=name))
+                                        eagle_choices=t.choices, profile=name,
+                                        acceptance_length_se=_tree_se(profile.workloads[m], t)))
     out = {}
     for n in names:
         w = profile.workloads[n]
         out[n] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx[n],
                                 accept_length_by_k=w.accept_length_by_k,
-                                bands=tunings[n])
+                                bands=tunings[n], accept_length_se_by_k=w.accept_length_se_by_k,
+                                **sampling_record(profile, w))
     return out, served
+
+
+def _tree_se(w: WorkloadProfile, t: _Tree) -> float | None:
+    """Standard error of a served tree's AL on a workload (0 for no speculation: AL is 1 exactly)."""
+    if t.choices is None:
+        return 0.0
+    return tree_se([s.rank_paths for s in w.samples], t.choices, [s.id for s in w.samples])

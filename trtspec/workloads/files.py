@@ -8,12 +8,15 @@ Accepted JSONL lines (one JSON object per line, blank lines skipped; `.gz` files
     {"turns": ["...", "..."], "category": "...", "question_id": 81}
                                                             EAGLE/Spec-Bench question.jsonl
 
-Optional on any object line: `category` (string or null) and an id (`question_id`, `task_id` or
-`id`); without one the id is `<file name>:<line>`. Other keys (timestamps, responses, references)
+Optional on any object line: `category` (string or null), an id (`question_id`, `task_id` or
+`id`; without one the id is `<file name>:<line>`) and the request's own sampling settings
+`temperature`, `top_p`, `top_k` (trtspec.options.Sampling's fields and ranges; a profile then decodes
+that request at them, Sample.sampling). Other keys (timestamps, responses, references)
 are ignored, so real logs load as they are. Exactly one of prompt / text / messages / turns must be
 present: when a log carries two of them we do not guess which one was the request.
 
-CSV (`.csv`): a header row with a `prompt` (or `text`) column, optional `category` and `id`.
+CSV (`.csv`): a header row with a `prompt` (or `text`) column, optional `category`, `id` and the
+sampling columns (an empty cell: not set).
 
 `messages` conversations are real transcripts, so earlier assistant turns are kept as context;
 trailing assistant messages (a logged response) are dropped so the prompt ends with a user turn.
@@ -30,7 +33,10 @@ import io
 import json
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ..errors import TrtspecError
+from ..options import Sampling, first_problem
 from .sample import Sample, Turns
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -43,6 +49,7 @@ EXPECTED_JSONL = ('expected one JSON object per line with "prompt" or "text" (a 
                   'EAGLE/Spec-Bench question.jsonl)')
 EXPECTED_CSV = 'expected a CSV header with a "prompt" (or "text") column and optional "category", "id"'
 SHOW_CHARS = 120
+SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # a request's own settings (Sampling fields; seeds are the run's)
 
 
 def file_format(path: Path) -> str:
@@ -139,19 +146,35 @@ def record_samples(obj, default_id: str, turns: Turns = "first") -> list[Sample]
     if category is not None and not isinstance(category, str):
         raise ValueError(f"'category' must be a string, got {type(category).__name__}")
     category = category or None  # EAGLE's alpaca set uses "" for "no category"
-    key = present[0]
+    key, sampling = present[0], record_sampling(obj)
     if key in ("prompt", "text"):
-        return [Sample(sid, category, [{"role": "user", "content": nonempty_str(obj[key], key)}])]
+        return [Sample(sid, category, [{"role": "user", "content": nonempty_str(obj[key], key)}], sampling)]
     if key == "messages":
-        return [Sample(sid, category, conversation(obj["messages"]))]
+        return [Sample(sid, category, conversation(obj["messages"]), sampling)]
     user_turns = obj["turns"]
     if not isinstance(user_turns, list) or not user_turns:
         raise ValueError("'turns' must be a non-empty list of strings")
     texts = [nonempty_str(t, f"turns[{i}]") for i, t in enumerate(user_turns)]
     if turns == "first":
-        return [Sample(sid, category, [{"role": "user", "content": texts[0]}])]
-    return [Sample(f"{sid}#turn{i}", category, [{"role": "user", "content": t}])
+        return [Sample(sid, category, [{"role": "user", "content": texts[0]}], sampling)]
+    return [Sample(f"{sid}#turn{i}", category, [{"role": "user", "content": t}], sampling)
             for i, t in enumerate(texts, start=1)]
+
+
+def record_sampling(rec: dict) -> dict | None:
+    """The record's own sampling fields (SAMPLING_KEYS; null or "" = not set), validated as
+    trtspec.options.Sampling validates them; None when it sets none. ValueError names the field."""
+    given = {k: rec[k] for k in SAMPLING_KEYS if rec.get(k) not in (None, "")}
+    if not given:
+        return None
+    if any(isinstance(v, bool) for v in given.values()):
+        raise ValueError(f"sampling fields must be numbers, got {given}")
+    try:
+        checked = Sampling.model_validate(given)
+    except ValidationError as e:
+        field, msg = first_problem(e)
+        raise ValueError(f"{field!r}: {msg}") from None
+    return checked.model_dump(include=set(given))
 
 
 def record_id(obj: dict, default_id: str) -> str:
@@ -243,6 +266,10 @@ def parse_csv(text: str, path: Path) -> list[Sample]:
         if not prompt.strip():
             raise TrtspecError(f"{where}: empty {header[prompt_col]!r}; line: {show(','.join(row))}")
         sid = rec.get("id", "").strip() or f"{path.name}:{start}"
-        sample = Sample(sid, rec.get("category", "").strip() or None, [{"role": "user", "content": prompt}])
+        try:
+            sampling = record_sampling({k: v.strip() for k, v in rec.items()})
+        except ValueError as e:
+            raise TrtspecError(f"{where}: {e}; line: {show(','.join(row))}") from None
+        sample = Sample(sid, rec.get("category", "").strip() or None, [{"role": "user", "content": prompt}], sampling)
         add_unique(samples, [sample], seen, where, start)
     return samples

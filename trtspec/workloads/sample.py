@@ -31,11 +31,13 @@ class Sample:
     """One prompt: a chat conversation ending with a user message, in OpenAI message form.
 
     `id` is stable across runs (question_id, task_id, an `id` field, or `file:line`); `category`
-    is the set's own label (MT-Bench: writing, coding, ...) or None."""
+    is the set's own label (MT-Bench: writing, coding, ...) or None; `sampling` the request's own
+    temperature / top_k / top_p when a traffic log recorded them (files.py), else None."""
 
     id: str
     category: str | None
     messages: list[dict]
+    sampling: dict | None = field(default=None, compare=False)
 
     @property
     def prompt(self) -> str:
@@ -49,7 +51,10 @@ class Workload:
 
     `source` is the packaged set name (`mt-bench`, `humaneval`) or the resolved file path;
     `sha256` is the digest of the data file read, and `options` the selection that was applied
-    (seed, samples, categories, turns), so `manifest()` fully describes the prompts used."""
+    (seed, samples, categories, turns), so `manifest()` fully describes the prompts used.
+    `sampling`: the workload's own temperature / top_k / top_p (a recipe's `{source: mt-bench,
+    temperature: 0.7}`), None when it has none; in the manifest when set, so a stage cached on the
+    manifest re-runs when it changes (per-request fields of a log are covered by the file's sha256)."""
 
     name: str
     source: str
@@ -57,6 +62,7 @@ class Workload:
     max_new_tokens: int
     sha256: str = ""
     options: dict = field(default_factory=dict)
+    sampling: dict | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -67,9 +73,10 @@ class Workload:
 
     def manifest(self) -> dict:
         """JSON-ready record of this workload for stage manifests (no prompt texts, only ids)."""
-        return {"name": self.name, "source": self.source, "sha256": self.sha256,
-                "max_new_tokens": self.max_new_tokens, "options": dict(self.options),
-                "num_samples": len(self.samples), "ids": self.ids}
+        out = {"name": self.name, "source": self.source, "sha256": self.sha256,
+               "max_new_tokens": self.max_new_tokens, "options": dict(self.options),
+               "num_samples": len(self.samples), "ids": self.ids}
+        return out | ({"sampling": dict(self.sampling)} if self.sampling else {})
 
 
 def natural_key(sample_id: str) -> tuple:

@@ -101,14 +101,16 @@ def sha256_file(path: Path) -> str:
 
 def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None = None,
                   categories: Iterable[str] | str | None = None, max_new_tokens: int | None = None,
-                  turns: Turns = "first", uncategorized_whole: bool = False) -> Workload:
+                  turns: Turns = "first", uncategorized_whole: bool = False,
+                  sampling: dict | None = None) -> Workload:
     """Read a spec's source and select its samples.
 
     categories: keep only these (a list or "coding,math"); an unknown one is an error that lists
       the available ones. uncategorized_whole: a source without any category (humaneval) ignores
       `categories` and is used whole (one category list for several workloads). samples: draw this many with `random.Random(seed)` (all when None or at
       least the count available). max_new_tokens: per-set default when None (256 chat, 512 code,
-      256 for files). turns: "first" or "all-as-separate", for records with a `turns` list."""
+      256 for files). turns: "first" or "all-as-separate", for records with a `turns` list.
+      sampling: the workload's own temperature / top_k / top_p (Workload.sampling)."""
     if isinstance(spec, str):
         parsed = parse_workload_specs(spec)
         if len(parsed) != 1:
@@ -135,17 +137,22 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
         cats = None
     chosen = select(all_samples, f"workload {spec.name!r} ({spec.source})", cats, samples, seed)
     options = {"seed": seed, "samples": samples, "categories": cats, "turns": turns}
-    return Workload(spec.name, source, chosen, max_new_tokens or default_tokens, sha256_file(path), options)
+    return Workload(spec.name, source, chosen, max_new_tokens or default_tokens, sha256_file(path), options,
+                    dict(sampling) if sampling else None)
 
 
 def load_workloads(specs: str | Iterable[str] | Iterable[WorkloadSpec], seed: int = 0,
                    samples: int | None = None, max_new_tokens: int | None = None,
-                   turns: Turns = "first", categories: Iterable[str] | str | None = None) -> list[Workload]:
+                   turns: Turns = "first", categories: Iterable[str] | str | None = None,
+                   sampling: dict[str, dict] | None = None) -> list[Workload]:
     """Every workload of a spec string/list, with the same selection options. `categories` filters
     each workload whose source has categories (an unknown one is an error naming what it has); a
-    source without categories is used whole."""
+    source without categories is used whole. sampling: {workload name: its own settings}."""
     items = list(specs) if not isinstance(specs, str) else [specs]
     parsed = (items if items and all(isinstance(s, WorkloadSpec) for s in items)
               else parse_workload_specs(items))  # type: ignore[arg-type]
-    return [load_workload(s, seed, samples, categories, max_new_tokens, turns, uncategorized_whole=True)
-            for s in parsed]
+    unknown = sorted(set(sampling or {}) - {s.name for s in parsed})
+    if unknown:
+        raise TrtspecError(f"workload sampling settings for {', '.join(unknown)}: no such workload")
+    return [load_workload(s, seed, samples, categories, max_new_tokens, turns, uncategorized_whole=True,
+                          sampling=(sampling or {}).get(s.name)) for s in parsed]
