@@ -41,6 +41,7 @@ from .options import field_path, first_problem
 from .perf.options import PerfSettings
 from .quality.options import QualityReportOptions, QuantizeStage
 from .triton_repo.options import ServeOptions, TritonOptions
+from .triton_repo.sampling import route_sampling
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
 DEFAULT_TARGET = "default"
@@ -175,7 +176,19 @@ class Recipe(ConvertOptions):
                              f"(an EAGLE head means mode eagle; an HF or derived draft means draft-target)")
         if self.perf is not None and self.triton is None:
             raise ValueError("perf needs a triton section (the repository it measures)")
+        self._deployment_accept_rule()
         return self
+
+    def _deployment_accept_rule(self) -> None:
+        """At T > 0 the profile must predict the rule the served route runs (upstream.sampling
+        PATH_RULES: engine-flow draft-target resamples at a miss unless build.draft_logits, EAGLE
+        through Triton decodes greedily, ...): unless the recipe names profile.accept_rule, it is
+        the repository's. Written into the profile section, so the profile's cache key has it."""
+        if self.triton is None or "accept_rule" in self.profile.model_fields_set:
+            return
+        draft_logits = bool(self.build is not None and self.build.draft_logits)
+        rule = route_sampling(self.triton.flavor, self.mode, draft_logits=draft_logits)["accept_rule"]
+        self.profile = self.profile.model_copy(update={"accept_rule": rule})
 
     # ---- derived facts the stages use ----
 

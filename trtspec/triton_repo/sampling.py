@@ -63,7 +63,7 @@ def route_sampling(flavor: str, mode: str, draft_logits: bool = False, eagle3: b
         path = {EXACT_MATCH.name: "llmapi-two-model", EXACT_MATCH_RESAMPLE.name: "engine-draft-target",
                 REJECTION.name: "engine-draft-target-logits"}[cpu_rule or EXACT_MATCH.name]
     rule = next(r for r in PATH_RULES if r.path == path)
-    accept = cpu_rule if flavor == "cpu" and mode == "draft-target" else rule.rule
+    accept = (cpu_rule or rule.rule) if flavor == "cpu" and mode == "draft-target" else rule.rule
     return {"accept_rule": accept, "path": path, "condition": rule.condition, "draft": rule.draft,
             "draft_logits": bool(draft_logits), "sampling_fallback": GREEDY.name if accept == GREEDY.name else None}
 

@@ -1,0 +1,30 @@
+"""The recipe's derived settings (trtspec/recipe.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trtspec.recipe import Recipe
+from trtspec.upstream.sampling import PATH_RULES
+
+BASE = {"target": "default", "workloads": {"chat": "mt-bench"}}
+
+
+@pytest.mark.parametrize("flavor,draft,build,path", [
+    ("trtllm", "x", None, "engine-draft-target"),
+    ("trtllm", "x", {"gpu": "h100", "draft_logits": True}, "engine-draft-target-logits"),
+    ("trtllm", {"eagle": "/head"}, None, "engine-eagle-triton"),
+    ("llmapi", "x", None, "llmapi-two-model"),
+    ("cpu", "x", None, "llmapi-two-model"),  # the cpu flavor's spec_decode runs exact_match by default
+])
+def test_the_profile_predicts_the_served_routes_accept_rule(flavor, draft, build, path):
+    """At T > 0 the profile must assume the rule the repository's route will run (upstream facts)."""
+    data = {**BASE, "draft": draft, "triton": {"flavor": flavor}, **({"build": build} if build else {})}
+    expected = next(r.rule for r in PATH_RULES if r.path == path)
+    assert Recipe.model_validate(data).profile.accept_rule == expected
+
+
+def test_a_named_accept_rule_wins_and_no_triton_section_keeps_the_default():
+    named = {**BASE, "draft": "x", "triton": {"flavor": "trtllm"}, "profile": {"accept_rule": "exact_match"}}
+    assert Recipe.model_validate(named).profile.accept_rule == "exact_match"
+    assert Recipe.model_validate({**BASE, "draft": "x"}).profile.accept_rule == "exact_match"
