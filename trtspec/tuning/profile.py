@@ -29,7 +29,7 @@ import torch
 from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from ..runtime.generate import Models, generate_batch, load_models, resolve_pair
+from ..runtime.generate import Models, generate_batch, load_models, prompts_within_positions, resolve_pair
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
 from .profile_partial import conditions_hash, load_partial, save_partial
@@ -146,7 +146,10 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
     partial: a file to write the finished workloads to as they finish and to resume from
-    (trtspec.tuning.profile_partial); the caller removes it once the profile is written."""
+    (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
+    whose prompt + decoded tokens exceed the model's positions is skipped with a warning naming it
+    (a run over a user's traffic log should not die on one long prompt); a workload with no sample
+    left is an error."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     models = load_models(ckpt, draft_ckpt)
     if models.eagle is None and models.draft is None:
@@ -175,6 +178,9 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                 progress(f"profiling {w.name}: reusing its {len(done[w.name])} finished samples from {partial}")
             continue
         prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples]
+        # profile_prompts decodes max_k + 1 tokens past max_new_tokens; prompts that do not fit are skipped
+        prompts = prompts_within_positions(models, prompts, w.max_new_tokens + max_k + 1, f"workload {w.name}",
+                                           progress)
         if progress:
             progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode})")
         profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k)
