@@ -61,6 +61,14 @@ class Cancelled(RequestError):
     close the response stream (an unclosed decoupled request would hold the server's shutdown)."""
 
 
+class Stopped(Cancelled):
+    """A stop whose cause the BLS caller knows (it cancelled the stream, or serve ended the drain,
+    which the caller sees too): a callee ends that stream with a bare final response, no error.
+    The python backend we serve with (r24.10) never finalizes a caller's instance once it has
+    received an error response in the middle of a decoupled BLS stream (measured: generate did not
+    unload, tritonserver hit its exit timeout and exited 1); the caller tells its client itself."""
+
+
 def check_running(request, stop) -> None:
     """Raise Cancelled when the model is being unloaded or the client cancelled `request`.
 
@@ -75,7 +83,20 @@ def check_running(request, stop) -> None:
     except Exception:  # the request may already be released: no round trip was made
         return
     if cancelled:  # (a cancellation, once seen, is answered from a cache: no round trip either)
-        raise Cancelled("request cancelled")
+        raise Stopped("request cancelled")
+    del _ended_streams()[:ended]
+
+
+def release_ended_streams(request) -> None:
+    """check_running's release without its checks, for a request that ended on an error: a stream
+    retired by a request that raised before its next round trip would otherwise stay referenced
+    on an idle thread until that thread's next request."""
+    ended = len(_ended_streams())
+    try:
+        if request.is_cancelled():  # answered from a cache: no round trip was made
+            return
+    except Exception:  # released already: no round trip either
+        return
     del _ended_streams()[:ended]
 
 
@@ -338,9 +359,17 @@ class Workers:
             if self.stop.is_set():
                 raise Cancelled("the server is shutting down")
             self.handler(request, sender)
+        except Stopped as e:
+            release_ended_streams(request)
+            if self.front:
+                _send_final_error(sender, e)
+            else:
+                _send_final(sender)
         except USER_ERRORS as e:
+            release_ended_streams(request)
             _send_final_error(sender, e)
         except Exception as e:  # a bug or a failed BLS call: report it, keep serving
+            release_ended_streams(request)
             if self.front and draining():  # Triton refused the stream's next BLS call: it is stopping
                 _send_final_error(sender, Cancelled("the server is shutting down: the request did not finish "
                                                     "within the drain period"))
@@ -368,6 +397,13 @@ def draining(marker=DRAIN_FILE) -> bool:
     """serve has begun a drain (DRAIN_FILE) or ended it (STOP_FILE); never outside `trtspec serve`."""
     d = os.environ.get(CONTROL_DIR)
     return bool(d) and os.path.exists(os.path.join(d, marker))
+
+
+def _send_final(sender) -> None:
+    try:
+        sender.send(flags=FINAL)
+    except Exception:  # the stream is already closed
+        pass
 
 
 def _send_final_error(sender, message) -> None:
@@ -415,7 +451,7 @@ class PooledModel:
         """Raise Cancelled when the client cancelled `request` (directly, or its BLS caller by a
         cancel message) or the model is being unloaded."""
         if self.workers.is_cancelled(request):
-            raise Cancelled("request cancelled by its caller")
+            raise Stopped("request cancelled by its caller")
         if draining(STOP_FILE):
-            raise Cancelled("the server is shutting down: the request did not finish within the drain period")
+            raise Stopped("the server is shutting down: the request did not finish within the drain period")
         check_running(request, self.workers.stop)
