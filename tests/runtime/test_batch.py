@@ -9,8 +9,7 @@ import json
 import pytest
 
 from cli_helpers import run_cli
-from tiny_models import make_hf_model, save_tiny_tokenizer
-from trtspec.checkpoints.convert import convert_hf
+from triton_fixtures import tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.runtime.batch import check_positions, over_positions
 from trtspec.runtime.generate import generate_batch, load_models, run_generate, stream_request
@@ -20,13 +19,8 @@ POSITIONS = 256  # tiny_models' max_position_embeddings
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory):
-    d = tmp_path_factory.mktemp("positions")
-    make_hf_model("llama", d / "hf")
-    make_hf_model("llama", d / "hf_draft", seed=1)
-    for name, hf in (("target", "hf"), ("draft", "hf_draft")):
-        convert_hf(d / hf, d / name, dtype="float32")
-        save_tiny_tokenizer(d / name)
-    return d
+    """A tiny draft-target pair (target/ + draft/, tokenizer included), 256 positions."""
+    return tiny_pair(tmp_path_factory.mktemp("positions"))
 
 
 def test_the_rule():
