@@ -190,11 +190,15 @@ def test_a_stop_the_caller_knows_ends_a_callees_stream_with_a_bare_final(common)
         raise m.Stopped("request cancelled by its caller")
 
     callee, front = m.Workers(handler, 1, "spec_decode"), m.Workers(handler, 1, "generate", front=True)
-    a, b = Request(), Request()
-    callee.submit(a)
-    front.submit(b)
-    assert a.sender.done.wait(10) and b.sender.done.wait(10)
-    assert a.sender.sent == [("piece", 0), (None, 1)]
-    assert b.sender.sent == [("piece", 0), (("response", "request cancelled by its caller"), 1)]
+    from_generate, direct, to_front = Request(), Request(), Request()
+    from_generate.parameters = lambda: {m.STREAM_ID: "s1"}  # generate names its cancellable calls
+    callee.submit(from_generate)
+    callee.submit(direct)  # a client calling spec_decode / tensorrt_llm itself
+    front.submit(to_front)
+    for r in (from_generate, direct, to_front):
+        assert r.sender.done.wait(10)
+    told = [("piece", 0), (("response", "request cancelled by its caller"), 1)]
+    assert from_generate.sender.sent == [("piece", 0), (None, 1)]
+    assert direct.sender.sent == told and to_front.sender.sent == told
     callee.close()
     front.close()

@@ -69,7 +69,8 @@ class Cancelled(RequestError):
 
 class Stopped(Cancelled):
     """A stop whose cause the BLS caller knows (it cancelled the stream, or serve ended the drain,
-    which the caller sees too): a callee ends that stream with a bare final response, no error.
+    which the caller sees too): a callee ends a stream of trtspec's own caller (a request naming a
+    STREAM_ID) with a bare final response, no error; a client calling it directly gets the error.
     The python backend we serve with (r24.10) never finalizes a caller's instance once it has
     received an error response in the middle of a decoupled BLS stream (measured: generate did not
     unload, tritonserver hit its exit timeout and exited 1); the caller tells its client itself."""
@@ -378,10 +379,10 @@ class Workers:
             self.handler(request, sender)
         except Stopped as e:
             release_ended_streams(request)
-            if self.front:
-                _send_final_error(sender, e)
-            else:
+            if request_parameter(request, STREAM_ID) and not self.front:  # a trtspec model's BLS call
                 _send_final(sender)
+            else:  # a client: tell it why
+                _send_final_error(sender, e)
         except USER_ERRORS as e:
             release_ended_streams(request)
             _send_final_error(sender, e)
