@@ -12,7 +12,7 @@ from cli_helpers import run_cli
 from triton_fixtures import tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.runtime.batch import check_positions, over_positions
-from trtspec.runtime.generate import generate_batch, load_models, run_generate, stream_request
+from trtspec.runtime.generate import load_models, run_generate
 
 POSITIONS = 256  # tiny_models' max_position_embeddings
 
@@ -34,18 +34,13 @@ def test_the_rule():
                             "(at most 5 new tokens fit after it)")
 
 
-def test_runtime_entry_points_refuse_before_decoding(d):
+def test_generate_refuses_before_decoding(d):
     models = load_models(d / "target", d / "draft")
     assert models.max_positions == POSITIONS
-    long = [5] * 402
     with pytest.raises(TrtspecError, match="^prompt: 402 tokens \\+ max_new_tokens 8 exceed the model's "
                                            "max_position_embeddings=256$"):
-        stream_request(models, long, 8)
-    with pytest.raises(TrtspecError, match="^prompt 1: 250 tokens \\+ max_new_tokens 8 exceed"):
-        generate_batch(models, [[5] * 10, [5] * 250], 8, mode="greedy")
-    with pytest.raises(TrtspecError, match="^prompt: 402 tokens"):
-        run_generate(d / "target", prompt_ids=long, max_new_tokens=8)
-    assert len(generate_batch(models, [[5] * 248], 8, mode="greedy", ignore_eos=True)[0].output_ids) == 8
+        run_generate(d / "target", prompt_ids=[5] * 402, max_new_tokens=8)
+    assert len(run_generate(d / "target", prompt_ids=[5] * 248, max_new_tokens=8, ignore_eos=True)["output_ids"]) == 8
 
 
 def test_generate_command_refuses_a_prompt_beyond_the_positions(d, capsys):

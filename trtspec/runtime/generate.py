@@ -127,7 +127,6 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
     mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
     target (and draft-model) forward after the prompt is one token of one row (decode.py)."""
-    check_positions(prompts, max_new_tokens, models.max_positions)
     proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
     return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer,
                     batch_invariant=batch_invariant)
@@ -138,7 +137,6 @@ def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode:
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False) -> Iterator[RowStep]:
     """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
     these); eos_ids None = the checkpoint's. The proposer is checked before the first step runs."""
-    check_positions([prompt], max_new_tokens, models.max_positions)
     proposer = proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant)
     eos = models.eos_ids if eos_ids is None else eos_ids
     return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer,
@@ -197,6 +195,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("draft_len needs a draft checkpoint")
     models = load_models(Path(ckpt), draft_ckpt)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
+    check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
                            eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k,
                            batch_invariant=batch_invariant)
