@@ -30,8 +30,8 @@ from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
-from .batch import check_positions, over_positions
 from .decode import RowStep, decode, generate, one_request
+from .batch import check_positions, over_positions
 from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
 from .eagle_net import EagleNet
