@@ -40,7 +40,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import RequestError, acceptance_length, output_len, pick_band, tree_depth, trtllm_steps
-from trtspec_triton_common import FINAL, PooledModel, bls, is_true, out, scalar
+from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -64,7 +64,7 @@ class TritonPythonModel(PooledModel):
         self.routing = json.loads(p["routing"])
         self.mode = self.routing["mode"]
         # which callee takes a cancel message: spec_decode always; an EAGLE profile when it is cpu_llm
-        self.cancel_messages = self.mode == "draft-target" or is_true(p.get("llm_cancel_messages"))
+        self.cancel_messages = self.mode == "draft-target" or p.get("llm_cancel_messages") == "true"
         self.depth = {m["model"]: tree_depth(m["eagle_choices"]) for m in self.routing.get("models", [])}
         self.lock = threading.Lock()
         self.inflight = 0
