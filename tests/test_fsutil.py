@@ -74,6 +74,46 @@ def test_a_locked_sibling_is_kept_even_when_its_pid_looks_dead(tmp_path):
     assert remove_stale_siblings(tmp_path / "ckpt") == [sib] and not sib.exists()
 
 
+def aged(path: Path, seconds: float) -> Path:
+    """Set the mtime of `path` and everything in it `seconds` in the past."""
+    then = time.time() - seconds
+    for p in [*path.rglob("*"), path] if path.is_dir() else [path]:
+        os.utime(p, (then, then), follow_symlinks=False)
+    return path
+
+
+def test_old_style_siblings_of_the_target_are_removed_once_quiet(tmp_path):
+    """Earlier versions named siblings `.NAME.tmp-RANDOM` (tempfile's 8 characters, no PID, no lock):
+    the next write of the same target removes those that have not changed for OLD_STYLE_QUIET_S,
+    and nothing else (fresh ones, other targets' ones, names tempfile never makes)."""
+    from trtspec.fsutil import OLD_STYLE_QUIET_S
+
+    hour = OLD_STYLE_QUIET_S + 60
+    stale = tmp_path / ".ckpt.tmp-k3j2h1_9"
+    stale.mkdir()
+    (stale / "rank0.safetensors").write_bytes(b"x" * 100)
+    aged(stale, hour)
+    stale_file = tmp_path / ".profile.json.tmp-a1b2c3d4"
+    stale_file.write_text("half")
+    aged(stale_file, hour)
+    fresh = tmp_path / ".ckpt.tmp-q9w8e7r6"  # an old-version writer may still be at it
+    fresh.mkdir()
+    inner_change = tmp_path / ".ckpt.tmp-z0z0z0z0"  # the directory is old, a file in it was just written
+    inner_change.mkdir()
+    (inner_change / "rank1.safetensors").write_bytes(b"y")
+    os.utime(inner_change, (time.time() - hour,) * 2)
+    others = [tmp_path / ".ckpt2.tmp-k3j2h1_9", tmp_path / ".ckpt.tmp-K3J2H1_9", tmp_path / ".ckpt.tmp-k3j2h1_99",
+              tmp_path / ".ckpt.tmp-k3j2-1_9", tmp_path / "ckpt.tmp-k3j2h1_9"]
+    for o in others:
+        o.mkdir()
+        aged(o, hour)
+    with atomic_dir(tmp_path / "ckpt") as tmp:
+        (tmp / "config.json").write_text("{}")
+    write_text_atomic(tmp_path / "profile.json", "{}\n")
+    assert not stale.exists() and not stale_file.exists()
+    assert fresh.is_dir() and inner_change.is_dir() and all(o.is_dir() for o in others)
+
+
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
     root = tmp_path_factory.mktemp("killed")

@@ -7,6 +7,12 @@ A run killed outright (kill -9, OOM) cannot delete its sibling, so the next atom
 target does: siblings are named `.NAME.tmp-PID-RANDOM` and stay locked (flock) while their writer
 lives, and a sibling is removed only when its name has our pattern, its PID is not a live process
 and its lock can be taken (the lock also covers a writer in another PID namespace).
+
+Versions before that named siblings `.NAME.tmp-RANDOM` (tempfile's 8 characters, no PID, no lock),
+and a kill -9 of those left litter no rerun removed. They are removed too, by the same next write
+of the same target, but with the only evidence such a sibling offers: nothing in it has changed for
+OLD_STYLE_QUIET_S (and its lock is free). Current writers never create that name, so a sibling
+of that form belongs to a run of an older trtspec, and one quiet for an hour is not being written.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -45,8 +52,34 @@ def check_output_dir(out: Path, overwrite: bool = False) -> None:
         raise TrtspecError(f"{out}: cannot write here ({probe} is not writable)")
 
 
+OLD_STYLE_QUIET_S = 3600.0  # an old-style sibling (no PID, no lock) untouched this long is stale
+_OLD_STYLE_SUFFIX = r"[a-z0-9_]{8}"  # tempfile's random names: 8 of [a-z0-9_], never a '-'
+
+
 def _tmp_prefix(target: Path) -> str:
     return f".{target.name}.tmp-"
+
+
+def _last_change(entry: Path) -> float:
+    """The newest mtime of `entry` and (a directory) everything in it, links not followed."""
+    newest = entry.lstat().st_mtime
+    if entry.is_dir():
+        for root, dirs, files in os.walk(entry):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
+
+
+def _stale(entry: Path, pid: str | None, now: float) -> bool:
+    """Whether a sibling's writer is gone, judged before its lock: a PID that is not alive (current
+    names), or no change for OLD_STYLE_QUIET_S (old-style names, which carry no PID)."""
+    if pid is not None:
+        return not _pid_alive(int(pid))
+    try:
+        return now - _last_change(entry) >= OLD_STYLE_QUIET_S
+    except OSError:  # vanished meanwhile
+        return False
 
 
 def _pid_alive(pid: int) -> bool:
@@ -73,18 +106,19 @@ def _lock(path: Path, blocking: bool = True) -> int | None:
 def remove_stale_siblings(target: Path) -> list[Path]:
     """Delete the temporary siblings of `target` left by writers that died (see the module docstring).
 
-    Only `.NAME.tmp-PID-RANDOM` entries whose PID is not alive and whose lock is free are removed;
-    a sibling being written by any live process is left alone. Returns what was removed."""
+    Only `.NAME.tmp-PID-RANDOM` entries whose PID is not alive, and old-style `.NAME.tmp-RANDOM`
+    entries quiet for OLD_STYLE_QUIET_S, are removed, and only when their lock is free; a sibling
+    being written by any live process is left alone. Returns what was removed."""
     target = Path(target)
-    pattern = re.compile(re.escape(_tmp_prefix(target)) + r"(\d+)-[A-Za-z0-9_]+")
-    removed = []
+    pattern = re.compile(re.escape(_tmp_prefix(target)) + r"(?:(\d+)-[A-Za-z0-9_]+|" + _OLD_STYLE_SUFFIX + ")")
+    removed, now = [], time.time()
     try:
         entries = list(target.parent.iterdir())
     except OSError:
         return removed
     for entry in entries:
         m = pattern.fullmatch(entry.name)
-        if not m or entry.is_symlink() or _pid_alive(int(m.group(1))):
+        if not m or entry.is_symlink() or not _stale(entry, m.group(1), now):
             continue
         try:
             fd = _lock(entry, blocking=False)

@@ -100,3 +100,26 @@ def test_every_stage_reads_the_same_scheme(tmp_path):
         ckpt.spec.vocab_size * ckpt.spec.hidden_size  # 2 bytes -> 1 byte per lm_head weight
     assert quant_bytes(cfg["quantization"], "float16", "lm_head", "cfg")["lm_head_bytes"] == 1.0
     assert quant_bytes(kept, "float16", "lm_head", "cfg")["lm_head_bytes"] == 2.0
+
+
+@pytest.mark.parametrize("value", [64.9, "128", 0, -64, True, [64]])
+def test_group_size_is_typed_not_truncated(tmp_path, value):
+    """A non-integer group_size is one error naming the field, never int()-truncated (64.9 -> 64)
+    or parsed from a string; the checkpoint view (every stage's reader) refuses it the same way."""
+    with pytest.raises(TrtspecError) as e:
+        QuantScheme.from_block({"quant_algo": "W4A16_AWQ", "group_size": value}, "cfg")
+    assert str(e.value) == f"cfg: quantization.group_size: expected an integer >= 1 (input channels per scale), " \
+                           f"got {value!r}"
+    make_hf_model("llama", tmp_path / "hf")
+    convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float16")
+    cfg = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    cfg["quantization"] = {"quant_algo": "W4A16_AWQ", "group_size": value}
+    with pytest.raises(TrtspecError, match=r"config\.json: quantization\.group_size: expected an integer >= 1"):
+        checkpoint_from_config(cfg, tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("value, group", [(64, 64), (64.0, 64), (None, trtllm.AWQ_DEFAULT_GROUP_SIZE)])
+def test_group_size_accepts_integers_and_defaults_when_absent(value, group):
+    block = {"quant_algo": "W4A16_AWQ", **({} if value is None else {"group_size": value})}
+    assert QuantScheme.from_block(block, "cfg").group_size == group
+    assert QuantScheme.from_block({**block, "group_size": None}, "cfg").group_size == trtllm.AWQ_DEFAULT_GROUP_SIZE

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from tests.integration.test_triton_serve import DT, PROMPTS, bounded, procs_mentioning, request, start_cli, stop_cli
-from tiny_models import make_hf_model, save_tiny_tokenizer
-from triton_fixtures import cpu_repository
+from tiny_models import make_eagle_head, make_hf_model, save_tiny_tokenizer
+from triton_fixtures import TREE_A, TREE_B, cpu_repository
+from trtspec.checkpoints.eagle import convert_eagle
 from trtspec.checkpoints.pair import convert_pair
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -96,7 +97,32 @@ def timed_short(url: str) -> float:
     return time.monotonic() - t0
 
 
+@pytest.fixture(scope="module")
+def eagle_server(tmp_path_factory):
+    """A cpu-flavor EAGLE repository (generate -> tensorrt_llm_<profile>, trtspec's cpu_llm) over an
+    EAGLE checkpoint of the small pair's size."""
+    d = tmp_path_factory.mktemp("serve_cancel_eagle").resolve()
+    make_hf_model("llama", d / "hf", num_key_value_heads=1, hidden_size=256, intermediate_size=512,
+                  num_hidden_layers=4, max_position_embeddings=4096)
+    save_tiny_tokenizer(d / "hf")
+    make_eagle_head(d / "hf", d / "head")
+    convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
+    repo, _ = cpu_repository(d, "eagle", d / "eagle", {"chat": TREE_A, "code": TREE_B})
+    proc, ports = start_cli(repo, d / "server.log")
+    yield {"repo": repo, "url": f"127.0.0.1:{ports['grpc']}", "pids": procs_mentioning(str(repo))}
+    stop_cli(proc, repo)
+
+
 def test_cancelled_stream_stops_decoding(server):
+    cancel_stops_decoding(server)
+
+
+def test_cancelled_eagle_stream_stops_decoding(eagle_server):
+    """The EAGLE route: generate cancels the tensorrt_llm_<profile> stream (cpu_llm) too."""
+    cancel_stops_decoding(eagle_server)
+
+
+def cancel_stops_decoding(server):
     url, pids = server["url"], server["pids"]
     assert pids, "no server processes found"
     baseline = min(timed_short(url) for _ in range(3))

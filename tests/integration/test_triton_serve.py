@@ -54,7 +54,7 @@ from trtspec.triton_repo.command import serve_command
 app = typer.Typer(add_completion=False)
 app.command()(serve_command)
 try:
-    app(standalone_mode=False)
+    sys.exit(app(standalone_mode=False) or 0)  # standalone_mode=False returns serve's exit status
 except TrtspecError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -92,7 +92,8 @@ def start_cli(repo: Path, log: Path, *flags: str):
             break
         lines.append(line)
         if line.startswith("ready:"):
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
+            proc.output = lines  # what serve prints, kept as the pipe is drained
+            threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
             return proc, ports
     proc.kill()
     raise AssertionError("serve did not become ready:\n" + "".join(lines) + "\n" + log.read_text()[-3000:])

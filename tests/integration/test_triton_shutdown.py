@@ -5,6 +5,7 @@ mapped is left, no process outlives the server. And model control is off unless 
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import threading
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_triton_cancel import small_pair, start_long
+from tests.integration.test_triton_cancel import LONG, small_pair, start_long
 from tests.integration.test_triton_serve import DT, PROMPTS, procs_mentioning, start_cli
 from triton_fixtures import tuning_file
 from trtspec.triton_repo.repo import RepoRequest, make_repository
@@ -122,3 +123,54 @@ def _sigterm_under_load(proc, url: str, repo: Path) -> None:
         assert bad not in log, f"tritonserver did not stop cleanly: {bad!r} in its log"
     leaked = sorted(n for n in ours if (Path("/dev/shm") / n).exists())
     assert not leaked, f"/dev/shm segments left behind: {leaked}"
+
+
+SHM_PREFIX = "triton_python_backend_shm_region_"  # the python backend's regions (one per stub and model)
+
+
+def unmapped_new_segments(before: set[str]) -> list[str]:
+    """python-backend /dev/shm segments created since `before` that no live process maps (others'
+    servers on the box map theirs): a segment left behind by this server."""
+    mapped = shm_segments([int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()])
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX) and n not in before | mapped)
+
+
+def test_a_stream_outlasting_the_drain_is_stopped_and_the_server_exits_clean(repo):
+    """SIGTERM with a stream that cannot finish within drain_timeout_s (3000 tokens, 2 s): the client
+    is told why its stream ended, every model unloads, tritonserver exits 0 and serve with it, and
+    no process or /dev/shm segment is left."""
+    before = {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
+    log = repo.parent / "server_outlast.log"
+    proc, ports = start_cli(repo, log, "--drain-timeout", "2")
+    try:
+        ours = shm_segments(procs_mentioning(str(repo)))
+        assert ours, "found no /dev/shm segment of the server: the leak check would check nothing"
+        outcome: dict = {}
+        first = threading.Event()
+        t = threading.Thread(target=stream, args=(f"127.0.0.1:{ports['grpc']}", outcome, 0, first, LONG), daemon=True)
+        t.start()
+        assert first.wait(120), "the stream never started"
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=90)
+        t.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=90)
+    output = "".join(proc.output)
+    print(f"exit {code}; stream: {outcome}; serve said: {output.strip().splitlines()[-2:]}")
+    assert code == 0, output
+    assert "stopped (tritonserver exit status 0)" in output, output
+    assert outcome == {0: "error: the server is shutting down: the request did not finish within the drain period"}
+    text = log.read_text(errors="replace")
+    for bad in ("failed to stop server", "Non-graceful termination", "Fatal Python error", "ASSERTION FAILED"):
+        assert bad not in text, f"tritonserver did not stop cleanly: {bad!r} in its log"
+    models = sorted(d.name for d in repo.iterdir() if (d / "config.pbtxt").is_file())
+    unloaded = [m for m in models if f"successfully unloaded '{m}'" in text]
+    assert unloaded == models, f"not unloaded: {sorted(set(models) - set(unloaded))}"
+    deadline = time.monotonic() + 10
+    while procs_mentioning(str(repo)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert procs_mentioning(str(repo)) == [], "processes outlived the server"
+    assert not [n for n in ours if (Path("/dev/shm") / n).exists()], "a segment the server mapped is left"
+    assert unmapped_new_segments(before) == []

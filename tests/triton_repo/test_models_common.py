@@ -177,3 +177,28 @@ def test_requests_still_queued_when_the_pool_closes_get_a_final_error(common):
     release.set()
     pool.close(timeout=5)
     assert queued.sender.done.is_set() and "shutting down" in str(queued.sender.sent[-1][0][1])
+
+
+def test_a_stop_the_caller_knows_ends_a_callees_stream_with_a_bare_final(common):
+    """A callee (spec_decode, cpu_llm) stopped by its caller's cancel or by the end of the drain
+    sends no error response, only the final flag: python backend r24.10 never finalizes a caller
+    that received an error in the middle of a BLS stream. The front model tells its client why."""
+    m, _ = common
+
+    def handler(request, sender):
+        sender.send("piece")
+        raise m.Stopped("request cancelled by its caller")
+
+    callee, front = m.Workers(handler, 1, "spec_decode"), m.Workers(handler, 1, "generate", front=True)
+    from_generate, direct, to_front = Request(), Request(), Request()
+    from_generate.parameters = lambda: {m.STREAM_ID: "s1"}  # generate names its cancellable calls
+    callee.submit(from_generate)
+    callee.submit(direct)  # a client calling spec_decode / tensorrt_llm itself
+    front.submit(to_front)
+    for r in (from_generate, direct, to_front):
+        assert r.sender.done.wait(10)
+    told = [("piece", 0), (("response", "request cancelled by its caller"), 1)]
+    assert from_generate.sender.sent == [("piece", 0), (None, 1)]
+    assert direct.sender.sent == told and to_front.sender.sent == told
+    callee.close()
+    front.close()

@@ -54,10 +54,11 @@ class ConfigFields:
             self.fail(key, expected, value)
         return value
 
-    def int(self, key: str, default: Any = _REQUIRED, minimum: int = 1) -> Any:
-        """An integer >= `minimum`; an integral float (64.0) is accepted, 64.9 is refused, not truncated."""
+    def int(self, key: str, default: Any = _REQUIRED, minimum: int = 1, expected: str | None = None) -> Any:
+        """An integer >= `minimum`; an integral float (64.0) is accepted, 64.9 is refused, not truncated.
+        `expected` words the error's "expected ..." when the field's meaning says more than its type."""
         value = self._checked(key, default, lambda v: _is_number(v) and v == int(v) and v >= minimum,
-                              "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
+                              expected or ("a positive integer" if minimum == 1 else f"an integer >= {minimum}"))
         return value if value is default else int(value)
 
     def number(self, key: str, default: Any = _REQUIRED) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import TrtspecError
 from ..upstream import trtllm
+from .config_fields import ConfigFields
 
 # Weight formats stored as int4 pairs along the output dim: [out/2, in] (checkpoints/quant.py).
 PACKED_INT4_ALGOS = ("W4A16_AWQ",)
@@ -59,10 +60,9 @@ class QuantScheme:
         if exclude is not None and not (isinstance(exclude, list) and all(isinstance(x, str) for x in exclude)):
             raise TrtspecError(f"{where}: quantization.exclude_modules must be a list of module-name patterns, "
                                f"got {exclude!r}")
-        try:
-            group = int(q.get("group_size") or trtllm.AWQ_DEFAULT_GROUP_SIZE)
-        except (TypeError, ValueError):
-            raise TrtspecError(f"{where}: quantization.group_size: expected an integer, got {q['group_size']!r}")
+        # typed, not int()-truncated: 64.9 or "128" is an error naming the field, never 64 or 128
+        group = ConfigFields(q, where, "quantization.").int(
+            "group_size", trtllm.AWQ_DEFAULT_GROUP_SIZE, expected="an integer >= 1 (input channels per scale)")
         return cls(q.get("quant_algo"), q.get("kv_cache_quant_algo"), group,
                    tuple(trtllm.DEFAULT_EXCLUDE_MODULES if exclude is None else exclude),
                    q.get("has_zero_point"), q.get("pre_quant_scale"),

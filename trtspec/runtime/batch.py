@@ -68,5 +68,23 @@ def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_
             for i, p in enumerate(prompts)]
 
 
+def over_positions(prompts: list[list[int]], new_tokens: int, positions: int) -> list[int]:
+    """The indices of the prompts that, followed by `new_tokens` decoded tokens, do not fit in the
+    model's `positions` (max_position_embeddings; 0: no bound). The one rule every runtime caller
+    applies (generate refuses such a prompt, profile skips it): a prompt beyond the trained
+    positions would be decoded as noise, and its KV cache is sized for prompt + new tokens."""
+    return [i for i, p in enumerate(prompts) if positions and len(p) + new_tokens > positions]
+
+
+def check_positions(prompts: list[list[int]], new_tokens: int, positions: int) -> None:
+    """Refuse (one error naming the prompt and the model's positions) a prompt `over_positions` finds."""
+    for i in over_positions(prompts, new_tokens, positions):
+        which = "prompt" if len(prompts) == 1 else f"prompt {i}"
+        n = len(prompts[i])
+        room = f" (at most {positions - n} new tokens fit after it)" if n < positions else ""
+        raise TrtspecError(f"{which}: {n} tokens + max_new_tokens {new_tokens} exceed the model's "
+                           f"max_position_embeddings={positions}{room}")
+
+
 def active_rows(requests: list[Request]) -> torch.Tensor:
     return torch.tensor([b for b, r in enumerate(requests) if not r.done], dtype=torch.long)

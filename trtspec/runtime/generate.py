@@ -19,6 +19,7 @@ rounding can flip a near-tie (README, "Speculation on FP8 checkpoints").
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +34,7 @@ from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
 from ..upstream.sampling import EXACT_MATCH, REJECTION
 from .accept import accept_rule
 from .decode import RowStep, decode, generate, one_request
+from .batch import check_positions, over_positions
 from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
 from .eagle_net import EagleNet
@@ -50,6 +52,13 @@ class Models:
     eagle: EagleNet | None = None
     tokenizer: Any = None  # transformers tokenizer of the target checkpoint dir, if it has one
     eos_ids: tuple[int, ...] = ()  # from generation_config.json (or the tokenizer)
+
+    @property
+    def max_positions(self) -> int:
+        """The positions every loaded model holds (the smallest max_position_embeddings): a prompt
+        plus its new tokens must fit in them (batch.over_positions)."""
+        nets = [self.target, self.draft, self.eagle]
+        return min(m.spec.max_position_embeddings for m in nets if m is not None)
 
 
 def resolve_pair(ckpt: Path, draft_ckpt: Path | None) -> tuple[Path, Path | None]:
@@ -158,6 +167,28 @@ def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode:
                               batch_invariant=batch_invariant, seed=sampling.seed))
 
 
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def prompts_within_positions(models: Models, named: list[tuple[str, list[int]]], new_tokens: int, what: str,
+                             warn=None) -> list[tuple[str, list[int]]]:
+    """The (id, prompt) pairs that fit the models' positions with `new_tokens` after them; the others
+    are skipped with one warning naming their ids (a run over a user's traffic log should not die
+    on one long prompt). Refused when none is left: `what` (e.g. "workload chat") names the set."""
+    positions = models.max_positions
+    over = set(over_positions([p for _, p in named], new_tokens, positions))
+    if over and len(over) == len(named):
+        raise TrtspecError(f"{what}: every prompt + {new_tokens} decoded tokens exceeds the model's "
+                           f"max_position_embeddings={positions} (shortest prompt: {min(len(p) for _, p in named)} "
+                           "tokens); nothing left to run")
+    if over:
+        ids = ", ".join(str(named[i][0]) for i in sorted(over))
+        (warn or _warn)(f"warning: {what}: skipping {len(over)} of {len(named)} samples whose prompt + {new_tokens} decoded "
+             f"tokens exceed the model's max_position_embeddings={positions}: {ids}")
+    return [x for i, x in enumerate(named) if i not in over]
+
+
 def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
     if tokenizer is None:
         raise TrtspecError(f"{where}: no tokenizer files ({', '.join(TOKENIZER_MARKERS)}); give prompt ids instead")
@@ -178,7 +209,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
     first token (the prefill), seconds in all and generated tokens per second, decoding only (model
-    loading and tokenization excluded)."""
+    loading and tokenization excluded). A prompt whose length + max_new_tokens exceeds the model's
+    max_position_embeddings is refused (batch.check_positions), never truncated."""
     if (prompt is None) == (prompt_ids is None):
         raise TrtspecError("give exactly one of prompt or prompt_ids")
     if chat and prompt is None:
@@ -187,6 +219,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("draft_len needs a draft checkpoint")
     models = load_models(Path(ckpt), draft_ckpt)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
+    check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
                            eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k,
                            batch_invariant=batch_invariant, sampling=sampling, accept=accept)

@@ -152,10 +152,15 @@ def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int,
     return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"draft-target speculative decoding, streamed ({how})")
 
 
-def generate_model(max_batch_size: int, concurrency: int, routing_json: str, inputs=None, outputs=None) -> ModelFiles:
+def generate_model(max_batch_size: int, concurrency: int, routing_json: str, inputs=None, outputs=None,
+                   llm_cancel_messages: bool = False) -> ModelFiles:
+    """llm_cancel_messages: the tensorrt_llm* models are trtspec's python stand-ins (cpu flavor),
+    which take generate's cancel message (models/trtspec_triton_common.py CANCEL)."""
+    params = {"routing": routing_json, "max_concurrency": str(concurrency)}
+    if llm_cancel_messages:
+        params["llm_cancel_messages"] = "true"
     cfg = model_config(c.GENERATE, "python", max_batch_size, inputs or c.GENERATE_INPUTS,
-                       outputs or c.GENERATE_OUTPUTS, decoupled=True,
-                       parameters={"routing": routing_json, "max_concurrency": str(concurrency)})
+                       outputs or c.GENERATE_OUTPUTS, decoupled=True, parameters=params)
     return ModelFiles(c.GENERATE, "generate", cfg, "front model: routes each request by workload to its tuned setting")
 
 

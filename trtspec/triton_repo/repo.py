@@ -253,7 +253,8 @@ class _Builder:
             if f.kind == "cpu_llm":
                 f.files = _python_files("cpu_llm")
         self.routing = routing
-        gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
+        gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
+                               llm_cancel_messages=self.flavor == "cpu")
         gen.files = _python_files("generate")
         files.insert(0, gen)
         self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm",

@@ -313,9 +313,19 @@ def _reap_group(pgid: int, wait: float = 5.0) -> None:
     _signal_group(pgid, signal.SIGKILL)
 
 
+def exit_status(code: int | None) -> int:
+    """serve's exit status for tritonserver's: 0 only when tritonserver stopped cleanly (exit 0);
+    its own status when it failed (1: a model did not unload within its exit timeout); 128 + N
+    when it was killed by signal N (SIGKILL after the grace period: 137)."""
+    if code is None:  # no status was observed: not a clean stop
+        return 1
+    return 128 - code if code < 0 else code
+
+
 def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file: Path | None, echo,
               drain_timeout_s: int = DRAIN_TIMEOUT_S, model_control: bool = False) -> int:
-    """Foreground serving: start, report, wait for Ctrl-C / SIGTERM, stop cleanly."""
+    """Foreground serving: start, report, wait for Ctrl-C / SIGTERM, stop cleanly. Returns the
+    command's exit status, tritonserver's own (see exit_status): 0 only for a clean stop."""
     server = CpuServer(repo, ports.get("http"), ports.get("grpc"), ports.get("metrics"), log_file,
                        model_control=model_control, drain_timeout_s=drain_timeout_s)
     stop = {"signal": None}
@@ -339,7 +349,7 @@ def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file
         echo(f"stopping (signal {stop['signal']})")
         code = server.stop()
         echo(f"stopped (tritonserver exit status {code})")
-        return 0
+        return exit_status(code)
     finally:
         server.stop()
         for s, h in old.items():

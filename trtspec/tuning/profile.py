@@ -32,7 +32,7 @@ from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..options import GREEDY_SAMPLING, Sampling
-from ..runtime.generate import Models, load_models, resolve_pair
+from ..runtime.generate import Models, load_models, prompts_within_positions, resolve_pair
 from ..upstream.sampling import EXACT_MATCH
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
@@ -196,7 +196,10 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
     the rule the predictions are for (sampled.py); samples_per_prompt: sampled outputs (seeds) per
     prompt. partial: a file to write the finished workloads to as they finish and to resume from
-    (trtspec.tuning.profile_partial); the caller removes it once the profile is written."""
+    (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
+    whose prompt + decoded tokens exceed the model's positions is skipped with a warning naming it
+    (a run over a user's traffic log should not die on one long prompt); a workload with no sample
+    left is an error."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     settings = {w.name: workload_settings(w, sampling, accept_rule, samples_per_prompt) for w in workloads}
     kinds = {estimator(accept_rule, s) for _, ss in settings.values() for s in ss}
@@ -234,14 +237,22 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                 progress(f"profiling {w.name}: reusing its {len(done[w.name])} finished samples from {partial}")
             continue
         base, decodes = settings[w.name]
-        repeats = len(decodes) // len(w.samples)
-        prompts = [(s.id, render(s, models.tokenizer)) for s in w.samples] * repeats
+        n = len(w.samples)
+        repeats = len(decodes) // n
+        named = [(s.id, render(s, models.tokenizer)) for s in w.samples]
+        # profile_prompts decodes max_k + 1 tokens past max_new_tokens; prompts that do not fit are skipped
+        fits = {id(x) for x in prompts_within_positions(models, named, w.max_new_tokens + max_k + 1,
+                                                        f"workload {w.name}", progress)}
+        keep = [i for i, x in enumerate(named) if id(x) in fits]
+        prompts = [named[i] for i in keep] * repeats
+        decodes = [decodes[r * n + i] for r in range(repeats) for i in keep]
+        kept = [w.samples[i] for i in keep]
         if progress:
             progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode}, "
                      f"{base.label()})")
         profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes,
                                    accept_rule=accept_rule)
-        samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, w.samples * repeats)]
+        samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, kept * repeats)]
         save_partial(partial, digest, samples)
     return build_profile(mode, max_k, recorded_top_k, conditions, samples,
                          sampling={name: base.model_dump() for name, (base, _) in settings.items()})

@@ -30,7 +30,12 @@ trtspec/triton_repo/routing.py; unknown or missing workload -> the default route
   steps = total_draft_tokens / depth and AL = 1 + accepted / steps, the runtime's definition;
 and detokenize with `postprocessing` (all tokens so far, streaming the new suffix of the text; a
 trailing incomplete UTF-8 character is held back until it completes).
-Parameters: routing (JSON), max_concurrency (worker threads = requests served at once).
+A request the client cancels (or that stops early) cancels the call behind it: spec_decode, or the
+EAGLE profile's tensorrt_llm_<profile> (see bls in trtspec_triton_common: Triton's own BLS
+cancellation where the python backend has it, which the C++ tensorrtllm backend honors; else a
+cancel message, which trtspec's python models take).
+Parameters: routing (JSON), max_concurrency (worker threads = requests served at once),
+llm_cancel_messages (true: the tensorrt_llm* models are trtspec's python models, cpu flavor).
 """
 
 import contextlib
@@ -65,6 +70,8 @@ class TritonPythonModel(PooledModel):
     def setup(self, p):
         self.routing = json.loads(p["routing"])
         self.mode = self.routing["mode"]
+        # which callee takes a cancel message: spec_decode always; an EAGLE profile when it is cpu_llm
+        self.cancel_messages = self.mode == "draft-target" or p.get("llm_cancel_messages") == "true"
         self.depth = {m["model"]: tree_depth(m["eagle_choices"]) for m in self.routing.get("models", [])}
         self.lock = threading.Lock()
         self.inflight = 0
@@ -147,10 +154,8 @@ class TritonPythonModel(PooledModel):
 
         tokens, sent = [], ""
         stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
-        # spec_decode is ours and takes a cancel message; an EAGLE profile may be the C++ tensorrtllm
-        # backend, which has none (a cancelled EAGLE request runs on there; see bls / CANCEL)
-        steps = bls(model, inputs, outputs, True, self.workers.stop, cancellable=self.mode == "draft-target")
-        with contextlib.closing(steps):  # closing early (Cancelled, an error) cancels spec_decode's stream
+        steps = bls(model, inputs, outputs, True, self.workers.stop, cancellable=self.cancel_messages)
+        with contextlib.closing(steps):  # closing early (Cancelled, an error) cancels the call's stream
             for resp in steps:
                 self.check_running(request)
                 ids = resp.get("output_ids")

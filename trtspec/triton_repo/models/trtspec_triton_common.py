@@ -9,6 +9,7 @@ along with this file.
 import json
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -38,6 +39,10 @@ TRUE = ("true", "1", "yes", "on")
 # the callee a second, tiny request whose CANCEL parameter names that call; the callee's execute()
 # answers it at once and its worker sees the name at its next check_running(), i.e. within one
 # decoding step. Only PooledModels understand it (spec_decode, cpu_llm), so it is sent to nothing else.
+# Where the python backend has Triton's own BLS cancellation (the response iterator's cancel(), in
+# the TensorRT-LLM containers), that is used instead, for every callee: the C++ tensorrtllm backend
+# then cancels the request in its executor (it polls every cancellation_check_period_ms), and a
+# PooledModel sees request.is_cancelled() at its next step.
 STREAM_ID = "trtspec_stream_id"
 CANCEL = "trtspec_cancel"
 # Draining (cpu flavor, `trtspec serve`): Triton 2.51 refuses every new request once it has its
@@ -51,7 +56,8 @@ CANCEL = "trtspec_cancel"
 # stream left decoding holds its caller's unload (the python backend drains a stub's BLS iterators
 # before it finalizes it) past Triton's exit timeout. The names are in serving_rules, which serve
 # imports too.
-# the required inputs of spec_decode / tensorrt_llm, so that a cancel message passes Triton's checks
+# the required inputs of spec_decode / tensorrt_llm, so that a cancel message passes Triton's checks:
+# a message carries those the cancelled call sent (cpu_llm has no num_draft_tokens and refuses it)
 CANCEL_INPUTS = {"input_lengths": np.array([[0]], np.int32), "request_output_len": np.array([[1]], np.int32),
                  "num_draft_tokens": np.array([[0]], np.int32)}
 
@@ -59,6 +65,15 @@ CANCEL_INPUTS = {"input_lengths": np.array([[0]], np.int32), "request_output_len
 class Cancelled(RequestError):
     """The client cancelled the request, or the server is shutting down: stop early, but still
     close the response stream (an unclosed decoupled request would hold the server's shutdown)."""
+
+
+class Stopped(Cancelled):
+    """A stop whose cause the BLS caller knows (it cancelled the stream, or serve ended the drain,
+    which the caller sees too): a callee ends a stream of trtspec's own caller (a request naming a
+    STREAM_ID) with a bare final response, no error; a client calling it directly gets the error.
+    The python backend we serve with (r24.10) never finalizes a caller's instance once it has
+    received an error response in the middle of a decoupled BLS stream (measured: generate did not
+    unload, tritonserver hit its exit timeout and exited 1); the caller tells its client itself."""
 
 
 def check_running(request, stop) -> None:
@@ -75,7 +90,20 @@ def check_running(request, stop) -> None:
     except Exception:  # the request may already be released: no round trip was made
         return
     if cancelled:  # (a cancellation, once seen, is answered from a cache: no round trip either)
-        raise Cancelled("request cancelled")
+        raise Stopped("request cancelled")
+    del _ended_streams()[:ended]
+
+
+def release_ended_streams(request) -> None:
+    """check_running's release without its checks, for a request that ended on an error: a stream
+    retired by a request that raised before its next round trip would otherwise stay referenced
+    on an idle thread until that thread's next request."""
+    ended = len(_ended_streams())
+    try:
+        if request.is_cancelled():  # answered from a cache: no round trip was made
+            return
+    except Exception:  # released already: no round trip either
+        return
     del _ended_streams()[:ended]
 
 
@@ -199,9 +227,10 @@ def request_parameter(request, key):
 
 def bls(model, inputs, outputs, decoupled, stop=None, cancellable=False):
     """Call another model. Yields {output name: array} per non-empty response; raises on errors.
-    `inputs`: {name: numpy array with the batch dimension}. cancellable (a decoupled call to a
-    PooledModel): when the caller stops reading before the last response (close() of this
-    generator, or `stop`), the callee is told to stop too (see CANCEL).
+    `inputs`: {name: numpy array with the batch dimension}. A decoupled call the caller stops
+    reading before its last response (close() of this generator, or `stop`) is cancelled, by the
+    iterator's cancel() where it exists, else (cancellable: the callee is a PooledModel) by a
+    cancel message (see CANCEL).
 
     A decoupled call's response iterator is not dropped here but retired to this thread's list,
     which check_running empties. The reason is a bug of the python backend we serve with
@@ -236,21 +265,31 @@ def bls(model, inputs, outputs, decoupled, stop=None, cancellable=False):
     finally:
         if decoupled:
             _ended_streams().append(responses)
-        # (once serve has stopped the drain, the callee stops itself, and Triton, stopping, would not
-        # answer a new request: the message would hang this thread)
-        if stream_id and not finished and not draining(STOP_FILE):
-            _send_cancel(model, stream_id)
+            if not finished:
+                _stop_call(model, responses, stream_id, inputs)
 
 
-def _send_cancel(model, stream_id) -> None:
+def _stop_call(model, responses, stream_id, inputs) -> None:
+    """The caller stopped reading a decoupled call early: cancel it (see CANCEL)."""
+    cancel = getattr(responses, "cancel", None)
+    if cancel is not None:
+        cancel()
+    # (once serve has stopped the drain, the callee stops itself, and Triton, stopping, would not
+    # answer a new request: the message would hang this thread)
+    elif stream_id and not draining(STOP_FILE):
+        _send_cancel(model, stream_id, {k: v for k, v in CANCEL_INPUTS.items() if k in inputs})
+
+
+def _send_cancel(model, stream_id, inputs) -> None:
     """Tell `model` (a PooledModel) to stop the stream named `stream_id` (see CANCEL)."""
     message = pb_utils.InferenceRequest(
-        model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in CANCEL_INPUTS.items()],
+        model_name=model, inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
         requested_output_names=[], parameters={CANCEL: stream_id})
     try:
         answers = message.exec(decoupled=True)
-        for _ in answers:  # one empty final response, sent at once by the callee's execute()
-            pass
+        for answer in answers:  # one empty final response, sent at once by the callee's execute()
+            if answer.has_error():  # refused (e.g. by Triton's input checks): say so in the server log
+                print(f"cancel message to {model} refused: {answer.error().message()}", file=sys.stderr)
         _ended_streams().append(answers)
     except Exception:  # the callee is gone (unloading): its own stop ends the stream
         traceback.print_exc()
@@ -338,9 +377,17 @@ class Workers:
             if self.stop.is_set():
                 raise Cancelled("the server is shutting down")
             self.handler(request, sender)
+        except Stopped as e:
+            release_ended_streams(request)
+            if request_parameter(request, STREAM_ID) and not self.front:  # a trtspec model's BLS call
+                _send_final(sender)
+            else:  # a client: tell it why
+                _send_final_error(sender, e)
         except USER_ERRORS as e:
+            release_ended_streams(request)
             _send_final_error(sender, e)
         except Exception as e:  # a bug or a failed BLS call: report it, keep serving
+            release_ended_streams(request)
             if self.front and draining():  # Triton refused the stream's next BLS call: it is stopping
                 _send_final_error(sender, Cancelled("the server is shutting down: the request did not finish "
                                                     "within the drain period"))
@@ -368,6 +415,13 @@ def draining(marker=DRAIN_FILE) -> bool:
     """serve has begun a drain (DRAIN_FILE) or ended it (STOP_FILE); never outside `trtspec serve`."""
     d = os.environ.get(CONTROL_DIR)
     return bool(d) and os.path.exists(os.path.join(d, marker))
+
+
+def _send_final(sender) -> None:
+    try:
+        sender.send(flags=FINAL)
+    except Exception:  # the stream is already closed
+        pass
 
 
 def _send_final_error(sender, message) -> None:
@@ -415,7 +469,7 @@ class PooledModel:
         """Raise Cancelled when the client cancelled `request` (directly, or its BLS caller by a
         cancel message) or the model is being unloaded."""
         if self.workers.is_cancelled(request):
-            raise Cancelled("request cancelled by its caller")
+            raise Stopped("request cancelled by its caller")
         if draining(STOP_FILE):
-            raise Cancelled("the server is shutting down: the request did not finish within the drain period")
+            raise Stopped("the server is shutting down: the request did not finish within the drain period")
         check_running(request, self.workers.stop)

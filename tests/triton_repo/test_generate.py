@@ -1,0 +1,203 @@
+"""generate's EAGLE route stops the call behind a request that stops early, without a server:
+generate.py and trtspec_triton_common.py run on a stand-in for triton_python_backend_utils,
+with the parameters `trtspec triton` writes for each flavor.
+
+What is pinned: once the request is cancelled, generate reads no further from the
+tensorrt_llm_<profile> stream and cancels it, by the response iterator's cancel() where the
+python backend has one (the TensorRT-LLM container: the C++ tensorrtllm backend honors it), else
+by the cancel message when the profile is trtspec's cpu_llm (cpu flavor), and sends nothing to a
+C++ backend that could not read it. (The cpu flavor's real cancel path, against a live server, is
+tests/integration/test_triton_cancel.py.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from triton_fixtures import TREE_A, TREE_B, build_dir, cpu_repository, tiny_eagle, tiny_tokenizer_dir, \
+    tuning_file
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+
+MODELS = Path(__file__).resolve().parents[2] / "trtspec" / "triton_repo" / "models"
+CHOICES = {"chat": TREE_A, "code": TREE_B}
+SEEN_BEFORE_CANCEL = 3  # responses of the LLM stream generate reads before its client cancels
+
+
+@pytest.fixture(scope="module")
+def generate_params(tmp_path_factory):
+    """generate's parameters in a trtllm and a cpu EAGLE repository, as `trtspec triton` writes them."""
+    d = tmp_path_factory.mktemp("generate_eagle").resolve()
+    tok = tiny_tokenizer_dir(d / "tok")
+    trt = d / "trt_repo"
+    make_repository(RepoRequest(tuning=tuning_file(d / "te" / "tuning.json", "eagle", CHOICES), flavor="trtllm",
+                                out=trt, engines=build_dir(d / "build", "eagle", tok)))
+    cpu, _ = cpu_repository(d / "cpu", "eagle", tiny_eagle(d / "ck"), CHOICES)
+
+    def params(repo):
+        cfg = text_format.Parse((repo / "generate" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        return {k: v.string_value for k, v in cfg.parameters.items()}
+    return {"trtllm": params(trt), "cpu": params(cpu)}
+
+
+class Tensor:
+    def __init__(self, name, value):
+        self.name, self.value = name, np.asarray(value)
+
+    def as_numpy(self):
+        return self.value
+
+
+class Response:
+    def __init__(self, **outputs):
+        self.outputs = {k: Tensor(k, v) for k, v in outputs.items()}
+
+    def has_error(self):
+        return False
+
+
+class LlmStream:
+    """tensorrt_llm_<profile>'s endless token stream (what a decoding engine sends until stopped)."""
+
+    def __init__(self, with_cancel):
+        self.pulled, self.cancelled = 0, 0
+        if with_cancel:
+            self.cancel = self._cancel
+
+    def _cancel(self):
+        self.cancelled += 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.pulled += 1
+        return Response(output_ids=[[[7]]], sequence_length=[[1]], total_accepted_draft_tokens=[[self.pulled]],
+                        total_draft_tokens=[[4 * self.pulled]])
+
+
+class Server:
+    """Answers generate's BLS calls: preprocessing, postprocessing, the LLM stream, cancel messages."""
+
+    def __init__(self, with_cancel):
+        self.streams, self.messages, self.with_cancel = [], [], with_cancel
+
+    def exec(self, req, decoupled):
+        if req.model == "preprocessing":
+            return Response(INPUT_ID=[[5, 6, 7]], REQUEST_INPUT_LEN=[[3]], OUT_END_ID=[[2]], OUT_PAD_ID=[[0]])
+        if req.model == "postprocessing":
+            n = int(req.inputs["SEQUENCE_LENGTH"].reshape(-1)[0])
+            return Response(OUTPUT=[[b"x" * n]])
+        if "trtspec_cancel" in req.parameters:
+            self.messages.append((req.model, req.parameters["trtspec_cancel"], sorted(req.inputs)))
+            return iter([Response()])
+        stream = LlmStream(self.with_cancel)
+        self.streams.append((req.model, req.parameters.get("trtspec_stream_id"), stream))
+        return stream
+
+
+def fake_pb_utils(server):
+    pb = types.ModuleType("triton_python_backend_utils")
+    pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+    class InferenceRequest:
+        def __init__(self, model_name, inputs, requested_output_names, parameters=None):
+            self.model, self.parameters = model_name, dict(parameters or {})
+            self.inputs = {t.name: t.value for t in inputs}
+
+        def exec(self, decoupled=False):
+            return server.exec(self, decoupled)
+
+    pb.InferenceRequest, pb.Tensor, pb.TritonError = InferenceRequest, Tensor, str
+    pb.get_output_tensor_by_name = lambda resp, name: resp.outputs.get(name)
+    pb.get_input_tensor_by_name = lambda req, name: req.inputs.get(name)
+    pb.InferenceResponse = lambda output_tensors=None, error=None: ("response", error)
+    return pb
+
+
+class ClientRequest:
+    """A streaming generate request that its client cancels once generate has read a few responses."""
+
+    def __init__(self, server):
+        self.server = server
+        self.inputs = {"text_input": Tensor("text_input", np.array([[b"t5 t17"]], dtype=object)),
+                       "max_tokens": Tensor("max_tokens", [[1000]]), "stream": Tensor("stream", [[True]]),
+                       "workload": Tensor("workload", np.array([[b"chat"]], dtype=object))}
+
+    def is_cancelled(self):
+        return any(s.pulled >= SEEN_BEFORE_CANCEL for _, _, s in self.server.streams)
+
+    def parameters(self):
+        return "{}"
+
+
+class Sender:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, response=None, flags=0):
+        self.sent.append((response, flags))
+
+
+@pytest.fixture()
+def load(monkeypatch):
+    def load_generate(params, with_cancel):
+        server = Server(with_cancel)
+        monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils(server))
+        monkeypatch.syspath_prepend(str(MODELS))
+        for name in ("generate", "trtspec_triton_common", "serving_rules"):
+            sys.modules.pop(name, None)
+        module = importlib.import_module("generate")
+        model = module.TritonPythonModel()
+        model.initialize({"model_config": json.dumps({"parameters": {k: {"string_value": v}
+                                                                      for k, v in params.items()}})})
+        return model, server, importlib.import_module("trtspec_triton_common")
+    yield load_generate
+    for name in ("generate", "trtspec_triton_common", "serving_rules"):
+        sys.modules.pop(name, None)
+
+
+def run_cancelled(model, server, common):
+    request, sender = ClientRequest(server), Sender()
+    with pytest.raises(common.Cancelled, match="request cancelled"):
+        model._generate(request, sender, 1)
+    model.finalize()
+    [(llm, stream_id, stream)] = server.streams
+    assert llm.startswith("tensorrt_llm_") and model.mode == "eagle"
+    assert stream.pulled == SEEN_BEFORE_CANCEL, "generate read on after its client cancelled"
+    return llm, stream_id, stream
+
+
+@pytest.mark.parametrize("flavor", ["trtllm", "cpu"])
+def test_a_cancelled_eagle_request_cancels_the_llm_stream_with_the_iterators_cancel(generate_params, load, flavor):
+    """A python backend with BLS cancellation (the TensorRT-LLM container): cancel() on the stream,
+    whatever the callee, and no cancel message on top."""
+    model, server, common = load(generate_params[flavor], with_cancel=True)
+    _, _, stream = run_cancelled(model, server, common)
+    assert stream.cancelled == 1 and server.messages == []
+
+
+def test_without_bls_cancellation_the_cpu_flavor_sends_cpu_llm_the_cancel_message(generate_params, load):
+    """Python backend r24.10 (the bundled tritonserver): cpu_llm gets the cancel message naming the stream."""
+    assert generate_params["cpu"]["llm_cancel_messages"] == "true"
+    model, server, common = load(generate_params["cpu"], with_cancel=False)
+    llm, stream_id, _ = run_cancelled(model, server, common)
+    # only required inputs the call itself sent: cpu_llm has no num_draft_tokens, and Triton refuses
+    # a request with an input the model does not declare
+    assert stream_id and server.messages == [(llm, stream_id, ["input_lengths", "request_output_len"])]
+
+
+def test_without_bls_cancellation_nothing_is_sent_to_a_cpp_backend(generate_params, load):
+    """The trtllm flavor's profiles are the C++ tensorrtllm backend, which has no cancel message."""
+    assert "llm_cancel_messages" not in generate_params["trtllm"]
+    model, server, common = load(generate_params["trtllm"], with_cancel=False)
+    _, stream_id, _ = run_cancelled(model, server, common)
+    assert stream_id is None and server.messages == []
