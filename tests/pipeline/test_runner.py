@@ -291,3 +291,25 @@ def test_the_run_command_imports_no_torch():
 
     code = "import sys, trtspec.cli; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_a_sampled_workload_flows_from_the_recipe_to_perf(tiny, tmp_path, capsys):
+    """`workloads: {logs: {source, temperature, top_p}}` -> the profile decodes at those settings under
+    the cpu route's rule -> tuning.json records them -> perf sends them with every request (both runs)
+    and compares the runs by distribution, not token equality."""
+    pytest.importorskip("tritonclient.grpc")
+    perf = {"concurrency": [1], "requests": 3, "warmup": 0, "max_tokens": 8, "timeout_s": 60}
+    recipe = write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf,
+                          workloads={"logs": {"source": "prompts.jsonl", "temperature": 0.7, "top_p": 0.9}})
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "run", recipe, "--out", out)
+    assert code == 0, err
+    profile = json.loads((out / "profile.json").read_text())
+    assert profile["measurement_conditions"]["accept_rule"] == "exact_match"
+    tuned = json.loads((out / "tuning.json").read_text())["workloads"]["logs"]
+    assert tuned["sampling"]["temperature"] == 0.7 and tuned["sampling"]["top_p"] == 0.9
+    assert tuned["accept_rule"] == "exact_match"
+    results = json.loads((out / "perf" / "results.json").read_text())
+    assert all(r["sampling"]["temperature"] == 0.7 and r["sampling"]["top_p"] == 0.9 for r in results["runs"])
+    (cmp,) = results["comparisons"]
+    assert cmp["parity"] is not None and cmp["sampling"] == "T=0.7 top_p=0.9"
