@@ -148,9 +148,10 @@ def cancel_stops_decoding(server):
 
 def test_request_limits_refused_before_decoding(server):
     """max_tokens beyond the model's positions (10^9 included) and a request of two prompts get a
-    clear error, and the server serves on."""
+    clear error, and the server serves on. generate refuses them itself, from the limits the
+    repository carries (the checkpoints' 4096 positions), before calling any model."""
     url = server["url"]
-    for max_tokens, words in ((10**9, ("max_tokens", "4096 positions")), (4096, ("max_tokens", "ask for at most"))):
+    for max_tokens, words in ((10**9, ("max_tokens", "max_seq_len=4096")), (4096, ("max_tokens", "ask for at most"))):
         with pytest.raises(Exception) as e:
             request(url, PROMPTS["chat"], "chat", max_tokens=max_tokens)
         assert all(w in str(e.value) for w in words), str(e.value)

@@ -129,7 +129,7 @@ class ClientRequest:
     def __init__(self, server):
         self.server = server
         self.inputs = {"text_input": Tensor("text_input", np.array([[b"t5 t17"]], dtype=object)),
-                       "max_tokens": Tensor("max_tokens", [[1000]]), "stream": Tensor("stream", [[True]]),
+                       "max_tokens": Tensor("max_tokens", [[200]]), "stream": Tensor("stream", [[True]]),
                        "workload": Tensor("workload", np.array([[b"chat"]], dtype=object))}
 
     def is_cancelled(self):
@@ -201,3 +201,24 @@ def test_without_bls_cancellation_nothing_is_sent_to_a_cpp_backend(generate_para
     model, server, common = load(generate_params["trtllm"], with_cancel=False)
     _, stream_id, _ = run_cancelled(model, server, common)
     assert stream_id is None and server.messages == []
+
+
+@pytest.mark.parametrize("flavor", ["trtllm", "cpu"])
+def test_a_request_beyond_the_repositorys_limits_is_refused_before_any_engine_call(generate_params, load, flavor):
+    """The repository carries the limits (routing `limits`: the engines' max_input_len / max_seq_len,
+    or the checkpoints' positions); generate refuses past them after tokenizing, calling nothing else."""
+    limits = json.loads(generate_params[flavor]["routing"])["limits"]
+    assert limits["max_seq_len"] == (8192 if flavor == "trtllm" else 256)  # fake engine / tiny model positions
+    model, server, common = load(generate_params[flavor], with_cancel=True)
+    request = ClientRequest(server)
+    request.inputs["max_tokens"] = Tensor("max_tokens", [[limits["max_seq_len"] - 2]])  # + a 3-token prompt
+    with pytest.raises(common.RequestError, match=rf"^max_tokens: {limits['max_seq_len'] - 2} output tokens after a "
+                                                  rf"3-token prompt exceed this repository's max_seq_len="):
+        model._generate(request, Sender(), 1)
+    assert server.streams == [] and server.messages == []
+    request.inputs["max_tokens"] = Tensor("max_tokens", [[limits["max_seq_len"] - 3]])  # exactly fits
+    model.workers.stop.set()  # stop the allowed request at its first step: only the admission matters here
+    with pytest.raises(common.Cancelled):
+        model._generate(request, Sender(), 1)
+    assert len(server.streams) == 1
+    model.finalize()

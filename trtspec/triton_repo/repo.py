@@ -192,6 +192,22 @@ class _Builder:
                                    f"{probs[0]}")
 
     # ---- models ---------------------------------------------------------------------------------
+    def _limits(self) -> dict:
+        """The request limits `generate` enforces before calling any model (serving_rules.check_limits).
+        Engines: the smallest max_input_len and max_seq_len of the served engines, max_seq_len less
+        the room trtllm-build added for speculation (max_draft_len, and num_eagle_layers for EAGLE:
+        upstream.trtllm, builder.py), which a request cannot use. Checkpoints (cpu flavor): their
+        smallest max_position_embeddings."""
+        if self.flavor == "trtllm":
+            seq = [a.max_seq_len - a.max_draft_len - (a.num_eagle_layers or 0) for a in self.arts if a.max_seq_len]
+            inp = [int(a.build["max_input_len"]) for a in self.arts if a.build.get("max_input_len")]
+            return {"max_input_len": min(inp) if inp else None, "max_seq_len": min(seq) if seq else None}
+        positions = [int(a.config["max_position_embeddings"]) for a in self.arts
+                     if isinstance(a.config.get("max_position_embeddings"), int)]
+        if not positions:
+            return {"max_input_len": None, "max_seq_len": None}
+        return {"max_input_len": min(positions) - 1, "max_seq_len": min(positions)}
+
     def build(self) -> list[r.ModelFiles]:
         req, B = self.req, self._batch()
         tok = str(self.tokenizer)
@@ -252,6 +268,7 @@ class _Builder:
         for f in files:
             if f.kind == "cpu_llm":
                 f.files = _python_files("cpu_llm")
+        routing["limits"] = self._limits()
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
                                llm_cancel_messages=self.flavor == "cpu")
@@ -316,6 +333,7 @@ class _Builder:
         self.sampling = route_sampling(self.flavor, self.mode, eagle3=eagle3)
         if self.sampling["sampling_fallback"]:
             routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
+        routing["limits"] = self._limits()
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")

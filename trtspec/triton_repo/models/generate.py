@@ -20,7 +20,8 @@ does there; a sampled request on such a route is answered with the greedy tokens
 
 Per request: pick the route of its `workload` from the `routing` parameter (tuning.json, see
 trtspec/triton_repo/routing.py; unknown or missing workload -> the default route), tokenize with
-`preprocessing`, then
+`preprocessing`, refuse it when the prompt or prompt + max_tokens exceed the routing's `limits`
+(the engines' max_input_len / max_seq_len, or the checkpoints' positions), then
 - draft-target: call `spec_decode` with num_draft_tokens = the workload's tuned K at the band
   matching the requests in flight (the largest tuned band <= in flight);
 - EAGLE: call the workload's `tensorrt_llm_<profile>` model (its tree is that model's
@@ -45,8 +46,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RequestError, acceptance_length, output_len, pick_band, sampling_fallback, tree_depth,
-                           trtllm_steps)
+from serving_rules import (RequestError, acceptance_length, check_limits, output_len, pick_band, sampling_fallback,
+                           tree_depth, trtllm_steps)
 from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
@@ -134,6 +135,7 @@ class TritonPythonModel(PooledModel):
                 pre_in[key] = np.array([[v]], np.int32)
         pre = next(bls("preprocessing", pre_in, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"], False))
         n = int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])
+        check_limits(n, max_tokens, self.routing.get("limits"))  # before any engine sees the request
         inputs = {"input_ids": pre["INPUT_ID"].reshape(1, -1)[:, :n].astype(np.int32),
                   "input_lengths": np.array([[n]], np.int32),
                   "request_output_len": np.array([[max_tokens]], np.int32),

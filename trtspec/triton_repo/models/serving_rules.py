@@ -102,6 +102,20 @@ def check_positions(prompt_len, output_len, max_positions):
                            f"{max_positions - prompt_len}")
 
 
+def check_limits(prompt_len, output_len, limits):
+    """Refuse, in `generate` before any model is called, a request beyond the repository's limits
+    (routing `limits`, written from the engines' build config or the checkpoints' positions by
+    trtspec.triton_repo.repo): max_input_len prompt tokens, max_seq_len prompt + output tokens.
+    An absent limit is not checked (llmapi: the LLM API checks its own)."""
+    max_input, max_seq = (limits or {}).get("max_input_len"), (limits or {}).get("max_seq_len")
+    if max_input and prompt_len > max_input:
+        raise RequestError(f"text_input: the prompt has {prompt_len} tokens; this repository serves at most "
+                           f"max_input_len={max_input}")
+    if max_seq and prompt_len + output_len > max_seq:
+        raise RequestError(f"max_tokens: {output_len} output tokens after a {prompt_len}-token prompt exceed this "
+                           f"repository's max_seq_len={max_seq}; ask for at most {max(max_seq - prompt_len, 0)}")
+
+
 def one_row(batch_rows, name):
     """A request carries one prompt: a batch of several rows in one request is refused rather than
     answered for its first row only (each prompt is its own request, and they batch in flight)."""
