@@ -152,6 +152,8 @@ def test_csv_files_agree_with_results_json(tmp_path):
     for row, r in zip(summary, runs):
         assert float(row["output_tokens_per_s"]) == r.summary.output_tokens_per_s
         assert float(row["itl_s_p90"]) == r.summary.itl_s.p90 and int(row["timeouts"]) == r.summary.timeouts
+        assert float(row["tokens_per_s_ci_low"]) == r.summary.tokens_per_s_ci.low
+        assert float(row["itl_mean_ci_s_high"]) == r.summary.itl_mean_ci_s.high
 
 
 @pytest.mark.slow
