@@ -34,7 +34,7 @@ FIGURES = {
     "plot-acceptance": ("Acceptance length", "measured acceptance length per workload and load point, "
                                              "predicted from tuning.json as black ticks"),
     "plot-speedup": ("Speedup vs baseline", "output tokens/s with speculation / without, per workload and "
-                                            "load point"),
+                                            "load point, with 95% intervals"),
     "plot-predicted-vs-measured": ("Predicted vs measured speedup", "tuning.json predicted speedup against the "
                                                                     "measured speedup, with the y = x line"),
 }
@@ -139,7 +139,8 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
     sp: dict = {}
     for h in heads:
         al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length))
-        sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None))
+        ci = (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci is not None else None
+        sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None, ci))
     no_base = not any(not r.speculation and _ok(r) for r in results.runs)
     no_spec = not any(r.speculation and _ok(r) for r in results.runs)
     why_speedup = ("no baseline run (speculation off) finished with successful requests"
