@@ -34,6 +34,10 @@ spec and baseline request of the same prompt would remove the between-prompt spr
 runs are measured one after the other, so a drift of the machine's load between them (other
 processes on a shared CPU) would then read as a significant difference from a handful of prompts.
 Without repeated interleaved blocks to estimate that drift, the unpaired interval is the honest one.
+It still does not contain the drift: a baseline run measured while another job loads the box reads
+as a real difference (seen on the demo: K=0 vs off, code, 1.16x [1.04x, 1.31x] while a test suite ran
+beside the baseline, three of its ten E2Es 30-45% longer). Interleaving spec and baseline requests in
+blocks, and resampling blocks, would cover it; the runner does not do that yet.
 - a comparison whose speedup interval contains 1 (a difference's contains 0) is "no measurable
   difference" (`verdict`); the prediction is "inside" the interval or misses it by the % to its
   nearest end (`prediction_fit`).
