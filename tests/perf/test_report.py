@@ -255,3 +255,23 @@ def test_cli_perf_report_and_help_stays_light(tmp_path, tuning, capsys):
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.stdout.strip() == "[]", r.stderr
+
+
+def test_a_speedup_inside_its_interval_is_not_coloured_as_a_win():
+    """K=0 against speculation off (same ITL both sides, jitter only): the speedup cell is neutral and
+    says "no measurable difference"; a real 2x is green and "faster". Intervals come out of the run
+    records here (these summaries carry none, as in results.json written before intervals)."""
+    runs = [make_run("same", True, 1, itl=0.012, seed=1), make_run("same", False, 1, itl=0.012, seed=2),
+            make_run("fast", True, 1, itl=0.006, seed=3), make_run("fast", False, 1, itl=0.012, seed=4)]
+    res = make_results(workloads=("same",), concs=(1,))
+    res.runs = runs
+    html = render_report(res)
+    cells = re.findall(r'<td class="big([^"]*)" data-k="speedup">([^<]*)<span class="ci">\[([0-9.]+)x, ([0-9.]+)x\]',
+                       html)
+    (same_cls, _, lo, hi), (fast_cls, _, flo, _) = cells
+    assert same_cls == " neutral" and float(lo) < 1.0 < float(hi)
+    assert fast_cls == " good" and float(flo) > 1.0
+    notes = parse(html).rows
+    assert notes[("same", "c=1")]["verdict"].startswith("no measurable difference")
+    assert notes[("fast", "c=1")]["verdict"].startswith("faster") and "±5% needs ~" in notes[("fast", "c=1")]["verdict"]
+    assert "TTFT mean 95% CI (ms)" in html

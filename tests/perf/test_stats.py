@@ -13,8 +13,9 @@ import pytest
 from trtspec.perf.client import Result
 from trtspec.perf.compare import comparisons
 from trtspec.perf.output import write_results
-from trtspec.perf.schema import PerfResults, Run, Settings, load_results
-from trtspec.perf.stats import itl, percentiles, summarize, to_record, token_weighted_al
+from trtspec.perf.schema import Interval, PerfResults, RequestRecord, Run, Settings, load_results
+from trtspec.perf.stats import (NO_DIFFERENCE, itl, mean_ci, percentiles, prediction_fit, requests_for, speedup_ci,
+                                summarize, to_record, token_weighted_al, verdict)
 from trtspec.triton_repo.models.serving_rules import pick_band
 
 
@@ -151,6 +152,8 @@ def test_csv_files_agree_with_results_json(tmp_path):
     for row, r in zip(summary, runs):
         assert float(row["output_tokens_per_s"]) == r.summary.output_tokens_per_s
         assert float(row["itl_s_p90"]) == r.summary.itl_s.p90 and int(row["timeouts"]) == r.summary.timeouts
+        assert float(row["tokens_per_s_ci_low"]) == r.summary.tokens_per_s_ci.low
+        assert float(row["itl_mean_ci_s_high"]) == r.summary.itl_mean_ci_s.high
 
 
 @pytest.mark.slow
@@ -182,3 +185,96 @@ def test_the_perf_command_module_imports_no_grpc_or_torch():
             "print([m for m in ('grpc', 'tritonclient', 'torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---- 95% intervals (stats module docstring) -------------------------------------------------------------
+
+def timed(e2es, tokens=32) -> list[RequestRecord]:
+    """Successful closed-loop (c = 1) requests with these E2Es, one after the other."""
+    out, t = [], 0.0
+    for i, e in enumerate(e2es):
+        out.append(RequestRecord(index=i, prompt_id=f"p{i}", start_s=t, status="ok", ttft_s=e / 10, e2e_s=e,
+                                 itl_s=e * 0.9 / (tokens - 1), output_tokens=tokens))
+        t += e
+    return out
+
+
+@pytest.mark.parametrize("n", [10, 40])
+def test_speedup_interval_covers_the_true_ratio_95_percent_of_the_time(n):
+    """200 seeded replications of two runs of n requests (lognormal E2E, true speedup 1.25): the
+    interval covers 1.25 in 95% of them within binomial tolerance (sd 1.5%: 90%..99% is > 3 sd);
+    likewise the interval of the mean E2E (exp(sigma^2 / 2)) at 40 requests."""
+    rng = np.random.default_rng(7)
+    sigma, true = 0.4, 1.25
+    covered = mean_covered = 0
+    for rep in range(200):
+        spec = timed(np.exp(rng.normal(0.0, sigma, n)) / true)
+        base = timed(np.exp(rng.normal(0.0, sigma, n)))
+        s, b = summarize(spec), summarize(base)
+        point = s.output_tokens_per_s / b.output_tokens_per_s
+        ci = speedup_ci(spec, base, point, seed=rep, reps=1000)
+        covered += ci.low <= true <= ci.high
+        m = mean_ci([r.e2e_s for r in base], seed=rep, reps=1000)
+        mean_covered += m.low <= np.exp(sigma ** 2 / 2) <= m.high
+    assert 0.90 <= covered / 200 <= 0.99, covered
+    if n == 40:
+        assert 0.90 <= mean_covered / 200 <= 0.99, mean_covered
+
+
+def test_intervals_are_seeded_and_stored_in_the_summary():
+    recs = timed(np.random.default_rng(1).uniform(2.0, 4.0, 10))
+    s = summarize(recs)
+    assert s == summarize(recs)  # same records, same intervals
+    assert s.tokens_per_s_ci.low < s.output_tokens_per_s < s.tokens_per_s_ci.high
+    assert s.ttft_mean_ci_s.low < s.ttft_s.mean < s.ttft_mean_ci_s.high
+    assert s.itl_mean_ci_s.low < s.itl_s.mean < s.itl_mean_ci_s.high
+    assert summarize(recs[:1]).tokens_per_s_ci is None  # one request: no interval
+
+
+def test_verdict_and_prediction_fit():
+    assert verdict(Interval(low=0.9, high=1.1)) == NO_DIFFERENCE
+    assert verdict(Interval(low=1.02, high=1.3)) == "faster" and verdict(Interval(low=0.7, high=0.95)) == "slower"
+    assert verdict(Interval(low=-0.1, high=0.2), null=0.0) == NO_DIFFERENCE
+    assert verdict(Interval(low=0.1, high=0.2), null=0.0, higher="higher") == "higher" and verdict(None) is None
+    assert prediction_fit(1.0, Interval(low=0.9, high=1.1)) == "inside the measured interval"
+    assert prediction_fit(1.32, Interval(low=1.0, high=1.2)) == "10% above the measured interval"
+    assert prediction_fit(0.9, Interval(low=1.0, high=1.2)) == "10% below the measured interval"
+    # half-width 10% at 10 requests: n = 10 * (0.10 / 0.05)^2 = 40 for ±5%
+    assert requests_for(Interval(low=0.9, high=1.1), 1.0, 10) == 40
+    assert requests_for(None, 1.0, 10) is None
+
+
+def test_same_computation_reads_as_no_measurable_difference_and_a_real_gain_as_faster():
+    """K=0 against speculation off is one computation twice: equal E2E distributions give an interval
+    around 1; a 2x faster run gives one wholly above 1."""
+    rng = np.random.default_rng(3)
+
+    def pair(factor):
+        spec = timed(rng.uniform(2.0, 4.0, 10) / factor)
+        base = timed(rng.uniform(2.0, 4.0, 10))
+        mk = lambda recs, on: Run(workload="chat", speculation=on, concurrency=1, started_at="t", completed=True,
+                                  requests=recs, summary=summarize(recs))
+        return comparisons([mk(spec, True), mk(base, False)])[0]
+
+    same, fast = pair(1.0), pair(2.0)
+    assert same.speedup_ci.low < 1.0 < same.speedup_ci.high and same.verdict == NO_DIFFERENCE
+    assert fast.speedup_ci.low > 1.0 and fast.verdict == "faster" and fast.requests_for_5pct > 10
+
+
+def test_results_without_intervals_still_load(tmp_path):
+    """results.json written before the intervals (no *_ci, verdict fields) loads, with them None."""
+    settings = Settings(url="127.0.0.1:1", model="generate", workloads={"chat": "mt-bench"}, warmup=0, timeout_s=1,
+                        max_tokens=8, baseline=True, seed=0)
+    runs = [run("chat", True, 1, 1), run("chat", False, 1, 2)]
+    data = json.loads(PerfResults(created="now", trtspec_version="0", settings=settings, completed=True, runs=runs,
+                                  comparisons=comparisons(runs)).model_dump_json(by_alias=True))
+    for r in data["runs"]:
+        for k in ("tokens_per_s_ci", "ttft_mean_ci_s", "itl_mean_ci_s"):
+            del r["summary"][k]
+    for c in data["comparisons"]:
+        for k in ("speedup_ci", "verdict", "prediction_fit", "requests_for_5pct"):
+            del c[k]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    old = load_results(tmp_path / "results.json")
+    assert old.runs[0].summary.tokens_per_s_ci is None and old.comparisons[0].speedup_ci is None
+    assert old.runs[0].summary.output_tokens_per_s == runs[0].summary.output_tokens_per_s

@@ -200,3 +200,35 @@ def test_medoids_exact_and_swap_search(seed, monkeypatch):
     chosen = grouping.choose_medoids(loss, 3)
     assert len(chosen) == 3 and grouping._cost(loss, chosen) <= grouping._cost(loss, chosen[:1]) + 1e-12
     assert grouping.assign(loss, chosen) == [chosen[int(np.argmin(loss[i, chosen]))] for i in range(7)]
+
+
+def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguishable():
+    """A 3-prompt profile: K=1..4 predict throughputs within the noise of their AL standard errors, so
+    the summary names them instead of presenting the argmax as a winner; 64 long prompts separate
+    them. The choice recorded in tuning.json is the argmax either way."""
+    from trtspec.tuning.report import indistinguishable_lines
+    from trtspec.tuning.schema import Tuning
+    from trtspec.tuning.select import indistinguishable
+
+    cost = example_cost_model("draft-target")
+    noisy = tune_draft_target(chain_profile({"code": 0.6}, num_samples=3, T=24, max_k=6, seed=1), cost,
+                              SelectConfig(concurrency_bands=[1]))["code"]
+    band = noisy.bands[0]
+    assert band.tokens_per_s == max(s.tokens_per_s for s in band.sweep)  # still the argmax
+    ks = indistinguishable(band, noisy.accept_length_se_by_k)
+    assert ks and band.draft_len not in ks and 0 not in ks  # K=0 (SE 0) is far below: distinguishable
+    for k in ks:  # by hand: |difference| <= 1.96 * sqrt(SE_k^2 + SE_K*^2), SE of tok/s = tok/s * SE(AL) / AL
+        p, c = band.sweep[k], band.sweep[band.draft_len]
+        se = [q.tokens_per_s * noisy.accept_length_se_by_k[str(q.draft_len)] / q.acceptance_length for q in (p, c)]
+        assert abs(p.tokens_per_s - c.tokens_per_s) <= 1.96 * np.hypot(*se)
+    assert indistinguishable(band, {k: v / 100 for k, v in noisy.accept_length_se_by_k.items()}) == []
+    assert indistinguishable(band, None) == []
+    clean = tune_draft_target(chain_profile({"code": 0.6}, num_samples=64, T=512, max_k=6, seed=1), cost,
+                              SelectConfig(concurrency_bands=[1]))["code"]
+    assert indistinguishable(clean.bands[0], clean.accept_length_se_by_k) == []
+    tuning = Tuning.model_construct(mode="draft-target", workloads={"code": noisy})
+    lines = indistinguishable_lines(tuning)
+    assert lines == [f"code c=1: K={band.draft_len} is not distinguishable from " + ", ".join(f"K={k}" for k in ks)
+                     + f" (95%, AL standard errors over 3 prompts; predicted {band.tokens_per_s:,.0f} tok/s is not "
+                     "a clear winner)"]
+    assert indistinguishable_lines(Tuning.model_construct(mode="draft-target", workloads={"code": clean})) == []

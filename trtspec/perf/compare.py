@@ -5,6 +5,8 @@ the repository's `generate` model (serving_rules.pick_band: the largest tuned ba
 in flight, else the smallest band), so a measured speedup is compared with the number the served K came from.
 Open-loop runs have no fixed concurrency, so they get no prediction. Sampled runs (temperature > 0)
 get a distribution check of their outputs against the baseline's (trtspec.perf.parity).
+Each row carries the speedup's 95% interval and what it allows to say (trtspec.perf.stats: verdict,
+whether the prediction lies inside the interval, requests a ±5% claim would need).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
+from .stats import prediction_fit, requests_for, speedup_ci, verdict
 
 
 def load_predictions(path: Path | None):
@@ -47,9 +50,13 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         if b is None:
             continue
         tps, btps = r.summary.output_tokens_per_s, b.summary.output_tokens_per_s
+        speedup = tps / btps if btps > 0 else 0.0
+        ci = speedup_ci(r.requests, b.requests, speedup)
         row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
-                         tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=tps / btps if btps > 0 else 0.0,
-                         acceptance_length=r.summary.acceptance_length)
+                         tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=speedup,
+                         acceptance_length=r.summary.acceptance_length, speedup_ci=ci, verdict=verdict(ci),
+                         requests_for_5pct=requests_for(ci, speedup, min(r.summary.requests_ok,
+                                                                         b.summary.requests_ok)))
         if r.sampling is not None:
             row.sampling = Sampling.model_validate(r.sampling).label()
             row.accept_rule = accept_rule(tuning, r.workload)
@@ -60,6 +67,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
             row.predicted_speedup = band.speedup
             row.predicted_acceptance_length = band.acceptance_length
             row.predicted_draft_len = _draft_len(band)
+            row.prediction_fit = prediction_fit(band.speedup, ci)
         out.append(row)
     return out
 
@@ -76,3 +84,25 @@ def parity(spec: Run, base: Run) -> Parity:
     return Parity(requests=len(rs), baseline_requests=len(bs), lengths_ks=d, lengths_p=lengths_p, words_chi2=chi,
                   words_dof=dof, words_p=words_p, identical_outputs=same,
                   consistent=lengths_p >= ALPHA and words_p >= ALPHA)
+
+
+VERDICT_STYLE = {"faster": "green", "slower": "red"}  # rich styles; no measurable difference stays neutral
+
+
+def ci_text(ci, fmt: str = ".2f", suffix: str = "x") -> str:
+    """'[0.85x, 1.47x]', or '-' without an interval."""
+    return "-" if ci is None else f"[{ci.low:{fmt}}{suffix}, {ci.high:{fmt}}{suffix}]"
+
+
+def speedup_line(c: Comparison) -> str:
+    """One comparison as a sentence: measured speedup with its interval, the verdict, the prediction's
+    fit and the requests a ±5% claim would need (what the pipeline summary prints under its table)."""
+    load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
+    text = f"{c.workload} {load}: {c.speedup:.2f}x {ci_text(c.speedup_ci)}"
+    text += f", {c.verdict}" if c.verdict else " (too few requests for an interval)"
+    if c.predicted_speedup is not None:
+        text += f"; predicted {c.predicted_speedup:.2f}x" + (f", {c.prediction_fit}" if c.prediction_fit else "")
+    if c.requests_for_5pct is not None:
+        text += f"; a ±5% claim needs ~{c.requests_for_5pct} requests per run"
+    return text
+

@@ -23,9 +23,11 @@ REQUEST_COLUMNS = RUN_KEYS + ("index", "prompt_id", "start_s", "status", "error"
                               "responses", "output_tokens", "acceptance_length", "num_draft_tokens", "route",
                               "output_sha256", "chunk_gaps_s")
 STAT_COLUMNS = tuple(f"{m}_{p}" for m in ("ttft_s", "itl_s", "e2e_s") for p in ("mean", "p50", "p90", "p99"))
+CI_FIELDS = ("tokens_per_s_ci", "ttft_mean_ci_s", "itl_mean_ci_s")  # 95% intervals (trtspec.perf.stats)
+CI_COLUMNS = tuple(f"{f}_{end}" for f in CI_FIELDS for end in ("low", "high"))
 SUMMARY_COLUMNS = RUN_KEYS + ("completed", "error", "requests_ok", "errors", "timeouts", "window_s",
                               "requests_per_s", "output_tokens", "output_tokens_per_s", "acceptance_length") \
-    + STAT_COLUMNS
+    + STAT_COLUMNS + CI_COLUMNS
 
 
 def _csv(columns: tuple[str, ...], rows: list[dict]) -> str:
@@ -58,6 +60,9 @@ def summary_rows(results: PerfResults) -> list[dict]:
         for m in ("ttft_s", "itl_s", "e2e_s"):
             for p in ("mean", "p50", "p90", "p99"):
                 row[f"{m}_{p}"] = getattr(getattr(s, m), p)
+        for f in CI_FIELDS:
+            ci = getattr(s, f)
+            row[f"{f}_low"], row[f"{f}_high"] = (ci.low, ci.high) if ci is not None else (None, None)
         rows.append(row)
     return rows
 

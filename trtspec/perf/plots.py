@@ -85,10 +85,11 @@ def cdf(samples: dict[str, dict[tuple[str, str], list[float]]], what: str) -> by
     return _png(fig)
 
 
-def bars(groups: dict[str, list[tuple[str, float | None, float | None]]], ylabel: str, title: str,
+def bars(groups: dict[str, list[tuple]], ylabel: str, title: str,
          ref_line: float | None = None, why_empty: str = "nothing to plot.") -> bytes:
-    """Grouped bars: {workload: [(load label, measured, predicted), ...]}; the predicted value is a
-    black tick over its bar (absent when None). `ref_line` draws a dashed horizontal line (1.0 for
+    """Grouped bars: {workload: [(load label, measured, predicted[, (low, high)]), ...]}; the predicted
+    value is a black tick over its bar (absent when None), the optional (low, high) the measured
+    value's 95% interval as an error bar. `ref_line` draws a dashed horizontal line (1.0 for
     speedup: below it speculation loses)."""
     groups = {w: [b for b in bs if b[1] is not None or b[2] is not None] for w, bs in groups.items()}
     groups = {w: bs for w, bs in groups.items() if bs}
@@ -102,11 +103,15 @@ def bars(groups: dict[str, list[tuple[str, float | None, float | None]]], ylabel
     loads = sorted({b[0] for bs in groups.values() for b in bs}, key=_load_key)
     predicted_labelled = False
     for gi, (w, bs) in enumerate(groups.items()):
-        for bi, (load, measured, predicted) in enumerate(bs):
+        for bi, (load, measured, predicted, *ci) in enumerate(bs):
             x = gi + (bi - (len(bs) - 1) / 2) * bw
             color = cmap(loads.index(load) % 10)
             if measured is not None:
                 ax.bar(x, measured, bw * 0.9, color=color, label=load)
+                if ci and ci[0] is not None:
+                    lo, hi = ci[0]
+                    ax.errorbar([x], [measured], yerr=[[measured - lo], [hi - measured]], color="black", capsize=3,
+                                lw=1, label="95% interval")
                 ax.annotate(f"{measured:.2f}", (x, measured), ha="center", va="bottom", fontsize=7)
             if predicted is not None:
                 ax.plot([x - bw * 0.45, x + bw * 0.45], [predicted, predicted], color="black", lw=2,
@@ -116,7 +121,8 @@ def bars(groups: dict[str, list[tuple[str, float | None, float | None]]], ylabel
         ax.axhline(ref_line, color="red", ls="--", lw=1)
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set(ylabel=ylabel, title=title)
-    top = max(v for bs in groups.values() for b in bs for v in b[1:] if v is not None)
+    top = max(v for bs in groups.values() for b in bs for v in (*b[1:3], *(b[3] if len(b) > 3 and b[3] else ()))
+              if v is not None)
     ax.set_ylim(0, max(top, ref_line or 0) * 1.3)  # headroom for the legend above the bars
     ax.grid(alpha=0.3, axis="y")
     handles, labels = ax.get_legend_handles_labels()

@@ -2,7 +2,9 @@
 no scripts, fonts or links to fetch) that can be mailed or opened on a host with no network.
 
 Order: a headline per workload and load point (tokens/s with and without speculation, measured vs
-predicted speedup and acceptance length), the six figures, per-run tables, errors, settings.
+predicted speedup and acceptance length, each measured number with its 95% interval), the six
+figures, per-run tables, errors, settings. A speedup is coloured as a win or loss only when its
+interval excludes 1 (trtspec.perf.stats.verdict); otherwise it reads "no measurable difference".
 Everything is derived from results.json (trtspec/perf/schema.py has the metric definitions) and,
 when given, tuning.json. Partial results render: a figure that cannot be drawn is replaced by a
 sentence saying why, so a crashed or interrupted perf run still gets a readable report.
@@ -20,7 +22,8 @@ from ..fsutil import write_text_atomic
 from ..triton_repo.models.serving_rules import pick_band
 from . import plots
 from .compare import load_predictions
-from .schema import PerfResults, Run, load_results
+from .schema import Interval, PerfResults, Run, load_results
+from .stats import prediction_fit, rate_ci, requests_for, speedup_ci, verdict
 
 # id -> (title, alt text). Ids are stable: tests and users link to them.
 FIGURES = {
@@ -31,7 +34,7 @@ FIGURES = {
     "plot-acceptance": ("Acceptance length", "measured acceptance length per workload and load point, "
                                              "predicted from tuning.json as black ticks"),
     "plot-speedup": ("Speedup vs baseline", "output tokens/s with speculation / without, per workload and "
-                                            "load point"),
+                                            "load point, with 95% intervals"),
     "plot-predicted-vs-measured": ("Predicted vs measured speedup", "tuning.json predicted speedup against the "
                                                                     "measured speedup, with the y = x line"),
 }
@@ -49,6 +52,10 @@ class Headline:
     acceptance_length: float | None
     predicted_acceptance_length: float | None
     predicted_draft_len: int | None
+    tokens_per_s_ci: Interval | None = None
+    baseline_tokens_per_s_ci: Interval | None = None
+    speedup_ci: Interval | None = None
+    requests: int = 0  # successful requests of the smaller of the two runs
 
 
 def load_label(run) -> str:
@@ -88,8 +95,17 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
             c = comps[key]
             pred_s, pred_al, pred_k = c.predicted_speedup, c.predicted_acceptance_length, c.predicted_draft_len
         out.append(Headline(r.workload, key[1], tps, btps, speedup, pred_s,
-                            r.summary.acceptance_length if r.speculation else None, pred_al, pred_k))
+                            r.summary.acceptance_length if r.speculation else None, pred_al, pred_k,
+                            _run_ci(r) if tps is not None else None, _run_ci(b) if btps is not None else None,
+                            speedup_ci(r.requests, b.requests, speedup) if speedup else None,
+                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0))
     return out
+
+
+def _run_ci(run: Run) -> Interval | None:
+    """The run's tokens/s interval: stored, else recomputed (results.json written before intervals)."""
+    s = run.summary
+    return s.tokens_per_s_ci or rate_ci(run.requests, s.output_tokens_per_s)
 
 
 # ---- figures ------------------------------------------------------------------------------------
@@ -123,7 +139,8 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
     sp: dict = {}
     for h in heads:
         al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length))
-        sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None))
+        ci = (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci is not None else None
+        sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None, ci))
     no_base = not any(not r.speculation and _ok(r) for r in results.runs)
     no_spec = not any(r.speculation and _ok(r) for r in results.runs)
     why_speedup = ("no baseline run (speculation off) finished with successful requests"
@@ -164,6 +181,7 @@ h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margi
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em} th,td{border:1px solid #ddd;padding:.3em .6em;
 text-align:right} th{background:#f4f4f4} td.l,th.l{text-align:left}
 .big{font-size:1.25em;font-weight:600} .good{color:#1a7f37} .bad{color:#c62828} .muted{color:#777}
+.neutral{color:#222} .ci{font-size:.8em;font-weight:400;color:#777}
 .banner{background:#fff3cd;border:1px solid #e0c060;padding:.6em 1em;margin:1em 0}
 figure{margin:1em 0} figcaption{font-weight:600;margin-bottom:.3em} img{max-width:100%}
 .missing{background:#f6f6f6;border:1px dashed #aaa;padding:1em;color:#555}
@@ -179,28 +197,55 @@ def _ms(v) -> str:
     return _num(None if v is None else v * 1e3, "{:.1f}")
 
 
-def _speed_cls(v) -> str:
-    return "" if v is None else (" good" if v >= 1.0 else " bad")
+def _ci(ci: Interval | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
+    if ci is None:
+        return ""
+    return f' <span class="ci">[{escape(fmt.format(ci.low) + suffix)}, {escape(fmt.format(ci.high) + suffix)}]</span>'
+
+
+VERDICT_CLASS = {"faster": "good", "slower": "bad"}  # no measurable difference: neutral, never a win or loss
+
+
+def _speed_cls(ci: Interval | None) -> str:
+    v = verdict(ci)
+    return "" if v is None else " " + VERDICT_CLASS.get(v, "neutral")
+
+
+def _speed_note(h: Headline) -> str:
+    """Verdict, where the prediction lies against the interval, and requests for a ±5% claim."""
+    if h.speedup is None:
+        return ""
+    if h.speedup_ci is None:
+        return '<span class="muted">too few requests for an interval</span>'
+    parts = [verdict(h.speedup_ci)]
+    fit = prediction_fit(h.predicted_speedup, h.speedup_ci)
+    if fit:
+        parts.append(f"predicted {h.predicted_speedup:.2f}x {fit}")
+    need = requests_for(h.speedup_ci, h.speedup, h.requests)
+    if need is not None:
+        parts.append(f"±5% needs ~{need} requests per run (measured {h.requests})")
+    return escape("; ".join(parts))
 
 
 def _headline_table(heads: list[Headline]) -> str:
     rows = []
     for h in heads:
-        gap = "" if h.speedup is None or not h.predicted_speedup else \
-            f' <span class="muted">({(h.speedup / h.predicted_speedup - 1) * 100:+.0f}% vs predicted)</span>'
         rows.append(
             f'<tr class="headline" data-workload="{escape(h.workload)}" data-load="{escape(h.load)}">'
             f'<td class="l big">{escape(h.workload)}</td><td class="l">{escape(h.load)}</td>'
-            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}</td>'
-            f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}</td>'
-            f'<td class="big{_speed_cls(h.speedup)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}{gap}</td>'
+            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s_ci)}</td>'
+            f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}</td>'
+            f'<td class="big{_speed_cls(h.speedup_ci)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
+            f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}</td>'
             f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}</td>'
-            f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td></tr>')
+            f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td>'
+            f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')
     return ('<table id="headline"><tr><th class="l">workload</th><th class="l">load</th><th>tokens/s (tuned)</th>'
             '<th>tokens/s (baseline)</th><th>speedup measured</th><th>speedup predicted</th><th>AL measured</th>'
-            '<th>AL predicted</th><th>K predicted</th></tr>' + "".join(rows) + "</table>")
+            '<th>AL predicted</th><th>K predicted</th><th class="l">verdict (95% interval)</th></tr>'
+            + "".join(rows) + "</table>")
 
 
 def _figure(fid: str, draw) -> str:
@@ -219,19 +264,26 @@ def _run_table(results: PerfResults) -> str:
     head = ('<tr><th class="l">workload</th><th class="l">speculation</th><th class="l">load</th><th>ok</th>'
             '<th>errors</th><th>timeouts</th><th>req/s</th><th>tok/s</th><th>AL</th>'
             + "".join(f"<th>{m} p{p} (ms)</th>" for m in ("TTFT", "ITL", "E2E") for p in (50, 90, 99))
+            + "<th>tok/s 95% CI</th><th>TTFT mean 95% CI (ms)</th><th>ITL mean 95% CI (ms)</th>"
             + '<th class="l">completed</th></tr>')
     rows = []
     for r in results.runs:
         s = r.summary
         pct = "".join(f"<td>{_ms(getattr(getattr(s, m), p))}</td>" for m in ("ttft_s", "itl_s", "e2e_s")
                       for p in ("p50", "p90", "p99"))
+        cis = "".join(f"<td>{_ci_cell(ci, scale)}</td>" for ci, scale in (
+            (_run_ci(r), 1.0), (s.ttft_mean_ci_s, 1e3), (s.itl_mean_ci_s, 1e3)))
         bad = ' class="bad"' if s.errors or s.timeouts else ""
         rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td class="l">{"on" if r.speculation else "off"}'
                     f'</td><td class="l">{escape(load_label(r))}</td><td>{s.requests_ok}</td><td{bad}>{s.errors}</td>'
                     f'<td{bad}>{s.timeouts}</td><td>{_num(s.requests_per_s, "{:.2f}")}</td>'
-                    f'<td>{_num(s.output_tokens_per_s)}</td><td>{_num(s.acceptance_length, "{:.2f}")}</td>{pct}'
+                    f'<td>{_num(s.output_tokens_per_s)}</td><td>{_num(s.acceptance_length, "{:.2f}")}</td>{pct}{cis}'
                     f'<td class="l{"" if r.completed else " bad"}">{"yes" if r.completed else "no"}</td></tr>')
     return '<table id="runs">' + head + "".join(rows) + "</table>"
+
+
+def _ci_cell(ci: Interval | None, scale: float) -> str:
+    return _num(None) if ci is None else escape(f"{ci.low * scale:.1f} - {ci.high * scale:.1f}")
 
 
 def _errors(results: PerfResults) -> str:
@@ -311,7 +363,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
         '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load. '
         "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
-        "load.</p>",
+        "load. Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); "
+        "a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),
         _parity(results),

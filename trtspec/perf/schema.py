@@ -18,6 +18,8 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
 - Percentiles: numpy's default (linear interpolation) over the successful requests of a run.
 - speedup (a Comparison): output tokens/s with speculation / output tokens/s with speculation off,
   same workload, same concurrency (or request rate), same server, same invocation.
+- intervals (`*_ci`): 95% seeded bootstrap intervals over requests, defined in trtspec.perf.stats;
+  optional, so results.json written before them still loads.
 - sampling: the settings every request of a run carried (trtspec.perf.sampling; none = greedy), the
   same for its baseline; at temperature > 0 a Comparison's `parity` is the distribution check of
   trtspec.perf.parity (output lengths and word frequencies, two-sample tests), not token equality.
@@ -57,6 +59,13 @@ class RequestRecord(BaseModel):
     output_sha256: str | None = None
 
 
+class Interval(BaseModel):
+    """A 95% confidence interval (trtspec.perf.stats: seeded bootstrap over requests)."""
+    model_config = ConfigDict(extra="forbid")
+    low: float
+    high: float
+
+
 class Percentiles(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mean: float | None = None
@@ -78,6 +87,10 @@ class RunSummary(BaseModel):
     ttft_s: Percentiles
     itl_s: Percentiles
     e2e_s: Percentiles
+    # 95% intervals (trtspec.perf.stats); None under 2 successful requests and in results written before them
+    tokens_per_s_ci: Interval | None = None
+    ttft_mean_ci_s: Interval | None = None
+    itl_mean_ci_s: Interval | None = None
 
 
 class Run(BaseModel):
@@ -127,6 +140,11 @@ class Comparison(BaseModel):
     sampling: str | None = None  # Sampling.label() of both runs (None: greedy)
     accept_rule: str | None = None  # the rule tuning.json assumed for this workload, when it says
     parity: Parity | None = None  # at temperature > 0
+    # 95% interval of the speedup and what it allows to say (trtspec.perf.stats); None before intervals
+    speedup_ci: Interval | None = None
+    verdict: str | None = None  # faster | slower | no measurable difference
+    prediction_fit: str | None = None  # 'inside the measured interval' or by how much it misses
+    requests_for_5pct: int | None = None  # requests per run for a ±5% speedup interval at this spread
 
 
 class Settings(BaseModel):

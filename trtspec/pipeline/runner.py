@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import TrtspecError
+from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
 from ..perf.schema import load_results
 from ..recipe import Recipe, load_recipe
 from . import stages as st
@@ -292,10 +293,12 @@ def _short(outputs: list[str], out: Path) -> str:
 
 
 def print_speedups(results_path: Path, console: Console) -> list:
-    """Measured speedup (perf, speculation on vs off) next to the tuner's prediction, per workload."""
+    """Measured speedup (perf, speculation on vs off) with its 95% interval next to the tuner's
+    prediction, per workload; coloured only when the interval excludes 1 (trtspec.perf.stats)."""
     results = load_results(results_path)
     table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
-    for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "predicted", "AL meas.", "AL pred.", "K"):
+    for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "95% CI", "verdict", "predicted",
+                "AL meas.", "AL pred.", "K"):
         table.add_column(col, justify="right")
 
     def f(x, spec):
@@ -303,11 +306,16 @@ def print_speedups(results_path: Path, console: Console) -> list:
 
     for c in results.comparisons:
         load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
+        style = VERDICT_STYLE.get(c.verdict or "")
+        measured = f(c.speedup, ".2f") + "x"
         table.add_row(c.workload, load, f(c.tokens_per_s, ".1f"), f(c.baseline_tokens_per_s, ".1f"),
-                      f(c.speedup, ".2f") + "x", f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else ""),
+                      f"[{style}]{measured}[/]" if style else measured, ci_text(c.speedup_ci), c.verdict or "-",
+                      f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else ""),
                       f(c.acceptance_length, ".2f"), f(c.predicted_acceptance_length, ".2f"),
                       f(c.predicted_draft_len, "d"))
     console.print(table)
+    for c in results.comparisons:
+        console.print(speedup_line(c), soft_wrap=True, highlight=False, markup=False)
     return results.comparisons
 
 

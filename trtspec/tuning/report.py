@@ -8,6 +8,10 @@ One PNG per workload, two panels:
   scale: bands differ by orders of magnitude), the chosen setting starred, K = 0 / 0 nodes being
   no speculation.
 
+Under the table, every band whose chosen draft length the profile's AL standard errors cannot
+separate from another K at 95% is named (select.indistinguishable): a winner by less than the noise
+of a few prompts is not presented as one.
+
 And `plot_al_vs_temperature`: from profiles at several temperatures (one `trtspec profile
 --temperature T` each), AL of a chain of K drafts against T, one line per workload, error bars of
 2 standard errors: how fast acceptance falls as the traffic gets hotter.
@@ -23,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .schema import BandChoice, Profile, Tuning, WorkloadTuning
+from .select import indistinguishable
 
 
 def safe_name(name: str) -> str:
@@ -112,6 +117,21 @@ def setting_text(band: BandChoice) -> str:
     return f"K={band.draft_len}"
 
 
+def indistinguishable_lines(tuning: Tuning) -> list[str]:
+    """Per workload and band whose chosen K the AL standard errors cannot separate from other K
+    (select.indistinguishable): 'chat c=1: K=3 is not distinguishable from K=2, K=4 ...'."""
+    out = []
+    for name, wt in tuning.workloads.items():
+        for band in wt.bands:
+            ks = indistinguishable(band, wt.accept_length_se_by_k)
+            if ks:
+                out.append(f"{name} c={band.concurrency}: {setting_text(band)} is not distinguishable from "
+                           + ", ".join("off (K=0)" if k == 0 else f"K={k}" for k in ks)
+                           + f" (95%, AL standard errors over {wt.num_samples} prompts; predicted "
+                           + f"{band.tokens_per_s:,.0f} tok/s is not a clear winner)")
+    return out
+
+
 def summary_table(tuning: Tuning) -> Table:
     t = Table(title=f"trtspec tune ({tuning.mode}, {tuning.cost.gpu.name}, {tuning.cost.source} cost)")
     for col, just in (("workload", "left"), ("conc.", "right"), ("setting", "left"), ("AL", "right"),
@@ -131,6 +151,8 @@ def summary_table(tuning: Tuning) -> Table:
 def print_summary(tuning: Tuning, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(tuning))
+    for line in indistinguishable_lines(tuning):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     if tuning.cost.fit is not None:
         f = tuning.cost.fit
         console.print(f"cost fit: {f.num_rows} rows, rms relative error {f.rms_relative_error:.1%}, "

@@ -14,6 +14,14 @@ picks the K / tree for the workload's sampling settings, and tuning.json records
 
 - draft-target: every K in 0..num_speculative_tokens. K is a per-request setting
   (`num_draft_tokens`), so each workload x band gets its own.
+- Distinguishable? (`indistinguishable`, what the summary prints): the predicted tokens/s of K has a
+  first-order standard error from its AL's, SE(tps_K) = b * SE(AL_K) / step_K = tps_K * SE(AL_K) / AL_K
+  (the step time is a model output, not a sample, so it carries none). K and the chosen K* are "not
+  distinguishable" when |tps_K - tps_K*| <= 1.96 * sqrt(SE_K^2 + SE_K*^2). The AL(K) of different K
+  are replayed from the same prompts and positively correlated, so the true SE of the difference is
+  smaller: the test errs towards "not distinguishable", the honest side for a 6-prompt profile. The
+  choice itself stays the argmax (tuning.json is unchanged); this only qualifies it. Draft-target
+  only: EAGLE stores a standard error for the served tree, not for every candidate tree.
 - EAGLE: candidate trees are, for every size from num_eagle_layers to the node budget, the tree of
   largest empirical acceptance found by greedy growth (trtspec/tuning/trees.py), plus the top-1
   chain of full depth and TRT-LLM's default mc_sim_7b_63 when it fits the limits; each is scored
@@ -88,6 +96,29 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[
     sweep = [SweepPoint(draft_len=k, acceptance_length=als[k], step_time_s=steps[k].total_s, tokens_per_s=tps[k])
              for k in range(len(als))]
     return sweep, steps, _argmax(tps)
+
+
+def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = 1.96) -> list[int]:
+    """Draft lengths of the band's sweep whose predicted tokens/s cannot be told from the chosen K's
+    at 95% given the ALs' standard errors (module docstring); [] without standard errors or for EAGLE."""
+    if band.draft_len is None or not se_by_k:
+        return []
+    se = {0: 0.0, **{int(k): v for k, v in se_by_k.items() if v is not None}}
+
+    def tps_se(p: SweepPoint) -> float | None:
+        s = se.get(p.draft_len)
+        return None if s is None else p.tokens_per_s * s / p.acceptance_length
+
+    chosen = next((p for p in band.sweep if p.draft_len == band.draft_len), None)
+    if chosen is None or tps_se(chosen) is None:
+        return []
+    out = []
+    for p in band.sweep:
+        s = tps_se(p)
+        if p is not chosen and s is not None and \
+                abs(p.tokens_per_s - chosen.tokens_per_s) <= z * float(np.hypot(s, tps_se(chosen))):
+            out.append(p.draft_len)
+    return out
 
 
 def sampling_record(profile: Profile, w: WorkloadProfile) -> dict:
