@@ -39,6 +39,7 @@ from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
 from .eagle_net import EagleNet
 from .model import Decoder
+from .ngram import NGramProposer
 from .speculative import Proposer
 from .stats import GenerationResult
 
@@ -100,8 +101,8 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
         raise TrtspecError("draft-target decoding needs a draft checkpoint")
     if mode == "eagle" and models.eagle is None:
         raise TrtspecError(f"{models.target.path}: EAGLE decoding needs an EagleForCausalLM checkpoint")
-    if mode not in ("greedy", "draft-target", "eagle"):
-        raise TrtspecError(f"mode: {mode!r} is not one of auto, greedy, draft-target, eagle")
+    if mode not in ("greedy", "draft-target", "eagle", "ngram"):
+        raise TrtspecError(f"mode: {mode!r} is not one of auto, greedy, draft-target, eagle, ngram")
     if eagle_choices is not None and mode != "eagle":
         raise TrtspecError(f"eagle_choices apply to EAGLE checkpoints only (mode is {mode})")
     if dynamic_top_k is not None and mode != "eagle":
@@ -115,8 +116,10 @@ def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = Non
     """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain decoding.
     draft_sampling: the draft model samples its tokens at these settings (rejection sampling)."""
     mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
-    if draft_len is not None and mode != "draft-target":
-        raise TrtspecError(f"draft_len applies to draft-target decoding only (mode is {mode})")
+    if draft_len is not None and mode not in ("draft-target", "ngram"):
+        raise TrtspecError(f"draft_len applies to draft-target and n-gram decoding only (mode is {mode})")
+    if mode == "ngram":
+        return NGramProposer(DEFAULT_DRAFT_LEN if draft_len is None else draft_len)
     if mode == "draft-target":
         return DraftModelProposer(models.draft, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
                                   models.target.vocab_size, batch_invariant, draft_sampling)
@@ -142,7 +145,7 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
                    sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
-    mode: auto | greedy | draft-target | eagle; EAGLE uses `eagle_choices` (EAGLE-1, default tree
+    mode: auto | greedy | draft-target | eagle | ngram (runtime/ngram.py, K = draft_len); EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
     target (and draft-model) forward after the prompt is one token of one row (decode.py).
     sampling / accept: the settings and accept rule name (runtime/accept.py); prompt i draws with

@@ -97,6 +97,15 @@ DTM_DEFAULT_MAX_DRAFT_LEN = 8
 # without FP8 weights disables it too (§7.2), which breaks EAGLE and draft-target KV reuse.
 # gather_context_logits with max_draft_len > 0 is a hard error in trtllm-build (§5.1).
 
+# N-gram drafting, PyTorch backend: NGramDecodingConfig (llmapi/llm_args.py) and NGramPoolManager
+# (_torch/speculative/ngram.py; pool update, longest-pattern query, oldest/newest match, drafts cut at
+# prompt + max_new_tokens - 1). Defaults as the indexed 1.x llm_args.py states them (PositiveInt
+# max_matching_ngram_size=2); older indexed versions say 4 or 3: for 1.2.1 unverified.
+NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE = 2
+NGRAM_DEFAULT_KEEP_ALL = True
+NGRAM_DEFAULT_USE_OLDEST = True
+NGRAM_DEFAULT_PUBLIC_POOL = True
+
 # SpeculativeDecodingMode is an IntFlag (models/modeling_utils.py): NONE=1, DRAFT_TOKENS_EXTERNAL=2,
 # MEDUSA=4, LOOKAHEAD_DECODING=8, EXPLICIT_DRAFT_TOKENS=16, EAGLE=32 (later members are appended).
 # BuildConfig.to_dict() leaves it as the enum, so the engine config.json holds the integer.

@@ -1,0 +1,102 @@
+"""N-gram (prompt lookup) drafting with the semantics of TensorRT-LLM's PyTorch backend.
+
+No draft model: the drafts are copied from what the request (or, with a public pool, any request)
+has already seen. As `NGramPoolManager` does it (trtspec/upstream/trtllm.py, NGRAM_*):
+
+- the pool maps a pattern (the last 1..max_matching_ngram_size committed tokens) to matches: the up
+  to K tokens that followed that pattern somewhere in a committed sequence;
+- each step the pool is updated from the part of the committed sequence not scanned yet (plus an
+  overlap of K + max_matching_ngram_size - 1 tokens, so patterns spanning the boundary are seen),
+  every pattern size from the largest down; a pattern keeps all its distinct matches of the
+  longest length seen (`keep_all`), or only the longest one;
+- the draft is the match of the longest pattern that ends the committed sequence: the oldest match
+  (`use_oldest`) or the newest; nothing matches -> no draft (a plain decoding step);
+- drafts never run past prompt + max_new_tokens - 1 tokens;
+- a public pool is shared by every request the proposer serves (TensorRT-LLM's default), a private
+  one belongs to its request.
+
+Drafts vary in length per row and step, so a batch's proposal is one chain per row padded to the
+longest with dead nodes: nodes no path reaches (children of nobody), which the target computes and
+no accept rule can keep.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import TrtspecError
+from ..upstream import trtllm as upstream
+from .batch import Request
+from .speculative import Acceptance, Proposal, empty_proposal
+from .tree import Tree
+
+Pool = dict[tuple[int, ...], list[tuple[int, ...]]]  # pattern -> matches, oldest first
+
+
+def padded_chain(n: int, size: int) -> Tree:
+    """A chain of n draft tokens followed by size - n dead nodes (depth 1, parent the root, in no
+    children list: computed, never accepted)."""
+    paths = tuple((0,) * d for d in range(1, n + 1)) + tuple((-1 - i,) for i in range(size - n))
+    parent = (-1,) + tuple(range(n)) + (0,) * (size - n)
+    depth = (0,) + tuple(range(1, n + 1)) + (1,) * (size - n)
+    children = tuple((i + 1,) for i in range(n)) + ((),) * (size - n + 1)
+    return Tree(paths, parent, depth, (-1,) + (0,) * size, children)
+
+
+class NGramProposer:
+    """Drafts up to K tokens per row from n-gram matches (module docstring)."""
+
+    def __init__(self, k: int, max_matching_ngram_size: int = upstream.NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE,
+                 keep_all: bool = upstream.NGRAM_DEFAULT_KEEP_ALL, use_oldest: bool = upstream.NGRAM_DEFAULT_USE_OLDEST,
+                 public_pool: bool = upstream.NGRAM_DEFAULT_PUBLIC_POOL):
+        if k < 1:
+            raise TrtspecError(f"ngram.max_draft_len: expected >= 1, got {k}")
+        if max_matching_ngram_size < 1:
+            raise TrtspecError(f"ngram.max_matching_ngram_size: expected >= 1, got {max_matching_ngram_size}")
+        self.k, self.n = k, max_matching_ngram_size
+        self.keep_all, self.use_oldest, self.public = keep_all, use_oldest, public_pool
+        self.max_block = self.max_positions = k
+        self.shared: Pool = {}
+        self.pools: dict[int, Pool] = {}
+        self.scanned: dict[int, int] = {}  # row -> index of the sequence the next update starts at
+
+    def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
+        self.pools = {b: {} for b in rows.tolist()}
+        self.scanned = {b: 0 for b in rows.tolist()}
+
+    def _update(self, pool: Pool, seq: list[int]) -> None:
+        for size in range(min(self.n, len(seq) - 1), 0, -1):
+            for i in range(len(seq) - size):
+                pattern, match = tuple(seq[i:i + size]), tuple(seq[i + size:i + size + self.k])
+                kept = pool.get(pattern)
+                if kept is None or (not self.keep_all and len(match) > len(kept[0])):
+                    pool[pattern] = [match]
+                elif match not in kept:  # keep only matches as long as the longest seen
+                    pool[pattern] = [m for m in kept if len(m) >= len(match)] + [match]
+
+    def draft(self, b: int, r: Request) -> list[int]:
+        """Row b's draft tokens for its committed sequence (may be empty)."""
+        seq = r.tokens
+        room = len(r.prompt) + r.max_new_tokens - 1 - len(seq)
+        if room <= 0:
+            return []
+        pool = self.shared if self.public else self.pools.setdefault(b, {})
+        self._update(pool, seq[self.scanned.get(b, 0):])
+        self.scanned[b] = max(0, len(seq) - (self.k + self.n - 1))
+        for size in range(min(self.n, len(seq) - 1), 0, -1):
+            matches = pool.get(tuple(seq[-size:]))
+            if matches:
+                return list(matches[0 if self.use_oldest else -1][:room])
+        return []
+
+    def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
+        drafts = [self.draft(b, requests[b]) for b in rows.tolist()]
+        width = max(len(d) for d in drafts)
+        if width == 0:
+            return empty_proposal(len(drafts))
+        tokens = torch.tensor([d + [0] * (width - len(d)) for d in drafts], dtype=torch.long)
+        return Proposal([padded_chain(len(d), width) for d in drafts], tokens, None)
+
+    def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
+               target_hidden: torch.Tensor) -> None:
+        pass  # the pool is refreshed from the committed sequence at the next proposal
