@@ -208,3 +208,23 @@ def cpu_repository(d: Path, mode: str, ckpt: Path, choices: dict, bands=(1, 16))
     tuning = tuning_file(d / "t" / "tuning.json", mode, choices, bands=bands)
     make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=d / "repo", ckpt=ckpt))
     return d / "repo", tuning
+
+
+def smollm2_pair_and_short_prompts(smollm2_hf: Path, d: Path, draft_layers: int, per_set: int):
+    """SmolLM2 with a `draft_layers`-layer truncated draft, as a pair, loaded; and the `per_set`
+    shortest rendered prompts of mt-bench and humaneval as (id, ids) (on a CPU the prefill dominates
+    otherwise). The setup of the SmolLM2 profile-vs-runtime tests."""
+    from trtspec.checkpoints.derive import truncate_layers
+    from trtspec.checkpoints.pair import convert_pair
+    from trtspec.runtime.generate import load_models
+    from trtspec.workloads import load_workload, render
+
+    draft = truncate_layers(smollm2_hf, d / "draft_hf", draft_layers)
+    convert_pair(smollm2_hf, draft, d / "pair", dtype="float32")
+    models = load_models(d / "pair")
+    prompts = []
+    for w in ("mt-bench", "humaneval"):
+        rendered = sorted(((f"{w}:{s.id}", render(s, models.tokenizer)) for s in load_workload(w).samples),
+                          key=lambda p: (len(p[1]), p[0]))
+        prompts += rendered[:per_set]
+    return models, prompts

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from trtspec.checkpoints.derive import truncate_layers
-from trtspec.checkpoints.pair import convert_pair
+from triton_fixtures import smollm2_pair_and_short_prompts
 from trtspec.options import Sampling
-from trtspec.runtime.generate import generate_batch, load_models
+from trtspec.runtime.generate import generate_batch
 from trtspec.tuning.acceptance import acceptance_length_se, chain_accepted, replay_chain
 from trtspec.tuning.profile import profile_prompts
-from trtspec.workloads import load_workload, render
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 NEW, MAX_K, DRAFT_LAYERS, PER_SET, SEEDS = 24, 4, 24, 4, 2
@@ -30,15 +28,7 @@ TEMPERATURES = (0.0, 0.7, 1.0)
 @pytest.fixture(scope="module")
 def setup(smollm2_hf, tmp_path_factory):
     d = tmp_path_factory.mktemp("smol_sampled")
-    draft = truncate_layers(smollm2_hf, d / "draft_hf", DRAFT_LAYERS)
-    convert_pair(smollm2_hf, draft, d / "pair", dtype="float32")
-    models = load_models(d / "pair")
-    prompts = []
-    for w in ("mt-bench", "humaneval"):  # the shortest prompts: on a CPU the prefill dominates otherwise
-        rendered = sorted(((f"{w}:{s.id}", render(s, models.tokenizer)) for s in load_workload(w).samples),
-                          key=lambda p: (len(p[1]), p[0]))
-        prompts += rendered[:PER_SET]
-    return models, prompts
+    return smollm2_pair_and_short_prompts(smollm2_hf, d, DRAFT_LAYERS, PER_SET)
 
 
 def profile_at(models, prompts, temperature: float, seed: int = 0):

@@ -23,12 +23,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtspec.checkpoints.derive import truncate_layers
-from trtspec.checkpoints.pair import convert_pair
-from trtspec.runtime.generate import Models, generate_batch, load_models
+from triton_fixtures import smollm2_pair_and_short_prompts
+from trtspec.runtime.generate import Models, generate_batch
 from trtspec.tuning.acceptance import replay_chain, summarize
 from trtspec.tuning.profile import profile_prompts
-from trtspec.workloads import load_workload, render
 
 pytestmark = pytest.mark.slow
 NEW, MAX_K, DRAFT_LAYERS, PER_SET = 24, 4, 24, 1
@@ -45,15 +43,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def setup(smollm2_hf, tmp_path_factory):
     d = tmp_path_factory.mktemp("smol_tune")
-    draft = truncate_layers(smollm2_hf, d / "draft_hf", DRAFT_LAYERS)
-    convert_pair(smollm2_hf, draft, d / "pair", dtype="float32")
-    models = load_models(d / "pair")
-    prompts = []
-    for w in ("mt-bench", "humaneval"):  # the shortest prompts: on a CPU the prefill dominates otherwise
-        rendered = sorted(((f"{w}:{s.id}", render(s, models.tokenizer)) for s in load_workload(w).samples),
-                          key=lambda p: (len(p[1]), p[0]))
-        prompts += rendered[:PER_SET]
-    return models, prompts
+    return smollm2_pair_and_short_prompts(smollm2_hf, d, DRAFT_LAYERS, PER_SET)
 
 
 def test_one_profile_replays_to_the_runtime_acceptance_for_every_k(setup):

@@ -107,7 +107,9 @@ class ExactMatch:
                 position = key.position + tree.depth[node]
                 token = draw(p, uniform(key.seed, position, TARGET))
                 kid = next((c for c in tree.children[node] if drafted[b][c - 1] == token), None)
-                return kid, token if kid is not None or not tree.children[node] else self.on_miss(p, token, key, position)
+                if kid is None and tree.children[node]:  # a draft was offered here and missed
+                    token = self.on_miss(p, token, key, position)
+                return kid, token
             out.append(_walk(tree, drafted[b], choose))
         return out
 
