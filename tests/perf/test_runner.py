@@ -216,3 +216,34 @@ def test_missing_model_and_bad_workloads_are_clear_errors(served, tmp_path, caps
     code, _, stderr = run_cli(capsys, "perf", "--url", "127.0.0.1:1", "--workloads", "chat=mt-bench",
                               "--concurrency", "1,x", "--out", tmp_path / "d")
     assert code == 2 and "--concurrency: expected comma-separated integers" in stderr
+
+
+def test_interleaved_blocks_pair_each_request_with_its_prompts_baseline(served, tmp_path):
+    """perf.blocks: the two runs are measured in alternating blocks, each block sending the same
+    prompts in both modes; every record says its block, every successful request is paired, and the
+    comparison's interval is the paired one (trtspec.perf.stats)."""
+    res = run_perf(options(served, tmp_path / "perf", baseline=True, blocks=2, concurrency=[1],
+                           workloads={"chat": str(served["files"]["chat"])}, tuning=served["tuning"]))
+    spec, base = res.runs
+    assert (spec.speculation, base.speculation) == (True, False) and res.settings.blocks == 2
+    for run in (spec, base):
+        assert run.completed and [q.block for q in run.requests] == [0, 0, 1, 1]
+        assert [q.status for q in run.requests] == ["ok"] * REQUESTS
+    assert [(q.block, q.prompt_id) for q in spec.requests] == [(q.block, q.prompt_id) for q in base.requests]
+    assert {q.num_draft_tokens for q in base.requests} == {0} and {q.num_draft_tokens for q in spec.requests} != {0}
+    (c,) = res.comparisons
+    assert c.paired_requests == REQUESTS and c.speedup_ci is not None
+    assert c.speedup_ci.low <= c.speedup <= c.speedup_ci.high
+    windows = [max(q.start_s + q.e2e_s for q in spec.requests if q.block == j) -
+               min(q.start_s for q in spec.requests if q.block == j) for j in (0, 1)]
+    assert spec.summary.window_s == pytest.approx(sum(windows))
+    on_disk = load_results(tmp_path / "perf" / "results.json")
+    assert [q.block for q in on_disk.runs[1].requests] == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("kw, field", [(dict(blocks=2), "baseline"), (dict(blocks=2, baseline=True, duration_s=5.0), "requests"),
+                                       (dict(blocks=2, baseline=True, processes=2), "processes"),
+                                       (dict(blocks=5, baseline=True, requests=4), "requests")])
+def test_blocks_need_a_baseline_a_request_count_and_one_client(kw, field, tmp_path):
+    with pytest.raises(ValueError, match=rf"blocks: .*{field}"):
+        PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, **kw)

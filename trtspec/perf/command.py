@@ -56,6 +56,7 @@ def perf_command(
     chat: bool = typer.Option(default(P, "chat"), "--chat/--no-chat", help=doc(P, "chat")),
     progress: bool = typer.Option(default(P, "progress"), "--progress/--no-progress", help=doc(P, "progress")),
     processes: int = typer.Option(default(P, "processes"), "--processes", help=doc(P, "processes")),
+    blocks: int = typer.Option(default(P, "blocks"), "--blocks", help=doc(P, "blocks")),
     export_genai_perf: Optional[Path] = typer.Option(
         None, "--export-genai-perf", help="Also write genai-perf 0.0.16 inputs and commands reproducing these runs "
                                           "into this directory (trtspec.perf.genai_perf)."),
@@ -72,7 +73,7 @@ def perf_command(
             requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
             connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, temperature=temperature,
             top_k=top_k, top_p=top_p, tuning=tuning, out=out,
-            tokenizer=tokenizer, chat=chat, progress=progress, processes=processes))
+            tokenizer=tokenizer, chat=chat, progress=progress, processes=processes, blocks=blocks))
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
 

@@ -19,7 +19,7 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import prediction_fit, requests_for, speedup_ci, verdict
+from .stats import pair_up, prediction_fit, requests_for, speedup_ci, verdict
 
 
 def load_predictions(path: Path | None):
@@ -51,12 +51,13 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
             continue
         tps, btps = r.summary.output_tokens_per_s, b.summary.output_tokens_per_s
         speedup = tps / btps if btps > 0 else 0.0
-        ci = speedup_ci(r.requests, b.requests, speedup)
+        ci, pairs = speedup_ci(r.requests, b.requests, speedup), pair_up(r.requests, b.requests)
+        n = len(pairs) if pairs is not None else min(r.summary.requests_ok, b.summary.requests_ok)
         row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
                          tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=speedup,
                          acceptance_length=r.summary.acceptance_length, speedup_ci=ci, verdict=verdict(ci),
-                         requests_for_5pct=requests_for(ci, speedup, min(r.summary.requests_ok,
-                                                                         b.summary.requests_ok)))
+                         requests_for_5pct=requests_for(ci, speedup, n),
+                         paired_requests=None if pairs is None else len(pairs))
         if r.sampling is not None:
             row.sampling = Sampling.model_validate(r.sampling).label()
             row.accept_rule = accept_rule(tuning, r.workload)
@@ -99,10 +100,12 @@ def speedup_line(c: Comparison) -> str:
     fit and the requests a ±5% claim would need (what the pipeline summary prints under its table)."""
     load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
     text = f"{c.workload} {load}: {c.speedup:.2f}x {ci_text(c.speedup_ci)}"
+    if c.paired_requests is not None:
+        text += f" over {c.paired_requests} interleaved pairs"
     text += f", {c.verdict}" if c.verdict else " (too few requests for an interval)"
     if c.predicted_speedup is not None:
         text += f"; predicted {c.predicted_speedup:.2f}x" + (f", {c.prediction_fit}" if c.prediction_fit else "")
     if c.requests_for_5pct is not None:
-        text += f"; a ±5% claim needs ~{c.requests_for_5pct} requests per run"
+        text += f"; a ±5% claim needs ~{c.requests_for_5pct} " + ("pairs" if c.paired_requests else "requests per run")
     return text
 

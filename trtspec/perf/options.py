@@ -48,6 +48,10 @@ class PerfSettings(StageOptions):
     chat: bool = Field(True, description="Render prompts with the chat template, as profile does.")
     processes: int = Field(1, ge=1, description="Client processes sharing each run's load (for request rates one "
                                                 "Python process cannot drive; see trtspec.perf.procs).")
+    blocks: int = Field(1, ge=1, description="With baseline: send each load point's requests in this many blocks, "
+                                             "speculation on and off alternating (on,off|off,on|...), and pair "
+                                             "each request with its prompt's in the other mode (drift-proof "
+                                             "speedup intervals; trtspec.perf.stats). 1: two runs in a row.")
 
     @model_validator(mode="after")
     def _check(self):
@@ -57,7 +61,21 @@ class PerfSettings(StageOptions):
             raise ValueError(f"concurrency values must be >= 1, got {self.concurrency}")
         if self.temperature is None and (self.top_k is not None or self.top_p is not None):
             raise ValueError("top_k / top_p need a temperature (they filter what the temperature samples)")
+        if self.blocks > 1:
+            self._check_blocks()
         return self
+
+    def _check_blocks(self) -> None:
+        """Interleaving needs a baseline to interleave with, a request count to split, and one client."""
+        if not self.baseline:
+            raise ValueError(f"blocks: {self.blocks} interleaves speculation with the baseline; turn baseline on")
+        if self.duration_s is not None:
+            raise ValueError("blocks: interleaved blocks split a request count; give requests, not duration_s")
+        if self.processes > 1:
+            raise ValueError("blocks: interleaved blocks are measured by one client process (processes: 1)")
+        if self.requests is not None and self.requests < self.blocks:
+            raise ValueError(f"blocks: {self.blocks} blocks need at least as many requests per run "
+                             f"(requests: {self.requests})")
 
 
 class PerfOptions(PerfSettings):

@@ -11,7 +11,9 @@ Order of work, and why:
 2. with --baseline, one probe request with speculation=false, so a repository that cannot switch
    speculation off (EAGLE) fails at once with the server's reason instead of after a run of errors;
 3. runs: for each workload, for each load point, speculation on then off (adjacent, so the two
-   halves of a comparison see the same machine state), each after its own warm-up;
+   halves of a comparison see the same machine state), each after its own warm-up; with
+   perf.blocks > 1 the two are interleaved in blocks instead (on,off | off,on | ...: `_interleaved`,
+   and trtspec.perf.stats for why and how the speedup interval then pairs requests);
 4. after every run results.json / CSVs are rewritten; a failure (server gone, run-level guard,
    Ctrl-C) appends the cut-short run, marks `completed: false` with the reason, writes, and raises
    `PerfRunError` (a TrtspecError carrying the partial results).
@@ -88,7 +90,7 @@ def _settings(o: PerfOptions, sampling: dict) -> Settings:
     return Settings(url=o.url, model=o.model, workloads=dict(o.workloads), concurrency=list(o.concurrency),
                     request_rate=o.request_rate, requests=o.requests, duration_s=o.duration_s, warmup=o.warmup,
                     timeout_s=o.timeout_s, max_tokens=o.max_tokens, baseline=o.baseline, seed=o.seed,
-                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes,
+                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes, blocks=o.blocks,
                     sampling={w: s.model_dump() for w, s in sampling.items() if not s.greedy})
 
 
@@ -225,6 +227,10 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
                 texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
                 extras = _extras(o, info, texts, sampling[wl.name])
                 for concurrency, rate in load_points(o):
+                    if o.baseline and o.blocks > 1:
+                        await _interleaved(o, res, stub, info, texts, extras, wl.name, concurrency, rate, progress,
+                                           tuning, sampling[wl.name])
+                        continue
                     for spec_on in modes:  # the baseline carries the same settings and seeds
                         speculation = None if spec_on else False
                         plan = _plan(o, info, texts, speculation, concurrency, rate, extras)
@@ -244,8 +250,8 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
 
 async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurrency, rate, progress, tuning,
                    ps=None, split=None, sampling=None):
-    label = f"{workload} {'spec' if spec_on else 'base'} " + (f"c={concurrency}" if concurrency else f"r={rate:g}/s")
-    task = progress.add_task(label, total=plan.requests) if progress is not None else None
+    task = progress.add_task(_label(workload, spec_on, concurrency, rate), total=plan.requests) \
+        if progress is not None else None
     pool = load.StreamPool(lambda: client.Stream(stub, o.url))
     results: list[client.Result] = []
     clock, error = {"start": time.perf_counter(), "started_at": _now()}, None
@@ -255,23 +261,90 @@ async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurren
         else:
             await _measure(pool, plan, concurrency, rate, o.seed, results, o.warmup, progress, task, clock)
     except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
-        error = str(e) or "interrupted"
-        if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
-            error = "interrupted"
+        error = _reason(e)
     finally:
         pool.close()
     results.sort(key=lambda r: r.start)
     records = [to_record(i, r, clock["start"]) for i, r in enumerate(results)]
+    _append_run(res, tuning, workload, spec_on, concurrency, rate, clock["started_at"], records, results, error,
+                sampling)
+    _write(o, res, error, workload, spec_on, concurrency, rate)
+
+
+async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload, concurrency, rate, progress, tuning,
+                       sampling) -> None:
+    """perf.blocks > 1: the load point's requests in `blocks` blocks, each sending the same prompts
+    with speculation on and off, in the order on,off | off,on | on,off ... (trtspec.perf.stats:
+    the speedup interval pairs each request with its prompt's in the other mode of its block).
+    Both modes warm up in the first block; open-loop arrivals are seeded per block, alike in both."""
+    plans = {on: _plan(o, info, texts, None if on else False, concurrency, rate, extras) for on in (True, False)}
+    n = plans[True].requests
+    logs = {on: {"results": [], "blocks": [], "clock": {}, "task": progress.add_task(
+        _label(workload, on, concurrency, rate) + f" ({o.blocks} blocks)", total=n) if progress is not None else None}
+        for on in (True, False)}
+    pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
+    try:
+        for j, on, sent in block_schedule(n, o.blocks):
+            log, p = logs[on], plans[on]
+            block = load.Plan([p.prompts[i % len(p.prompts)] for i in sent], len(sent), None, p.timeout_s, p.counted)
+            got, clock = [], {}
+            try:
+                await _measure(pool, block, concurrency, rate, o.seed + j, got, o.warmup if j == 0 else 0,
+                               None, None, clock)
+            finally:
+                log["clock"] = log["clock"] or clock
+                log["results"] += got
+                log["blocks"] += [j] * len(got)
+                if progress is not None:
+                    progress.update(log["task"], completed=len(log["results"]))
+    except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
+        error = _reason(e)
+    finally:
+        pool.close()
+    for on in (True, False):  # a run cut short: both halves are (the interleaving is), each with the reason
+        log = logs[on]
+        if log["clock"]:  # else never started (the first block's other mode failed)
+            done = sorted(zip(log["results"], log["blocks"]), key=lambda rb: rb[0].start)
+            records = [to_record(i, r, log["clock"]["start"], b) for i, (r, b) in enumerate(done)]
+            _append_run(res, tuning, workload, on, concurrency, rate, log["clock"]["started_at"], records,
+                        [r for r, _ in done], error, sampling)
+    _write(o, res, error, workload, None, concurrency, rate)
+
+
+def block_schedule(requests: int, blocks: int) -> list[tuple[int, bool, range]]:
+    """(block, speculation on?, indices of the run's requests it sends) in the order sent: blocks
+    of near-equal size, on,off | off,on | on,off ... (ABBA: a drift linear in time costs both
+    modes alike), each block sending the same requests in both modes."""
+    edges = [round(j * requests / blocks) for j in range(blocks + 1)]
+    return [(j, on, range(edges[j], edges[j + 1])) for j in range(blocks)
+            for on in ((True, False) if j % 2 == 0 else (False, True))]
+
+
+def _label(workload, spec_on, concurrency, rate) -> str:
+    return f"{workload} {'spec' if spec_on else 'base'} " + (f"c={concurrency}" if concurrency else f"r={rate:g}/s")
+
+
+def _reason(e: BaseException) -> str:
+    return "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else (str(e) or "interrupted")
+
+
+def _append_run(res: PerfResults, tuning, workload, spec_on, concurrency, rate, started_at, records, results,
+                error, sampling) -> None:
+    """Add one run (and the comparisons it completes) to the results."""
     sampled = sampling is not None and not sampling.greedy
     res.runs.append(Run(workload=workload, speculation=spec_on, concurrency=concurrency, request_rate=rate,
-                        started_at=clock["started_at"], completed=error is None, error=error, requests=records,
+                        started_at=started_at, completed=error is None, error=error, requests=records,
                         summary=summarize(records), sampling=sampling.model_dump() if sampled else None,
                         output_words=word_counts(r.output_text for r in results if r.status == "ok") if sampled
                         else None, sampling_fallbacks=sum(r.sampling_fallback == "greedy" for r in results)))
     res.comparisons = comparisons(res.runs, tuning)
+
+
+def _write(o, res: PerfResults, error, workload, spec_on, concurrency, rate) -> None:
+    """Rewrite the results; after a run cut short, raise PerfRunError (spec_on None: interleaved)."""
     if error is not None:
-        where = f"{workload}, speculation {'on' if spec_on else 'off'}, " + \
-                (f"concurrency {concurrency}" if concurrency else f"rate {rate:g}/s")
+        mode = "interleaved" if spec_on is None else f"speculation {'on' if spec_on else 'off'}"
+        where = f"{workload}, {mode}, " + (f"concurrency {concurrency}" if concurrency else f"rate {rate:g}/s")
         res.error = f"run {len(res.runs)} ({where}): {error}"
         path = write_results(res, o.out)
         raise PerfRunError(f"{res.error}; partial results in {path}", res)

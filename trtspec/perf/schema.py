@@ -57,6 +57,9 @@ class RequestRecord(BaseModel):
     # sha256 of the streamed text_output, concatenated: equal digests for the same prompt show that the
     # server's output does not depend on load (greedy decoding; scripts/bench_soak.py checks it)
     output_sha256: str | None = None
+    # perf.blocks > 1: the interleaved block this request was sent in (trtspec.perf.stats pairs a
+    # speculative request with its prompt's baseline request of the same block); None: one run
+    block: int | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class Interval(BaseModel):
@@ -145,6 +148,7 @@ class Comparison(BaseModel):
     verdict: str | None = None  # faster | slower | no measurable difference
     prediction_fit: str | None = None  # 'inside the measured interval' or by how much it misses
     requests_for_5pct: int | None = None  # requests per run for a ±5% speedup interval at this spread
+    paired_requests: int | None = None  # interleaved blocks: spec/baseline request pairs the interval resampled
 
 
 class Settings(BaseModel):
@@ -163,6 +167,7 @@ class Settings(BaseModel):
     seed: int
     tuning: str | None = None  # tuning.json the predictions came from
     processes: int = 1  # client processes that shared each run's load (trtspec perf --processes)
+    blocks: int = 1  # speculation on/off interleaved in this many blocks per load point (1: two runs)
     sampling: dict[str, dict] = Field(default_factory=dict)  # workload -> Sampling sent (absent: greedy)
 
 

@@ -27,17 +27,26 @@ simulated pairs of runs (lognormal E2E, sigma 0.4, true speedup 1.25; tests/perf
 plain percentile interval covered the true speedup in 91.5% (40 requests per run); widened: 92.5%
 (40 requests) and 96.5% (10). Means of so skewed a variable cover 94.5% (40) and 89.5% (10). The
 widening is 1.06 at 10 requests, 1.03 at 40.
-Why requests, and why not paired by prompt: requests of a run are the units that repeat (at
-concurrency c they overlap, so their E2Es are correlated within a batch and the interval is somewhat
-too narrow there; a closed loop at c = 1, the demo's, sends them one after the other). Pairing the
-spec and baseline request of the same prompt would remove the between-prompt spread, but the two
-runs are measured one after the other, so a drift of the machine's load between them (other
-processes on a shared CPU) would then read as a significant difference from a handful of prompts.
-Without repeated interleaved blocks to estimate that drift, the unpaired interval is the honest one.
-It still does not contain the drift: a baseline run measured while another job loads the box reads
-as a real difference (seen on the demo: K=0 vs off, code, 1.16x [1.04x, 1.31x] while a test suite ran
-beside the baseline, three of its ten E2Es 30-45% longer). Interleaving spec and baseline requests in
-blocks, and resampling blocks, would cover it; the runner does not do that yet.
+Two designs, chosen with `perf.blocks`:
+- blocks = 1 (two runs, one after the other): the speedup's two runs are resampled independently.
+  Requests are the units that repeat (at concurrency c they overlap, so their E2Es are correlated
+  within a batch and the interval is somewhat too narrow there). Pairing the spec and baseline
+  request of the same prompt would remove the between-prompt spread, but with the runs measured one
+  after the other a drift of the machine's load between them (other processes on a shared CPU)
+  would then read as a significant difference from a handful of prompts. The unpaired interval
+  does not contain that drift either: a baseline run measured while another job loads the box reads
+  as a real difference (seen on the demo: K=0 vs off, code, 1.16x [1.04x, 1.31x] while a test suite
+  ran beside the baseline, three of its ten E2Es 30-45% longer).
+- blocks = B > 1 (interleaved): each load point's requests are sent in B blocks, speculation on and
+  off alternating on, off | off, on | on, off ... (an ABBA order: a linear drift hits both modes
+  alike), each block sending the same prompts in both modes. A speculative request is paired with
+  the baseline request of the same prompt in the same block (`pair_up`), measured seconds apart;
+  the interval resamples *pairs*, the ratio of the resampled spec rate to the resampled baseline
+  rate per resample. Drift slower than a block cancels within a pair; faster drift and the
+  within-pair noise are what the pairs' spread measures, so they are inside the interval; and the
+  between-prompt spread, the same for both halves of a pair, drops out (narrower intervals for the
+  same requests). A run's window is then the sum of its blocks' windows (the other mode's blocks
+  in between are not its time).
 - a comparison whose speedup interval contains 1 (a difference's contains 0) is "no measurable
   difference" (`verdict`); the prediction is "inside" the interval or misses it by the % to its
   nearest end (`prediction_fit`).
@@ -86,7 +95,7 @@ def token_weighted_al(pairs: Iterable[tuple[int, float | None]]) -> float | None
     return tokens / steps if steps else None
 
 
-def to_record(index: int, r: Result, run_start: float) -> RequestRecord:
+def to_record(index: int, r: Result, run_start: float, block: int | None = None) -> RequestRecord:
     """A measured Result as its schema record (times relative to the run's start)."""
     gaps = [b - a for a, b in zip(r.token_times, r.token_times[1:])]
     ok = r.status == "ok"
@@ -95,7 +104,8 @@ def to_record(index: int, r: Result, run_start: float) -> RequestRecord:
         ttft_s=r.ttft if ok else None, e2e_s=r.e2e if ok else None,
         itl_s=itl(r.e2e, r.ttft, r.output_tokens) if ok else None, chunk_gaps_s=gaps if ok else [],
         responses=len(r.token_times), output_tokens=r.output_tokens, acceptance_length=r.acceptance_length,
-        num_draft_tokens=r.num_draft_tokens, route=r.route, output_sha256=r.output_sha256 if ok else None)
+        num_draft_tokens=r.num_draft_tokens, route=r.route, output_sha256=r.output_sha256 if ok else None,
+        block=block)
 
 
 def _resample(n: int, reps: int, rng: np.random.Generator) -> np.ndarray:
@@ -156,10 +166,49 @@ def rate_ci(records: Sequence[RequestRecord], tokens_per_s: float, seed: int = B
     return _interval(tokens_per_s * ratios[np.isfinite(ratios)])
 
 
+def pair_up(spec: Sequence[RequestRecord], base: Sequence[RequestRecord]
+            ) -> list[tuple[RequestRecord, RequestRecord]] | None:
+    """Interleaved runs (records carry blocks): each successful speculative request with the
+    successful baseline request of the same prompt in the same block (the k-th with the k-th when a
+    block sends a prompt more than once); None for runs measured one after the other."""
+    if not spec or not base or any(r.block is None for r in (*spec, *base)):
+        return None
+    waiting: dict[tuple[int, str], list[RequestRecord]] = {}
+    for b in _ok_timed(base):
+        waiting.setdefault((b.block, b.prompt_id), []).append(b)
+    pairs = []
+    for s in _ok_timed(spec):
+        queue = waiting.get((s.block, s.prompt_id))
+        if queue:
+            pairs.append((s, queue.pop(0)))
+    return pairs
+
+
+def _paired_ratios(pairs: list[tuple[RequestRecord, RequestRecord]], rng: np.random.Generator,
+                   reps: int) -> np.ndarray | None:
+    """Per resample of the pairs, (spec rate / baseline rate) over the observed ratio, widened."""
+    if len(pairs) < 2:
+        return None
+    tok_s, e2e_s, tok_b, e2e_b = (np.asarray(v, dtype=np.float64) for v in zip(
+        *[(s.output_tokens, s.e2e_s, b.output_tokens, b.e2e_s) for s, b in pairs]))
+    if min(e2e_s.sum(), e2e_b.sum(), tok_s.sum(), tok_b.sum()) <= 0:
+        return None
+    idx = _resample(len(pairs), reps, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = (tok_s[idx].sum(axis=1) / e2e_s[idx].sum(axis=1)) / (tok_b[idx].sum(axis=1) / e2e_b[idx].sum(axis=1))
+        r /= (tok_s.sum() / e2e_s.sum()) / (tok_b.sum() / e2e_b.sum())
+        return np.exp(_widen(len(pairs)) * np.log(r))
+
+
 def speedup_ci(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], speedup: float,
                seed: int = BOOT_SEED, reps: int = BOOT_REPS) -> Interval | None:
-    """Interval of speedup = spec tokens/s / baseline tokens/s, the runs resampled independently."""
+    """Interval of speedup = spec tokens/s / baseline tokens/s: over pairs for interleaved runs,
+    else the runs resampled independently (module docstring)."""
     rng = np.random.default_rng(seed)
+    pairs = pair_up(spec, base)
+    if pairs is not None:
+        r = _paired_ratios(pairs, rng, reps)
+        return None if r is None or speedup <= 0 else _interval(speedup * r[np.isfinite(r)])
     a, b = _rate_ratios(_ok_timed(spec), rng, reps), _rate_ratios(_ok_timed(base), rng, reps)
     if a is None or b is None or speedup <= 0:
         return None
@@ -197,14 +246,24 @@ def requests_for(ci: Interval | None, point: float | None, n: int, target: float
     return max(2, int(np.ceil(n * (half / target) ** 2 - 1e-9)))  # 1e-9: float noise must not add one
 
 
+def _by_block(records: Sequence[RequestRecord]) -> dict[int | None, list[RequestRecord]]:
+    groups: dict[int | None, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(r.block, []).append(r)
+    return groups
+
+
+def _window(records: Sequence[RequestRecord]) -> float:
+    """First send to last successful completion (module docstring); 0 without a success."""
+    ok = [r for r in records if r.status == "ok"]
+    return max(r.start_s + r.e2e_s for r in ok) - min(r.start_s for r in records) if ok else 0.0
+
+
 def summarize(records: Sequence[RequestRecord]) -> RunSummary:
     ok = [r for r in records if r.status == "ok"]
     errors = sum(r.status == "error" for r in records)
     timeouts = sum(r.status == "timeout" for r in records)
-    window = 0.0
-    if ok:
-        first = min(r.start_s for r in records)
-        window = max(r.start_s + r.e2e_s for r in ok) - first
+    window = sum(_window(block) for block in _by_block(records).values())
     tokens = sum(r.output_tokens for r in ok)
     return RunSummary(
         requests_ok=len(ok), errors=errors, timeouts=timeouts, window_s=window,
