@@ -313,3 +313,15 @@ def test_a_sampled_workload_flows_from_the_recipe_to_perf(tiny, tmp_path, capsys
     assert all(r["sampling"]["temperature"] == 0.7 and r["sampling"]["top_p"] == 0.9 for r in results["runs"])
     (cmp,) = results["comparisons"]
     assert cmp["parity"] is not None and cmp["sampling"] == "T=0.7 top_p=0.9"
+
+
+def test_the_perf_command_printed_for_an_h100_flavor_carries_the_recipes_blocks(tmp_path):
+    """A recipe served elsewhere gets its perf run as a command line; settings that differ from the
+    CLI's defaults (here perf.blocks) must be in it, or the H100 run measures something else."""
+    from rich.console import Console
+    from trtspec.pipeline.stages import Ctx, Paths, perf_not_applicable
+
+    recipe = parse_recipe({"target": "default", "draft": {"derive": {"layers": 1}}, "workloads": {"chat": "mt-bench"},
+                           "triton": {"flavor": "llmapi"}, "perf": {"requests": 8, "blocks": 4}})
+    why = perf_not_applicable(Ctx(recipe, tmp_path / "r.yaml", Paths(tmp_path), Console()))
+    assert "--blocks 4" in why and "--baseline" in why and "--requests 8" in why

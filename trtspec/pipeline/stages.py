@@ -306,7 +306,7 @@ def _changed_perf_flags(p) -> list[str]:
     d = PerfSettings()
     flags = [("--model", p.model, d.model),
              ("--connect-timeout", f"{p.connect_timeout_s:g}", f"{d.connect_timeout_s:g}"),
-             ("--processes", str(p.processes), str(d.processes))]
+             ("--processes", str(p.processes), str(d.processes)), ("--blocks", str(p.blocks), str(d.blocks))]
     out = [x for flag, v, dv in flags if v != dv for x in (flag, v)]
     return out + ([] if p.chat == d.chat else ["--no-chat" if not p.chat else "--chat"])
 
