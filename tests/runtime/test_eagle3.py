@@ -134,3 +134,18 @@ def test_eagle3_mode_is_checked(e3, tmp_path):
     convert_hf(tmp_path / "small", tmp_path / "small_ckpt", dtype="float32")
     with pytest.raises(TrtspecError, match="eagle_aux_hidden_state_layer_ids"):
         load_models(tmp_path / "small_ckpt", tokenizer=False, eagle3_head=e3["dir"] / "head")
+
+
+def test_trtspec_generate_with_an_eagle3_head(e3, capsys):
+    import json
+
+    from cli_helpers import run_cli
+
+    prompt = e3["prompts"][1]
+    code, out, err = run_cli(capsys, "generate", "--ckpt", e3["dir"] / "ckpt", "--eagle3-head", e3["dir"] / "bigram_head",
+                             "--draft-len", "3", "--prompt-ids", json.dumps(prompt), "--max-new-tokens", NEW,
+                             "--ignore-eos", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    greedy = generate_batch(e3["bigram"], [prompt], NEW, mode="greedy", ignore_eos=True)[0]
+    assert result["output_ids"] == greedy.output_ids and result["acceptance_length"] > 1

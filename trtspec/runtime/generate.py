@@ -221,8 +221,9 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
-                 batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> dict:
-    """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps,
+                 batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
+                 eagle3_head: Path | None = None) -> dict:
+    """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
     first token (the prefill), seconds in all and generated tokens per second, decoding only (model
@@ -232,9 +233,9 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("give exactly one of prompt or prompt_ids")
     if chat and prompt is None:
         raise TrtspecError("chat formatting needs a text prompt")
-    if draft_len is not None and draft_ckpt is None and not resolve_pair(Path(ckpt), None)[1]:
-        raise TrtspecError("draft_len needs a draft checkpoint")
-    models = load_models(Path(ckpt), draft_ckpt)
+    if draft_len is not None and draft_ckpt is None and eagle3_head is None and not resolve_pair(Path(ckpt), None)[1]:
+        raise TrtspecError("draft_len needs a draft checkpoint or an EAGLE-3 head")
+    models = load_models(Path(ckpt), draft_ckpt, eagle3_head=eagle3_head)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
