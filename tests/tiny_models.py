@@ -216,3 +216,16 @@ def bigram_eagle3(oracle, base, self_attention: float = 1.0, copy_scale: float =
         em.layers[0].hidden_norm.weight.fill_(1.0)
         em.norm.weight.copy_(base.model.norm.weight)
         em.lm_head.weight.copy_(base.lm_head.weight[ids])
+
+
+def eagle3_dirs(d: Path, vocab: int = 48, draft_vocab: int = 40):
+    """The EAGLE-3 test setup under `d`: `hf` (a near-bigram 8-layer target), `ckpt` (its TRT-LLM
+    checkpoint), `head` (a random ModelOpt-built head) and `bigram_head` (one that drafts well).
+    Returns the ModelOpt model of `head` (the oracle)."""
+    from trtspec.checkpoints.convert import convert_hf
+
+    base = near_bigram_target(d / "hf", num_hidden_layers=8, vocab_size=vocab, num_key_value_heads=4)
+    oracle = modelopt_eagle3(d / "hf", d / "head", draft_vocab=draft_vocab)
+    modelopt_eagle3(d / "hf", d / "bigram_head", seed=3, draft_vocab=draft_vocab, shape=lambda m: bigram_eagle3(m, base))
+    convert_hf(d / "hf", d / "ckpt", dtype="float32")
+    return oracle

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_models import bigram_eagle3, make_hf_model, modelopt_eagle3, near_bigram_target
+from tiny_models import eagle3_dirs, make_hf_model
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.errors import TrtspecError
 from trtspec.runtime.batch import make_requests
@@ -35,10 +35,7 @@ V, DRAFT_V, NEW = 48, 40, 20
 @pytest.fixture(scope="module")
 def e3(tmp_path_factory):
     d = tmp_path_factory.mktemp("eagle3")
-    base = near_bigram_target(d / "hf", num_hidden_layers=8, vocab_size=V, num_key_value_heads=4)
-    oracle = modelopt_eagle3(d / "hf", d / "head", draft_vocab=DRAFT_V)
-    modelopt_eagle3(d / "hf", d / "bigram_head", seed=3, draft_vocab=DRAFT_V, shape=lambda m: bigram_eagle3(m, base))
-    convert_hf(d / "hf", d / "ckpt", dtype="float32")
+    oracle = eagle3_dirs(d, V, DRAFT_V)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in (5, 9, 1, 7)]
     return dict(dir=d, oracle=oracle, prompts=prompts,

@@ -29,12 +29,10 @@ import torch.nn.functional as F
 from ..checkpoints.eagle3 import LAYER, Eagle3Head
 from ..errors import TrtspecError
 from . import rope
-from .batch import Request
 from .eagle import EagleProposer
 from .kv_cache import KVCache
 from .model import Decoder, attention, block_geometry, mlp, rms_norm
 from .quant import Linear
-from .speculative import Acceptance
 from .tree import chain
 from .weights import LayerWeights
 
@@ -82,11 +80,14 @@ class Eagle3Net:
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, level: int = 0,
                 rows: torch.Tensor | None = None, pos_offsets: torch.Tensor | None = None,
                 block_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pairs (tokens [b', T], states [b', T, n*H] captured by the target, or [b', T, H] the
-        head's own) -> (logits [b', T, target_vocab] float32, pre-norm output [b', T, H]).
-        Cache semantics as Decoder.forward: written after the committed slots, not committed."""
-        s, eps = features.to(self.dtype), self.spec.norm_eps
-        if s.shape[-1] != self.spec.hidden_size:  # as TensorRT-LLM's apply_eagle3_fc
+        """Pairs (tokens [b', T], states) -> (logits [b', T, target_vocab] float32, pre-norm output
+        [b', T, H]). States: the target's hidden ([ln_f output, n captured layers], (1+n)*H, what
+        Decoder.forward returns with aux_layers), the captured layers alone (n*H), or the head's own
+        output (H). Cache semantics as Decoder.forward: written after the committed slots, not committed."""
+        s, eps, H = features.to(self.dtype), self.spec.norm_eps, self.spec.hidden_size
+        if s.shape[-1] == H * (1 + len(self.aux_layers)):
+            s = s[..., H:]
+        if s.shape[-1] != H:  # as TensorRT-LLM's apply_eagle3_fc
             s = self.fc(s)
         e = rms_norm(F.embedding(tokens, self.embed), self.layer.input_norm, eps)
         rows, slots, mask, cos, sin = block_geometry(s, self.freq, cache, rows, pos_offsets, block_mask)
@@ -98,18 +99,10 @@ class Eagle3Net:
 
 
 class Eagle3Proposer(EagleProposer):
-    """K chained argmax drafts; the target's hidden is [ln_f output, captured layers] and the head
-    reads the captured part."""
+    """K chained argmax drafts: EagleProposer's step on a chain with an Eagle3Net (which reads the
+    captured layers out of the target's hidden)."""
 
     def __init__(self, net: Eagle3Net, draft_len: int, target_vocab: int):
         if draft_len < 1:
             raise TrtspecError(f"draft_len: expected >= 1 for EAGLE-3, got {draft_len}")
         super().__init__(net, chain(draft_len), target_vocab)
-        self.hidden = net.spec.hidden_size
-
-    def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
-        super().start(requests, rows, target_hidden[..., self.hidden:])
-
-    def update(self, requests: list[Request], rows: torch.Tensor, accepted: list[Acceptance],
-               target_hidden: torch.Tensor) -> None:
-        super().update(requests, rows, accepted, target_hidden[..., self.hidden:])
