@@ -71,3 +71,29 @@ def test_the_tuner_picks_max_draft_len_per_workload_and_band(setup, tmp_path):
     assert chosen["never"] == [0, 0]  # no speculation where nothing is accepted
     assert all(k >= 1 for k in chosen["chat"]) and tuning.max_draft_len == max(chosen["chat"])
     assert tuning.cost.draft.vocab_size == 40 and tuning.cost.draft.num_layers == 1  # the head, reduced vocabulary
+
+
+def test_profile_then_tune_commands_with_an_eagle3_head(setup, tmp_path, capsys):
+    import json
+
+    from cli_helpers import run_cli
+    from tiny_models import save_tiny_tokenizer
+
+    d, _, _ = setup
+    save_tiny_tokenizer(d / "ckpt", vocab_size=V)
+    prompts = tmp_path / "traffic.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": " ".join(f"t{3 + (i * 7 + j) % 40}" for j in range(6))})
+                                 for i in range(3)))
+    code, out, err = run_cli(capsys, "profile", "--ckpt", d / "ckpt", "--eagle3-head", d / "bigram_head",
+                             "--workloads", f"logs={prompts}", "--max-k", "3", "--max-new-tokens", "12",
+                             "--out", tmp_path / "profile.json")
+    assert code == 0, err
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert profile["mode"] == "eagle3" and profile["tree_top_k"] is None
+    assert profile["measurement_conditions"]["eagle3_head"] == str((d / "bigram_head").resolve())
+    assert profile["workloads"]["logs"]["accept_length_by_k"]["3"] > 1.0
+    code, out, err = run_cli(capsys, "tune", "--profile", tmp_path / "profile.json", "--cost", "h100",
+                             "--concurrency-bands", "1,8", "--out", tmp_path / "tuning.json")
+    assert code == 0, err
+    tuning = json.loads((tmp_path / "tuning.json").read_text())
+    assert tuning["mode"] == "eagle3" and tuning["max_draft_len"] >= 0
