@@ -79,18 +79,20 @@ def _canonical(src: WeightSource, where: Path) -> tuple[str, dict[str, str]]:
     return layout, mapping
 
 
-def _aux_layers(f: ConfigFields, target: DecoderSpec) -> tuple[int, ...]:
-    eagle = f.cfg.get("eagle_config") or {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids") or f.cfg.get("eagle_aux_hidden_state_layer_ids")
-    where = "eagle_config.eagle_aux_hidden_state_layer_ids"
+def head_aux_layers(cfg: dict, target_layers: int, where: Path | str) -> tuple[int, ...]:
+    """The target layers a head's fc reads: its config's ids (ModelOpt's `eagle_config`, or top
+    level), else TensorRT-LLM's default for a target of `target_layers` layers."""
+    eagle = cfg.get("eagle_config") or {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") or cfg.get("eagle_aux_hidden_state_layer_ids")
+    field = "eagle_config.eagle_aux_hidden_state_layer_ids"
     if not ids:
-        if target.num_layers < trtllm.EAGLE3_MIN_LAYERS_FOR_DEFAULT:
-            raise TrtspecError(f"{f.where}: no {where} and the target has {target.num_layers} layers; "
+        if target_layers < trtllm.EAGLE3_MIN_LAYERS_FOR_DEFAULT:
+            raise TrtspecError(f"{where}: no {field} and the target has {target_layers} layers; "
                                f"TensorRT-LLM's default capture needs >= {trtllm.EAGLE3_MIN_LAYERS_FOR_DEFAULT}")
-        return trtllm.eagle3_default_capture(target.num_layers)
-    if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < target.num_layers for i in ids):
-        raise TrtspecError(f"{f.where}: field '{where}' is {ids!r}; expected layer indices in "
-                           f"[0, {target.num_layers}) of the target")
+        return trtllm.eagle3_default_capture(target_layers)
+    if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < target_layers for i in ids):
+        raise TrtspecError(f"{where}: field '{field}' is {ids!r}; expected layer indices in "
+                           f"[0, {target_layers}) of the target")
     return tuple(sorted(ids))  # TensorRT-LLM sorts given ids (Eagle3OneModelSpecMetadata)
 
 
@@ -163,7 +165,7 @@ def load_eagle3_head(head_dir: Path, target: DecoderSpec, allow_pickle: bool = F
     if (head_dir / "hf_quant_config.json").exists() or "quantization_config" in f.cfg:
         raise TrtspecError(f"{head_dir}: a quantized EAGLE-3 head is not supported by the runtime")
     spec = _head_spec(f, target)
-    aux = _aux_layers(f, target)
+    aux = head_aux_layers(f.cfg, target.num_layers, path)
     draft_vocab = f.int("draft_vocab_size", target.vocab_size)
     src = open_weights(head_dir, allow_pickle=allow_pickle)
     layout, mapping = _canonical(src, head_dir)

@@ -165,8 +165,10 @@ def eagle3_default_capture(num_layers: int) -> tuple[int, ...]:
 
 EAGLE3_MIN_LAYERS_FOR_DEFAULT = 6
 # Whether 1.2 reads the head's own `eagle_config.eagle_aux_hidden_state_layer_ids`: UNVERIFIED (the
-# spec metadata takes EagleDecodingConfig.eagle3_layers_to_capture); trtspec passes the head's ids
-# explicitly wherever it serves them, so both readings agree.
+# spec metadata takes EagleDecodingConfig.eagle3_layers_to_capture: llmapi/llm_args.py
+# EagleDecodingConfig and _torch/speculative/utils.py get_spec_metadata, versions read in the index,
+# no commit tied to 1.2); the llmapi flavor writes the head's ids there only when they differ from
+# the default, so both readings agree and a 1.2 without the field is never sent it needlessly.
 EAGLE3_LAYERS_FIELD = "eagle3_layers_to_capture"
 # Head config keys (modeling_speculative.py Eagle3DraftModel / Eagle3ForCausalLM @00679c66):
 # `draft_vocab_size` (missing -> vocab_size, with a warning); `target_hidden_size` (the fc input is
