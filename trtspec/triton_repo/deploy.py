@@ -154,8 +154,16 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
 
 
 def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """cpu flavor: [target, draft] or [eagle]."""
+    """cpu flavor: [target, draft] or [eagle], or for eagle3 [target, the EAGLE-3 head]."""
     root = _dir(ckpt, "ckpt")
+    if mode == "eagle3":
+        target = _checkpoint(root, "target", "ckpt")
+        head = _dir(draft_ckpt, "draft_ckpt")
+        cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}
+        if not is_eagle3(cfg):
+            raise TrtspecError(f"draft_ckpt: {head} is not an EAGLE-3 head, but the tuning is eagle3")
+        return [target, Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=str(cfg.get("torch_dtype")),
+                                 max_seq_len=cfg.get("max_position_embeddings"))]
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
     if mode == "eagle":
         if draft_ckpt is not None or pair:

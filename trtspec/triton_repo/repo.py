@@ -117,6 +117,9 @@ def make_repository(req: RepoRequest) -> RepoResult:
     tuning = load_tuning(tuning_path)
     check_tuning(tuning, str(tuning_path))
     mode = tuning.mode
+    if mode == "eagle3" and req.flavor == "trtllm":
+        raise TrtspecError("triton.flavor: an eagle3 tuning is served by the llmapi or cpu flavor (EAGLE-3 is not "
+                           "in the TensorRT engine flow)")
     if req.flavor == "trtllm":
         arts = resolve_engines(mode, req.engines, req.draft_engines)
     elif req.flavor == "cpu":
@@ -219,7 +222,7 @@ class _Builder:
         for f in files:
             f.files = _python_files(f.kind)
         llm_names: list[str] = []
-        if self.mode == "draft-target":
+        if self.mode in ("draft-target", "eagle3"):  # eagle3: cpu flavor (trtllm refused above)
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = self._check_draft_lengths(routing)
             target, draft = self.arts
@@ -239,14 +242,20 @@ class _Builder:
                 spec = r.spec_decode_model(B, B, limit, "bls", sampling_params={"draft_logits": "true"} if logits
                                            else None)
             else:
-                for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
+                llms = ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft"))
+                for name, art, what in llms[:1] if self.mode == "eagle3" else llms:  # a head is no checkpoint
                     files.append(r.cpu_llm_model(name, B, str(art.path), what, None, B,
                                                  f"{what} checkpoint on trtspec.runtime (tensorrt_llm's tensors; "
                                                  "loaded on first use: spec_decode serves in-process)", True))
                 rule = self._cpu_accept_rule()
-                self.sampling = route_sampling(self.flavor, self.mode, cpu_rule=rule)
+                self.sampling = route_sampling(self.flavor, "draft-target", cpu_rule=rule)
+                extra = {"draft_mode": "eagle3"} if self.mode == "eagle3" else {}
+                if extra:
+                    self.warnings.append(f"cpu flavor: EAGLE-3 at temperature > 0 runs {rule} (TensorRT-LLM's one-model "
+                                         "EAGLE-3 with allow_advanced_sampling); the llmapi flavor's default decodes "
+                                         "greedily")
                 spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path),
-                                           {"accept_rule": rule})
+                                           {"accept_rule": rule, **extra})
             spec.files = _python_files("spec_decode")
             files.append(spec)
         else:
