@@ -16,6 +16,7 @@ from trtspec.checkpoints.spec import spec_from_hf
 from trtspec.errors import TrtspecError
 from trtspec.upstream import trtllm
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 V, DRAFT_V = 48, 40
 
 
