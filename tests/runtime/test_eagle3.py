@@ -146,3 +146,26 @@ def test_trtspec_generate_with_an_eagle3_head(e3, capsys):
     result = json.loads(out)
     greedy = generate_batch(e3["bigram"], [prompt], NEW, mode="greedy", ignore_eos=True)[0]
     assert result["output_ids"] == greedy.output_ids and result["acceptance_length"] > 1
+
+
+def test_batch_invariant_mode_carries_the_captured_layers_too(e3):
+    models = e3["bigram"]
+    greedy = generate_batch(models, e3["prompts"], NEW, mode="greedy", ignore_eos=True)
+    spec = generate_batch(models, e3["prompts"], NEW, mode="eagle3", draft_len=2, ignore_eos=True, batch_invariant=True)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in greedy]
+    fast = generate_batch(models, e3["prompts"], NEW, mode="eagle3", draft_len=2, ignore_eos=True)
+    assert [r.stats.acceptance_length for r in spec] == [r.stats.acceptance_length for r in fast]
+
+
+def test_sampled_exact_match_emits_the_targets_sampled_tokens(e3):
+    """At T > 0 the head still drafts argmax; exact_match (TensorRT-LLM's allow_advanced_sampling
+    route) keeps a draft iff it equals the target's keyed sample, so the output is plain sampling's."""
+    from trtspec.options import Sampling
+
+    models, s = e3["bigram"], Sampling(temperature=0.8, seed=5)
+    plain = generate_batch(models, e3["prompts"], NEW, mode="greedy", ignore_eos=True, sampling=s)
+    spec = generate_batch(models, e3["prompts"], NEW, mode="eagle3", draft_len=3, ignore_eos=True, sampling=s,
+                          accept="exact_match")
+    assert [r.output_ids for r in spec] == [r.output_ids for r in plain]
+    greedy = generate_batch(models, e3["prompts"], NEW, mode="greedy", ignore_eos=True)
+    assert [r.output_ids for r in plain] != [r.output_ids for r in greedy]  # it did sample
