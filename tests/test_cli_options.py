@@ -86,10 +86,10 @@ COMMANDS["quantize"] = (quantize_command, {
 # Inputs and outputs of one invocation, and CLI-only switches: not options of the stage.
 NOT_OPTIONS = {
     "convert": {"hf", "out", "eagle", "draft"},
-    "generate": {"ckpt", "draft_ckpt", "prompt", "prompt_ids", "as_json"},
+    "generate": {"ckpt", "draft_ckpt", "eagle3_head", "prompt", "prompt_ids", "as_json"},
     "quantize": {"hf", "out", "eagle", "draft", "format", "calib"},
     "build": {"ckpt", "out", "dry_run"},
-    "profile": {"ckpt", "workloads", "draft_ckpt", "out"},
+    "profile": {"ckpt", "workloads", "draft_ckpt", "eagle3_head", "out"},
     "tune": {"profile", "target_ckpt", "draft_ckpt", "out", "plots", "no_plots"},
     "measure-cost": {"target_ckpt", "draft_ckpt", "out"},
     "triton": {"tuning", "out", "engines", "draft_engines", "ckpt", "draft_ckpt", "tokenizer", "overwrite", "check"},

@@ -127,3 +127,105 @@ def scale_layer_outputs(model, scale: float):
             if name.endswith(("o_proj.weight", "down_proj.weight")):
                 p.mul_(scale)
     return model
+
+
+def modelopt_eagle3(target_dir: Path, out: Path, seed: int = 2, draft_vocab: int | None = None,
+                    aux_ids: list[int] | None = None, shape=None):
+    """An EAGLE-3 head for the HF model in `target_dir`, built by ModelOpt (`mtsp.convert` with its
+    EAGLE-3 config, one layer), given random weights (input_layernorm kept at ModelOpt's ones, see
+    upstream.modelopt on its training-forward quirk) and a random reduced vocabulary (`d2t`), then
+    written by ModelOpt's `export_speculative_decoding` (RoPE injection off, so the export runs the
+    RoPE ModelOpt's forward uses). shape(model): a last change to the head before the export
+    (bigram_eagle3). Returns the converted ModelOpt model (the oracle)."""
+    import copy
+
+    import modelopt.torch.speculative as mtsp
+    import transformers as tf
+    from modelopt.torch.export import export_speculative_decoding
+    from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
+
+    model = tf.AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    c = model.config
+    cfg = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
+    cfg["eagle_export_rope_scaling"] = {}
+    cfg["eagle_architecture_config"].update(
+        num_hidden_layers=1, intermediate_size=c.intermediate_size, num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads, head_dim=c.hidden_size // c.num_attention_heads,
+        draft_vocab_size=draft_vocab or c.vocab_size, torch_dtype="float32", rms_norm_eps=1e-6,
+        eagle_aux_hidden_state_layer_ids=list(aux_ids or []))
+    mtsp.convert(model, [("eagle", cfg)])
+    g = torch.Generator().manual_seed(seed)
+    em = model.eagle_module
+    with torch.no_grad():
+        for name, p in em.named_parameters():
+            if "input_layernorm" in name:
+                continue
+            if p.dim() == 1:
+                p.copy_(0.5 + torch.rand(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * (3.0 / p.shape[1] ** 0.5))
+        if hasattr(em, "d2t"):
+            ids = torch.randperm(c.vocab_size, generator=g)[:len(em.d2t)].sort().values
+            em.d2t.copy_(ids - torch.arange(len(ids)))
+    if shape is not None:
+        shape(model)
+    export_speculative_decoding(model, export_dir=out)
+    return model
+
+
+def near_bigram_target(out: Path, scale: float = 0.05, **overrides):
+    """A random Llama whose layers write only `scale` of their output (scale_layer_outputs) and whose
+    embedding rows all have one rms (so bigram_eagle3's fc can cancel its state exactly)."""
+    model = scale_layer_outputs(make_hf_model("llama", out, **overrides), scale)
+    with torch.no_grad():
+        e = model.model.embed_tokens.weight
+        e.mul_(0.1 / e.pow(2).mean(-1, keepdim=True).sqrt())
+    model.save_pretrained(out, safe_serialization=True)
+    return model
+
+
+def bigram_eagle3(oracle, base, self_attention: float = 1.0, copy_scale: float = 20.0) -> None:
+    """Overwrite the EAGLE-3 head of `oracle` (modelopt_eagle3, before export) so that it drafts the
+    bigram continuation of its input token: attention (q = k = random projections of the token
+    embedding, large enough that each position attends to its own token) copies the normed
+    embedding into the residual stream, the MLP writes nothing, and norm + lm_head are the target's
+    ln_f + lm_head rows of the draft vocabulary. Against a near-bigram target (scale_layer_outputs)
+    it is accepted often but not always. Needs num_key_value_heads == num_attention_heads."""
+    em, c = oracle.eagle_module, base.config
+    H, nh = c.hidden_size, c.num_attention_heads
+    hd = H // nh
+    g = torch.Generator().manual_seed(5)
+    a = em.layers[0].self_attn
+    ids = torch.arange(c.vocab_size)[:em.lm_head.weight.shape[0]]
+    if hasattr(em, "d2t"):
+        ids = torch.arange(len(em.d2t)) + em.d2t
+    with torch.no_grad():
+        qk = torch.randn(nh * hd, H, generator=g) * self_attention
+        for proj, w in ((a.q_proj, qk), (a.k_proj, qk), (a.v_proj, torch.eye(H))):
+            proj.weight.zero_()
+            proj.weight[:, :H] = w
+        # v also reads -hidden_norm(state): the state (fc output, or the previous draft position's
+        # output) has rms ~copy_scale, so copy_scale * its normed self cancels it and the stream
+        # holds the input token's embedding alone
+        a.v_proj.weight[:, H:] = -torch.eye(H)
+        a.o_proj.weight.copy_(torch.eye(H) * copy_scale)
+        em.layers[0].mlp.down_proj.weight.zero_()
+        rms = base.model.embed_tokens.weight.pow(2).mean(-1).sqrt().mean()  # one value (near_bigram_target)
+        em.fc.weight.zero_()
+        em.fc.weight[:, :H] = torch.eye(H) * (copy_scale / rms)
+        em.layers[0].hidden_norm.weight.fill_(1.0)
+        em.norm.weight.copy_(base.model.norm.weight)
+        em.lm_head.weight.copy_(base.lm_head.weight[ids])
+
+
+def eagle3_dirs(d: Path, vocab: int = 48, draft_vocab: int = 40):
+    """The EAGLE-3 test setup under `d`: `hf` (a near-bigram 8-layer target), `ckpt` (its TRT-LLM
+    checkpoint), `head` (a random ModelOpt-built head) and `bigram_head` (one that drafts well).
+    Returns the ModelOpt model of `head` (the oracle)."""
+    from trtspec.checkpoints.convert import convert_hf
+
+    base = near_bigram_target(d / "hf", num_hidden_layers=8, vocab_size=vocab, num_key_value_heads=4)
+    oracle = modelopt_eagle3(d / "hf", d / "head", draft_vocab=draft_vocab)
+    modelopt_eagle3(d / "hf", d / "bigram_head", seed=3, draft_vocab=draft_vocab, shape=lambda m: bigram_eagle3(m, base))
+    convert_hf(d / "hf", d / "ckpt", dtype="float32")
+    return oracle

@@ -62,6 +62,9 @@ def convert(
 def generate(
     ckpt: Path = typer.Option(..., "--ckpt", help="TRT-LLM checkpoint directory (plain or EAGLE)."),
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
+    eagle3_head: Optional[Path] = typer.Option(None, "--eagle3-head",
+                                               help="EAGLE-3 head directory (SafeAILab or ModelOpt layout); "
+                                                    "drafts --draft-len tokens per step."),
     draft_len: int = typer.Option(default(G, "draft_len"), "--draft-len", help=doc(G, "draft_len")),
     eagle_choices: Optional[str] = typer.Option(default(G, "eagle_choices"), "--eagle-choices",
                                                 help=doc(G, "eagle_choices") + " As JSON."),
@@ -101,7 +104,8 @@ def generate(
     options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule)
     with flag_context(G, params={"chat": "--chat", "accept_rule": "--accept-rule"}):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
-                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt else None,
+                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head else None,
+                              eagle3_head=eagle3_head,
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
                               batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule)
     if as_json:

@@ -57,7 +57,7 @@ def _pad_pairs(pairs: list[tuple[list[int], torch.Tensor]]) -> tuple[torch.Tenso
 class EagleProposer:
     def __init__(self, net: EagleNet, tree: Tree, target_vocab: int):
         widest = 1 + max(tree.rank[1:])
-        if widest > min(target_vocab, net.nets[0].lm_head.shape[0]):
+        if widest > min(target_vocab, net.draft_vocab):
             raise TrtspecError(f"eagle_choices: rank {widest - 1} needs more candidates than the vocabulary has")
         self.net, self.tree = net, tree
         self.max_block, self.max_positions = tree.size, tree.max_depth

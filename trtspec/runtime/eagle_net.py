@@ -80,6 +80,10 @@ class EagleNet:
         self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling)
 
     @property
+    def draft_vocab(self) -> int:
+        return self.nets[0].lm_head.shape[0]
+
+    @property
     def distinct_nets(self) -> int:
         return len({id(n) for n in self.nets})
 

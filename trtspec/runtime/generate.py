@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ..checkpoints.eagle3 import load_eagle3_head
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
@@ -37,6 +38,7 @@ from .decode import RowStep, decode, generate, one_request
 from .batch import check_positions, over_positions
 from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
+from .eagle3 import Eagle3Net, Eagle3Proposer
 from .eagle_net import EagleNet
 from .model import Decoder
 from .ngram import NGramProposer
@@ -51,6 +53,7 @@ class Models:
     target: Decoder
     draft: Decoder | None = None
     eagle: EagleNet | None = None
+    eagle3: Eagle3Net | None = None  # an EAGLE-3 head on `target` (which then captures its layers)
     tokenizer: Any = None  # transformers tokenizer of the target checkpoint dir, if it has one
     eos_ids: tuple[int, ...] = ()  # from generation_config.json (or the tokenizer)
 
@@ -58,7 +61,7 @@ class Models:
     def max_positions(self) -> int:
         """The positions every loaded model holds (the smallest max_position_embeddings): a prompt
         plus its new tokens must fit in them (batch.over_positions)."""
-        nets = [self.target, self.draft, self.eagle]
+        nets = [self.target, self.draft, self.eagle, self.eagle3]
         return min(m.spec.max_position_embeddings for m in nets if m is not None)
 
 
@@ -82,27 +85,34 @@ def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
 
 
 def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32,
-                tokenizer: bool = True) -> Models:
+                tokenizer: bool = True, eagle3_head: Path | None = None) -> Models:
     """tokenizer=False: the Triton python models, whose tokenizer belongs to preprocessing /
-    postprocessing; not importing transformers saves each model stub about 4 s of start-up."""
+    postprocessing; not importing transformers saves each model stub about 4 s of start-up.
+    eagle3_head: an EAGLE-3 head directory (checkpoints/eagle3.py) drafting for `ckpt`."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     c = load_checkpoint(ckpt)
     tok = load_tokenizer(ckpt) if tokenizer else None
-    return Models(target=Decoder(c, dtype),
+    head = load_eagle3_head(Path(eagle3_head), c.spec) if eagle3_head is not None else None
+    target = Decoder(c, dtype, head.aux_layers if head is not None else ())
+    return Models(target=target,
                   draft=Decoder(load_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
                   eagle=EagleNet(c, dtype) if c.is_eagle else None,
+                  eagle3=Eagle3Net(head, target, dtype) if head is not None else None,
                   tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
 
 
 def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | None = None) -> str:
     if mode == "auto":
-        mode = "draft-target" if models.draft is not None else "eagle" if models.eagle is not None else "greedy"
+        mode = ("draft-target" if models.draft is not None else "eagle" if models.eagle is not None
+                else "eagle3" if models.eagle3 is not None else "greedy")
+    if mode == "eagle3" and models.eagle3 is None:
+        raise TrtspecError("EAGLE-3 decoding needs an EAGLE-3 head (load_models eagle3_head)")
     if mode == "draft-target" and models.draft is None:
         raise TrtspecError("draft-target decoding needs a draft checkpoint")
     if mode == "eagle" and models.eagle is None:
         raise TrtspecError(f"{models.target.path}: EAGLE decoding needs an EagleForCausalLM checkpoint")
-    if mode not in ("greedy", "draft-target", "eagle", "ngram"):
-        raise TrtspecError(f"mode: {mode!r} is not one of auto, greedy, draft-target, eagle, ngram")
+    if mode not in ("greedy", "draft-target", "eagle", "eagle3", "ngram"):
+        raise TrtspecError(f"mode: {mode!r} is not one of auto, greedy, draft-target, eagle, eagle3, ngram")
     if eagle_choices is not None and mode != "eagle":
         raise TrtspecError(f"eagle_choices apply to EAGLE checkpoints only (mode is {mode})")
     if dynamic_top_k is not None and mode != "eagle":
@@ -113,11 +123,14 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
 def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = None, eagle_choices=None,
                  eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
                  draft_sampling: Sampling | None = None) -> Proposer | None:
-    """The proposer of `mode` (auto | greedy | draft-target | eagle); None for plain decoding.
+    """The proposer of `mode` (auto | greedy | draft-target | eagle | eagle3 | ngram); None for plain decoding.
     draft_sampling: the draft model samples its tokens at these settings (rejection sampling)."""
     mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
-    if draft_len is not None and mode not in ("draft-target", "ngram"):
-        raise TrtspecError(f"draft_len applies to draft-target and n-gram decoding only (mode is {mode})")
+    if draft_len is not None and mode not in ("draft-target", "ngram", "eagle3"):
+        raise TrtspecError(f"draft_len applies to draft-target, n-gram and EAGLE-3 decoding only (mode is {mode})")
+    if mode == "eagle3":
+        return Eagle3Proposer(models.eagle3, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
+                              models.target.vocab_size)
     if mode == "ngram":
         return NGramProposer(DEFAULT_DRAFT_LEN if draft_len is None else draft_len)
     if mode == "draft-target":
@@ -145,7 +158,8 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
                    sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
-    mode: auto | greedy | draft-target | eagle | ngram (runtime/ngram.py, K = draft_len); EAGLE uses `eagle_choices` (EAGLE-1, default tree
+    mode: auto | greedy | draft-target | eagle | eagle3 | ngram (runtime/ngram.py and runtime/eagle3.py: K =
+    draft_len; eagle3 needs load_models(eagle3_head=...)); EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
     target (and draft-model) forward after the prompt is one token of one row (decode.py).
     sampling / accept: the settings and accept rule name (runtime/accept.py); prompt i draws with
@@ -207,8 +221,9 @@ def encode(tokenizer, prompt: str, chat: bool, where: Path) -> list[int]:
 def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | None = None, chat: bool = False,
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
-                 batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> dict:
-    """One prompt, as `trtspec generate` runs it. Returns {output_ids, text, acceptance_length, steps,
+                 batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
+                 eagle3_head: Path | None = None) -> dict:
+    """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
     first token (the prefill), seconds in all and generated tokens per second, decoding only (model
@@ -218,9 +233,9 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("give exactly one of prompt or prompt_ids")
     if chat and prompt is None:
         raise TrtspecError("chat formatting needs a text prompt")
-    if draft_len is not None and draft_ckpt is None and not resolve_pair(Path(ckpt), None)[1]:
-        raise TrtspecError("draft_len needs a draft checkpoint")
-    models = load_models(Path(ckpt), draft_ckpt)
+    if draft_len is not None and draft_ckpt is None and eagle3_head is None and not resolve_pair(Path(ckpt), None)[1]:
+        raise TrtspecError("draft_len needs a draft checkpoint or an EAGLE-3 head")
+    models = load_models(Path(ckpt), draft_ckpt, eagle3_head=eagle3_head)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,

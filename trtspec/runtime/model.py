@@ -58,16 +58,16 @@ def mlp(x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
     return w.proj(F.silu(w.fc(x)) * w.gate(x))
 
 
-def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
-               cache: KVCache, rows: torch.Tensor | None, pos_offsets: torch.Tensor | None,
-               block_mask: torch.Tensor | None) -> torch.Tensor:
-    """The decoder layers over x [b', T, H] for cache rows `rows` (all rows when None).
+def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: torch.Tensor | None,
+                   pos_offsets: torch.Tensor | None, block_mask: torch.Tensor | None):
+    """Where a block x [b', T, .] goes for cache rows `rows` (all rows when None): (rows, slots,
+    attention mask, cos, sin).
 
     block_mask [T, W] or [b', T, W] covers the W uncommitted slots after lens (the W - T written by
     earlier uncommitted forwards, then this block); causal [T, T] by default. pos_offsets [T] or
     [b', T] are RoPE positions relative to lens (default: the slot offsets W - T + arange(T)).
     """
-    B, T, _ = x.shape
+    T = x.shape[1]
     rows = torch.arange(cache.batch) if rows is None else rows
     block_mask = causal(T) if block_mask is None else block_mask
     offset = block_mask.shape[-1] - T
@@ -78,18 +78,35 @@ def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, f
     slots = cache.write_slots(rows, offset, T)
     mask = attention_mask(lens, block_mask, int(slots.max()) + 1)
     cos, sin = rope.cos_sin(freq, positions, x.dtype)
+    return rows, slots, mask, cos, sin
+
+
+def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
+               cache: KVCache, rows: torch.Tensor | None, pos_offsets: torch.Tensor | None,
+               block_mask: torch.Tensor | None, outputs: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """The decoder layers over x [b', T, H] (block_geometry for rows, pos_offsets, block_mask).
+    outputs: if given, receives each layer's output (the residual stream after it): EAGLE-3 heads
+    read some of them."""
+    rows, slots, mask, cos, sin = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
     for i, w in enumerate(layers):
         h = x if w.input_norm is None else rms_norm(x, w.input_norm, spec.norm_eps)
         x = x + attention(h, w, spec, cache, i, rows, slots, cos, sin, mask)
         x = x + mlp(rms_norm(x, w.post_norm, spec.norm_eps), w)
+        if outputs is not None:
+            outputs.append(x)
     return x
 
 
 class Decoder:
     """A base model loaded from a TRT-LLM checkpoint (TP ranks merged, weights in `dtype`,
-    quantized linears and KV cache as TRT-LLM runs them, see quant.py)."""
+    quantized linears and KV cache as TRT-LLM runs them, see quant.py).
 
-    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32):
+    aux_layers (EAGLE-3): the forward's hidden is then [ln_f output, output of each aux layer]
+    concatenated, width H * (1 + len(aux_layers)), so the decoding loop hands an EAGLE-3 proposer
+    the captured states without knowing about them; `logits` reads the first H."""
+
+    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32, aux_layers: tuple[int, ...] = ()):
+        self.aux_layers = tuple(aux_layers)
         self.scheme = scheme_of(ckpt)
         self.spec, self.dtype, self.path = ckpt.spec, dtype, ckpt.path
         s = self.spec
@@ -109,20 +126,28 @@ class Decoder:
         s = self.spec
         return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype)
 
+    @property
+    def hidden_width(self) -> int:
+        return self.spec.hidden_size * (1 + len(self.aux_layers))
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head).float()
+        return F.linear(hidden[..., :self.spec.hidden_size], self.lm_head).float()
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache, rows: torch.Tensor | None = None,
                 pos_offsets: torch.Tensor | None = None, block_mask: torch.Tensor | None = None,
                 with_logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """tokens [b', T] -> (logits [b', T, V] float32 or None, hidden after ln_f [b', T, H]).
+        """tokens [b', T] -> (logits [b', T, V] float32 or None, hidden after ln_f [b', T, H], or
+        [b', T, hidden_width] with aux_layers).
 
         Writes K/V of the new tokens after each row's committed slots but does not commit them:
         the caller decides what to keep (`cache.advance` / `cache.commit`)."""
         x = F.embedding(tokens, self.embed)
-        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask)
+        outputs = [] if self.aux_layers else None
+        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask, outputs)
         h = rms_norm(x, self.ln_f, self.spec.norm_eps)
+        if outputs:
+            h = torch.cat([h] + [outputs[i] for i in self.aux_layers], dim=-1)
         return (self.logits(h) if with_logits else None), h
 
 
@@ -172,7 +197,7 @@ def _prefill_rows(model: Decoder, cache: KVCache, rows: torch.Tensor, tokens: to
     """Batch-invariant prefill: each row alone; a row's first block (its prompt) in one forward, as
     a batch of one computes it, and later tokens (a drafter catching up) one at a time, as the
     target computed them. Returns hidden [b', Tmax, H]."""
-    hidden = torch.zeros(*tokens.shape, model.spec.hidden_size, dtype=model.dtype)
+    hidden = torch.zeros(*tokens.shape, model.hidden_width, dtype=model.dtype)
     for i, b in enumerate(rows.tolist()):
         n, row = int(lengths[i]), rows[i:i + 1]
         if int(cache.lens[b]) == 0:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..builders.manifest import read_engine
+from ..checkpoints.eagle3 import head_aux_layers
 from ..errors import TrtspecError
 from ..fsutil import read_json
+from ..upstream import trtllm
 from ..upstream.trtllm import EAGLE_ARCHITECTURE
 
 FLAVORS = ("trtllm", "llmapi", "cpu")
@@ -154,8 +156,16 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
 
 
 def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """cpu flavor: [target, draft] or [eagle]."""
+    """cpu flavor: [target, draft] or [eagle], or for eagle3 [target, the EAGLE-3 head]."""
     root = _dir(ckpt, "ckpt")
+    if mode == "eagle3":
+        target = _checkpoint(root, "target", "ckpt")
+        head = _dir(draft_ckpt, "draft_ckpt")
+        cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}
+        if not is_eagle3(cfg):
+            raise TrtspecError(f"draft_ckpt: {head} is not an EAGLE-3 head, but the tuning is eagle3")
+        return [target, Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=str(cfg.get("torch_dtype")),
+                                 max_seq_len=cfg.get("max_position_embeddings"))]
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
     if mode == "eagle":
         if draft_ckpt is not None or pair:
@@ -231,6 +241,19 @@ def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Ar
 def is_eagle3(cfg: dict) -> bool:
     archs = [a.lower() for a in cfg.get("architectures") or []]
     return any("eagle3" in a for a in archs) or "eagle_config" in cfg
+
+
+def eagle3_capture(target: Artifact, head: Artifact) -> dict:
+    """llmapi speculative_config entry for an EAGLE-3 head: its captured layers, written only where
+    they differ from TensorRT-LLM's default (whether 1.2 reads the head config's ids is unverified:
+    upstream.trtllm EAGLE-3 block)."""
+    n = target.config.get("num_hidden_layers")
+    if not isinstance(n, int):
+        return {}
+    ids = head_aux_layers(head.config, n, head.path / "config.json")
+    if n >= trtllm.EAGLE3_MIN_LAYERS_FOR_DEFAULT and ids == trtllm.eagle3_default_capture(n):
+        return {}
+    return {trtllm.EAGLE3_LAYERS_FIELD: list(ids)}
 
 
 def has_tokenizer(path: Path) -> bool:

@@ -122,7 +122,7 @@ def _tuned_table(manifest: dict, tuning) -> list[str]:
     routing = manifest["routing"]
     mode = manifest["mode"]
     out = []
-    if mode == "draft-target" and manifest["flavor"] != "llmapi":
+    if mode in ("draft-target", "eagle3") and manifest["flavor"] != "llmapi":  # eagle3: the head's chain K
         out += ["`generate` sends each request's workload K (num_draft_tokens) for the concurrency band matching "
                 "the requests in flight (the largest tuned band <= in flight).", "",
                 "| workload | concurrency | K | predicted AL | predicted speedup |", "|---|---|---|---|---|"]
@@ -185,7 +185,7 @@ def _sampling_text(manifest: dict) -> list[str]:
                                         "as `draft_logits`" if s["draft_logits"] else
                                         "off (the draft engine has no generation logits; build with "
                                         "`build.draft_logits` for rejection sampling)") + ".")
-    elif manifest["flavor"] == "cpu" and manifest["mode"] == "draft-target":
+    elif manifest["flavor"] == "cpu" and manifest["mode"] in ("draft-target", "eagle3"):
         out.append("- `spec_decode` runs this rule in-process (its `accept_rule` parameter; exact_match unless "
                    "tuning.json assumed another draft-target rule). With exact_match the speculative output is "
                    "the target's plain sampled output for the same seed.")

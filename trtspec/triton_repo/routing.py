@@ -46,7 +46,7 @@ def check_tuning(tuning, where: str) -> None:
         if got != bands:
             raise TrtspecError(f"{where}: workload '{name}' has bands {got}, expected concurrency_bands {bands}")
         for b in w.bands:
-            if tuning.mode == "draft-target" and b.draft_len is None:  # (its range: check_tuning_values)
+            if tuning.mode in ("draft-target", "eagle3") and b.draft_len is None:  # (range: check_tuning_values)
                 raise TrtspecError(f"{where}: workload '{name}' band {b.concurrency}: draft_len missing")
     if tuning.mode == "eagle":
         names = {p.name for p in tuning.profiles or []}

@@ -223,11 +223,11 @@ def summarize(mode: str, samples: list[Sequence], max_k: int, clusters: Sequence
     """The per-workload aggregates a profile stores, from its samples' per-state lists.
 
     `accept_length_by_k[k]` is the AL of a chain of k drafts: the draft model's greedy chain
-    (draft-target) or the EAGLE drafter's top-1 chain [[0], [0, 0], ..] of depth k (eagle). The
+    (draft-target), the EAGLE-3 head's chain (eagle3) or the EAGLE drafter's top-1 chain [[0], [0, 0], ..] of depth k (eagle). The
     conditional/marginal rates are those of the chain at K = max_k; `accept_length_se_by_k[k]` the
     standard error of each AL over `clusters` (one key per sample: its prompt id; ratio_se). Used by
     the profiler to write profile.json and by the tuner to check a profile it reads."""
-    chains = samples if mode == "draft-target" else [rank_paths_to_chain(p, max_k) for p in samples]
+    chains = [rank_paths_to_chain(p, max_k) for p in samples] if mode == "eagle" else samples
     by_k = {str(k): acceptance_length(chain_accepted(c, k) for c in chains) for k in range(1, max_k + 1)}
     se_by_k = {str(k): acceptance_length_se([chain_accepted(c, k) for c in chains], clusters)
                for k in range(1, max_k + 1)}

@@ -40,6 +40,7 @@ or INT8, else the model dtype.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -143,6 +144,19 @@ def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> Mod
                       extra_linear_params=extra, tp=tp, **qb)
 
 
+def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> ModelShape:
+    """An EAGLE-3 head (checkpoints.eagle3.Eagle3Head) as the drafter of a chain: K head forwards per
+    step (draft_target_step), each one layer whose q/k/v read 2H, plus fc (n*H -> H) and the reduced
+    lm_head (draft_vocab x H); weights in the target's dtype (the PyTorch backend loads the head
+    with the target's). Role "eagle": one-model EAGLE-3 runs the head inside the target's engine
+    step, so each forward costs an EAGLE level's overhead, not a separate engine launch."""
+    spec = replace(head.spec, vocab_size=head.draft_vocab)
+    shape = shape_from_spec(spec, {"dtype": target_config.get("dtype", "float16")}, "eagle", name, where)
+    H = spec.hidden_size
+    extra = len(head.aux_layers) * H * H + H * (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_size
+    return shape.model_copy(update={"extra_linear_params": extra})
+
+
 def shapes_from_checkpoint(ckpt_dir: Path, role: str = "target") -> dict[str, ModelShape]:
     """{role: shape} of a TRT-LLM checkpoint; an EagleForCausalLM one also yields its drafter ("eagle")."""
     c = load_checkpoint(Path(ckpt_dir))
@@ -207,10 +221,11 @@ class CostModel(BaseModel):
     def draft_target_step(self, batch: int, k: int, context: float) -> StepTime:
         """K draft tokens: K draft-model forwards of one token each (the first also catches up on
         the previous step's 1-2 committed tokens, counted as one), then one target verify of K + 1
-        tokens (TRT-LLM draft_tokens_external; trtspec/runtime/draft_target.py does the same)."""
+        tokens (TRT-LLM draft_tokens_external; trtspec/runtime/draft_target.py does the same). An
+        EAGLE-3 head (role eagle, shape_from_eagle3) drafts its chain the same way: K head forwards."""
         if k == 0:
             return self.baseline_step(batch, context)
-        d = self._need_draft("draft")
+        d = self.draft if self.draft is not None and self.draft.role == "eagle" else self._need_draft("draft")
         return StepTime(draft_s=k * forward_time(self.gpu, d, batch, 1, context),
                         target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
 

@@ -10,6 +10,8 @@ in one teacher-forced pass over the finished sequence s = prompt + output:
   number of consecutive proposals accepted from a state is the run of agreements starting there:
   `match_lengths[t]` = run length of `agree` from index P-1+t (P = prompt length; state t = prompt
   plus the first t output tokens), capped at max_k.
+- EAGLE-3 heads (a chain): as EAGLE trees below with one candidate per depth; `match_lengths[t]`
+  = the levels in a row at which the head, run on its own outputs, drafts the true token.
 - EAGLE trees: along the true path, the drafter is run level by level exactly as the tree proposer
   runs it (clone d at depth d+1, features = its own output at the parent) for every state at once,
   one batch row per state; `rank_paths[t]` = the rank of the true token among the drafter's
@@ -79,9 +81,11 @@ def _rank(logits: torch.Tensor, true: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth: int, top_k: int) -> list[list[int]]:
-    """rank_paths[t] for t = 0..T-1 (see the module docstring)."""
-    target, net = models.target, models.eagle
+def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth: int, top_k: int,
+                     net=None) -> list[list[int]]:
+    """rank_paths[t] for t = 0..T-1 (see the module docstring). net: the drafter (default the
+    EAGLE-1 checkpoint's; an EAGLE-3 head runs the same pass on the target's captured layers)."""
+    target, net = models.target, models.eagle if net is None else net
     tokens = torch.tensor([seq])
     L = len(seq)
     _, feats = target.forward(tokens, target.new_cache(1, L), with_logits=False)
@@ -128,6 +132,14 @@ def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth:
     return paths
 
 
+def eagle3_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k: int) -> list[int]:
+    """match_lengths[t] of the EAGLE-3 head's argmax chain: its rank paths with one candidate per
+    depth (rank 0 or -1), i.e. how many levels in a row the head, run on its own outputs as the
+    proposer runs it, drafts the true token."""
+    paths = eagle_rank_paths(models, seq, prompt_len, max_k, 1, net=models.eagle3)
+    return [next((i for i, r in enumerate(p) if r != 0), len(p)) for p in paths]
+
+
 def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
                     tree_top_k: int = 10, ignore_eos: bool = False,
                     settings: list[Sampling] | None = None, accept_rule: str = EXACT_MATCH.name
@@ -151,6 +163,8 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
         sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states], seed=None if s.greedy else s.seed)
         if models.eagle is not None:
             sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)[:states]
+        elif models.eagle3 is not None:
+            sp.match_lengths = eagle3_match_lengths(models, seq, len(prompt), max_k)[:states]
         elif samples_drafts(accept_rule, s):
             agree = rejection_agreement(models, seq, len(prompt), s)
             sp.match_lengths = agreement_runs(agree, len(seq), len(prompt), max_k)[:states]
@@ -190,12 +204,12 @@ def _record(p: SampleProfile, key: str, sample, base: Sampling) -> dict:
 
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
                 progress=None, partial: Path | None = None, sampling: Sampling = GREEDY_SAMPLING,
-                accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1):
+                accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1, eagle3_head: Path | None = None):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
     the rule the predictions are for (sampled.py); samples_per_prompt: sampled outputs (seeds) per
-    prompt. partial: a file to write the finished workloads to as they finish and to resume from
+    prompt. eagle3_head: profile that EAGLE-3 head on `ckpt` (mode eagle3). partial: a file to write the finished workloads to as they finish and to resume from
     (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
     whose prompt + decoded tokens exceed the model's positions is skipped with a warning naming it
     (a run over a user's traffic log should not die on one long prompt); a workload with no sample
@@ -204,15 +218,15 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     settings = {w.name: workload_settings(w, sampling, accept_rule, samples_per_prompt) for w in workloads}
     kinds = {estimator(accept_rule, s) for _, ss in settings.values() for s in ss}
     kind = next(k for k in ("approximate", "unbiased", "exact") if k in kinds | {"exact"})
-    models = load_models(ckpt, draft_ckpt)
-    if models.eagle is None and models.draft is None:
-        raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory "
-                           "or `draft_ckpt`")
+    models = load_models(ckpt, draft_ckpt, eagle3_head=eagle3_head)
+    if models.eagle is None and models.draft is None and models.eagle3 is None:
+        raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory, "
+                           "`draft_ckpt` or `eagle3_head`")
     if models.tokenizer is None:
         raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
-    mode = "eagle" if models.eagle is not None else "draft-target"
-    if mode == "eagle" and any(samples_drafts(accept_rule, d) for _, ds in settings.values() for d in ds):
-        raise TrtspecError(f"profile.accept_rule: {accept_rule} needs a chain draft (draft-target); EAGLE trees "
+    mode = "eagle" if models.eagle is not None else "eagle3" if models.eagle3 is not None else "draft-target"
+    if mode in ("eagle", "eagle3") and any(samples_drafts(accept_rule, d) for _, ds in settings.values() for d in ds):
+        raise TrtspecError(f"profile.accept_rule: {accept_rule} needs a chain draft (draft-target); EAGLE drafts "
                            "are accepted by greedy, exact_match or typical_acceptance")
     if mode == "eagle" and max_k > models.eagle.num_levels:
         raise TrtspecError(f"profile.max_k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
@@ -226,6 +240,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                   "workloads": {w.name: w.manifest() for w in workloads},
                   "sampling": sampling.model_dump(), "accept_rule": accept_rule,
                   "estimator": kind, "samples_per_prompt": samples_per_prompt}
+    if eagle3_head is not None:
+        conditions["eagle3_head"] = str(Path(eagle3_head).resolve())
     digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k})
     done = load_partial(partial, digest, progress)
     samples: dict[str, list[dict]] = {}
@@ -259,7 +275,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
 
 
 def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt: Path | None = None,
-                      progress=None, partial: Path | None = None, sampling: dict[str, dict] | None = None):
+                      progress=None, partial: Path | None = None, sampling: dict[str, dict] | None = None,
+                      eagle3_head: Path | None = None):
     """The profile stage: load the workloads (`NAME=SOURCE` entries) as `options` (the recipe's
     `profile:` section / the `trtspec profile` flags) say, and profile them (resuming from and
     writing to `partial`, see run_profile). sampling: {workload name: its own temperature / top_k /
@@ -269,4 +286,4 @@ def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt
                             sampling=sampling)
     return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress,
                        partial=partial, sampling=options.sampling(), accept_rule=options.accept_rule,
-                       samples_per_prompt=options.samples_per_prompt)
+                       samples_per_prompt=options.samples_per_prompt, eagle3_head=eagle3_head)

@@ -19,6 +19,8 @@ def profile_command(
                                                             "JSONL/CSV file of prompts or chat messages."),
     max_k: int = typer.Option(default(P, "max_k"), "--max-k", help=doc(P, "max_k")),
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
+    eagle3_head: Optional[Path] = typer.Option(None, "--eagle3-head", help="EAGLE-3 head directory drafting for "
+                                                                           "--ckpt (profile mode eagle3)."),
     samples: Optional[int] = typer.Option(default(P, "samples"), "--samples", help=doc(P, "samples")),
     max_new_tokens: Optional[int] = typer.Option(default(P, "max_new_tokens"), "--max-new-tokens",
                                                  help=doc(P, "max_new_tokens")),
@@ -49,8 +51,9 @@ def profile_command(
     from .profile_partial import partial_path
 
     partial = partial_path(out)  # finished workloads as they finish: an interrupted run resumes from it
-    with flag_context(P, params={"draft_ckpt": "--draft-ckpt"}):
-        profile = profile_workloads(ckpt, specs, options, draft_ckpt, progress=typer.echo, partial=partial)
+    with flag_context(P, params={"draft_ckpt": "--draft-ckpt", "eagle3_head": "--eagle3-head"}):
+        profile = profile_workloads(ckpt, specs, options, draft_ckpt, progress=typer.echo, partial=partial,
+                                    eagle3_head=eagle3_head)
     write_text_atomic(out, dump_json(profile))
     partial.unlink(missing_ok=True)
     for name, w in profile.workloads.items():

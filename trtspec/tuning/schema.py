@@ -96,7 +96,7 @@ class WorkloadProfile(BaseModel):
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     schema_id: Literal["trtspec.profile/1"] = Field(PROFILE_SCHEMA, alias="schema")
-    mode: Literal["draft-target", "eagle"]
+    mode: Literal["draft-target", "eagle", "eagle3"]  # eagle3: an EAGLE-3 head's chain (match_lengths)
     num_speculative_tokens: int = Field(ge=1, description="max K (chain) or max tree depth profiled")
     tree_top_k: int | None = Field(None, ge=1, description="eagle: ranks recorded (r < tree_top_k, else -1)")
     measurement_conditions: MeasurementConditions
@@ -267,7 +267,7 @@ class CostInfo(BaseModel):
 class Tuning(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     schema_id: Literal["trtspec.tuning/1"] = Field(TUNING_SCHEMA, alias="schema")
-    mode: Literal["draft-target", "eagle"]
+    mode: Literal["draft-target", "eagle", "eagle3"]
     profile: dict  # {"path", "sha256"}
     measurement_conditions: dict
     trtspec_version: str

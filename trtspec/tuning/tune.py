@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import __version__
+from ..checkpoints.eagle3 import load_eagle3_head
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
 from ..upstream import trtllm as upstream
-from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shapes_from_checkpoint
+from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shape_from_eagle3, shapes_from_checkpoint
 from .fit import fit_gpu, load_cost_table
 from .options import TuneOptions
 from .schema import CostInfo, EagleLimits, Profile, Tuning, load_profile
@@ -55,7 +56,21 @@ def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path 
             raise TrtspecError(f"tune.draft_ckpt: needed for a draft-target profile (measurement_conditions.draft "
                                f"{cond.draft!r} is not a checkpoint directory here)")
         shapes["draft"] = shapes_from_checkpoint(draft, "draft")["draft"]
+    if profile.mode == "eagle3":
+        shapes["draft"] = eagle3_shape(profile, target, config, base)
     return shapes, config
+
+
+def eagle3_shape(profile: Profile, target: Path, config: dict, base: Path) -> ModelShape:
+    """The EAGLE-3 head the profile recorded (measurement_conditions.eagle3_head) as the draft network."""
+    recorded = (profile.measurement_conditions.model_extra or {}).get("eagle3_head")
+    head = next((c for c in ([Path(recorded), base / recorded] if recorded else []) if (c / "config.json").is_file()),
+                None)
+    if head is None:
+        raise TrtspecError(f"tune.target_ckpt: an eagle3 profile needs its head (measurement_conditions.eagle3_head "
+                           f"{recorded!r} is not a head directory here)")
+    spec = load_checkpoint(target).spec
+    return shape_from_eagle3(load_eagle3_head(head, spec), config, head.name, str(head / "config.json"))
 
 
 def build_cost(cost: str, shapes: dict[str, ModelShape], mode: str) -> tuple[CostModel, CostInfo]:

@@ -19,3 +19,31 @@ FP8_KV_SCALE_FLOOR = 1.0
 FP8_E4M3_MAX = 448.0
 INT8_MAX = 127.0
 INT4_MAX = 7.0
+
+# --- EAGLE-3 heads: ModelOpt's training forward and export_speculative_decoding ----------------
+# Read from the installed nvidia-modelopt 0.47.0: modelopt/torch/speculative/plugins/hf_eagle.py,
+# plugins/modeling_eagle.py, eagle/default_config.py, config.py; export/plugins/hf_spec_export.py,
+# hf_spec_configs.py (checkpoints/eagle3.py, tests/runtime/test_eagle3.py).
+# Default aux layers (hf_eagle.default_eagle_aux_layer_ids): sorted({1, max(0, n//2 - 1), max(0, n - 4)})
+# - a set, so for n = 6 it has two ids where TensorRT-LLM's default tuple has three.
+def eagle3_default_aux_layers(num_layers: int) -> list[int]:
+    return sorted({1, max(0, num_layers // 2 - 1), max(0, num_layers - 4)})
+
+
+# Captured state: a forward hook on each aux decoder layer's output (the residual stream after it),
+# concatenated in layer order; the head's first input at position j is fc(cat(aux_j)) paired with
+# the embedding of token j+1 (inputs shifted left by one, _prepare_eagle_inputs).
+# Export (EagleExporter): tensors under their eagle_module names: `layers.{i}.*` (layer 0 also
+# `hidden_norm`, `input_layernorm`), `fc.weight`, `norm.weight`, `lm_head.weight` (the base's when
+# the head has none), `d2t` (int64, only when draft_vocab_size < vocab_size); config.json
+# `architectures: ["LlamaForCausalLMEagle3"]`, `draft_vocab_size`, and
+# `eagle_config.eagle_aux_hidden_state_layer_ids`.
+EAGLE3_EXPORT_ARCHITECTURE = "LlamaForCausalLMEagle3"
+# The exporter writes `rope_scaling` = EagleConfig.eagle_export_rope_scaling (default yarn, factor
+# 32, original 2048) when the head was trained with rope_type "default": the exported head then
+# runs with a RoPE it was not trained with. Set eagle_export_rope_scaling={} to export what trained.
+# Training-forward quirk (modeling_eagle.EagleModule): the first layer's input_layernorm runs on the
+# hidden state inside LlamaDecoderLayer and the attention pre-hook then applies hidden_norm to that,
+# so ModelOpt trains cat(input_layernorm(e), hidden_norm(input_layernorm(h))) where TensorRT-LLM
+# serves cat(input_layernorm(e), hidden_norm(h)). The two agree (to rms-norm eps) only while
+# input_layernorm's weight is all ones (tests/runtime/test_eagle3.py keeps it so and checks the difference).

@@ -149,3 +149,45 @@ KV_CACHE_FREE_GPU_MEMORY_FRACTION = 0.9
 # Total device memory as nvidia-smi reports it (MiB) for the SXM 80 GB H100 and the 141 GB H200.
 GPU_MEMORY_MIB = {"h100": 81559, "h200": 143771}
 GPU_NAMES = {"h100": "NVIDIA H100 80GB (SM90)", "h200": "NVIDIA H200 141GB (SM90)"}
+
+# --- EAGLE-3 heads in the PyTorch backend (checkpoints/eagle3.py, runtime/eagle3.py) -----------
+# Read in NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/speculative/eagle3.py @001e6700 (a 1.x version
+# with "currently Eagle3 only supports linear tree"; the index holds no commit we could tie to the
+# v1.2.x tag, so each fact below is from that file, cross-checked where noted against the newest
+# stored modeling_speculative.py @00679c66; facts we could not check for 1.2 say UNVERIFIED).
+# Default target layers whose outputs (hidden + residual, i.e. the residual stream after the layer)
+# are captured when EagleDecodingConfig.eagle3_layers_to_capture is unset; <= 5 layers raise
+# "Not enough hidden layers for default EAGLE3 capture" (Eagle3OneModelSpecMetadata.__post_init__).
+# Note it is a tuple: 6 layers give (1, 2, 2) (three slots, one repeated), unlike ModelOpt's set.
+def eagle3_default_capture(num_layers: int) -> tuple[int, ...]:
+    return (1, num_layers // 2 - 1, num_layers - 4)
+
+
+EAGLE3_MIN_LAYERS_FOR_DEFAULT = 6
+# Whether 1.2 reads the head's own `eagle_config.eagle_aux_hidden_state_layer_ids`: UNVERIFIED (the
+# spec metadata takes EagleDecodingConfig.eagle3_layers_to_capture: llmapi/llm_args.py
+# EagleDecodingConfig and _torch/speculative/utils.py get_spec_metadata, versions read in the index,
+# no commit tied to 1.2); the llmapi flavor writes the head's ids there only when they differ from
+# the default, so both readings agree and a 1.2 without the field is never sent it needlessly.
+EAGLE3_LAYERS_FIELD = "eagle3_layers_to_capture"
+# Head config keys (modeling_speculative.py Eagle3DraftModel / Eagle3ForCausalLM @00679c66):
+# `draft_vocab_size` (missing -> vocab_size, with a warning); `target_hidden_size` (the fc input is
+# num_capture_layers * target_hidden_size; the head gets its own embed_tokens only when it differs
+# from hidden_size, else the target's embedding is shared); `bias` (fc bias, default False);
+# `num_hidden_layers` (decoder layers of the head: `midlayer`, a list when > 1).
+EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "EAGLE3LlamaForCausalLM")
+# Tensor names: single-layer heads use `midlayer.*`; `layers.0.*` is renamed to `midlayer.*`
+# (Eagle3ForCausalLM.load_weights). A head `lm_head` is loaded when present, else the target's
+# (load_lm_head_from_target). `d2t` [draft_vocab] int offsets exist when draft_vocab_size !=
+# vocab_size: target id = draft id + d2t[draft id] (Eagle3OneModelWorker.draft_decoder). `t2d` is
+# not read.
+# Layer (Eagle3DecoderLayer, first layer): residual = h; x = cat(input_layernorm(embeds),
+# hidden_norm(h)) of width 2H into q/k/v (qkv in_features 2H); h = residual + o_proj(attn);
+# h = h + mlp(post_attention_layernorm(h)); then norm(h) -> lm_head; the pre-norm h is what the next
+# draft step gets as its hidden state (hidden_states_to_save). fc is applied only when the hidden
+# width is not hidden_size (apply_eagle3_fc): the first draft forward gets fc(cat(aux)), later ones
+# the head's own saved state.
+# Drafting (Eagle3OneModelWorker.forward): a linear chain of max_draft_len argmax tokens; the first
+# draft forward runs the pairs (token j+1, captured state j) for the accepted tokens, later ones one
+# token each at position + 1. Greedy acceptance: cumprod(draft == target argmax).
+EAGLE3_TREE = False  # "currently Eagle3 only supports linear tree" / "static tree" (is_spec_dec_tree False)

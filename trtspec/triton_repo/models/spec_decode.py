@@ -15,7 +15,8 @@ Two engines, chosen by the `engine` parameter:
   Unlike upstream's BLS this streams every round and sums the acceptance over all rounds.
 - "trtspec.runtime" (cpu flavor): the same loop in-process on the two TRT-LLM checkpoints with
   trtspec.runtime (one KV cache per request instead of re-sent prefixes; the tensorrt_llm* models
-  of the repository stay as they are, callable directly).
+  of the repository stay as they are, callable directly). With `draft_mode` eagle3 the draft is an
+  EAGLE-3 head on the target (trtspec/runtime/eagle3.py), K its chain length.
 Sampling (temperature, runtime_top_k, runtime_top_p, seed per request; serving_rules states which
 accept rule each route runs at temperature > 0):
 - trtspec.runtime: the `accept_rule` parameter (default exact_match, the PyTorch backend's rule:
@@ -107,7 +108,11 @@ class TritonPythonModel(PooledModel):
             threads = int(p.get("torch_threads") or 1)
             if threads > 0:
                 torch.set_num_threads(threads)
-            self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False)
+            self.draft_mode = p.get("draft_mode") or "draft-target"  # eagle3: draft_checkpoint is an EAGLE-3 head
+            if self.draft_mode == "eagle3":
+                self.models = load_models(p["target_checkpoint"], tokenizer=False, eagle3_head=p["draft_checkpoint"])
+            else:
+                self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False)
             self.positions = max_positions(p["target_checkpoint"], p["draft_checkpoint"])
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
@@ -149,7 +154,7 @@ class TritonPythonModel(PooledModel):
         sampling = request_sampling(lambda name: scalar(request, name))
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.models
-        pieces = stream_request(m, prompt, n, "draft-target" if k else "greedy", draft_len=k or None, eos_ids=eos,
+        pieces = stream_request(m, prompt, n, self.draft_mode if k else "greedy", draft_len=k or None, eos_ids=eos,
                                 sampling=sampling, accept=self.accept_rule)
         for piece in pieces:
             s = piece.stats

@@ -1,0 +1,71 @@
+"""EAGLE-3 tunings served by the llmapi flavor: one LLM model per distinct tuned max_draft_len,
+routed by workload, the head's captured layers written when they are not TensorRT-LLM's default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from triton_fixtures import tuning_file
+from trtspec.errors import TrtspecError
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.validate import check_repository
+
+CHOICES = {"chat": [3, 2], "code": [5, 4], "math": [0, 0]}
+
+
+def _hf(path: Path, config: dict) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eagle3_repo").resolve()
+    path = tuning_file(root / "t" / "tuning.json", "draft-target", CHOICES)
+    tuning = json.loads(path.read_text())
+    tuning["mode"] = "eagle3"  # the same chain choices, tuned for an EAGLE-3 head
+    path.write_text(json.dumps(tuning))
+    _hf(root / "target", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "num_hidden_layers": 32})
+    return root
+
+
+def head(root: Path, name: str, ids=None) -> Path:
+    eagle = {"use_aux_hidden_state": True, **({"eagle_aux_hidden_state_layer_ids": ids} if ids else {})}
+    return _hf(root / name, {"architectures": ["LlamaForCausalLMEagle3"], "torch_dtype": "bfloat16",
+                             "eagle_config": eagle})
+
+
+def test_llmapi_serves_each_tuned_max_draft_len_routed_by_workload(root):
+    out = root / "repo"
+    make_repository(RepoRequest(out=out, tuning=root / "t" / "tuning.json", flavor="llmapi", ckpt=root / "target",
+                                draft_ckpt=head(root, "head", [1, 15, 28]), default_workload="code"))  # = TensorRT-LLM's default for 32 layers
+    assert check_repository(out) == []
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["generate", "tensorrt_llm_k0", "tensorrt_llm_k3",
+                                                                    "tensorrt_llm_k5"]
+    spec = yaml.safe_load((out / "tensorrt_llm_k5" / "1" / "model.yaml").read_text())["speculative_config"]
+    assert spec == {"decoding_type": "Eagle3", "max_draft_len": 5, "speculative_model_dir": str(root / "head")}
+    manifest = json.loads((out / "trtspec-repo.json").read_text())
+    assert manifest["mode"] == "eagle3"
+    routing = manifest["routing"]  # the smallest band's K per workload (one LLM instance per K)
+    assert {w: e["model"] for w, e in routing["workloads"].items()} == {
+        "chat": "tensorrt_llm_k3", "code": "tensorrt_llm_k5", "math": "tensorrt_llm_k0"}
+
+
+def test_captured_layers_other_than_the_default_are_written(root):
+    out = root / "repo_ids"
+    make_repository(RepoRequest(out=out, tuning=root / "t" / "tuning.json", flavor="llmapi", ckpt=root / "target",
+                                draft_ckpt=head(root, "head_ids", [2, 16, 29])))
+    spec = yaml.safe_load((out / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())["speculative_config"]
+    assert spec["eagle3_layers_to_capture"] == [2, 16, 29] and spec["max_draft_len"] == 3
+
+
+def test_an_eagle3_tuning_needs_an_eagle3_head(root):
+    draft = _hf(root / "draft", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"})
+    with pytest.raises(TrtspecError, match="not an EAGLE-3 head, but the tuning is eagle3"):
+        make_repository(RepoRequest(out=root / "repo_bad", tuning=root / "t" / "tuning.json", flavor="llmapi",
+                                    ckpt=root / "target", draft_ckpt=draft))
