@@ -7,11 +7,17 @@ has already seen. As `NGramPoolManager` does it (trtspec/upstream/trtllm.py, NGR
   to K tokens that followed that pattern somewhere in a committed sequence;
 - each step the pool is updated from the part of the committed sequence not scanned yet (plus an
   overlap of K + max_matching_ngram_size - 1 tokens, so patterns spanning the boundary are seen),
-  every pattern size from the largest down; a pattern keeps all its distinct matches of the
-  longest length seen (`keep_all`), or only the longest one;
+  every pattern size from the largest down; a new pattern gets its match; a known one appends a
+  new distinct match after dropping the kept ones shorter than it, except that without
+  `keep_all` a match longer than the oldest kept replaces them all (upstream's exact rule: a
+  shorter match is still appended, so even then a pattern can hold several);
 - the draft is the match of the longest pattern that ends the committed sequence: the oldest match
   (`use_oldest`) or the newest; nothing matches -> no draft (a plain decoding step);
-- drafts never run past prompt + max_new_tokens - 1 tokens;
+- drafts never run past prompt + max_new_tokens - 1 tokens; the first token comes from the
+  prefill, drafting starts with the first verify step (upstream drafts generation requests only);
+- no match: upstream's executor pads every draft to max_draft_len with token id 0, which the
+  target verifies; here the padding is dead nodes (same width, never accepted), so AL differs
+  from upstream's only where the target's own next token after a draft is id 0 (upstream.trtllm);
 - a public pool is shared by every request the proposer serves (TensorRT-LLM's default), a private
   one belongs to its request.
 
@@ -46,9 +52,11 @@ def padded_chain(n: int, size: int) -> Tree:
 class NGramProposer:
     """Drafts up to K tokens per row from n-gram matches (module docstring)."""
 
-    def __init__(self, k: int, max_matching_ngram_size: int = upstream.NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE,
+    def __init__(self, k: int, max_matching_ngram_size: int | None = None,
                  keep_all: bool = upstream.NGRAM_DEFAULT_KEEP_ALL, use_oldest: bool = upstream.NGRAM_DEFAULT_USE_OLDEST,
                  public_pool: bool = upstream.NGRAM_DEFAULT_PUBLIC_POOL):
+        if max_matching_ngram_size is None:
+            max_matching_ngram_size = upstream.NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE
         if k < 1:
             raise TrtspecError(f"ngram.max_draft_len: expected >= 1, got {k}")
         if max_matching_ngram_size < 1:
