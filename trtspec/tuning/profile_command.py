@@ -33,6 +33,8 @@ def profile_command(
     accept_rule: str = typer.Option(default(P, "accept_rule"), "--accept-rule", help=doc(P, "accept_rule")),
     samples_per_prompt: int = typer.Option(default(P, "samples_per_prompt"), "--samples-per-prompt",
                                            help=doc(P, "samples_per_prompt")),
+    ngram_sizes: Optional[str] = typer.Option(default(P, "ngram_sizes"), "--ngram-sizes",
+                                              help=doc(P, "ngram_sizes") + " Comma-separated."),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -43,7 +45,8 @@ def profile_command(
     options = from_cli(P, max_k=max_k, samples=samples, max_new_tokens=max_new_tokens, tree_top_k=tree_top_k,
                        seed=seed, categories=categories.split(",") if categories is not None else None,
                        temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
-                       accept_rule=accept_rule, samples_per_prompt=samples_per_prompt)
+                       accept_rule=accept_rule, samples_per_prompt=samples_per_prompt,
+                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
     from .profile_partial import partial_path
