@@ -249,6 +249,7 @@ class SweepPoint(BaseModel):
     draft_len: int | None = None
     num_nodes: int | None = None
     label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default
+    max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n of this point
     acceptance_length: float
     step_time_s: float
     tokens_per_s: float
@@ -258,7 +259,9 @@ class BandChoice(BaseModel):
     """The setting served to one workload at one concurrency (batch) band, and its prediction."""
     concurrency: int
     speculate: bool
-    draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation)
+    drafter: Literal["ngram"] | None = Field(None, exclude_if=lambda v: v is None)  # who drafts (None: the mode's model)
+    draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation); ngram: K
+    max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n (None when off)
     eagle_choices: list[list[int]] | None = None  # eagle: the served tree (None = no speculation)
     profile: str | None = None  # eagle: name of the served profile (model instance) it belongs to
     acceptance_length: float
@@ -283,6 +286,7 @@ class WorkloadTuning(BaseModel):
     accept_length_se_by_k: dict[str, float | None] | None = None
     sampling: Sampling | None = None  # the settings the workload was profiled (and is tuned) at
     accept_rule: str | None = None  # the accept rule the profile's AL assumed at those settings
+    accept_length_by_n_k: dict[str, dict[str, float | None]] | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class ServedProfile(BaseModel):
@@ -315,7 +319,7 @@ class CostInfo(BaseModel):
 class Tuning(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     schema_id: Literal["trtspec.tuning/1"] = Field(TUNING_SCHEMA, alias="schema")
-    mode: Literal["draft-target", "eagle"]
+    mode: Literal["draft-target", "eagle", "ngram"]
     profile: dict  # {"path", "sha256"}
     measurement_conditions: dict
     trtspec_version: str
