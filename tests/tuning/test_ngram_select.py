@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from trtspec.tuning.cost import CostModel
 from trtspec.tuning.ngram_select import tune_ngram
-from trtspec.tuning.schema import build_profile
 from trtspec.tuning.select import SelectConfig
-from trtspec.tuning.synthetic import example_cost_model
+from trtspec.tuning.synthetic import example_cost_model, ngram_profile
 
 BANDS = [1, 16, 256]
 SIZES, MAX_K = [1, 3], 6
 
 
-def steps(k: int, n: int, p_accept: float, rng: random.Random, T: int = 120) -> list[list[int]]:
-    """A replay's [accepted, drafted] records: a draft of k tokens (of k - 1 for n = 1, a shorter
-    pattern matching worse) each accepted with probability p_accept in turn."""
-    out, t = [], 1
-    drafted = max(1, k - 1) if n == 1 else k
-    while t < T:
-        a = 0
-        while a < drafted and rng.random() < p_accept:
-            a += 1
-        out.append([a, drafted])
-        t += a + 1
-    return out
-
-
 def profile(rates: dict[str, float]):
-    rng = random.Random(0)
-    samples = {name: [{"id": f"s{i}", "prompt_len": 50, "output_ids": [1] * 120,
-                       "ngram_steps": {str(n): [steps(k, n, p, rng) for k in range(1, MAX_K + 1)] for n in SIZES}}
-                      for i in range(4)] for name, p in rates.items()}
-    conditions = {"target": "t", "max_new_tokens": 120, "dtype": "bfloat16", "trtspec_version": "x"}
-    return build_profile("ngram", MAX_K, None, conditions, samples, ngram_sizes=SIZES)
+    return ngram_profile(rates, SIZES, max_k=MAX_K)
 
 
 def target_only() -> CostModel:

@@ -130,7 +130,6 @@ NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE = 2
 NGRAM_DEFAULT_KEEP_ALL = True
 NGRAM_DEFAULT_USE_OLDEST = True
 NGRAM_DEFAULT_PUBLIC_POOL = True
-NGRAM_DECODING_TYPE = "NGram"  # NGramDecodingConfig.decoding_type (model.yaml speculative_config)
 
 # SpeculativeDecodingMode is an IntFlag (models/modeling_utils.py): NONE=1, DRAFT_TOKENS_EXTERNAL=2,
 # MEDUSA=4, LOOKAHEAD_DECODING=8, EXPLICIT_DRAFT_TOKENS=16, EAGLE=32 (later members are appended).
