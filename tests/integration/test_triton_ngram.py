@@ -13,11 +13,10 @@ import json
 
 import pytest
 
-from integration.test_triton_serve import request, start_cli, stop_cli, text_of, value
+from integration.test_triton_serve import WAIT_S, grpcclient, request, start_cli, stop_cli, text_of, value
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.runtime.generate import load_models, stream_request
 
-pytest.importorskip("tritonclient.grpc")
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 CHOICES = {"chat": (3, 2), "code": (4, 1), "off": (0, None)}  # bands 1 and 16: few requests -> band 1
 PROMPTS = {"chat": "t5 t17 t300 t42 t9 t5 t17 t300", "code": "t9 t8 t7 t100 t9 t8 t7", "off": "t100 t200 t301"}
@@ -29,7 +28,7 @@ def served(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_ngram").resolve()
     target = tiny_pair(d) / "target"
     repo, _ = cpu_repository(d, "ngram", target, CHOICES)
-    proc, ports = start_cli(repo, d / "server.log")
+    proc, ports = start_cli(repo, d / "server.log", "--model-control")  # the bls test reloads spec_decode
     tok = __import__("transformers").AutoTokenizer.from_pretrained(str(target))
     yield {"url": f"127.0.0.1:{ports['grpc']}", "models": load_models(target, None, tokenizer=False), "tok": tok,
            "routing": json.loads((repo / "trtspec-repo.json").read_text())["routing"]}
@@ -68,3 +67,24 @@ def test_speculation_off_gives_the_same_text(served):
                            extra={"speculation": (False, "BOOL")})
     assert text_of(pieces) == runtime(served, PROMPTS["chat"], 0, None)[0]
     assert value(last, "num_draft_tokens") == 0 and value(last, "acceptance_length") == 1.0
+
+
+def test_the_trtllm_flavor_orchestration_drafts_ngrams_for_the_cpu_target(served):
+    """spec_decode's BLS engine (the trtllm flavor's code: n-gram drafts from the shipped pool sent as
+    draft_input_ids to tensorrt_llm) against the cpu stand-in of the target engine: the same text.
+    Its acceptance is per BLS round (module docstring of test_triton_serve), not the runtime's."""
+    c = grpcclient.InferenceServerClient(served["url"])
+    cfg = c.get_model_config("spec_decode", as_json=True, client_timeout=WAIT_S)["config"]
+    original = json.dumps(cfg)
+    cfg["parameters"]["engine"]["string_value"] = "bls"
+    try:
+        c.load_model("spec_decode", config=json.dumps(cfg), client_timeout=WAIT_S)
+        for workload in ("chat", "code"):
+            k, n = CHOICES[workload]
+            pieces, last = request(served["url"], PROMPTS[workload], workload, max_tokens=MAX_TOKENS)
+            assert text_of(pieces) == runtime(served, PROMPTS[workload], k, n)[0]
+            assert value(last, "num_draft_tokens") == k and 1.0 <= value(last, "acceptance_length") <= k + 1
+            assert value(last, "total_draft_tokens") > 0
+    finally:
+        c.load_model("spec_decode", config=original, client_timeout=WAIT_S)
+        c.close()
