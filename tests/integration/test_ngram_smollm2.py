@@ -10,7 +10,6 @@ max_matching_ngram_size 2 and 3. Figures at this setting (greedy, one thread): A
 from __future__ import annotations
 
 import pytest
-import torch
 
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.tuning.profile import run_profile
@@ -19,16 +18,8 @@ from trtspec.tuning.tune import run_tune
 from trtspec.tuning.select import SelectConfig
 from trtspec.workloads import load_workloads
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 MAX_K, SIZES = 4, [2, 3]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_copy_heavy_workload_accepts_ngram_drafts_far_more_than_chat(smollm2_hf, tmp_path):
