@@ -57,9 +57,12 @@ def profile_command(
     write_text_atomic(out, dump_json(profile))
     partial.unlink(missing_ok=True)
     for name, w in profile.workloads.items():
-        se = w.accept_length_se_by_k or {}
-        al = ", ".join(f"K={k}: {v:.2f}" + (f" ±{se[k]:.2f}" if se.get(k) is not None else "")
-                       for k, v in w.accept_length_by_k.items())
         label = w.sampling.label() if w.sampling is not None else "greedy"
-        typer.echo(f"{name} ({label}): {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
+        by_n = w.accept_length_by_n_k or {"": w.accept_length_by_k}  # n-gram: one line per matching size
+        for n, by_k in by_n.items():
+            se = (w.accept_length_se_by_n_k or {}).get(n) if n else w.accept_length_se_by_k
+            al = ", ".join(f"K={k}: {v:.2f}" + (f" ±{se[k]:.2f}" if (se or {}).get(k) is not None else "")
+                           for k, v in by_k.items())
+            size = f" n={n}" if n else ""
+            typer.echo(f"{name} ({label}){size}: {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
     typer.echo(f"wrote {out}")
