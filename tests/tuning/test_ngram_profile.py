@@ -9,6 +9,7 @@ import torch
 
 from triton_fixtures import tiny_pair
 from trtspec.errors import TrtspecError
+from trtspec.options import Sampling
 from trtspec.runtime.generate import generate_batch, load_models
 from trtspec.tuning.ngram_acceptance import summarize_ngram
 from trtspec.tuning.ngram_profile import check_rule
@@ -49,6 +50,25 @@ def test_profile_al_equals_ngram_decoding_for_every_k_and_size(target_and_prompt
                 assert agg["accept_length_by_n_k"][str(n)][str(k)] == pytest.approx(run.stats.acceptance_length)
                 checked += run.stats.accepted_draft_tokens
     assert checked > 100  # the drafts were accepted often enough for the comparison to mean something
+
+
+def test_sampled_profile_equals_exact_match_ngram_decoding_for_its_seed(target_and_prompts):
+    """At T > 0 under exact_match (keyed draws) the speculative output is the plain sampled one for
+    the seed, so the replay over it is that run's acceptance exactly (tuning/sampled.py)."""
+    models, prompts = target_and_prompts
+    settings = [Sampling(temperature=0.7, top_k=20, seed=10 + i) for i in range(len(prompts))]
+    samples = profile_prompts(models, prompts, NEW, 4, ignore_eos=True, settings=settings, ngram_sizes=[1, 2])
+    accepted = 0
+    for (_, prompt), sp, s in zip(prompts, samples, settings):
+        assert sp.seed == s.seed
+        for n, k in ((1, 2), (2, 4)):
+            (run,) = generate_batch(models, [prompt], NEW, "ngram", draft_len=k, ngram_size=n, ignore_eos=True,
+                                    sampling=s, accept="exact_match")
+            assert run.output_ids == sp.output_ids
+            assert [[x.accepted, x.offered] for x in run.stats.steps] == [
+                [a, min(a + 1, m)] for a, m in sp.ngram_steps[str(n)][k - 1]], (n, k)
+            accepted += run.stats.accepted_draft_tokens
+    assert accepted > 20
 
 
 def test_profile_file_validates_and_checks_its_aggregates(target_and_prompts):
