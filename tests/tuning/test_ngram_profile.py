@@ -56,7 +56,7 @@ def test_sampled_profile_equals_exact_match_ngram_decoding_for_its_seed(target_a
     """At T > 0 under exact_match (keyed draws) the speculative output is the plain sampled one for
     the seed, so the replay over it is that run's acceptance exactly (tuning/sampled.py)."""
     models, prompts = target_and_prompts
-    settings = [Sampling(temperature=0.7, top_k=20, seed=10 + i) for i in range(len(prompts))]
+    settings = [Sampling(temperature=0.15, seed=10 + i) for i in range(len(prompts))]
     samples = profile_prompts(models, prompts, NEW, 4, ignore_eos=True, settings=settings, ngram_sizes=[1, 2])
     accepted = 0
     for (_, prompt), sp, s in zip(prompts, samples, settings):
@@ -68,7 +68,9 @@ def test_sampled_profile_equals_exact_match_ngram_decoding_for_its_seed(target_a
             assert [[x.accepted, x.offered] for x in run.stats.steps] == [
                 [a, min(a + 1, m)] for a, m in sp.ngram_steps[str(n)][k - 1]], (n, k)
             accepted += run.stats.accepted_draft_tokens
-    assert accepted > 20
+    greedy = generate_batch(models, [p for _, p in prompts], NEW, "greedy", ignore_eos=True)
+    assert any(g.output_ids != sp.output_ids for g, sp in zip(greedy, samples))  # really sampled
+    assert accepted > 8  # 14 here: few at T > 0 on this tiny model, but the comparison is not vacuous
 
 
 def test_profile_file_validates_and_checks_its_aggregates(target_and_prompts):
