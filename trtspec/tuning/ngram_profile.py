@@ -33,7 +33,10 @@ from ..upstream import sampling as upstream_sampling
 from .ngram_acceptance import Steps
 
 POOL = "per-request"  # measurement_conditions.ngram_pool (module docstring)
-RULES = (upstream_sampling.GREEDY.name, upstream_sampling.EXACT_MATCH.name)  # draft tokens only, no logits
+# Drafts are tokens without a distribution: exact match (PyTorch backend, trtspec's runtime), or the
+# engine flow's exact match with a fresh draw at the first miss (approximate: sampled.py).
+RULES = (upstream_sampling.GREEDY.name, upstream_sampling.EXACT_MATCH.name,
+         upstream_sampling.EXACT_MATCH_RESAMPLE.name)
 
 
 def replay(prompt: Sequence[int], output: Sequence[int], k: int, n: int, max_new_tokens: int) -> Steps:
@@ -59,7 +62,7 @@ def ngram_steps(prompt: Sequence[int], output: Sequence[int], sizes: Sequence[in
 
 
 def check_rule(rule: str) -> None:
-    """N-gram drafts carry no distribution: upstream verifies them by exact match (greedy at T = 0)."""
+    """N-gram drafts carry no distribution, so only the rules of RULES verify them."""
     if rule not in RULES:
         raise TrtspecError(f"profile.accept_rule: {rule} does not apply to n-gram drafts (no draft logits; "
-                           f"TensorRT-LLM verifies them by {' / '.join(RULES)})")
+                           f"they are verified by {' / '.join(RULES)})")

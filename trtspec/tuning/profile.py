@@ -202,8 +202,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
     the rule the predictions are for (sampled.py); samples_per_prompt: sampled outputs (seeds) per
     prompt; ngram_sizes: profile n-gram drafting at these max_matching_ngram_size values (the
-    target alone; ngram_profile.py) instead of the checkpoint's drafter. partial: a file to write the finished workloads to as they finish and to resume from
-    (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
+    target alone; ngram_profile.py) instead of the checkpoint's drafter. partial: a file to write
+    the finished workloads to as they finish and to resume from (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
     whose prompt + decoded tokens exceed the model's positions is skipped with a warning naming it
     (a run over a user's traffic log should not die on one long prompt); a workload with no sample
     left is an error."""
