@@ -149,7 +149,8 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
                    sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
                    ngram_size: int | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
-    mode: auto | greedy | draft-target | eagle | ngram (runtime/ngram.py, K = draft_len, n = ngram_size); EAGLE uses `eagle_choices` (EAGLE-1, default tree
+    mode: auto | greedy | draft-target | eagle | ngram (runtime/ngram.py, K = draft_len, n = ngram_size,
+    one shared pool as TensorRT-LLM's default); EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
     target (and draft-model) forward after the prompt is one token of one row (decode.py).
     sampling / accept: the settings and accept rule name (runtime/accept.py); prompt i draws with

@@ -235,7 +235,8 @@ def build_profile(mode: str, num_speculative_tokens: int, tree_top_k: int | None
             raise ValueError(f"workloads.{name}: no verify steps (every sample has fewer than 2 generated tokens)")
         out[name] = WorkloadProfile(samples=parsed, sampling=(sampling or {}).get(name), **agg)
     return Profile(mode=mode, num_speculative_tokens=num_speculative_tokens, tree_top_k=tree_top_k,
-                   ngram_sizes=ngram_sizes, measurement_conditions=MeasurementConditions.model_validate(conditions), workloads=out)
+                   ngram_sizes=ngram_sizes, measurement_conditions=MeasurementConditions.model_validate(conditions),
+                   workloads=out)
 
 
 def dump_json(model: BaseModel) -> str:
