@@ -105,7 +105,7 @@ DTM_DEFAULT_MAX_DRAFT_LEN = 8
 #   max_draft_len); supports_backend == "pytorch". The earlier 1.1-era version declares
 #   `max_matching_ngram_size: int = 0` (no usable default), older ones 4 (prompt_lookup_num_tokens=2)
 #   or 3, so trtspec always writes the value explicitly. Whether 1.2.1 is byte-identical: unverified.
-# - _torch/speculative/ngram.py NGramPoolManager.get_draft_tokens (1.x versions, e.g. @c4dc529f):
+# - _torch/speculative/ngram.py NGramPoolManager.get_draft_tokens (1.x versions, e.g. @02499765):
 #   pool update from prefix[start_index:], pattern sizes min(n, len(prefix) - 1)..1, match = the up
 #   to max_draft_len following tokens; a pattern's matches are replaced when new (or, keep_all off,
 #   when the new match is longer than the oldest kept), else a new distinct match is appended after
