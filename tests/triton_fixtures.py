@@ -151,7 +151,8 @@ def tiny_eagle(d: Path, sharpen: float = 1.0) -> Path:
 
 def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles: int | None = None) -> Path:
     """tuning.json with fixed choices. draft-target: choices = {workload: K or [K per band]};
-    eagle: choices = {workload: tree}, workloads sharing a tree share a profile."""
+    eagle: choices = {workload: tree}, workloads sharing a tree share a profile; ngram: choices =
+    {workload: (K, max_matching_ngram_size)}, K = 0 for off."""
     from trtspec.tuning.tune import run_tune
     from trtspec.tuning.schema import dump_json
     from trtspec.tuning.select import SelectConfig
@@ -160,7 +161,18 @@ def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles
     d = path.parent
     d.mkdir(parents=True, exist_ok=True)
     cfg = SelectConfig(concurrency_bands=list(bands))
-    if mode == "draft-target":
+    if mode == "ngram":
+        from trtspec.tuning.synthetic import ngram_profile
+
+        t = fake_ckpt(d / "ck_t", LLAMA)
+        sizes = sorted({n for _, n in choices.values() if n})
+        (d / "profile.json").write_text(dump_json(ngram_profile({w: 0.7 for w in choices}, sizes, target=str(t))))
+        tuning = run_tune(d / "profile.json", "h100", t, None, cfg)
+        for w, (k, n) in choices.items():
+            for b in tuning.workloads[w].bands:
+                b.draft_len, b.max_matching_ngram_size, b.speculate = k, n if k else None, k > 0
+        tuning.max_draft_len = max(k for k, _ in choices.values())
+    elif mode == "draft-target":
         t, dr = fake_ckpt(d / "ck_t", LLAMA), fake_ckpt(d / "ck_d", DRAFT)
         prof = chain_profile({w: 0.7 for w in choices}, num_samples=2, T=32, max_k=8, target=str(t), draft=str(dr))
         (d / "profile.json").write_text(dump_json(prof))

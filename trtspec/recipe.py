@@ -45,7 +45,7 @@ from .triton_repo.sampling import route_sampling
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
 DEFAULT_TARGET = "default"
-PACKAGED_WORKLOADS = ("mt-bench", "humaneval")  # trtspec.workloads.PACKAGED, without importing it
+PACKAGED_WORKLOADS = ("mt-bench", "humaneval", "code-edit")  # trtspec.workloads.PACKAGED, without importing it
 COST_PRESETS = ("h100", "h200", "cpu")          # trtspec.tuning.cost.PRESETS
 
 

@@ -122,17 +122,20 @@ def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | Non
 
 def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = None, eagle_choices=None,
                  eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
-                 draft_sampling: Sampling | None = None) -> Proposer | None:
+                 draft_sampling: Sampling | None = None, ngram_size: int | None = None) -> Proposer | None:
     """The proposer of `mode` (auto | greedy | draft-target | eagle | eagle3 | ngram); None for plain decoding.
-    draft_sampling: the draft model samples its tokens at these settings (rejection sampling)."""
+    draft_sampling: the draft model samples its tokens at these settings (rejection sampling).
+    ngram_size: n-gram max_matching_ngram_size (None: TensorRT-LLM's default)."""
     mode = pick_mode(models, mode, eagle_choices, eagle_dynamic_top_k)
+    if ngram_size is not None and mode != "ngram":
+        raise TrtspecError(f"ngram_size applies to n-gram decoding only (mode is {mode})")
     if draft_len is not None and mode not in ("draft-target", "ngram", "eagle3"):
         raise TrtspecError(f"draft_len applies to draft-target, n-gram and EAGLE-3 decoding only (mode is {mode})")
     if mode == "eagle3":
         return Eagle3Proposer(models.eagle3, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
                               models.target.vocab_size)
     if mode == "ngram":
-        return NGramProposer(DEFAULT_DRAFT_LEN if draft_len is None else draft_len)
+        return NGramProposer(DEFAULT_DRAFT_LEN if draft_len is None else draft_len, ngram_size)
     if mode == "draft-target":
         return DraftModelProposer(models.draft, DEFAULT_DRAFT_LEN if draft_len is None else draft_len,
                                   models.target.vocab_size, batch_invariant, draft_sampling)
@@ -142,7 +145,7 @@ def proposer_for(models: Models, mode: str = "auto", draft_len: int | None = Non
 
 
 def sampled_steps(models: Models, mode: str, draft_len: int | None, eagle_choices, eagle_dynamic_top_k: int | None,
-                  batch_invariant: bool, sampling: Sampling, rule: str | None):
+                  batch_invariant: bool, sampling: Sampling, rule: str | None, ngram_size: int | None = None):
     """(proposer, accept rule) for these settings. rule None = exact_match, the lossless rule every
     proposer supports; the draft model samples its own tokens only under rejection_sampling (it
     then needs to, to send a draft distribution), and drafts greedily otherwise."""
@@ -150,22 +153,24 @@ def sampled_steps(models: Models, mode: str, draft_len: int | None, eagle_choice
     accept = accept_rule(rule, sampling)
     draft_sampling = sampling if rule == REJECTION.name else None
     return proposer_for(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
-                        draft_sampling), accept
+                        draft_sampling, ngram_size=ngram_size), accept
 
 
 def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
-                   sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> list[GenerationResult]:
+                   sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
+                   ngram_size: int | None = None) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle | eagle3 | ngram (runtime/ngram.py and runtime/eagle3.py: K =
-    draft_len; eagle3 needs load_models(eagle3_head=...)); EAGLE uses `eagle_choices` (EAGLE-1, default tree
+    draft_len, n = ngram_size, n-gram with one shared pool as TensorRT-LLM's default; eagle3 needs
+    load_models(eagle3_head=...)); EAGLE uses `eagle_choices` (EAGLE-1, default tree
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
     target (and draft-model) forward after the prompt is one token of one row (decode.py).
     sampling / accept: the settings and accept rule name (runtime/accept.py); prompt i draws with
     seed sampling.seed + i."""
     proposer, rule = sampled_steps(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
-                                   sampling, accept)
+                                   sampling, accept, ngram_size)
     return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer,
                     rule, batch_invariant=batch_invariant, seed=sampling.seed)
 
@@ -173,12 +178,13 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
 def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, eos_ids=None,
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
-                   sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None) -> Iterator[RowStep]:
+                   sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
+                   ngram_size: int | None = None) -> Iterator[RowStep]:
     """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
     these); eos_ids None = the checkpoint's. The proposer and rule are checked before the first step
     runs. Same seed, same output."""
     proposer, rule = sampled_steps(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
-                                   sampling, accept)
+                                   sampling, accept, ngram_size)
     eos = models.eos_ids if eos_ids is None else eos_ids
     return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer, rule,
                               batch_invariant=batch_invariant, seed=sampling.seed))

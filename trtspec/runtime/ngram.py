@@ -1,17 +1,24 @@
 """N-gram (prompt lookup) drafting with the semantics of TensorRT-LLM's PyTorch backend.
 
 No draft model: the drafts are copied from what the request (or, with a public pool, any request)
-has already seen. As `NGramPoolManager` does it (trtspec/upstream/trtllm.py, NGRAM_*):
+has already seen. As `NGramPoolManager` does it (trtspec/upstream/trtllm.py, NGRAM_*; the pool itself is
+runtime/ngram_pool.py, plain Python, which the trtllm-flavor Triton repository ships as it is):
 
 - the pool maps a pattern (the last 1..max_matching_ngram_size committed tokens) to matches: the up
   to K tokens that followed that pattern somewhere in a committed sequence;
 - each step the pool is updated from the part of the committed sequence not scanned yet (plus an
   overlap of K + max_matching_ngram_size - 1 tokens, so patterns spanning the boundary are seen),
-  every pattern size from the largest down; a pattern keeps all its distinct matches of the
-  longest length seen (`keep_all`), or only the longest one;
+  every pattern size from the largest down; a new pattern gets its match; a known one appends a
+  new distinct match after dropping the kept ones shorter than it, except that without
+  `keep_all` a match longer than the oldest kept replaces them all (upstream's exact rule: a
+  shorter match is still appended, so even then a pattern can hold several);
 - the draft is the match of the longest pattern that ends the committed sequence: the oldest match
   (`use_oldest`) or the newest; nothing matches -> no draft (a plain decoding step);
-- drafts never run past prompt + max_new_tokens - 1 tokens;
+- drafts never run past prompt + max_new_tokens - 1 tokens; the first token comes from the
+  prefill, drafting starts with the first verify step (upstream drafts generation requests only);
+- no match: upstream's executor pads every draft to max_draft_len with token id 0, which the
+  target verifies; here the padding is dead nodes (same width, never accepted), so AL differs
+  from upstream's only where the target's own next token after a draft is id 0 (upstream.trtllm);
 - a public pool is shared by every request the proposer serves (TensorRT-LLM's default), a private
   one belongs to its request.
 
@@ -27,10 +34,10 @@ import torch
 from ..errors import TrtspecError
 from ..upstream import trtllm as upstream
 from .batch import Request
+from .ngram_pool import NGramPool
 from .speculative import Acceptance, Proposal, empty_proposal
 from .tree import Tree
 
-Pool = dict[tuple[int, ...], list[tuple[int, ...]]]  # pattern -> matches, oldest first
 
 
 def padded_chain(n: int, size: int) -> Tree:
@@ -46,9 +53,11 @@ def padded_chain(n: int, size: int) -> Tree:
 class NGramProposer:
     """Drafts up to K tokens per row from n-gram matches (module docstring)."""
 
-    def __init__(self, k: int, max_matching_ngram_size: int = upstream.NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE,
+    def __init__(self, k: int, max_matching_ngram_size: int | None = None,
                  keep_all: bool = upstream.NGRAM_DEFAULT_KEEP_ALL, use_oldest: bool = upstream.NGRAM_DEFAULT_USE_OLDEST,
                  public_pool: bool = upstream.NGRAM_DEFAULT_PUBLIC_POOL):
+        if max_matching_ngram_size is None:
+            max_matching_ngram_size = upstream.NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE
         if k < 1:
             raise TrtspecError(f"ngram.max_draft_len: expected >= 1, got {k}")
         if max_matching_ngram_size < 1:
@@ -56,38 +65,20 @@ class NGramProposer:
         self.k, self.n = k, max_matching_ngram_size
         self.keep_all, self.use_oldest, self.public = keep_all, use_oldest, public_pool
         self.max_block = self.max_positions = k
-        self.shared: Pool = {}
-        self.pools: dict[int, Pool] = {}
-        self.scanned: dict[int, int] = {}  # row -> index of the sequence the next update starts at
+        self.shared = self._pool()
+        self.pools: dict[int, NGramPool] = {}
+
+    def _pool(self) -> NGramPool:
+        return NGramPool(self.k, self.n, self.keep_all, self.use_oldest)
 
     def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
-        self.pools = {b: {} for b in rows.tolist()}
-        self.scanned = {b: 0 for b in rows.tolist()}
-
-    def _update(self, pool: Pool, seq: list[int]) -> None:
-        for size in range(min(self.n, len(seq) - 1), 0, -1):
-            for i in range(len(seq) - size):
-                pattern, match = tuple(seq[i:i + size]), tuple(seq[i + size:i + size + self.k])
-                kept = pool.get(pattern)
-                if kept is None or (not self.keep_all and len(match) > len(kept[0])):
-                    pool[pattern] = [match]
-                elif match not in kept:  # keep only matches as long as the longest seen
-                    pool[pattern] = [m for m in kept if len(m) >= len(match)] + [match]
+        self.pools = {}
+        self.shared.scanned.clear()  # new requests; a public pool keeps its patterns
 
     def draft(self, b: int, r: Request) -> list[int]:
         """Row b's draft tokens for its committed sequence (may be empty)."""
-        seq = r.tokens
-        room = len(r.prompt) + r.max_new_tokens - 1 - len(seq)
-        if room <= 0:
-            return []
-        pool = self.shared if self.public else self.pools.setdefault(b, {})
-        self._update(pool, seq[self.scanned.get(b, 0):])
-        self.scanned[b] = max(0, len(seq) - (self.k + self.n - 1))
-        for size in range(min(self.n, len(seq) - 1), 0, -1):
-            matches = pool.get(tuple(seq[-size:]))
-            if matches:
-                return list(matches[0 if self.use_oldest else -1][:room])
-        return []
+        pool = self.shared if self.public else self.pools.setdefault(b, self._pool())
+        return pool.draft(b, r.tokens, len(r.prompt) + r.max_new_tokens)
 
     def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
         drafts = [self.draft(b, requests[b]) for b in rows.tolist()]

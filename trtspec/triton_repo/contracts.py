@@ -11,6 +11,8 @@ Graph (draft-target):
                    --> tensorrt_llm_draft             (trtllm flavor: BLS, K tokens per round)
                    --> tensorrt_llm                   (trtllm flavor: BLS, draft_input_ids -> verify)
              --> postprocessing                       (detokenize the tokens so far, per piece)
+Graph (n-gram): as draft-target without tensorrt_llm_draft: spec_decode drafts from a per-request
+    n-gram pool (runtime/ngram_pool.py, shipped next to it) and sends the drafts to tensorrt_llm.
 Graph (EAGLE): generate --> preprocessing --> tensorrt_llm_<profile> (routed by workload) --> postprocessing
 
 Why our own `spec_decode` and `generate` instead of upstream's `tensorrt_llm_bls`: upstream's BLS
@@ -95,6 +97,8 @@ GENERATE_OUTPUTS = (
 _PASS = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "streaming", "temperature",
          "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed")
 SPEC_INPUTS = _upstream(_PASS, TENSORRT_LLM_INPUTS) + (Tensor("num_draft_tokens", "TYPE_INT32", (1,), ()),)
+# n-gram: the band's max_matching_ngram_size travels with K (optional: absent = upstream's default)
+NGRAM_SPEC_INPUTS = SPEC_INPUTS + (_opt("max_matching_ngram_size", "TYPE_INT32"),)
 SPEC_OUTPUTS = _upstream(("output_ids", "sequence_length"), TENSORRT_LLM_OUTPUTS) + (
     Tensor("acceptance_length", "TYPE_FP32", (1,)), Tensor("total_accepted_draft_tokens", "TYPE_INT32", (1,)),
     Tensor("total_draft_tokens", "TYPE_INT32", (1,)), Tensor("num_draft_tokens", "TYPE_INT32", (1,)),
@@ -129,7 +133,7 @@ def _sampling_sends() -> dict[str, str]:
 
 
 def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits: bool = False) -> list[Call]:
-    """Every BLS call of a repository: mode draft-target | eagle; llm_models = the tensorrt_llm*
+    """Every BLS call of a repository: mode draft-target | ngram | eagle; llm_models = the tensorrt_llm*
     models generate routes to (EAGLE profiles); bls_spec_decode: spec_decode calls the engines
     through BLS (trtllm flavor) instead of running them in-process (cpu flavor); draft_logits: at
     temperature > 0 the draft samples with the request's settings and returns its generation
@@ -144,9 +148,11 @@ def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits:
                "end_id": f"{PREPROCESSING}.output.OUT_END_ID", "pad_id": f"{PREPROCESSING}.output.OUT_PAD_ID",
                "streaming": "const:TYPE_BOOL:1", **_sampling_sends()}
     out: list[Call] = [pre]
-    if mode == "draft-target":
-        out.append(Call(GENERATE, SPEC_DECODE, True, {**request, "num_draft_tokens": "const:TYPE_INT32:1"},
-                        [t.name for t in SPEC_OUTPUTS]))
+    if mode in ("draft-target", "ngram"):
+        settings = {"num_draft_tokens": "const:TYPE_INT32:1"}
+        if mode == "ngram":
+            settings["max_matching_ngram_size"] = "const:TYPE_INT32:1"
+        out.append(Call(GENERATE, SPEC_DECODE, True, {**request, **settings}, [t.name for t in SPEC_OUTPUTS]))
         producers = [SPEC_DECODE]
         if bls_spec_decode:
             engine_request = {"input_ids": f"{SPEC_DECODE}.input.input_ids",
@@ -161,7 +167,8 @@ def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits:
                 draft_sends.update(sampling, return_generation_logits="const:TYPE_BOOL:1")
                 draft_reads.append("generation_logits")
                 target_sends["draft_logits"] = "const:TYPE_FP32:-1,-1"
-            out.append(Call(SPEC_DECODE, TENSORRT_LLM_DRAFT, True, draft_sends, draft_reads))
+            if mode == "draft-target":
+                out.append(Call(SPEC_DECODE, TENSORRT_LLM_DRAFT, True, draft_sends, draft_reads))
             out.append(Call(SPEC_DECODE, TENSORRT_LLM, True, target_sends, ["output_ids", "sequence_length"]))
     else:
         producers = list(llm_models)

@@ -92,9 +92,11 @@ def _build_dir_engines(path: Path) -> dict[str, Path]:
 
 
 def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None) -> list[Artifact]:
-    """trtllm flavor: [target, draft] for draft-target, [eagle] for EAGLE."""
+    """trtllm flavor: [target, draft] for draft-target, [eagle] for EAGLE, [target] for n-gram."""
     root = _dir(engines, "engines")
     found = _build_dir_engines(root) if (root / MANIFEST_FILE).is_file() else None
+    if mode == "ngram":
+        return [_ngram_target_engine(root, found, draft_engines)]
     if mode == "eagle":
         if draft_engines is not None:
             raise TrtspecError("draft_engines: an EAGLE engine drafts itself; give only `engines`")
@@ -134,6 +136,18 @@ def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None)
     return [target, draft]
 
 
+def _ngram_target_engine(root: Path, found: dict | None, draft_engines: Path | None) -> Artifact:
+    """n-gram: the target engine alone, built with draft_tokens_external (the orchestration model
+    sends the n-gram drafts as draft_input_ids; upstream.trtllm NGRAM)."""
+    if draft_engines is not None:
+        raise TrtspecError("draft_engines: n-gram drafting has no draft engine; give only `engines`")
+    target = _engine(_dir((found or {}).get("target", root), "engines"), "target", "engines")
+    if target.speculative_mode != "draft_tokens_external":
+        raise TrtspecError(f"engines: the target engine {target.path} was built with speculative_decoding_mode "
+                           f"{target.speculative_mode}; n-gram serving needs draft_tokens_external")
+    return target
+
+
 def _checkpoint(path: Path, role: str, option: str) -> Artifact:
     cfg = read_json(path / "config.json", "TRT-LLM config.json")
     if "architecture" not in cfg:
@@ -156,7 +170,7 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
 
 
 def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """cpu flavor: [target, draft] or [eagle], or for eagle3 [target, the EAGLE-3 head]."""
+    """cpu flavor: [target, draft], [eagle], [target] for n-gram, or for eagle3 [target, the EAGLE-3 head]."""
     root = _dir(ckpt, "ckpt")
     if mode == "eagle3":
         target = _checkpoint(root, "target", "ckpt")
@@ -167,6 +181,10 @@ def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -
         return [target, Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=str(cfg.get("torch_dtype")),
                                  max_seq_len=cfg.get("max_position_embeddings"))]
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
+    if mode == "ngram":
+        if draft_ckpt is not None:
+            raise TrtspecError("draft_ckpt: n-gram drafting has no draft model; give only `ckpt`")
+        return [_checkpoint(root / "target" if pair else root, "target", "ckpt")]
     if mode == "eagle":
         if draft_ckpt is not None or pair:
             raise TrtspecError("ckpt: the tuning is for EAGLE; give the EagleForCausalLM checkpoint only")
@@ -222,9 +240,15 @@ def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) 
 
 
 def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model)."""
+    """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model);
+    [target] for n-gram."""
     root = _dir(ckpt, "ckpt")
     target_dir = _hf_dir(root, "ckpt")
+    if mode == "ngram":
+        if draft_ckpt is not None:
+            raise TrtspecError("draft_ckpt: n-gram drafting has no draft model; give only `ckpt`")
+        tcfg = read_json(target_dir / "config.json")
+        return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=str(tcfg.get("torch_dtype")))]
     if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
         draft_dir = _recorded_source(root, ("draft",))
     else:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..upstream.triton import LLMAPI_MODEL_PY
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
+from .models.serving_rules import CHAIN_MODES
 from .serve import DEFAULT_PORTS, container_command, shell_join
 
 GIB = 1024**3
@@ -122,13 +123,15 @@ def _tuned_table(manifest: dict, tuning) -> list[str]:
     routing = manifest["routing"]
     mode = manifest["mode"]
     out = []
-    if mode in ("draft-target", "eagle3") and manifest["flavor"] != "llmapi":  # eagle3: the head's chain K
+    if mode in CHAIN_MODES and manifest["flavor"] != "llmapi":
         out += ["`generate` sends each request's workload K (num_draft_tokens) for the concurrency band matching "
                 "the requests in flight (the largest tuned band <= in flight).", "",
                 "| workload | concurrency | K | predicted AL | predicted speedup |", "|---|---|---|---|---|"]
         for name, w in sorted(tuning.workloads.items()):
             for b in sorted(w.bands, key=lambda b: b.concurrency):
-                out.append(f"| {name} | {b.concurrency} | {b.draft_len} | {b.acceptance_length:.2f} | "
+                n = f" (n-gram, max_matching_ngram_size {b.max_matching_ngram_size})" \
+                    if b.max_matching_ngram_size is not None else ""
+                out.append(f"| {name} | {b.concurrency} | {b.draft_len}{n} | {b.acceptance_length:.2f} | "
                            f"{b.speedup:.2f}x |")
         d = routing["default"]
         out += ["", f"Unknown or missing workload: K = "
@@ -185,7 +188,7 @@ def _sampling_text(manifest: dict) -> list[str]:
                                         "as `draft_logits`" if s["draft_logits"] else
                                         "off (the draft engine has no generation logits; build with "
                                         "`build.draft_logits` for rejection sampling)") + ".")
-    elif manifest["flavor"] == "cpu" and manifest["mode"] in ("draft-target", "eagle3"):
+    elif manifest["flavor"] == "cpu" and manifest["mode"] in CHAIN_MODES:
         out.append("- `spec_decode` runs this rule in-process (its `accept_rule` parameter; exact_match unless "
                    "tuning.json assumed another draft-target rule). With exact_match the speculative output is "
                    "the target's plain sampled output for the same seed.")

@@ -139,14 +139,20 @@ def postprocessing_model(max_batch_size: int, tokenizer_dir: str, instances: int
 
 def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int, engine: str,
                       target_ckpt: str | None = None, draft_ckpt: str | None = None,
-                      sampling_params: dict[str, str] | None = None) -> ModelFiles:
-    """sampling_params: `draft_logits` (bls) / `accept_rule` (trtspec.runtime), see spec_decode.py."""
+                      sampling_params: dict[str, str] | None = None, ngram: bool = False) -> ModelFiles:
+    """sampling_params: `draft_logits` (bls) / `accept_rule` (trtspec.runtime), see spec_decode.py.
+    ngram: drafts from a per-request n-gram pool instead of a draft model (parameter drafter=ngram)."""
     params = {"engine": engine, "target_model": c.TENSORRT_LLM, "draft_model": c.TENSORRT_LLM_DRAFT,
               "max_draft_len": str(max_draft_len), "max_concurrency": str(concurrency), **(sampling_params or {})}
+    if ngram:
+        params.update(drafter="ngram", draft_model="")
     if engine == "trtspec.runtime":
-        params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt, torch_threads="1")
-    cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, c.SPEC_INPUTS, c.SPEC_OUTPUTS, decoupled=True,
-                       parameters=params)
+        params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt or "", torch_threads="1")
+    cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, c.NGRAM_SPEC_INPUTS if ngram else c.SPEC_INPUTS,
+                       c.SPEC_OUTPUTS, decoupled=True, parameters=params)
+    if ngram:
+        how = "BLS calls to tensorrt_llm" if engine == "bls" else "in-process on the checkpoint with trtspec.runtime"
+        return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"n-gram speculative decoding, streamed ({how})")
     how = ("BLS calls to tensorrt_llm_draft and tensorrt_llm" if engine == "bls"
            else "in-process on the two checkpoints with trtspec.runtime")
     return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"draft-target speculative decoding, streamed ({how})")

@@ -33,13 +33,14 @@ from . import contracts as c
 from . import render as r
 from .configs import render as render_config
 from .memory import plan_memory
-from .models import HELPERS, SOURCES
+from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
 from .deploy import (FLAVORS, Artifact, eagle3_capture, is_eagle3, resolve_checkpoints, resolve_engines,
                      resolve_hf, resolve_tokenizer)
-from .models.serving_rules import SPEC_DECODE_RULES
+from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
+from . import ngram_serving
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
 from .validate import check_repository
 from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY,
@@ -84,6 +85,10 @@ class RepoResult:
 
 def _source(name: str) -> str:
     return resources.files("trtspec.triton_repo.models").joinpath(name).read_text(encoding="utf-8")
+
+
+def _runtime_source(name: str) -> str:
+    return resources.files("trtspec.runtime").joinpath(name).read_text(encoding="utf-8")
 
 
 def _python_files(kind: str) -> dict[str, str]:
@@ -256,6 +261,9 @@ class _Builder:
                                            {"accept_rule": rule, **extra})
             spec.files = _python_files("spec_decode")
             files.append(spec)
+        elif self.mode == "ngram":
+            routing = draft_target_routes(self.tuning, req.default_workload)
+            files += self._ngram_models(B, tok, self._check_draft_lengths(routing))
         else:
             art = self.arts[0]
             routing = eagle_routes(self.tuning, req.eagle_band, req.default_workload, art.num_eagle_layers)
@@ -287,6 +295,31 @@ class _Builder:
                                                       bool(self.sampling.get("draft_logits"))))
         return files
 
+    def _ngram_models(self, B: int, tok: str, max_k: int) -> list[r.ModelFiles]:
+        """n-gram: the target (engine with draft_tokens_external, or checkpoint) and spec_decode
+        drafting from a per-request pool (runtime/ngram_pool.py, shipped next to it)."""
+        (target,) = self.arts
+        if self.flavor == "trtllm":
+            self.memory = self._memory([(c.TENSORRT_LLM, target)], shared=False)
+            params = r.tensorrtllm_parameters(
+                engine_dir=str(target.path), tokenizer_dir=tok, kv_tokens=self._kv(c.TENSORRT_LLM), kv_reuse=True,
+                decoding_mode="", eagle_choices=None, gpu_device_ids=self._gpu_ids(target, orchestrator=False))
+            llm = r.tensorrtllm_model(c.TENSORRT_LLM, B, target.dtype, params,
+                                      f"target engine ({target.speculative_mode}, max_draft_len "
+                                      f"{target.max_draft_len}); n-gram drafts come from spec_decode")
+            self.sampling = route_sampling(self.flavor, self.mode)
+            spec = r.spec_decode_model(B, B, target.max_draft_len, "bls", ngram=True)
+        else:
+            llm = r.cpu_llm_model(c.TENSORRT_LLM, B, str(target.path), "target", None, B,
+                                  "target checkpoint on trtspec.runtime (tensorrt_llm's tensors; loaded on first "
+                                  "use: spec_decode serves in-process)", True)
+            rule = self._cpu_accept_rule()
+            self.sampling = route_sampling(self.flavor, self.mode, cpu_rule=rule)
+            spec = r.spec_decode_model(B, B, max_k, "trtspec.runtime", str(target.path), None,
+                                       {"accept_rule": rule}, ngram=True)
+        spec.files = {**_python_files("spec_decode"), NGRAM_POOL: _runtime_source(NGRAM_POOL)}
+        return [llm, spec]
+
     def _cpu_accept_rule(self) -> str:
         """The cpu spec_decode's rule at T > 0: the one tuning.json says it assumed, when spec_decode
         can run it; else exact_match (the PyTorch backend's two-model rule)."""
@@ -315,7 +348,16 @@ class _Builder:
         m = next((m for m in self.memory.models if m.model == name), None) if self.memory else None
         return m.kv_tokens if m and m.kv_tokens > 0 else None
 
-    def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
+    def _llmapi_specs(self) -> tuple[dict, list[tuple[str, dict | None, str]], bool]:
+        """(routing, [(model name, speculative_config or None, profile text)], eagle3)."""
+        if self.mode == "ngram":
+            routing = _llmapi_routing(draft_target_routes(self.tuning, self.req.default_workload), self.mode)
+            served = {e["model"]: e for e in [*routing["workloads"].values(), routing["default"]]}
+            return routing, [(name, ngram_serving.speculative_config(e["num_draft_tokens"],
+                                                                     e["max_matching_ngram_size"])
+                              if e["num_draft_tokens"] else None,
+                              f"n-gram max_draft_len {e['num_draft_tokens']}, max_matching_ngram_size "
+                              f"{e.get('max_matching_ngram_size')}") for name, e in sorted(served.items())], False
         target, draft = self.arts
         eagle3 = is_eagle3(draft.config)
         if self.mode == "eagle3" and not eagle3:
@@ -326,18 +368,25 @@ class _Builder:
             routing = _llmapi_routing(eagle_routes(self.tuning, self.req.eagle_band, self.req.default_workload),
                                       self.mode)
         ks = sorted({e["num_draft_tokens"] for e in [*routing["workloads"].values(), routing["default"]]})
+        specs = [(f"{c.TENSORRT_LLM}_k{k}", {
+            "decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
+            "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path), **(eagle3_capture(target, draft) if eagle3 else {})}
+            if k > 0 else None, f"max_draft_len {k}")
+                 for k in ks]
+        return routing, specs, eagle3
+
+    def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
+        target = self.arts[0]
+        routing, specs, eagle3 = self._llmapi_specs()
         files = []
-        for k in ks:
-            name = f"{c.TENSORRT_LLM}_k{k}"
+        for name, spec, label in specs:
             cfg = {"model": str(target.path), "backend": "pytorch", "tensor_parallel_size": 1,
                    "pipeline_parallel_size": 1}
-            if k > 0:
-                cfg["speculative_config"] = {
-                    "decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
-                    "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path), **(eagle3_capture(target, draft) if eagle3 else {})}
+            if spec is not None:
+                cfg["speculative_config"] = spec
             cfg["triton_config"] = {"max_batch_size": 0, "decoupled": True}
             text = (f"# TensorRT-LLM {TRTLLM_VERSION_LABEL} LLM API arguments (generated by trtspec). Profile: "
-                    f"max_draft_len {k}.\n" + yaml.safe_dump(cfg, sort_keys=False))
+                    f"{label}.\n" + yaml.safe_dump(cfg, sort_keys=False))
             f = r.llmapi_model(name, text)
             f.config.model_transaction_policy.decoupled = True
             files.append(f)
@@ -396,14 +445,17 @@ class _Builder:
 
 
 def _llmapi_routing(routing: dict, mode: str) -> dict:
-    """llmapi: one model per distinct draft length (max_draft_len is a per-model LLM() argument, and
+    """llmapi: one model per distinct draft length (n-gram: per (K, max_matching_ngram_size); max_draft_len is a
+    per-model LLM() argument, and
     each model is a whole LLM instance, so one band is served: the smallest, as for EAGLE engines;
     for an EAGLE tuning the chain length is the served tree's depth); generate routes workloads to
     tensorrt_llm_k<K>."""
-    if mode == "draft-target":
+    if mode in CHAIN_MODES:
         def entry(bands):
             k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
-            return {"model": f"{c.TENSORRT_LLM}_k{k}", "num_draft_tokens": k}
+            n = bands[0].get("max_matching_ngram_size")  # n-gram: and its matching size
+            return {"model": ngram_serving.model_name(k, n), "num_draft_tokens": k,
+                    **({"max_matching_ngram_size": n} if n is not None else {})}
         table = {w: entry(bands) for w, bands in routing["workloads"].items()}
         default = {"source": routing["default"]["source"], **entry(routing["default"]["bands"])}
     else:

@@ -6,6 +6,9 @@ picks the band from the number of requests it has in flight when a request arriv
 tuned band <= in-flight (the smallest band below that; models/serving_rules.py `pick_band`). That
 is the batch the engines will see, which is what the tuning's step-time model was evaluated at.
 
+N-gram: the same routes, each band also carrying its max_matching_ngram_size (no draft model; the
+orchestration drafts from a per-request pool, so both settings are per request as K is).
+
 EAGLE: `eagle_choices` is a per-model setting, so each served profile is a whole engine instance
 (weights, activations and KV cache again, see the README's memory table). Serving every band's
 profiles would multiply that by the number of bands, so one band is served (`triton.eagle_band`,
@@ -26,6 +29,7 @@ import re
 
 from ..errors import TrtspecError
 from .contracts import TENSORRT_LLM, sanitize
+from .models.serving_rules import CHAIN_MODES
 
 WORKLOAD_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # trtspec.workloads.spec.NAME_RE
 
@@ -46,7 +50,7 @@ def check_tuning(tuning, where: str) -> None:
         if got != bands:
             raise TrtspecError(f"{where}: workload '{name}' has bands {got}, expected concurrency_bands {bands}")
         for b in w.bands:
-            if tuning.mode in ("draft-target", "eagle3") and b.draft_len is None:  # (range: check_tuning_values)
+            if tuning.mode in CHAIN_MODES and b.draft_len is None:  # (its range: check_tuning_values)
                 raise TrtspecError(f"{where}: workload '{name}' band {b.concurrency}: draft_len missing")
     if tuning.mode == "eagle":
         names = {p.name for p in tuning.profiles or []}
@@ -71,31 +75,42 @@ def _check_default(tuning, default_workload: str | None) -> None:
 def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
     _check_default(tuning, default_workload)
     bands = sorted(tuning.concurrency_bands)
-    table = {name: [{"concurrency": b.concurrency, "num_draft_tokens": int(b.draft_len)}
+    table = {name: [_entry(b.concurrency, b.draft_len, b.max_matching_ngram_size)
                     for b in sorted(w.bands, key=lambda b: b.concurrency)]
              for name, w in sorted(tuning.workloads.items())}
     if default_workload is not None:
         default = {"source": f"workload {default_workload}", "bands": table[default_workload]}
     else:
         default = {"source": "computed (K with the highest token-weighted tokens/s over the tuned workloads)",
-                   "bands": [{"concurrency": c, "num_draft_tokens": _best_shared_k(tuning, c)} for c in bands]}
-    return {"mode": "draft-target", "bands": bands, "workloads": table, "default": default}
+                   "bands": [_entry(c, *_best_shared(tuning, c)) for c in bands]}
+    return {"mode": tuning.mode, "bands": bands, "workloads": table, "default": default}
 
 
-def _best_shared_k(tuning, concurrency: int) -> int:
-    score: dict[int, float] = {}
-    seen: dict[int, int] = {}
+def _entry(concurrency: int, k, ngram_size: int | None) -> dict:
+    """One band's route: K, and an n-gram band's max_matching_ngram_size."""
+    e = {"concurrency": concurrency, "num_draft_tokens": int(k)}
+    if ngram_size is not None:
+        e["max_matching_ngram_size"] = int(ngram_size)
+    return e
+
+
+def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
+    """(K, n-gram size or None) with the highest token-weighted tokens/s over the workloads' sweeps."""
+    score: dict[tuple, float] = {}
+    seen: dict[tuple, int] = {}
     for w in tuning.workloads.values():
         band = next(b for b in w.bands if b.concurrency == concurrency)
         for p in band.sweep:
             if p.draft_len is not None:
-                score[p.draft_len] = score.get(p.draft_len, 0.0) + w.num_tokens * p.tokens_per_s
-                seen[p.draft_len] = seen.get(p.draft_len, 0) + 1
+                key = (p.draft_len, p.max_matching_ngram_size)
+                score[key] = score.get(key, 0.0) + w.num_tokens * p.tokens_per_s
+                seen[key] = seen.get(key, 0) + 1
     full = [k for k, n in seen.items() if n == len(tuning.workloads)]
-    if not full:  # no K was swept for every workload: the most common tuned choice
-        ks = [next(b for b in w.bands if b.concurrency == concurrency).draft_len for w in tuning.workloads.values()]
-        return max(set(ks), key=lambda k: (ks.count(k), -k))
-    return max(full, key=lambda k: (score[k], -k))
+    if not full:  # no setting was swept for every workload: the most common tuned choice
+        ks = [(b.draft_len, b.max_matching_ngram_size) for w in tuning.workloads.values()
+              for b in w.bands if b.concurrency == concurrency]
+        return max(set(ks), key=lambda k: (ks.count(k), -k[0], -(k[1] or 0)))
+    return max(full, key=lambda k: (score[k], -k[0], -(k[1] or 0)))
 
 
 def eagle_routes(tuning, band: int | None = None, default_workload: str | None = None,

@@ -34,7 +34,7 @@ from ..errors import TrtspecError
 from . import contracts as c
 from .configs import parse_text, params, tensor_of
 from .models import HELPERS, SOURCES
-from .models.serving_rules import parse_braces
+from .models.serving_rules import CHAIN_MODES, parse_braces
 from .routing import tree_problems
 from ..upstream.triton import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_OUTPUTS,
                                PARAM_KIND, SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS,
@@ -125,6 +125,8 @@ def check_repository(repo: Path) -> list[str]:
         elif kind == "spec_decode":
             p = params(cfg)
             keys = ("target_checkpoint", "draft_checkpoint") if p.get("engine") == "trtspec.runtime" else ()
+            if p.get("drafter") == "ngram":  # no draft model
+                keys = keys[:1]
             probs += _paths(cfg, where, keys)
     probs += _check_wiring(manifest, configs)
     probs += _check_limits(repo, configs, kinds)
@@ -333,7 +335,7 @@ def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
     except json.JSONDecodeError as e:
         return [f"{where}: parameter routing is not JSON ({e.msg})"]
     mode = routing.get("mode")
-    if mode == "draft-target":
+    if mode in CHAIN_MODES:
         ks = [(w, b["num_draft_tokens"]) for w, bands in routing["workloads"].items() for b in bands]
         ks += [("(default)", b["num_draft_tokens"]) for b in routing["default"]["bands"]]
         spec = configs.get(c.SPEC_DECODE)
@@ -390,6 +392,10 @@ def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
             if k != e.get("num_draft_tokens"):
                 probs.append(f"{y}: speculative_config.max_draft_len {k} but the routing sends "
                              f"num_draft_tokens {e.get('num_draft_tokens')} to this model")
+            n = spec.get("max_matching_ngram_size") if isinstance(spec, dict) else None
+            if n != e.get("max_matching_ngram_size"):
+                probs.append(f"{y}: speculative_config.max_matching_ngram_size {n} but the routing serves "
+                             f"max_matching_ngram_size {e.get('max_matching_ngram_size')} with this model")
     else:
-        probs.append(f"{where}: routing mode {mode!r} is not draft-target, eagle or llmapi")
+        probs.append(f"{where}: routing mode {mode!r} is not draft-target, ngram, eagle or llmapi")
     return probs

@@ -218,16 +218,21 @@ class CostModel(BaseModel):
         """No speculation: one target forward of one token per sequence."""
         return StepTime(draft_s=0.0, target_s=forward_time(self.gpu, self.target, batch, 1, context))
 
-    def draft_target_step(self, batch: int, k: int, context: float) -> StepTime:
+    def draft_target_step(self, batch: int, k: int, context: float, host_draft: bool = False) -> StepTime:
         """K draft tokens: K draft-model forwards of one token each (the first also catches up on
         the previous step's 1-2 committed tokens, counted as one), then one target verify of K + 1
         tokens (TRT-LLM draft_tokens_external; trtspec/runtime/draft_target.py does the same). An
-        EAGLE-3 head (role eagle, shape_from_eagle3) drafts its chain the same way: K head forwards."""
+        EAGLE-3 head (role eagle, shape_from_eagle3) drafts its chain the same way: K head forwards.
+        host_draft: the drafts come from the host at no GPU time (n-gram lookup), so the step is the
+        verify alone, always K + 1 tokens (upstream pads short drafts to K: upstream.trtllm NGRAM)."""
         if k == 0:
             return self.baseline_step(batch, context)
-        d = self.draft if self.draft is not None and self.draft.role == "eagle" else self._need_draft("draft")
-        return StepTime(draft_s=k * forward_time(self.gpu, d, batch, 1, context),
-                        target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
+        if host_draft:
+            draft_s = 0.0
+        else:
+            d = self.draft if self.draft is not None and self.draft.role == "eagle" else self._need_draft("draft")
+            draft_s = k * forward_time(self.gpu, d, batch, 1, context)
+        return StepTime(draft_s=draft_s, target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
 
     def eagle_step(self, batch: int, level_sizes: list[int], num_nodes: int, context: float) -> StepTime:
         """An EAGLE-1 tree step: drafter level 0 on the accepted tokens (counted as one token per

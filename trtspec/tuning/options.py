@@ -48,6 +48,9 @@ class ProfileOptions(StageOptions):
                              "refused; see trtspec/tuning/sampled.py).")
     samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0 (greedy "
                                     "workloads are decoded once).")
+    ngram_sizes: Optional[list[int]] = Field(None, description="Profile n-gram drafting (no draft model) at these "
+                                             "max_matching_ngram_size values, every K <= max_k each, instead of "
+                                             "the checkpoint's drafter. null: the checkpoint's drafter.")
 
     @field_validator("accept_rule")
     @classmethod
@@ -56,6 +59,11 @@ class ProfileOptions(StageOptions):
         if v not in names:
             raise ValueError(f"{v!r} is not one of {', '.join(names)}")
         return v
+
+    @field_validator("ngram_sizes")
+    @classmethod
+    def _ngram_sizes(cls, v: Optional[list[int]]) -> Optional[list[int]]:
+        return None if v is None else distinct_positive(v, "[1, 2, 3]")
 
     def sampling(self) -> Sampling:
         """The Sampling settings of these options (sampling_seed is Sampling.seed)."""

@@ -39,6 +39,7 @@ from ..upstream.sampling import EXACT_MATCH
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
 from .profile_partial import conditions_hash, load_partial, save_partial
+from .ngram_profile import POOL as NGRAM_POOL, check_rule as check_ngram_rule, ngram_steps
 from .sampled import (decode_settings, decode_targets, estimator, rejection_agreement, samples_drafts,
                       with_overrides)
 from .schema import build_profile
@@ -53,6 +54,7 @@ class SampleProfile:
     output_ids: list[int]
     match_lengths: list[int] = field(default_factory=list)
     rank_paths: list[list[int]] = field(default_factory=list)
+    ngram_steps: dict[str, list] = field(default_factory=dict)  # ngram_profile.py
     seed: int | None = None  # the draw seed of a sampled output; None when greedy
 
 
@@ -142,12 +144,13 @@ def eagle3_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k:
 
 def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
                     tree_top_k: int = 10, ignore_eos: bool = False,
-                    settings: list[Sampling] | None = None, accept_rule: str = EXACT_MATCH.name
-                    ) -> list[SampleProfile]:
+                    settings: list[Sampling] | None = None, accept_rule: str = EXACT_MATCH.name,
+                    ngram_sizes: list[int] | None = None) -> list[SampleProfile]:
     """Decode every prompt with the target (greedily, or at `settings[i]`: sampled with its seed,
     see sampled.py), then record match_lengths (draft-target) or rank_paths (EAGLE) along that
     output for the first `max_new_tokens` states (under rejection_sampling at T > 0, the kept
-    indicators drawn given that output: sampled.rejection_agreement).
+    indicators drawn given that output: sampled.rejection_agreement); with `ngram_sizes`, the
+    n-gram replay of every (n, K) over that output instead (ngram_profile.py).
 
     The target decodes max_k + 1 tokens past max_new_tokens so that the runs of the last states are
     known in full: a speculative run's last step is counted before its output is cut, and the
@@ -161,7 +164,9 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
         seq = list(prompt) + res.output_ids
         states = min(len(res.output_ids), max_new_tokens)
         sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states], seed=None if s.greedy else s.seed)
-        if models.eagle is not None:
+        if ngram_sizes:
+            sp.ngram_steps = ngram_steps(prompt, sp.output_ids, ngram_sizes, max_k, max_new_tokens)
+        elif models.eagle is not None:
             sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)[:states]
         elif models.eagle3 is not None:
             sp.match_lengths = eagle3_match_lengths(models, seq, len(prompt), max_k)[:states]
@@ -204,13 +209,16 @@ def _record(p: SampleProfile, key: str, sample, base: Sampling) -> dict:
 
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
                 progress=None, partial: Path | None = None, sampling: Sampling = GREEDY_SAMPLING,
-                accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1, eagle3_head: Path | None = None):
+                accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1, eagle3_head: Path | None = None,
+                ngram_sizes: list[int] | None = None):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
     the rule the predictions are for (sampled.py); samples_per_prompt: sampled outputs (seeds) per
-    prompt. eagle3_head: profile that EAGLE-3 head on `ckpt` (mode eagle3). partial: a file to write the finished workloads to as they finish and to resume from
-    (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
+    prompt; eagle3_head: profile that EAGLE-3 head on `ckpt` (mode eagle3); ngram_sizes: profile
+    n-gram drafting at these max_matching_ngram_size values (the target alone; ngram_profile.py)
+    instead of the checkpoint's drafter. partial: a file to write the finished workloads to as they
+    finish and to resume from (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
     whose prompt + decoded tokens exceed the model's positions is skipped with a warning naming it
     (a run over a user's traffic log should not die on one long prompt); a workload with no sample
     left is an error."""
@@ -218,13 +226,16 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     settings = {w.name: workload_settings(w, sampling, accept_rule, samples_per_prompt) for w in workloads}
     kinds = {estimator(accept_rule, s) for _, ss in settings.values() for s in ss}
     kind = next(k for k in ("approximate", "unbiased", "exact") if k in kinds | {"exact"})
-    models = load_models(ckpt, draft_ckpt, eagle3_head=eagle3_head)
-    if models.eagle is None and models.draft is None and models.eagle3 is None:
+    if ngram_sizes:
+        check_ngram_rule(accept_rule)
+    models = load_models(ckpt, None if ngram_sizes else draft_ckpt, eagle3_head=None if ngram_sizes else eagle3_head)
+    if models.eagle is None and models.draft is None and models.eagle3 is None and not ngram_sizes:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory, "
                            "`draft_ckpt` or `eagle3_head`")
     if models.tokenizer is None:
         raise TrtspecError(f"{ckpt}: no tokenizer files; workloads are rendered with the target's chat template")
-    mode = "eagle" if models.eagle is not None else "eagle3" if models.eagle3 is not None else "draft-target"
+    mode = ("ngram" if ngram_sizes else "eagle" if models.eagle is not None else "eagle3" if models.eagle3 is not None
+            else "draft-target")
     if mode in ("eagle", "eagle3") and any(samples_drafts(accept_rule, d) for _, ds in settings.values() for d in ds):
         raise TrtspecError(f"profile.accept_rule: {accept_rule} needs a chain draft (draft-target); EAGLE drafts "
                            "are accepted by greedy, exact_match or typical_acceptance")
@@ -240,12 +251,15 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                   "workloads": {w.name: w.manifest() for w in workloads},
                   "sampling": sampling.model_dump(), "accept_rule": accept_rule,
                   "estimator": kind, "samples_per_prompt": samples_per_prompt}
-    if eagle3_head is not None:
+    if eagle3_head is not None and mode == "eagle3":
         conditions["eagle3_head"] = str(Path(eagle3_head).resolve())
-    digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k})
+    if mode == "ngram":
+        conditions |= {"draft": None, "ngram_pool": NGRAM_POOL}
+    digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k,
+                              **({"ngram_sizes": ngram_sizes} if ngram_sizes else {})})
     done = load_partial(partial, digest, progress)
     samples: dict[str, list[dict]] = {}
-    key = "rank_paths" if mode == "eagle" else "match_lengths"
+    key = {"eagle": "rank_paths", "ngram": "ngram_steps"}.get(mode, "match_lengths")
     for w in workloads:
         if w.name in done:
             samples[w.name] = done[w.name]
@@ -267,11 +281,12 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
             progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode}, "
                      f"{base.label()})")
         profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes,
-                                   accept_rule=accept_rule)
+                                   accept_rule=accept_rule, ngram_sizes=ngram_sizes)
         samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, kept * repeats)]
         save_partial(partial, digest, samples)
     return build_profile(mode, max_k, recorded_top_k, conditions, samples,
-                         sampling={name: base.model_dump() for name, (base, _) in settings.items()})
+                         sampling={name: base.model_dump() for name, (base, _) in settings.items()},
+                         ngram_sizes=ngram_sizes)
 
 
 def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt: Path | None = None,
@@ -286,4 +301,5 @@ def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt
                             sampling=sampling)
     return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress,
                        partial=partial, sampling=options.sampling(), accept_rule=options.accept_rule,
-                       samples_per_prompt=options.samples_per_prompt, eagle3_head=eagle3_head)
+                       samples_per_prompt=options.samples_per_prompt, eagle3_head=eagle3_head,
+                       ngram_sizes=options.ngram_sizes)

@@ -35,6 +35,8 @@ def profile_command(
     accept_rule: str = typer.Option(default(P, "accept_rule"), "--accept-rule", help=doc(P, "accept_rule")),
     samples_per_prompt: int = typer.Option(default(P, "samples_per_prompt"), "--samples-per-prompt",
                                            help=doc(P, "samples_per_prompt")),
+    ngram_sizes: Optional[str] = typer.Option(default(P, "ngram_sizes"), "--ngram-sizes",
+                                              help=doc(P, "ngram_sizes") + " Comma-separated."),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -45,7 +47,8 @@ def profile_command(
     options = from_cli(P, max_k=max_k, samples=samples, max_new_tokens=max_new_tokens, tree_top_k=tree_top_k,
                        seed=seed, categories=categories.split(",") if categories is not None else None,
                        temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
-                       accept_rule=accept_rule, samples_per_prompt=samples_per_prompt)
+                       accept_rule=accept_rule, samples_per_prompt=samples_per_prompt,
+                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
     from .profile_partial import partial_path
@@ -57,9 +60,12 @@ def profile_command(
     write_text_atomic(out, dump_json(profile))
     partial.unlink(missing_ok=True)
     for name, w in profile.workloads.items():
-        se = w.accept_length_se_by_k or {}
-        al = ", ".join(f"K={k}: {v:.2f}" + (f" ±{se[k]:.2f}" if se.get(k) is not None else "")
-                       for k, v in w.accept_length_by_k.items())
         label = w.sampling.label() if w.sampling is not None else "greedy"
-        typer.echo(f"{name} ({label}): {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
+        by_n = w.accept_length_by_n_k or {"": w.accept_length_by_k}  # n-gram: one line per matching size
+        for n, by_k in by_n.items():
+            se = (w.accept_length_se_by_n_k or {}).get(n) if n else w.accept_length_se_by_k
+            al = ", ".join(f"K={k}: {v:.2f}" + (f" ±{se[k]:.2f}" if (se or {}).get(k) is not None else "")
+                           for k, v in by_k.items())
+            size = f" n={n}" if n else ""
+            typer.echo(f"{name} ({label}){size}: {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
     typer.echo(f"wrote {out}")

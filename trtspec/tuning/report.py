@@ -114,6 +114,8 @@ def setting_text(band: BandChoice) -> str:
     if band.eagle_choices is not None:
         depth = max(len(c) for c in band.eagle_choices)
         return f"tree {len(band.eagle_choices)} nodes, depth {depth} ({band.profile})"
+    if band.max_matching_ngram_size is not None:
+        return f"ngram K={band.draft_len} n={band.max_matching_ngram_size}"
     return f"K={band.draft_len}"
 
 

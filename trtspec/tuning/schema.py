@@ -31,6 +31,7 @@ from ..schema_io import load_versioned
 from .acceptance import summarize
 from .cost import GpuSpec, ModelShape
 from .fit import FitReport
+from .ngram_acceptance import summarize_ngram
 
 PROFILE_SCHEMA = "trtspec.profile/1"
 TUNING_SCHEMA = "trtspec.tuning/1"
@@ -67,6 +68,7 @@ class ProfileSample(BaseModel):
     prompt_len: int | None = None
     match_lengths: list[int] | None = None  # draft-target
     rank_paths: list[list[int]] | None = None  # eagle
+    ngram_steps: dict[str, list[list[list[int]]]] | None = None  # ngram: {n: [[accepted, drafted] per step] per K}
     output_ids: list[int] | None = None  # optional: the target's output (greedy or sampled), for inspection only
     seed: int | None = Field(None, exclude_if=lambda v: v is None)  # the sampled output's draw seed
     sampling: Sampling | None = Field(None, exclude_if=lambda v: v is None)  # this request's own settings
@@ -74,6 +76,11 @@ class ProfileSample(BaseModel):
     @property
     def lists(self) -> list:
         return self.match_lengths if self.match_lengths is not None else self.rank_paths
+
+    @property
+    def num_states(self) -> int:
+        """Generated tokens recorded: per-state lists, or an n-gram sample's output."""
+        return len(self.output_ids or []) if self.ngram_steps is not None else len(self.lists)
 
 
 class WorkloadProfile(BaseModel):
@@ -87,6 +94,8 @@ class WorkloadProfile(BaseModel):
     samples: list[ProfileSample] = Field(min_length=1)
     accept_length_se_by_k: dict[str, float | None] | None = None  # standard errors (acceptance.ratio_se)
     sampling: Sampling | None = None  # the workload's settings (None: measurement_conditions.sampling)
+    accept_length_by_n_k: dict[str, dict[str, float | None]] | None = None  # ngram: AL per matching size and K
+    accept_length_se_by_n_k: dict[str, dict[str, float | None]] | None = None
 
     def mean_prompt_len(self) -> float | None:
         lens = [s.prompt_len for s in self.samples]
@@ -96,9 +105,11 @@ class WorkloadProfile(BaseModel):
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     schema_id: Literal["trtspec.profile/1"] = Field(PROFILE_SCHEMA, alias="schema")
-    mode: Literal["draft-target", "eagle", "eagle3"]  # eagle3: an EAGLE-3 head's chain (match_lengths)
+    mode: Literal["draft-target", "eagle", "eagle3", "ngram"]  # eagle3: an EAGLE-3 head's chain (match_lengths)
     num_speculative_tokens: int = Field(ge=1, description="max K (chain) or max tree depth profiled")
     tree_top_k: int | None = Field(None, ge=1, description="eagle: ranks recorded (r < tree_top_k, else -1)")
+    ngram_sizes: list[int] | None = Field(None, exclude_if=lambda v: v is None,
+                                          description="ngram: the max_matching_ngram_size values profiled")
     measurement_conditions: MeasurementConditions
     workloads: dict[str, WorkloadProfile] = Field(min_length=1)
 
@@ -119,10 +130,13 @@ class Profile(BaseModel):
             if w.num_samples != len(w.samples):
                 raise ValueError(f"{where}.num_samples: {w.num_samples} but {len(w.samples)} samples")
             for i, s in enumerate(w.samples):
-                _check_sample(s, f"{where}.samples.{i}", eagle, K, self.tree_top_k)
-            if w.num_tokens != sum(len(s.lists) for s in w.samples):
+                if self.mode == "ngram":
+                    _check_ngram_sample(s, f"{where}.samples.{i}", K, self.ngram_sizes)
+                else:
+                    _check_sample(s, f"{where}.samples.{i}", eagle, K, self.tree_top_k)
+            if w.num_tokens != sum(s.num_states for s in w.samples):
                 raise ValueError(f"{where}.num_tokens: {w.num_tokens} but the samples hold "
-                                 f"{sum(len(s.lists) for s in w.samples)} states")
+                                 f"{sum(s.num_states for s in w.samples)} states")
         return self
 
 
@@ -142,11 +156,37 @@ def _check_sample(s: ProfileSample, where: str, eagle: bool, K: int, top_k: int 
                              f"<= {K}, optionally ending in -1")
 
 
+def _check_ngram_sample(s: ProfileSample, where: str, K: int, sizes: list[int] | None) -> None:
+    """An n-gram sample: its output and, per profiled size, K step lists of [accepted, drafted]."""
+    if not sizes:
+        raise ValueError("ngram_sizes: required in ngram mode")
+    if s.ngram_steps is None or s.output_ids is None or s.match_lengths is not None or s.rank_paths is not None:
+        raise ValueError(f"{where}: expected 'ngram_steps' and 'output_ids' (and no per-state lists) in this mode")
+    if set(s.ngram_steps) != {str(n) for n in sizes}:
+        raise ValueError(f"{where}.ngram_steps: expected keys {[str(n) for n in sizes]}")
+    for n, per_k in s.ngram_steps.items():
+        if len(per_k) != K:
+            raise ValueError(f"{where}.ngram_steps.{n}: expected {K} step lists (K = 1..{K})")
+        for k, steps in enumerate(per_k, 1):
+            bad = next((x for x in steps if len(x) != 2 or not 0 <= x[0] <= x[1] <= k), None)
+            if bad is not None:
+                raise ValueError(f"{where}.ngram_steps.{n}.{k - 1}: {bad} is not [accepted, drafted] with "
+                                 f"0 <= accepted <= drafted <= {k}")
+
+
+def _aggregates(mode: str, samples: list[ProfileSample], K: int, sizes: list[int] | None) -> dict:
+    """What the stored aggregates must be (acceptance.summarize; ngram_acceptance for n-gram)."""
+    ids = [s.id for s in samples]
+    if mode == "ngram":
+        return summarize_ngram([s.ngram_steps for s in samples], sizes, K, ids) | {
+            "num_tokens": sum(s.num_states for s in samples)}
+    return summarize(mode, [s.lists for s in samples], K, ids)
+
+
 def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
     """The stored aggregates must be what replaying the stored samples gives (acceptance.summarize)."""
     for name, w in profile.workloads.items():
-        got = summarize(profile.mode, [s.lists for s in w.samples], profile.num_speculative_tokens,
-                        [s.id for s in w.samples])
+        got = _aggregates(profile.mode, w.samples, profile.num_speculative_tokens, profile.ngram_sizes)
         pairs = [("mean_accept_length", w.mean_accept_length, got["mean_accept_length"])]
         pairs += [(f"accept_length_by_k.{k}", w.accept_length_by_k[k], v) for k, v in got["accept_length_by_k"].items()]
         if w.accept_length_se_by_k is not None:  # profiles before standard errors have none
@@ -154,6 +194,9 @@ def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
                       for k, v in got["accept_length_se_by_k"].items()]
         for f in ("conditional_accept_rates", "marginal_accept_rates"):
             pairs += [(f"{f}.{i}", a, b) for i, (a, b) in enumerate(zip(getattr(w, f), got[f]))]
+        for f in ("accept_length_by_n_k", "accept_length_se_by_n_k") if profile.mode == "ngram" else ():
+            pairs += [(f"{f}.{n}.{k}", (getattr(w, f) or {}).get(n, {}).get(k), v)
+                      for n, by_k in got[f].items() for k, v in by_k.items()]
         for field, stored, replayed in pairs:
             if stored is None and field == "mean_accept_length":
                 continue
@@ -172,22 +215,28 @@ def load_profile(path: Path, check: bool = True) -> Profile:
 
 
 def build_profile(mode: str, num_speculative_tokens: int, tree_top_k: int | None, conditions: dict,
-                  workloads: dict[str, list[dict]], sampling: dict[str, dict] | None = None) -> Profile:
+                  workloads: dict[str, list[dict]], sampling: dict[str, dict] | None = None,
+                  ngram_sizes: list[int] | None = None) -> Profile:
     """A Profile from per-workload samples ({"id", "prompt_len", "match_lengths" | "rank_paths"}),
     with the aggregates computed by acceptance.summarize (what the profiler should call); standard
     errors cluster the samples by id (a prompt profiled with several seeds is one cluster).
-    sampling: {workload: its Sampling settings} where they are not the profile's default."""
+    sampling: {workload: its Sampling settings} where they are not the profile's default.
+    ngram_sizes: the matching sizes of an n-gram profile (samples with `ngram_steps`)."""
     out = {}
     for name, samples in workloads.items():
         parsed = [ProfileSample.model_validate(s) for s in samples]
         for i, s in enumerate(parsed):
-            _check_sample(s, f"workloads.{name}.samples.{i}", mode == "eagle", num_speculative_tokens, tree_top_k)
-        agg = summarize(mode, [s.lists for s in parsed], num_speculative_tokens, [s.id for s in parsed])
+            if mode == "ngram":
+                _check_ngram_sample(s, f"workloads.{name}.samples.{i}", num_speculative_tokens, ngram_sizes)
+            else:
+                _check_sample(s, f"workloads.{name}.samples.{i}", mode == "eagle", num_speculative_tokens, tree_top_k)
+        agg = _aggregates(mode, parsed, num_speculative_tokens, ngram_sizes)
         if agg["mean_accept_length"] is None:
             raise ValueError(f"workloads.{name}: no verify steps (every sample has fewer than 2 generated tokens)")
         out[name] = WorkloadProfile(samples=parsed, sampling=(sampling or {}).get(name), **agg)
     return Profile(mode=mode, num_speculative_tokens=num_speculative_tokens, tree_top_k=tree_top_k,
-                   measurement_conditions=MeasurementConditions.model_validate(conditions), workloads=out)
+                   ngram_sizes=ngram_sizes, measurement_conditions=MeasurementConditions.model_validate(conditions),
+                   workloads=out)
 
 
 def dump_json(model: BaseModel) -> str:
@@ -201,6 +250,7 @@ class SweepPoint(BaseModel):
     draft_len: int | None = None
     num_nodes: int | None = None
     label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default
+    max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n of this point
     acceptance_length: float
     step_time_s: float
     tokens_per_s: float
@@ -210,7 +260,9 @@ class BandChoice(BaseModel):
     """The setting served to one workload at one concurrency (batch) band, and its prediction."""
     concurrency: int
     speculate: bool
-    draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation)
+    drafter: Literal["ngram"] | None = Field(None, exclude_if=lambda v: v is None)  # who drafts (None: the mode's model)
+    draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation); ngram: K
+    max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n (None when off)
     eagle_choices: list[list[int]] | None = None  # eagle: the served tree (None = no speculation)
     profile: str | None = None  # eagle: name of the served profile (model instance) it belongs to
     acceptance_length: float
@@ -235,6 +287,7 @@ class WorkloadTuning(BaseModel):
     accept_length_se_by_k: dict[str, float | None] | None = None
     sampling: Sampling | None = None  # the settings the workload was profiled (and is tuned) at
     accept_rule: str | None = None  # the accept rule the profile's AL assumed at those settings
+    accept_length_by_n_k: dict[str, dict[str, float | None]] | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class ServedProfile(BaseModel):
@@ -267,7 +320,7 @@ class CostInfo(BaseModel):
 class Tuning(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     schema_id: Literal["trtspec.tuning/1"] = Field(TUNING_SCHEMA, alias="schema")
-    mode: Literal["draft-target", "eagle", "eagle3"]
+    mode: Literal["draft-target", "eagle", "eagle3", "ngram"]
     profile: dict  # {"path", "sha256"}
     measurement_conditions: dict
     trtspec_version: str

@@ -100,8 +100,9 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[
 
 def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = 1.96) -> list[int]:
     """Draft lengths of the band's sweep whose predicted tokens/s cannot be told from the chosen K's
-    at 95% given the ALs' standard errors (module docstring); [] without standard errors or for EAGLE."""
-    if band.draft_len is None or not se_by_k:
+    at 95% given the ALs' standard errors (module docstring); [] without standard errors, for EAGLE,
+    and for n-gram bands (their sweep mixes matching sizes; se_by_k holds one)."""
+    if band.draft_len is None or not se_by_k or band.drafter is not None:
         return []
     se = {0: 0.0, **{int(k): v for k, v in se_by_k.items() if v is not None}}
 

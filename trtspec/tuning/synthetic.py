@@ -5,7 +5,9 @@ Chain drafts: each position j of a sample agrees with the target with probabilit
 derives it from a teacher-forced pass, so chain replay of K gives E[AL] = (1 - alpha^(K+1)) /
 (1 - alpha) in expectation (landscape.md §4.2). EAGLE: the rank of the true token at each depth
 is 0 with probability `alpha`, else drawn from ranks 1..top_k-1 with weights 1/r, or missed (-1)
-with probability `miss`; paths stop at the first miss or at the profiled depth.
+with probability `miss`; paths stop at the first miss or at the profiled depth. N-gram: per (n, K)
+steps whose draft has K tokens (K - 1 for n = 1, a short pattern matching worse), each accepted in
+turn with probability `alpha`.
 """
 
 from __future__ import annotations
@@ -90,3 +92,26 @@ def llama31_8b_shapes() -> dict:
 def example_cost_model(mode: str, gpu: str = "h100"):
     s = llama31_8b_shapes()
     return CostModel(gpu=gpu_preset(gpu), target=s["target"], draft=s["eagle" if mode == "eagle" else "draft"])
+
+
+def ngram_steps(alpha: float, k: int, n: int, T: int, rng: random.Random) -> list[list[int]]:
+    out, t = [], 1
+    drafted = max(1, k - 1) if n == 1 else k
+    while t < T:
+        a = 0
+        while a < drafted and rng.random() < alpha:
+            a += 1
+        out.append([a, drafted])
+        t += a + 1
+    return out
+
+
+def ngram_profile(alphas: dict[str, float], sizes: list[int], num_samples: int = 4, T: int = 120, max_k: int = 6,
+                  prompt_len: int = 50, seed: int = 0, **cond) -> Profile:
+    rng = random.Random(seed)
+    work = {name: [{"id": f"{name}-{i}", "prompt_len": prompt_len, "output_ids": [1] * T,
+                    "ngram_steps": {str(n): [ngram_steps(a, k, n, T, rng) for k in range(1, max_k + 1)]
+                                    for n in sizes}} for i in range(num_samples)]
+            for name, a in alphas.items()}
+    return build_profile("ngram", max_k, None, conditions(max_new_tokens=T, draft=None, ngram_pool="per-request",
+                                                          **cond), work, ngram_sizes=sizes)

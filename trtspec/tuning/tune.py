@@ -21,6 +21,7 @@ from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shape_from_eagle3,
 from .fit import fit_gpu, load_cost_table
 from .options import TuneOptions
 from .schema import CostInfo, EagleLimits, Profile, Tuning, load_profile
+from .ngram_select import tune_ngram
 from .select import SelectConfig, tune_draft_target, tune_eagle
 
 
@@ -115,7 +116,7 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
     else:
         if eagle_node_budget is not None or cfg.max_profiles is not None:
             raise TrtspecError("tune.eagle_node_budget: applies to EAGLE profiles only (as does tune.max_profiles)")
-        workloads = tune_draft_target(profile, model, cfg)
+        workloads = (tune_ngram if profile.mode == "ngram" else tune_draft_target)(profile, model, cfg)
         needed = max(b.draft_len for w in workloads.values() for b in w.bands)
     return Tuning(mode=profile.mode, profile={"path": str(profile_path), "sha256": sha256_file(Path(profile_path))},
                   measurement_conditions=profile.measurement_conditions.model_dump(), trtspec_version=__version__,

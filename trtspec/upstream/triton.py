@@ -244,6 +244,11 @@ LLMAPI_DECODING_EAGLE3 = "Eagle3"
 LLMAPI_DECODING_DRAFT_TARGET = "DraftTarget"
 LLMAPI_SPEC_MODEL_KEY = "speculative_model_dir"
 LLMAPI_MODEL_PY = "triton_backend/all_models/llmapi/tensorrt_llm/1/model.py"  # in the TensorRT-LLM 1.2 sources
+# NGramDecodingConfig (llmapi/llm_args.py, 1.2 line; upstream.trtllm NGRAM_* has the semantics):
+# decoding_type "NGram", max_draft_len, and the pool settings under these names.
+LLMAPI_DECODING_NGRAM = "NGram"
+LLMAPI_NGRAM_KEYS = {"max_matching_ngram_size": "max_matching_ngram_size", "keep_all": "is_keep_all",
+                     "use_oldest": "is_use_oldest", "public_pool": "is_public_pool"}
 
 # ---- launching (reference §6.2) -----------------------------------------------------------------
 # `scripts/launch_triton_server.py` leader mode: one tritonserver per MPI rank (world size = TP x PP of

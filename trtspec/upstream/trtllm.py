@@ -97,10 +97,35 @@ DTM_DEFAULT_MAX_DRAFT_LEN = 8
 # without FP8 weights disables it too (§7.2), which breaks EAGLE and draft-target KV reuse.
 # gather_context_logits with max_draft_len > 0 is a hard error in trtllm-build (§5.1).
 
-# N-gram drafting, PyTorch backend: NGramDecodingConfig (llmapi/llm_args.py) and NGramPoolManager
-# (_torch/speculative/ngram.py; pool update, longest-pattern query, oldest/newest match, drafts cut at
-# prompt + max_new_tokens - 1). Defaults as the indexed 1.x llm_args.py states them (PositiveInt
-# max_matching_ngram_size=2); older indexed versions say 4 or 3: for 1.2.1 unverified.
+# N-gram drafting, PyTorch backend (read in NVIDIA/TensorRT-LLM's indexed sources; #15 item 3):
+# - llmapi/llm_args.py, the 1.2-line version (its MTP config warns the flag "will do nothing in
+#   release 1.3"): NGramDecodingConfig(decoding_type "NGram"; max_draft_len required > 0 by
+#   validate_ngram_config; max_matching_ngram_size: PositiveInt = 2; is_keep_all = True;
+#   is_use_oldest = True; is_public_pool = True); linear chain only (max_total_draft_tokens =
+#   max_draft_len); supports_backend == "pytorch". The earlier 1.1-era version declares
+#   `max_matching_ngram_size: int = 0` (no usable default), older ones 4 (prompt_lookup_num_tokens=2)
+#   or 3, so trtspec always writes the value explicitly. Whether 1.2.1 is byte-identical: unverified.
+# - _torch/speculative/ngram.py NGramPoolManager.get_draft_tokens (1.x versions, e.g. @02499765):
+#   pool update from prefix[start_index:], pattern sizes min(n, len(prefix) - 1)..1, match = the up
+#   to max_draft_len following tokens; a pattern's matches are replaced when new (or, keep_all off,
+#   when the new match is longer than the oldest kept), else a new distinct match is appended after
+#   dropping the kept matches shorter than it; query the longest pattern ending the prefix, oldest
+#   ([0]) or newest ([-1]) match, cut at prompt + max_new_tokens - 1 - len(prefix); start_index =
+#   max(0, len(prefix) - (max_draft_len + n - 1)); no match -> [] (empty draft). Private pools are
+#   dropped when their request completes; the public pool is never pruned. INFERRED from that code:
+#   a pattern's oldest match is always one of its longest, so is_keep_all=False changes nothing.
+# - NGramDrafter.prepare_draft_tokens drafts for generation requests only (the first token comes
+#   from the context phase), and the 1.x py_executor then calls Drafter.pad_draft_tokens_for_cuda_graph
+#   unconditionally: every draft is padded to max_draft_len with token id 0, which the target
+#   verifies (a step is always max_draft_len + 1 tokens) and TorchSampler's exact match could accept
+#   when the target's own next token is 0. trtspec's runtime pads with dead nodes instead (same block
+#   width, never accepted): the profiled AL equals the served one except at such id-0 tokens.
+# - Engine flow, examples/ngram/run_dtm_ngram.py @77bcb5a5 (`--ngram_config "[max_draft_len,
+#   max_matching_ngram_size, [gpus]]"` on a draft_tokens_external target): its NgramPool is
+#   per request (no public pool), replaces a pattern's match whenever the kept one is shorter than
+#   max_draft_len, does not cut drafts at the last position, and drafts [end_id] when nothing
+#   matches. trtspec's trtllm flavor orchestrates with the PyTorch backend's pool rules above (one
+#   semantics for profile, llmapi, trtllm and cpu flavors), not with that example's.
 NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE = 2
 NGRAM_DEFAULT_KEEP_ALL = True
 NGRAM_DEFAULT_USE_OLDEST = True

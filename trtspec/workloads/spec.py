@@ -126,8 +126,10 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
     else:
         path = Path(spec.source).expanduser()
         if not path.exists():  # most often a misspelt set name: say what the packaged ones are
+            base = [n for n, p in PACKAGED.items() if not p.derived_from]
+            derived = "".join(f"; derived from {p.derived_from}: {n}" for n, p in PACKAGED.items() if p.derived_from)
             raise TrtspecError(f"workload {spec.name!r}: {spec.source!r} is neither a packaged set "
-                               f"({', '.join(PACKAGED)}) nor an existing file ({path}: no such prompt file)")
+                               f"({', '.join(base)}) nor an existing file ({path}: no such prompt file){derived}")
         all_samples = read_prompt_file(path, turns)
         source, default_tokens = str(path.resolve()), FILE_MAX_NEW_TOKENS
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or max_new_tokens <= 0):

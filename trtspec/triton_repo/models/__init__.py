@@ -24,3 +24,6 @@ SOURCES = {
 COMMON = "trtspec_triton_common.py"
 RULES = "serving_rules.py"
 HELPERS = (COMMON, RULES)  # copied next to every model.py above
+# n-gram repositories: the pool of trtspec/runtime/ngram_pool.py (plain Python), shipped as it is next
+# to spec_decode, which imports it only when its `drafter` parameter is ngram.
+NGRAM_POOL = "ngram_pool.py"

@@ -23,7 +23,8 @@ trtspec/triton_repo/routing.py; unknown or missing workload -> the default route
 `preprocessing`, refuse it when the prompt or prompt + max_tokens exceed the routing's `limits`
 (the engines' max_input_len / max_seq_len, or the checkpoints' positions), then
 - draft-target: call `spec_decode` with num_draft_tokens = the workload's tuned K at the band
-  matching the requests in flight (the largest tuned band <= in flight);
+  matching the requests in flight (the largest tuned band <= in flight); n-gram: the same, with
+  the band's max_matching_ngram_size as well;
 - EAGLE: call the workload's `tensorrt_llm_<profile>` model (its tree is that model's
   eagle_choices) with return_perf_metrics, and derive the acceptance length from its counters:
   TRT-LLM adds min(draft tokens, max path length = tree depth) to total_draft_tokens and
@@ -46,8 +47,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RequestError, acceptance_length, check_limits, output_len, pick_band, sampling_fallback,
-                           tree_depth, trtllm_steps)
+from serving_rules import (CHAIN_MODES, RequestError, acceptance_length, check_limits, output_len, pick_band,
+                           sampling_fallback, tree_depth, trtllm_steps)
 from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
@@ -72,7 +73,7 @@ class TritonPythonModel(PooledModel):
         self.routing = json.loads(p["routing"])
         self.mode = self.routing["mode"]
         # which callee takes a cancel message: spec_decode always; an EAGLE profile when it is cpu_llm
-        self.cancel_messages = self.mode == "draft-target" or p.get("llm_cancel_messages") == "true"
+        self.cancel_messages = self.mode in CHAIN_MODES or p.get("llm_cancel_messages") == "true"
         self.depth = {m["model"]: tree_depth(m["eagle_choices"]) for m in self.routing.get("models", [])}
         self.lock = threading.Lock()
         self.inflight = 0
@@ -81,11 +82,15 @@ class TritonPythonModel(PooledModel):
         known = workload in self.routing["workloads"]
         entry = self.routing["workloads"][workload] if known else self.routing["default"]
         label = workload if known else "default"
-        if self.mode == "draft-target":
+        if self.mode in CHAIN_MODES:
             bands = entry if known else entry["bands"]
             band = pick_band(bands, inflight)
-            return {"num_draft_tokens": int(band["num_draft_tokens"]),
-                    "label": f"{label}@{band['concurrency']}:K={band['num_draft_tokens']}"}
+            route = {"num_draft_tokens": int(band["num_draft_tokens"]),
+                     "label": f"{label}@{band['concurrency']}:K={band['num_draft_tokens']}"}
+            if "max_matching_ngram_size" in band:  # n-gram: the band's matching size travels with K
+                route["max_matching_ngram_size"] = int(band["max_matching_ngram_size"])
+                route["label"] += f":n={band['max_matching_ngram_size']}"
+            return route
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": f"{label}:{entry['model']}"}
 
@@ -96,7 +101,7 @@ class TritonPythonModel(PooledModel):
         return sampling_fallback(greedy_only, scalar(request, "temperature"), scalar(request, "top_k"))
 
     def _speculation_off(self, route):
-        if self.mode != "draft-target":
+        if self.mode not in CHAIN_MODES:
             raise RequestError(f"speculation=false: this {self.mode} repository's engines always draft; measure the "
                             "baseline against a target-only deployment (a repository without speculation)")
         return {"num_draft_tokens": 0, "label": route["label"].split("@")[0] + ":speculation-off:K=0"}
@@ -146,9 +151,11 @@ class TritonPythonModel(PooledModel):
             v = scalar(request, name)
             if v is not None:
                 inputs[target_name] = np.array([[v]], dtype)
-        if self.mode == "draft-target":
+        if self.mode in CHAIN_MODES:
             model, outputs = "spec_decode", SPEC_OUTPUTS
             inputs["num_draft_tokens"] = np.array([[route["num_draft_tokens"]]], np.int32)
+            if "max_matching_ngram_size" in route:
+                inputs["max_matching_ngram_size"] = np.array([[route["max_matching_ngram_size"]]], np.int32)
         else:
             model, outputs = route["model"], LLM_OUTPUTS
             inputs["exclude_input_in_output"] = np.array([[True]], bool)
@@ -213,7 +220,7 @@ class TritonPythonModel(PooledModel):
             stats["accepted"] = int(accepted)
         if drafted is not None:
             stats["drafted"] = int(drafted)
-        if self.mode == "draft-target":
+        if self.mode in CHAIN_MODES:
             al = get("acceptance_length")
             if al is not None:
                 stats["acceptance_length"] = float(al)

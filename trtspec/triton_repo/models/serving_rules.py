@@ -31,6 +31,13 @@ class RequestError(ValueError):
     response error (no traceback), and keep serving."""
 
 
+# ---- routes ------------------------------------------------------------------------------------
+
+# Modes served by one spec_decode with K per request: a draft model's chain, n-gram drafts (K and
+# max_matching_ngram_size per band, no draft model), or (cpu flavor) an EAGLE-3 head's chain.
+CHAIN_MODES = ("draft-target", "ngram", "eagle3")
+
+
 # ---- concurrency bands -----------------------------------------------------------------------
 
 def band_concurrency(band):
@@ -129,6 +136,22 @@ def draft_len(value, max_draft_len):
     if k < 0 or (max_draft_len and k > max_draft_len):
         raise RequestError(f"num_draft_tokens: {k} is outside [0, max_draft_len={max_draft_len}]")
     return k
+
+
+def ngram_size(value, ngram, k):
+    """max_matching_ngram_size of a request as an int >= 1: required where n-gram drafting runs
+    (k > 0; routing writes it into every such band), None where nothing is drafted, refused by a
+    spec_decode that drafts with a model."""
+    if value is None:
+        if ngram and k:
+            raise RequestError("max_matching_ngram_size: required with num_draft_tokens > 0 (n-gram drafting)")
+        return None
+    if not ngram:
+        raise RequestError("max_matching_ngram_size: this spec_decode drafts with a draft model, not n-grams")
+    n = int(value)
+    if n < 1:
+        raise RequestError(f"max_matching_ngram_size: {n} is below 1")
+    return n if k else None
 
 
 def stop_ids(end_id, default):

@@ -7,6 +7,13 @@ streaming, all of them otherwise), and running acceptance statistics: acceptance
 per target verification step, bonus included), total_accepted_draft_tokens, total_draft_tokens,
 num_draft_tokens, verify_steps.
 
+Drafter (`drafter` parameter): "model" (default: a draft model, as below) or "ngram": no draft
+model, the drafts come from a per-request n-gram pool (ngram_pool.py, trtspec/runtime/ngram_pool.py
+shipped as it is next to this file), with K = num_draft_tokens and the request's optional
+`max_matching_ngram_size` input (required when K > 0); every round is a verify step, with or
+without a draft (AL as trtspec.runtime and the profile count it). total_draft_tokens counts the
+draft tokens sent (bls), or the positions offered (trtspec.runtime, which records no more).
+
 Two engines, chosen by the `engine` parameter:
 - "bls" (trtllm flavor): each round calls `tensorrt_llm_draft` for up to K tokens, then
   `tensorrt_llm` with them as draft_input_ids and request_output_len = drafts + 1; the target's
@@ -40,7 +47,7 @@ intra-op threads `torch_threads`, default 1).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import Acceptance, draft_len, is_sampled, spec_decode_rule, stop_ids
+from serving_rules import Acceptance, draft_len, is_sampled, ngram_size, spec_decode_rule, stop_ids
 from trtspec_triton_common import FINAL, PooledModel, bls, is_true, llm_request, max_positions, out, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
@@ -88,6 +95,7 @@ def draft_distribution(logits, temperature, top_k=0, top_p=1.0):
 
 class TritonPythonModel(PooledModel):
     pool_name = "spec_decode"
+    ngram = False  # drafter: a draft model unless setup reads drafter=ngram
 
     def setup(self, p):
         self.engine = p.get("engine", "bls")
@@ -95,6 +103,9 @@ class TritonPythonModel(PooledModel):
         self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
         self.max_draft_len = int(p.get("max_draft_len") or 0)
         self.draft_logits = is_true(p.get("draft_logits"), False)  # bls: send draft_logits (see above)
+        self.ngram = p.get("drafter", "model") == "ngram"
+        if p.get("drafter", "model") not in ("model", "ngram"):
+            raise ValueError(f"spec_decode: drafter {p.get('drafter')!r} is not 'model' or 'ngram'")
         self.accept_rule = spec_decode_rule(p.get("accept_rule"))  # trtspec.runtime's rule at T > 0
         self.positions = 0  # bls: the TensorRT-LLM engines refuse what exceeds their limits themselves
         if self.engine == "trtspec.runtime":
@@ -120,9 +131,10 @@ class TritonPythonModel(PooledModel):
     def handle(self, request, sender):
         prompt, n, end_id, streaming = llm_request(request, self.positions)
         k = draft_len(scalar(request, "num_draft_tokens", 0), self.max_draft_len)
+        size = ngram_size(scalar(request, "max_matching_ngram_size"), self.ngram, k)
         stats = Acceptance()
-        steps = self._runtime(request, prompt, n, k, end_id, stats) if self.engine == "trtspec.runtime" \
-            else self._bls(request, prompt, n, k, end_id, stats)
+        steps = self._runtime(request, prompt, n, k, end_id, stats, size) if self.engine == "trtspec.runtime" \
+            else self._bls(request, prompt, n, k, end_id, stats, size)
         collected = []
         for tokens in steps:
             self.check_running(request)
@@ -146,7 +158,7 @@ class TritonPythonModel(PooledModel):
             out("verify_steps", [[stats.steps]], np.int32)])
 
     # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
-    def _runtime(self, request, prompt, n, k, end_id, stats):
+    def _runtime(self, request, prompt, n, k, end_id, stats, size=None):
         # lazy: cpu flavor only (see setup)
         from trtspec.runtime.generate import stream_request
         from trtspec.triton_repo.sampling import request_sampling
@@ -154,12 +166,14 @@ class TritonPythonModel(PooledModel):
         sampling = request_sampling(lambda name: scalar(request, name))
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.models
-        pieces = stream_request(m, prompt, n, self.draft_mode if k else "greedy", draft_len=k or None, eos_ids=eos,
-                                sampling=sampling, accept=self.accept_rule)
+        mode = ("ngram" if self.ngram else self.draft_mode) if k else "greedy"
+        pieces = stream_request(m, prompt, n, mode, draft_len=k or None, eos_ids=eos, sampling=sampling,
+                                accept=self.accept_rule, ngram_size=size)
         for piece in pieces:
             s = piece.stats
             stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
-            stats.drafted = k * len(s.steps)
+            # n-gram drafts vary in length: the runtime records the positions each step offered
+            stats.drafted = sum(st.offered for st in s.steps) if self.ngram else k * len(s.steps)
             yield piece.tokens
 
     # ---- trtllm flavor: BLS calls to the two TensorRT-LLM models ------------------------------
@@ -223,7 +237,7 @@ class TritonPythonModel(PooledModel):
             extra["seed"] = np.array([[round_seed(seed, position, draft)]], np.uint64)
         return extra
 
-    def _bls(self, request, prompt, n, k, end_id, stats):
+    def _bls(self, request, prompt, n, k, end_id, stats, size=None):
         pad_id = scalar(request, "pad_id")
         sampling = self._sampling(request)
         end = int(end_id) if end_id is not None else None
@@ -232,13 +246,20 @@ class TritonPythonModel(PooledModel):
             return
         temperature, top_k, top_p = (scalar(request, x) for x in ("temperature", "runtime_top_k", "runtime_top_p"))
         sampled = is_sampled(temperature, top_k)
-        with_logits = self.draft_logits and sampled
+        with_logits = self.draft_logits and sampled and not self.ngram
+        pool = None
+        if self.ngram:
+            from ngram_pool import NGramPool  # shipped next to this file in n-gram repositories
+
+            pool = NGramPool(k, size)  # this request's own pool
         out_tokens = []
         while len(out_tokens) < n:
             left = n - len(out_tokens)
             ids = prompt + out_tokens
             draft, logits = [], None
-            if k > 0 and left > 1:
+            if pool is not None:  # the first token is the context phase's, as upstream's NGram does it
+                draft = pool.draft(0, ids, len(prompt) + n) if out_tokens else []
+            elif k > 0 and left > 1:
                 draft, logits = self._call(self.draft_model, ids, min(k, left - 1), end, pad_id,
                                            self._round_inputs(sampling, len(out_tokens), True, sampled), with_logits)
             extra = self._round_inputs(sampling, len(out_tokens), False, sampled)
@@ -251,10 +272,11 @@ class TritonPythonModel(PooledModel):
                     q = draft_distribution(logits[:len(draft)], temperature, top_k or 0,
                                            1.0 if top_p is None else top_p)
                     extra["draft_logits"] = q[None]
+            verify = bool(draft) or (pool is not None and bool(out_tokens))  # n-gram: every round after the first
             new = self._call(self.target_model, ids, len(draft) + 1, end, pad_id, extra)[0][:left]
             if not new:
                 return
-            if draft:
+            if verify:
                 a = 0
                 while a < min(len(draft), len(new) - 1) and draft[a] == new[a]:
                     a += 1

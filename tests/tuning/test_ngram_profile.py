@@ -1,0 +1,101 @@
+"""The n-gram profile is exact: AL(n, K) from one target pass per prompt equals n-gram speculative
+decoding with that K and max_matching_ngram_size (runtime.generate_batch), for every K and several
+sizes; and the profile file validates and rejects what it should."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from triton_fixtures import tiny_pair
+from trtspec.errors import TrtspecError
+from trtspec.options import Sampling
+from trtspec.runtime.generate import generate_batch, load_models
+from trtspec.tuning.ngram_acceptance import summarize_ngram
+from trtspec.tuning.ngram_profile import check_rule
+from trtspec.tuning.profile import profile_prompts
+from trtspec.tuning.schema import Profile, build_profile, check_aggregates
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+NEW, MAX_K, SIZES = 48, 5, [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def target_and_prompts(tmp_path_factory):
+    """The tiny near-bigram target (it falls into cycles: n-gram drafts get partly accepted), random
+    prompts and copy-heavy ones (quoting what the target goes on to say)."""
+    d = tiny_pair(tmp_path_factory.mktemp("ngram_profile"))
+    models = load_models(d / "target", None, tokenizer=False)
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(3, 1001, (n,), generator=g).tolist() for n in (6, 2, 13)]
+    greedy = generate_batch(models, prompts, 30, "greedy", ignore_eos=True)
+    quoting = [p + r.output_ids[:24] + p[:3] for p, r in zip(prompts, greedy)]
+    return models, [(f"p{i}", p) for i, p in enumerate(prompts + quoting)]
+
+
+def test_profile_al_equals_ngram_decoding_for_every_k_and_size(target_and_prompts):
+    models, prompts = target_and_prompts
+    samples = profile_prompts(models, prompts, NEW, MAX_K, ignore_eos=True, ngram_sizes=SIZES)
+    checked = 0
+    for (_, prompt), sp in zip(prompts, samples):
+        assert len(sp.output_ids) == NEW
+        for n in SIZES:
+            for k in range(1, MAX_K + 1):
+                (run,) = generate_batch(models, [prompt], NEW, "ngram", draft_len=k, ngram_size=n, ignore_eos=True)
+                assert run.output_ids == sp.output_ids
+                steps = sp.ngram_steps[str(n)][k - 1]
+                assert [[s.accepted, s.offered] for s in run.stats.steps] == [
+                    [a, min(a + 1, m)] for a, m in steps], (n, k)
+                agg = summarize_ngram([sp.ngram_steps], [n], k)
+                assert agg["accept_length_by_n_k"][str(n)][str(k)] == pytest.approx(run.stats.acceptance_length)
+                checked += run.stats.accepted_draft_tokens
+    assert checked > 100  # the drafts were accepted often enough for the comparison to mean something
+
+
+def test_sampled_profile_equals_exact_match_ngram_decoding_for_its_seed(target_and_prompts):
+    """At T > 0 under exact_match (keyed draws) the speculative output is the plain sampled one for
+    the seed, so the replay over it is that run's acceptance exactly (tuning/sampled.py)."""
+    models, prompts = target_and_prompts
+    settings = [Sampling(temperature=0.15, seed=10 + i) for i in range(len(prompts))]
+    samples = profile_prompts(models, prompts, NEW, 4, ignore_eos=True, settings=settings, ngram_sizes=[1, 2])
+    accepted = 0
+    for (_, prompt), sp, s in zip(prompts, samples, settings):
+        assert sp.seed == s.seed
+        for n, k in ((1, 2), (2, 4)):
+            (run,) = generate_batch(models, [prompt], NEW, "ngram", draft_len=k, ngram_size=n, ignore_eos=True,
+                                    sampling=s, accept="exact_match")
+            assert run.output_ids == sp.output_ids
+            assert [[x.accepted, x.offered] for x in run.stats.steps] == [
+                [a, min(a + 1, m)] for a, m in sp.ngram_steps[str(n)][k - 1]], (n, k)
+            accepted += run.stats.accepted_draft_tokens
+    greedy = generate_batch(models, [p for _, p in prompts], NEW, "greedy", ignore_eos=True)
+    assert any(g.output_ids != sp.output_ids for g, sp in zip(greedy, samples))  # really sampled
+    assert accepted > 8  # 14 here: few at T > 0 on this tiny model, but the comparison is not vacuous
+
+
+def test_profile_file_validates_and_checks_its_aggregates(target_and_prompts):
+    models, prompts = target_and_prompts
+    samples = profile_prompts(models, prompts[:2], 12, 3, ignore_eos=True, ngram_sizes=[1, 2])
+    recs = [{"id": s.id, "prompt_len": s.prompt_len, "output_ids": s.output_ids, "ngram_steps": s.ngram_steps}
+            for s in samples]
+    conditions = {"target": "t", "max_new_tokens": 12, "dtype": "float32", "trtspec_version": "x",
+                  "ngram_pool": "per-request"}
+    prof = build_profile("ngram", 3, None, conditions, {"w": recs}, ngram_sizes=[1, 2])
+    w = prof.workloads["w"]
+    assert w.accept_length_by_k == w.accept_length_by_n_k["2"]  # the primary size is upstream's default
+    assert w.num_tokens == 24 and prof.measurement_conditions.model_extra["ngram_pool"] == "per-request"
+    again = Profile.model_validate_json(prof.model_dump_json(by_alias=True))
+    check_aggregates(again)
+    data = again.model_dump(by_alias=True)
+    data["workloads"]["w"]["accept_length_by_n_k"]["1"]["3"] += 0.5
+    with pytest.raises(TrtspecError, match=r"workloads\.w\.accept_length_by_n_k\.1\.3"):
+        check_aggregates(Profile.model_validate(data))
+    recs[0]["ngram_steps"]["1"][0].append([2, 1])
+    with pytest.raises(ValueError, match=r"ngram_steps\.1\.0: \[2, 1\] is not \[accepted, drafted\]"):
+        build_profile("ngram", 3, None, conditions, {"w": recs}, ngram_sizes=[1, 2])
+
+
+def test_only_exact_match_rules_apply():
+    check_rule("exact_match")
+    with pytest.raises(TrtspecError, match=r"^profile.accept_rule: rejection_sampling does not apply to n-gram"):
+        check_rule("rejection_sampling")
