@@ -114,6 +114,16 @@ def progress_bar(console=None):
         yield bar
 
 
+class Clock:
+    """Wall and process CPU seconds since creation (CPU time is the honest figure on a shared box)."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
 class Run:
     """One training run's mutable state: the model, optimizer, step counter and history."""
 
@@ -122,19 +132,20 @@ class Run:
             model, options, train, held, pad, device
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=options.lr)
-        self.step, self.tokens, self.history, self.seconds = 0, 0, [], 0.0
+        self.step, self.tokens, self.history, self.seconds, self.cpu_seconds = 0, 0, [], 0.0, 0.0
         self._losses, self._accs, self._length = [], [], None
 
     def restore(self, state: dict) -> None:
         self.model.eagle_module.load_state_dict(state["head"])
         self.opt.load_state_dict(state["optimizer"])
-        self.step, self.tokens, self.seconds = state["step"], state["tokens"], state["seconds"]
+        self.step, self.tokens = state["step"], state["tokens"]
+        self.seconds, self.cpu_seconds = state["seconds"], state["cpu_seconds"]
         self.history = json.loads(state["history"])
         self._losses, self._accs = json.loads(state["pending"])
 
     def state(self, fp: str) -> dict:
         return {"fingerprint": fp, "head": head.head_state(self.model), "optimizer": self.opt.state_dict(),
-                "step": self.step, "tokens": self.tokens, "seconds": self.seconds,
+                "step": self.step, "tokens": self.tokens, "seconds": self.seconds, "cpu_seconds": self.cpu_seconds,
                 "history": json.dumps(self.history), "pending": json.dumps([self._losses, self._accs])}
 
     def train_step(self, batch: list[data.Example]) -> None:
@@ -155,12 +166,15 @@ class Run:
     def record(self, evaluate: bool) -> dict:
         """A history entry: mean loss / TTT accuracies since the last one, and held-out AL(K)."""
         entry = {"step": self.step, "tokens": self.tokens, "seconds": round(self.seconds, 2),
+                 "cpu_seconds": round(self.cpu_seconds, 2),
                  "loss": sum(self._losses) / len(self._losses) if self._losses else None,
                  "train_acc": [sum(a) / len(a) for a in zip(*self._accs)] if self._accs else None}
         if evaluate and self.held:
             self._length = None  # the evaluation sized ModelOpt's TTT masks for other lengths
+            clock = Clock()
             entry["al"] = {str(k): v for k, v in
                            heldout.heldout_acceptance(self.model, self.held, self.options.eval_k).items()}
+            entry["eval_seconds"], entry["eval_cpu_seconds"] = (round(x, 2) for x in clock.lap())
         self._losses, self._accs = [], []
         self.history.append(entry)
         return entry
@@ -182,8 +196,10 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
     with progress_bar(console) as bar:
         task = bar.add_task("target answers prompts", total=None, status="")
+        clock = Clock()
         examples = data.load_examples(target, model, tok, options, eos,
                                       advance=lambda n: bar.advance(task, n))
+        data_time = clock.lap()
         train = [e for e in examples if not e.heldout]
         held = [e for e in examples if e.heldout]
         d2t = None
@@ -209,9 +225,9 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
                 if stop_after_steps is not None and run.step >= stop_after_steps:
                     save_checkpoint(run_dir, run.state(fp))
                     return None
-                t0 = time.perf_counter()
+                clock = Clock()
                 run.train_step([train[i] for i in idx])
-                run.seconds += time.perf_counter() - t0
+                run.seconds, run.cpu_seconds = (a + b for a, b in zip((run.seconds, run.cpu_seconds), clock.lap()))
                 last = run.step == total
                 if run.step % options.eval_every == 0 or last:
                     bar.update(task, status=report.status(run.record(evaluate=True)))
@@ -220,7 +236,9 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
                 bar.advance(task)
     summary = {"target": str(target), "options": options.model_dump(), "train_prompts": len(train),
                "heldout_prompts": len(held), "train_tokens": sum(len(e.response) for e in train),
-               "heldout_tokens": sum(len(e.response) for e in held), "history": run.history}
+               "heldout_tokens": sum(len(e.response) for e in held),
+               "data_seconds": round(data_time[0], 2), "data_cpu_seconds": round(data_time[1], 2),
+               "history": run.history}
     with atomic_dir(out, overwrite) as tmp:
         head.export(model, tmp)
         write_json(tmp / "training.json", summary)
