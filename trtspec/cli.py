@@ -120,6 +120,7 @@ def generate(
 def _register_stage_commands() -> None:
     """Stage commands live next to their stage (a thin Typer function over its Python API)."""
     from .builders.command import build_command
+    from .drafts.command import train_draft_command
     from .quality.quantize_command import quantize_command
     from .perf.command import perf_command
     from .pipeline.command import run_command
@@ -140,6 +141,7 @@ def _register_stage_commands() -> None:
     app.command("perf")(perf_command)
     app.command("run")(run_command)
     app.command("perf-report")(perf_report_command)
+    app.command("train-draft")(train_draft_command)
 
 
 _register_stage_commands()

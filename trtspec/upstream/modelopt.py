@@ -47,3 +47,17 @@ EAGLE3_EXPORT_ARCHITECTURE = "LlamaForCausalLMEagle3"
 # so ModelOpt trains cat(input_layernorm(e), hidden_norm(input_layernorm(h))) where TensorRT-LLM
 # serves cat(input_layernorm(e), hidden_norm(h)). The two agree (to rms-norm eps) only while
 # input_layernorm's weight is all ones (tests/runtime/test_eagle3.py keeps it so and checks the difference).
+
+# ---- EAGLE-3 heads trained with modelopt.torch.speculative (train-draft, #17) ----------------------
+# Source: NVIDIA/Model-Optimizer 0.47.0 as installed (modelopt/torch/speculative/config.py,
+# plugins/hf_eagle.py, plugins/modeling_eagle.py, export/plugins/hf_spec_export.py).
+# export_speculative_decoding(model, export_dir=...) writes exactly these two files for an
+# unquantized head (EagleExporter.export); `lm_head.weight` is the target's when the head has no own
+# (full draft vocabulary), and `d2t` (draft id -> target id offset, target = i + d2t[i]) is present
+# when draft_vocab_size < vocab_size.
+EAGLE3_EXPORT_FILES = ("config.json", "model.safetensors")
+EAGLE3_EXPORT_ARCHITECTURE = "LlamaForCausalLMEagle3"
+# EagleConfig.eagle_use_torch_compile defaults to True: 143 s first step then 2.65 s/step on CPU vs
+# ~0.05 s eager (reference/cpu-stack.md §3); eagle_export_rope_scaling defaults to a yarn block the
+# head was never trained with, so it is set to {} (export the rope the head was trained with).
+EAGLE3_CPU_OVERRIDES = {"eagle_use_torch_compile": False, "eagle_export_rope_scaling": {}}

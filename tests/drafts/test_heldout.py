@@ -1,0 +1,75 @@
+"""The held-out AL function agrees with ModelOpt's own drafting (pseudo_speculative_generate)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_models import make_hf_model, scale_layer_outputs
+from trtspec.drafts import head, heldout
+from trtspec.drafts.options import TrainDraftOptions
+from trtspec.tuning.acceptance import replay_chain
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def eagle(tmp_path_factory):
+    """ModelOpt's EAGLE-3 model on a bigram random Llama, its head trained a little (ModelOpt's forward
+    and loss) on the target's greedy continuations of 6 prompts, so that on a 7th its chains match the
+    target sometimes and not always. Returns (model, held-out prompt)."""
+    from transformers import AutoModelForCausalLM
+
+    target = tmp_path_factory.mktemp("heldout") / "target"
+    scale_layer_outputs(make_hf_model("llama", target), 0.0).save_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    prompts = torch.randint(3, 1001, (7, 4), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        seqs = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=20,
+                              do_sample=False, pad_token_id=0)
+    head.convert(model, TrainDraftOptions(ttt_steps=3), None, seed=0)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    for _ in range(40):
+        loss = model(input_ids=seqs[:6]).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval(), prompts[6].tolist()
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_teacher_forced_chains_equal_modelopts_drafts_from_every_state(eagle):
+    eagle, prompt = eagle
+    response = greedy(eagle, prompt, 20)
+    depth = 3
+    ours = heldout.match_lengths(eagle, prompt, response, depth)
+    seq, P = prompt + response, len(prompt)
+    for t in range(1, len(response)):
+        # state t: the target has run over prompt + x_1..x_{t-1}; its token is x_t, the drafts follow
+        base_token, drafts = eagle.pseudo_speculative_generate(torch.tensor([seq[:P + t - 1]]), steps=depth)
+        assert base_token.item() == seq[P + t - 1]
+        m = 0
+        while m < depth and t + m + 1 <= len(response) and drafts[0, m].item() == seq[P + t + m]:
+            m += 1
+        assert ours[t] == m, f"state {t}"
+    assert any(ours[1:]) and not all(ours[1:])  # some hits and some misses: the check has teeth
+
+
+def test_heldout_acceptance_is_the_replay_of_the_match_lengths(eagle):
+    eagle, prompt = eagle
+
+    class Ex:
+        pass
+    Ex.prompt, Ex.response = prompt, greedy(eagle, prompt, 20)
+
+    m = heldout.match_lengths(eagle, Ex.prompt, Ex.response, 3)
+    assert heldout.heldout_acceptance(eagle, [Ex], [1, 3]) == {k: replay_chain([m], k).acceptance_length
+                                                              for k in (1, 3)}

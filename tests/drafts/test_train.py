@@ -1,0 +1,121 @@
+"""train-draft on a tiny random target: it learns, it is seeded and resumable, and its output is
+ModelOpt's EAGLE-3 export (loads into ModelOpt's model, re-exports to the same tensors)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
+from trtspec.drafts.options import TrainDraftOptions
+from trtspec.drafts.train import CHECKPOINT, train_draft
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A near-bigram random Llama (a head can learn it quickly), its tokenizer and 20 prompts."""
+    root = tmp_path_factory.mktemp("draft_target")
+    target = root / "target"
+    model = make_hf_model("llama", target)
+    scale_layer_outputs(model, 0.3)
+    model.save_pretrained(target)
+    save_tiny_tokenizer(target)
+    r = random.Random(0)
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": " ".join(f"t{r.randrange(3, 1001)}" for _ in range(6))}) + "\n"
+                               for _ in range(20)))
+    return target, prompts
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRTSPEC_CACHE", str(tmp_path / "cache"))
+
+
+def options(prompts, **kw) -> TrainDraftOptions:
+    base = dict(workloads=f"p={prompts}", heldout=4, max_new_tokens=16, epochs=3, batch_size=4, eval_every=4,
+                checkpoint_every=2, lr=3e-3, draft_vocab_size=256, device="cpu", eval_k=[1, 3])
+    return TrainDraftOptions(**{**base, **kw})
+
+
+def tensors(out):
+    return load_file(str(out / "model.safetensors"))
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_lowers_the_loss_and_reports_heldout_al(tiny, tmp_path):
+    target, prompts = tiny
+    summary = train_draft(target, tmp_path / "head", options(prompts, epochs=6))
+    losses = [h["loss"] for h in summary["history"] if h["loss"] is not None]
+    assert losses[-1] < losses[0] - 0.05
+    assert summary["history"][0]["step"] == 0 and summary["history"][0]["al"]  # the untrained head's point
+    last = summary["history"][-1]["al"]
+    assert set(last) == {"1", "3"} and all(1.0 <= v <= int(k) + 1 for k, v in last.items())
+    assert (tmp_path / "head" / "learning_curve.png").stat().st_size > 0
+    assert not (tmp_path / "head.train-run").exists()  # the resumable state is gone once out/ is in place
+
+
+def test_same_seed_gives_a_bit_identical_head_and_another_seed_does_not(tiny, tmp_path):
+    target, prompts = tiny
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        train_draft(target, tmp_path / name, options(prompts, seed=seed, epochs=2))
+    assert same(tensors(tmp_path / "a"), tensors(tmp_path / "b"))
+    assert not same(tensors(tmp_path / "a"), tensors(tmp_path / "c"))
+
+
+def test_resuming_an_interrupted_run_gives_the_uninterrupted_head(tiny, tmp_path):
+    target, prompts = tiny
+    opts = options(prompts, epochs=2)
+    train_draft(target, tmp_path / "whole", opts)
+    assert train_draft(target, tmp_path / "split", opts, stop_after_steps=3) is None
+    assert (tmp_path / "split.train-run" / CHECKPOINT).is_file() and not (tmp_path / "split").exists()
+    summary = train_draft(target, tmp_path / "split", opts)
+    assert same(tensors(tmp_path / "whole"), tensors(tmp_path / "split"))
+    whole = json.loads((tmp_path / "whole" / "training.json").read_text())
+    assert [h["loss"] for h in summary["history"]] == [h["loss"] for h in whole["history"]]
+
+
+def test_the_output_is_modelopts_export_and_loads_into_modelopts_model(tiny, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from trtspec.drafts import head
+
+    target, prompts = tiny
+    opts = options(prompts, epochs=1)
+    train_draft(target, tmp_path / "head", opts)
+    files = {p.name for p in (tmp_path / "head").iterdir()}
+    assert files == {"config.json", "model.safetensors", "training.json", "learning_curve.png"}
+    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["draft_vocab_size"] == 256
+    assert config["eagle_config"]["use_aux_hidden_state"] is True
+
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    d2t = tensors(tmp_path / "head")["d2t"]
+    head.convert(model, opts, d2t, seed=123)  # other initial weights: everything must come from the file
+    head.load_head(model, tmp_path / "head")
+    (tmp_path / "again").mkdir()
+    head.export(model, tmp_path / "again")
+    assert same(tensors(tmp_path / "head"), tensors(tmp_path / "again"))
+    assert json.loads((tmp_path / "again" / "config.json").read_text()) == config
+
+
+def test_a_library_error_names_the_field_and_the_cli_the_flag(tiny, tmp_path, capsys):
+    from cli_helpers import run_cli
+    from trtspec.errors import TrtspecError
+
+    target, prompts = tiny
+    with pytest.raises(TrtspecError, match=r"^draft\.train\.heldout: workload 'p' has 20 prompts"):
+        train_draft(target, tmp_path / "head", options(prompts, heldout=20))
+    code, _, err = run_cli(capsys, "train-draft", "--target", target, "--out", tmp_path / "head",
+                           "--workloads", f"p={prompts}", "--heldout", "20", "--device", "cpu")
+    assert code == 2 and err.startswith("error: --heldout: workload 'p' has 20 prompts") and err.count("\n") == 1
+    assert not (tmp_path / "head").exists()

@@ -1,0 +1,116 @@
+"""The training data of a draft: the target's own greedy answers to workload prompts.
+
+Training stacks (EAGLE-3, ModelOpt's examples, SpecForge) regenerate the responses with the target
+rather than train on the dataset's human answers: the head must predict what *this* target says.
+Only token ids are kept (prompt, response); hidden states are computed on the fly while training
+(ModelOpt's online mode), so memory stays bounded by one batch whatever the corpus size.
+
+Regeneration is the costly part on a CPU, so the responses are cached under
+`$TRTSPEC_CACHE/draft-data/<hash>.json`, the hash covering everything they depend on: the target's
+weights and config, the prompt ids, the response length and the batch size (batched decoding may
+round differently from unbatched decoding)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checkpoints.default_model import default_cache_root
+from ..errors import TrtspecError
+from ..fsutil import sha256_file, write_text_atomic
+from ..workloads import load_workloads, render
+from .options import TrainDraftOptions
+
+DATA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt and the target's greedy response to it (token ids; the response ends at EOS or at
+    max_new_tokens)."""
+    workload: str
+    prompt: list[int]
+    response: list[int]
+    heldout: bool
+
+
+def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list[int], bool]]:
+    """(workload, prompt ids, held out?) for every chosen prompt: per workload a seeded shuffle, the
+    first `heldout` prompts held out (never trained on), the rest for training."""
+    out = []
+    for wl in load_workloads(options.workloads, seed=options.seed, samples=options.samples):
+        if len(wl.samples) <= options.heldout:
+            raise TrtspecError(f"draft.train.heldout: workload {wl.name!r} has {len(wl.samples)} prompts, so "
+                               f"holding out {options.heldout} leaves none to train on")
+        order = list(range(len(wl.samples)))
+        random.Random(f"{options.seed}:{wl.name}").shuffle(order)
+        for rank, i in enumerate(order):
+            ids = render(wl.samples[i], tokenizer, max_prompt_tokens=options.max_prompt_tokens, keep="end")
+            out.append((wl.name, ids, rank < options.heldout))
+    return out
+
+
+def target_fingerprint(target: Path) -> str:
+    """sha256 over the target's config and weight files (what its greedy answers depend on)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in Path(target).iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
+    for p in files:
+        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def cache_path(target: Path, prompts: list[list[int]], options: TrainDraftOptions) -> Path:
+    key = json.dumps({"version": DATA_VERSION, "target": target_fingerprint(target), "prompts": prompts,
+                      "max_new_tokens": options.max_new_tokens, "batch": options.regen_batch_size})
+    return default_cache_root() / "draft-data" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    """The response up to and including its first EOS (the head learns to predict the end too)."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens
+
+
+def regenerate(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int, eos: set[int],
+               pad_id: int, advance=lambda n: None) -> list[list[int]]:
+    """The target's greedy responses, `batch_size` prompts at a time (left padded; prompts sorted by
+    length so a batch pads little). `advance(n)` is told of each finished prompt (progress bar)."""
+    import torch
+
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+    out: list[list[int] | None] = [None] * len(prompts)
+    device = next(model.parameters()).device
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.tensor([[pad_id] * (width - len(prompts[i])) + prompts[i] for i in idx], device=device)
+        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in idx], device=device)
+        with torch.no_grad():
+            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=sorted(eos), pad_token_id=pad_id, top_p=None, top_k=None,
+                                 temperature=None)
+        for row, i in enumerate(idx):
+            out[i] = cut_at_eos([int(t) for t in gen[row, width:]], eos)
+        advance(len(idx))
+    return out  # type: ignore[return-value]
+
+
+def load_examples(target: Path, model, tokenizer, options: TrainDraftOptions, eos: set[int],
+                  advance=lambda n: None) -> list[Example]:
+    """Every example of the run, regenerated or read from the cache."""
+    chosen = split_prompts(options, tokenizer)
+    prompts = [ids for _, ids, _ in chosen]
+    path = cache_path(target, prompts, options)
+    if path.exists():
+        responses = json.loads(path.read_text(encoding="utf-8"))["responses"]
+        advance(len(prompts))
+    else:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+        responses = regenerate(model, prompts, options.max_new_tokens, options.regen_batch_size, eos, pad, advance)
+        write_text_atomic(path, json.dumps({"responses": responses}))
+    return [Example(name, ids, resp, held) for (name, ids, held), resp in zip(chosen, responses)]

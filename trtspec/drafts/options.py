@@ -1,0 +1,49 @@
+"""The options of `trtspec train-draft`: one model, the recipe section `draft: {train: {...}}`, the
+argument of trtspec.drafts.train.train_draft and the source of the CLI flags (trtspec/options.py).
+
+Light: pydantic only, so `trtspec --help` reads the defaults without importing torch or ModelOpt."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from ..options import StageOptions
+from ..tuning.options import distinct_positive
+
+
+class TrainDraftOptions(StageOptions):
+    """How an EAGLE-3 head is trained for a target (trtspec.drafts)."""
+    section = "draft.train"
+    workloads: str = Field("chat=mt-bench", min_length=1,
+                           description="Prompt sets the target answers (NAME=SOURCE list: packaged sets or "
+                                       "JSONL/CSV traffic logs), as for `trtspec profile`.")
+    samples: Optional[int] = Field(None, ge=2, description="Prompts per workload (seeded sample); null: all.")
+    heldout: int = Field(8, ge=1, description="Prompts per workload held out of training to measure AL(K).")
+    max_new_tokens: int = Field(256, ge=2, description="Length of the target's regenerated greedy responses.")
+    max_prompt_tokens: int = Field(512, ge=1, description="Prompts are cut to their last tokens beyond this.")
+    regen_batch_size: int = Field(8, ge=1, description="Prompts the target answers at once (batched greedy).")
+    num_layers: int = Field(1, ge=1, le=8, description="Decoder layers of the EAGLE-3 head.")
+    intermediate_size: Optional[int] = Field(None, ge=1, description="MLP width of the head; null: the target's.")
+    draft_vocab_size: Optional[int] = Field(None, ge=2, description="Draft vocabulary (the most frequent tokens "
+                                            "of the training responses, ModelOpt's d2t mapping); null: the "
+                                            "target's whole vocabulary.")
+    ttt_steps: int = Field(3, ge=1, le=8, description="ModelOpt's training-time-test steps (draft positions "
+                           "trained per sample).")
+    epochs: int = Field(4, ge=1, description="Passes over the training responses.")
+    batch_size: int = Field(4, ge=1, description="Sequences per optimizer step.")
+    lr: float = Field(1e-3, gt=0.0, lt=1.0, allow_inf_nan=False, description="AdamW learning rate.")
+    eval_every: int = Field(50, ge=1, description="Optimizer steps between held-out AL(K) measurements.")
+    checkpoint_every: int = Field(50, ge=1, description="Optimizer steps between resumable checkpoints.")
+    eval_k: list[int] = Field([1, 2, 3, 4], min_length=1, description="Draft lengths K whose held-out AL(K) "
+                              "is reported.")
+    seed: int = Field(0, ge=0, lt=2 ** 63, description="Seed of prompt choice, split, data order and init.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the target and head run "
+                                                   "(auto: cuda when available).")
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null: torch's default.")
+
+    @field_validator("eval_k")
+    @classmethod
+    def _eval_k(cls, v: list[int]) -> list[int]:
+        return distinct_positive(v, "[1, 2, 3]")
