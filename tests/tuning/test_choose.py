@@ -122,7 +122,7 @@ def test_separate_instances_cost_a_target_each_and_the_score_grows_with_the_budg
 
 def test_offers_that_cannot_be_compared_are_refused(offered):
     other = offered["ngram"].model_copy(update={"concurrency_bands": [1]})
-    with pytest.raises(TrtspecError, match=r"tune.drafters: '\w+' has concurrency bands"):
+    with pytest.raises(TrtspecError, match=r"tune.profile: '\w+' has concurrency bands"):
         choose({"model": offered["model"], "ngram": other})
     slow = tuning("ngram", {"chat": 0.05, "edit": 0.9}, example_cost_model("draft-target", gpu="h200")
                   .model_copy(update={"draft": None}))

@@ -46,23 +46,23 @@ def _check_comparable(tunings: dict[str, Tuning]) -> None:
     for name in names[1:]:
         t = tunings[name]
         if set(t.workloads) != set(first.workloads):
-            raise TrtspecError(f"tune.drafters: '{name}' was tuned on workloads {sorted(t.workloads)}, "
+            raise TrtspecError(f"tune.profile: '{name}' was tuned on workloads {sorted(t.workloads)}, "
                                f"'{names[0]}' on {sorted(first.workloads)}; tune every drafter on the same ones")
         if sorted(t.concurrency_bands) != sorted(first.concurrency_bands):
-            raise TrtspecError(f"tune.drafters: '{name}' has concurrency bands {t.concurrency_bands}, "
+            raise TrtspecError(f"tune.profile: '{name}' has concurrency bands {t.concurrency_bands}, "
                                f"'{names[0]}' {first.concurrency_bands}")
         for w, wt in t.workloads.items():
             for b in wt.bands:
                 other = _band(first.workloads[w], b.concurrency)
                 if abs(b.baseline_tokens_per_s / other.baseline_tokens_per_s - 1) > TOLERANCE:
-                    raise TrtspecError(f"tune.drafters: '{name}' and '{names[0]}' predict different baselines for "
+                    raise TrtspecError(f"tune.profile: '{name}' and '{names[0]}' predict different baselines for "
                                        f"workload '{w}' at concurrency {b.concurrency} ({b.baseline_tokens_per_s:.4g} "
                                        f"vs {other.baseline_tokens_per_s:.4g} tokens/s): tuned with another target, "
                                        "cost model or context length")
     if sum(t.mode != "ngram" for t in tunings.values()) > 1:
-        raise TrtspecError("tune.drafters: at most one model drafter (draft model or EAGLE-3 head) besides n-gram")
+        raise TrtspecError("tune.profile: at most one model drafter (draft model or EAGLE-3 head) besides n-gram")
     if any(t.mode == "eagle" for t in tunings.values()) and len(tunings) > 1:
-        raise TrtspecError("tune.drafters: an EAGLE-1 engine always drafts with its own tree, so it cannot share a "
+        raise TrtspecError("tune.profile: an EAGLE-1 engine always drafts with its own tree, so it cannot share a "
                            "deployment with other drafters; offer it alone")
 
 
@@ -121,7 +121,7 @@ def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
            separate_instances: bool = False) -> Tuning:
     """One Tuning choosing among `tunings` ({drafter name: its tuning}) per workload x band."""
     if not tunings:
-        raise TrtspecError("tune.drafters: nothing to choose from")
+        raise TrtspecError("tune.profile: nothing to choose from")
     # the cheaper drafter first: ties (equal tokens/s) then go to it
     memory = {n: drafter_memory(t, separate_instances) for n, t in tunings.items()}
     tunings = dict(sorted(tunings.items(), key=lambda kv: (memory[kv[0]], kv[0])))
