@@ -130,3 +130,40 @@ def test_offers_that_cannot_be_compared_are_refused(offered):
         choose({"model": offered["model"], "ngram": slow})
     with pytest.raises(TrtspecError, match="at most one model drafter"):
         choose({"a": offered["model"], "b": offered["model"]})
+
+
+# ---- end to end on real models: profile each drafter, tune, choose (the CLI) ---------------------------
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_profiles_of_two_drafters_choose_n_gram_for_edits_and_the_draft_model_for_chat(tmp_path, capsys):
+    """Profiled and tuned through the CLI on real tiny models (triton_fixtures.choice_pair): the draft
+    model is right on both workloads but costs a step; n-gram drafts are free and right only where
+    the answer repeats the prompt. The choice gives each workload its drafter at concurrency 1."""
+    import json
+
+    from cli_helpers import run_cli
+    from triton_fixtures import choice_pair
+    from trtspec.tuning.schema import load_tuning
+
+    pair, prompts = choice_pair(tmp_path)
+    specs = []
+    for name, texts in prompts.items():
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text("".join(json.dumps({"prompt": t, "id": f"{name}{i}"}) + "\n" for i, t in enumerate(texts)))
+        specs.append(f"{name}={f}")
+    common = ["--workloads", ",".join(specs), "--max-k", "4", "--max-new-tokens", "20"]
+    for out, extra in (("model.json", []), ("ngram.json", ["--ngram-sizes", "2,3"])):
+        code, _, err = run_cli(capsys, "profile", "--ckpt", str(pair), *common, *extra, "--out", str(tmp_path / out))
+        assert code == 0, err
+    code, stdout, err = run_cli(capsys, "tune", "--profile", str(tmp_path / "model.json"), "--profile",
+                                str(tmp_path / "ngram.json"), "--cost", "cpu", "--concurrency-bands", "1,8",
+                                "--out", str(tmp_path / "tuning.json"), "--no-plots")
+    assert code == 0, err
+    t = load_tuning(tmp_path / "tuning.json")
+    chat, edit = t.workloads["chat"].bands[0], t.workloads["edit"].bands[0]
+    assert edit.speculate and edit.drafter == "ngram", edit
+    assert chat.speculate and chat.drafter is None and chat.draft_len > 0, chat
+    alone = {m: load_tuning(tmp_path / f"tuning-{m}.json") for m in ("draft-target", "ngram")}
+    assert edit.tokens_per_s == alone["ngram"].workloads["edit"].bands[0].tokens_per_s
+    assert chat.tokens_per_s == alone["draft-target"].workloads["chat"].bands[0].tokens_per_s
+    assert t.choice.drafters["draft-target"].served and t.choice.drafters["ngram"].served
