@@ -240,3 +240,32 @@ def smollm2_pair_and_short_prompts(smollm2_hf: Path, d: Path, draft_layers: int,
                           key=lambda p: (len(p[1]), p[0]))
         prompts += rendered[:per_set]
     return models, prompts
+
+
+def choice_pair(d: Path) -> tuple[Path, dict[str, list[str]]]:
+    """A pair where the best drafter differs by workload (tests of the drafter choice): a 12-layer
+    target (hidden 256) whose layers write nothing into the residual stream, so its next token is a
+    function of the current one (a bigram model: even 0.001 of the layers' output flips near-ties
+    of the random logits with the context), and its first layer as the draft: always right, and
+    cheap (about 0.45 of a target step under the cpu cost preset). Two prompt sets: `chat` (short
+    prompts, whose answers the n-gram pool has not seen until the bigram chain cycles) and `edit`
+    (each prompt quoting the target's own continuation of its start, then that start again: the
+    answer repeats the quote, so n-gram drafts are right, and free). Returns the pair directory and
+    {workload: prompt texts}."""
+    from trtspec.checkpoints.derive import truncate_layers
+    from trtspec.checkpoints.pair import convert_pair
+    from trtspec.runtime.generate import generate_batch, load_models
+
+    big = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=12, num_attention_heads=4,
+               num_key_value_heads=1)
+    _scaled(make_hf_model("llama", d / "hf", **big), 0.0).save_pretrained(d / "hf")
+    save_tiny_tokenizer(d / "hf")
+    truncate_layers(d / "hf", d / "draft_hf", 1)
+    save_tiny_tokenizer(d / "draft_hf")
+    pair = convert_pair(d / "hf", d / "draft_hf", d / "choice_pair", dtype="float32")
+    starts = [[5 + 37 * i + j for j in range(4)] for i in range(6)]
+    conts = [r.output_ids for r in generate_batch(load_models(pair), starts, max_new_tokens=24, mode="greedy")]
+    text = lambda ids: " ".join(f"t{i}" for i in ids)
+    prompts = {"chat": [text(s) for s in starts],
+               "edit": [text(s + c + s) for s, c in zip(starts, conts)]}
+    return pair, prompts

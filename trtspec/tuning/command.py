@@ -13,7 +13,7 @@ whose defaults and help come from TuneOptions / MeasureConfig, and re-words the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -43,7 +43,9 @@ T, M = TuneOptions, MeasureConfig
 
 
 def tune_command(
-    profile: Path = typer.Option(..., "--profile", help="profile.json from the profiler."),
+    profile: List[Path] = typer.Option(..., "--profile", help="profile.json from the profiler; repeat it to offer "
+                                                               "several drafters (one profile each: a draft model "
+                                                               "or EAGLE-3 head, n-gram) and choose per workload."),
     cost: str = typer.Option(default(T, "cost"), "--cost", help=doc(T, "cost")),
     target_ckpt: Optional[Path] = typer.Option(
         None, "--target-ckpt", help="Target (or EAGLE) checkpoint; default: the one the profile names."),
@@ -57,6 +59,10 @@ def tune_command(
                                                help=doc(T, "max_profiles")),
     context_tokens: Optional[int] = typer.Option(default(T, "context_tokens"), "--context-tokens",
                                                  help=doc(T, "context_tokens")),
+    memory_budget_gib: Optional[float] = typer.Option(default(T, "memory_budget_gib"), "--memory-budget-gib",
+                                                      help=doc(T, "memory_budget_gib")),
+    separate_instances: bool = typer.Option(default(T, "separate_instances"), "--separate-instances",
+                                            help=doc(T, "separate_instances")),
     out: Path = typer.Option(Path("tuning.json"), "--out", help="Where to write tuning.json."),
     plots: Optional[Path] = typer.Option(
         None, "--plots", help="PNG directory (default: <out stem>_plots next to --out)."),
@@ -65,7 +71,7 @@ def tune_command(
     """Pick the draft length / EAGLE tree per workload and concurrency band that maximises predicted tokens/s."""
     from .report import print_summary, write_plots
     from .schema import dump_json  # lazy: start-up (schema -> cost -> checkpoints -> torch)
-    from .tune import tune_stage  # lazy: start-up
+    from .tune import tune_drafters  # lazy: start-up
 
     if out.is_dir():
         raise TrtspecError(f"--out: {out} is a directory (expected the path of tuning.json)")
@@ -74,9 +80,14 @@ def tune_command(
             f.suffix != ".png" or not f.is_file() for f in plots.iterdir())):
         raise TrtspecError(f"--plots: {plots} is not a directory of PNG files; give a new or empty directory")
     options = from_cli(T, cost=cost, concurrency_bands=parse_ints(concurrency_bands),
-                       eagle_node_budget=eagle_node_budget, max_profiles=max_profiles, context_tokens=context_tokens)
+                       eagle_node_budget=eagle_node_budget, max_profiles=max_profiles, context_tokens=context_tokens,
+                       memory_budget_gib=memory_budget_gib, separate_instances=separate_instances)
     with flag_context(T.section):
-        tuning = tune_stage(profile, options, target_ckpt, draft_ckpt)
+        tuning, each = tune_drafters(profile, options, target_ckpt, draft_ckpt)
+    if len(each) > 1:  # each drafter's own tuning next to the choice, for comparison
+        for mode, t in each.items():
+            write_text_atomic(out.with_name(f"{out.stem}-{mode}.json"), dump_json(t))
+            typer.echo(f"wrote {out.with_name(f'{out.stem}-{mode}.json')}")
     write_text_atomic(out, dump_json(tuning))
     print_summary(tuning)
     typer.echo(f"wrote {out}")

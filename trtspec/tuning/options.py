@@ -110,6 +110,10 @@ class TuneOptions(StageOptions):
                                                                 "workload).")
     context_tokens: Optional[int] = Field(None, ge=0, description="KV length for step times (default: mean prompt "
                                                                   "+ half the output).")
+    memory_budget_gib: Optional[float] = Field(None, ge=0, description="Several drafters offered: GPU memory (GiB) "
+                                               "the served drafters may add beyond one target (default: no limit).")
+    separate_instances: bool = Field(False, description="Several drafters offered: each is its own model instance "
+                                     "holding the target again (the llmapi flavor; a recipe sets it from triton).")
 
     @field_validator("concurrency_bands")
     @classmethod

@@ -317,6 +317,23 @@ class CostInfo(BaseModel):
     draft: ModelShape | None = None
 
 
+class OfferedDrafter(BaseModel):
+    """One drafter the recipe offered, what it costs and whether the choice serves it."""
+    mode: str  # the mode of its tuning (draft-target, eagle3, ngram)
+    profile: dict  # {"path", "sha256"} of the profile it was tuned from
+    memory_gib: float  # what serving it adds (trtspec/tuning/choose.py)
+    served: bool  # some workload x band routes to it
+
+
+class DrafterChoice(BaseModel):
+    """tuning.json `choice`: the drafters offered and the set chosen within the budget."""
+    drafters: dict[str, OfferedDrafter]
+    memory_budget_gib: float | None
+    separate_instances: bool  # each drafter its own model instance (llmapi)
+    memory_gib: float  # what the served set adds
+    score: float  # token-weighted sum of predicted tokens/s over workloads and bands (the objective)
+
+
 class Tuning(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     schema_id: Literal["trtspec.tuning/1"] = Field(TUNING_SCHEMA, alias="schema")
@@ -330,6 +347,7 @@ class Tuning(BaseModel):
     eagle: EagleLimits | None = None
     workloads: dict[str, WorkloadTuning]
     profiles: list[ServedProfile] | None = None  # eagle only
+    choice: DrafterChoice | None = Field(None, exclude_if=lambda v: v is None)  # several drafters offered (choose.py)
 
 
 def load_tuning(path: Path) -> Tuning:

@@ -1,6 +1,8 @@
 """The tuning stage as a library call: profile.json + cost model -> Tuning (no files, no CLI).
 
-`tune_stage(profile_path, TuneOptions)` is what `trtspec tune` and the recipe's tune stage call;
+`tune_stage(profile_path, TuneOptions)` is what `trtspec tune` and the recipe's tune stage call
+(`tune_drafters` with several profiles of one target, one per drafter offered: each tuned alone,
+then the drafter chosen per workload x band, choose.py);
 `run_tune` is the same with a full SelectConfig (benchmarks and tests set its inner knobs). The
 analytic cost model needs the networks' sizes and quantization: from `target_ckpt` / `draft_ckpt`,
 else from the checkpoint directories the profile's measurement_conditions name (target, draft).
@@ -23,6 +25,7 @@ from .options import TuneOptions
 from .schema import CostInfo, EagleLimits, Profile, Tuning, load_profile
 from .ngram_select import tune_ngram
 from .select import SelectConfig, tune_draft_target, tune_eagle
+from .choose import choose
 
 
 def _ckpt(given: Path | None, recorded: str | None, what: str, base: Path) -> Path | None:
@@ -130,3 +133,20 @@ def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | Non
     cfg = SelectConfig(concurrency_bands=options.concurrency_bands, max_profiles=options.max_profiles,
                        context_tokens=options.context_tokens)
     return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget)
+
+
+def tune_drafters(profile_paths: list[Path], options: TuneOptions, target_ckpt: Path | None = None,
+                  draft_ckpt: Path | None = None) -> tuple[Tuning, dict[str, Tuning]]:
+    """Several drafters offered: each profile (one per drafter, named by its mode) tuned alone, then
+    the choice (choose.py). Returns the chosen Tuning and each drafter's own. One profile: its
+    tuning, with the memory options unused."""
+    tunings: dict[str, Tuning] = {}
+    for path in profile_paths:
+        mode = load_profile(Path(path), check=False).mode
+        if mode in tunings:
+            raise TrtspecError(f"tune.profile: two {mode} profiles ({Path(path).name} and another); offer one "
+                               "profile per drafter")
+        tunings[mode] = tune_stage(path, options, target_ckpt, None if mode == "ngram" else draft_ckpt)
+    if len(tunings) == 1:
+        return next(iter(tunings.values())), tunings
+    return choose(tunings, options.memory_budget_gib, options.separate_instances), tunings

@@ -1,0 +1,169 @@
+"""The drafter choice (trtspec/tuning/choose.py): each workload x band gets the best of the offered
+drafters' tuned settings, within a memory budget over the set of drafters served."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trtspec.errors import TrtspecError
+from trtspec.tuning.choose import GIB, choose, drafter_memory
+from trtspec.tuning.cost import CostModel
+from trtspec.tuning.ngram_select import tune_ngram
+from trtspec.tuning.schema import CostInfo, Tuning, build_profile
+from trtspec.tuning.select import SelectConfig, tune_draft_target
+from trtspec.tuning.synthetic import example_cost_model
+
+BANDS = [1, 64]
+MAX_K, SIZES = 4, [2]
+CFG = SelectConfig(concurrency_bands=BANDS, context_tokens=512)
+CONDITIONS = {"target": "t", "max_new_tokens": 120, "dtype": "bfloat16", "trtspec_version": "x"}
+
+
+def runs(p: float, k: int, rng: random.Random, T: int = 120) -> list[int]:
+    """match_lengths of a draft model agreeing with probability p at each position."""
+    agree = [rng.random() < p for _ in range(T + k)]
+    out = []
+    for t in range(T):
+        n = 0
+        while n < k and agree[t + n]:
+            n += 1
+        out.append(n)
+    return out
+
+
+def ngram_steps(p: float, k: int, rng: random.Random, T: int = 120) -> list[list[int]]:
+    out, t = [], 1
+    while t < T:
+        a = 0
+        while a < k and rng.random() < p:
+            a += 1
+        out.append([a, k])
+        t += a + 1
+    return out
+
+
+def tuning(mode: str, rates: dict[str, float], cost: CostModel) -> Tuning:
+    rng = random.Random(0)
+    if mode == "ngram":
+        samples = {w: [{"id": f"s{i}", "prompt_len": 50, "output_ids": [1] * 120,
+                        "ngram_steps": {"2": [ngram_steps(p, k, rng) for k in range(1, MAX_K + 1)]}}
+                       for i in range(4)] for w, p in rates.items()}
+        profile = build_profile("ngram", MAX_K, None, CONDITIONS, samples, ngram_sizes=SIZES)
+        workloads = tune_ngram(profile, cost, CFG)
+    else:
+        samples = {w: [{"id": f"s{i}", "prompt_len": 50, "match_lengths": runs(p, MAX_K, rng)} for i in range(4)]
+                   for w, p in rates.items()}
+        profile = build_profile("draft-target", MAX_K, None, CONDITIONS, samples)
+        workloads = tune_draft_target(profile, cost, CFG)
+    return Tuning(mode=mode, profile={"path": f"{mode}.json", "sha256": "0"}, measurement_conditions=CONDITIONS,
+                  trtspec_version="x", cost=CostInfo(source="analytic", gpu=cost.gpu, target=cost.target,
+                                                      draft=cost.draft),
+                  concurrency_bands=BANDS, max_draft_len=MAX_K, workloads=workloads)
+
+
+@pytest.fixture(scope="module")
+def offered():
+    """A draft model good on chat and poor on edits; n-gram the other way round."""
+    model = example_cost_model("draft-target")
+    return {"model": tuning("draft-target", {"chat": 0.8, "edit": 0.2}, model),
+            "ngram": tuning("ngram", {"chat": 0.05, "edit": 0.9}, model.model_copy(update={"draft": None}))}
+
+
+def test_each_workload_gets_its_best_drafter_and_the_bands_say_which(offered):
+    t = choose(offered)
+    chat, edit = t.workloads["chat"].bands[0], t.workloads["edit"].bands[0]
+    assert chat.speculate and chat.drafter is None and chat.max_matching_ngram_size is None  # the model drafter
+    assert edit.speculate and edit.drafter == "ngram" and edit.max_matching_ngram_size == 2
+    for w, bands in t.workloads.items():
+        for b in bands.bands:
+            alone = [next(x for x in o.workloads[w].bands if x.concurrency == b.concurrency) for o in offered.values()]
+            assert b.tokens_per_s == max(max(a.tokens_per_s for a in alone), b.baseline_tokens_per_s)
+            assert len(b.sweep) == sum(len(a.sweep) for a in alone)  # every offered point, for the plots
+    assert t.mode == "draft-target" and t.choice.drafters["model"].served and t.choice.drafters["ngram"].served
+    assert t.choice.drafters["ngram"].memory_gib == 0.0
+    assert t.choice.drafters["model"].memory_gib == pytest.approx(offered["model"].cost.draft.weight_bytes_total / GIB)
+    assert Tuning.model_validate_json(t.model_dump_json(by_alias=True)) == t  # round-trips through tuning.json
+
+
+def test_a_budget_below_the_draft_model_leaves_n_gram_and_off(offered):
+    model_gib = drafter_memory(offered["model"], separate_instances=False)
+    t = choose(offered, memory_budget_gib=model_gib / 2)
+    chat, edit = t.workloads["chat"].bands[0], t.workloads["edit"].bands[0]
+    assert edit.drafter == "ngram" and edit.speculate
+    assert chat.drafter in (None, "ngram") and (not chat.speculate or chat.drafter == "ngram")
+    assert not t.choice.drafters["model"].served and t.choice.memory_gib == 0.0
+    assert chat.own_best_tokens_per_s > chat.tokens_per_s  # what the budget costs the chat workload
+
+
+def test_separate_instances_cost_a_target_each_and_the_score_grows_with_the_budget(offered):
+    """llmapi: every drafter is its own model instance holding the target again, and bands left off
+    need a plain instance. Whatever the budget, the served set fits it and a larger budget never
+    scores less; with no budget at all only n-gram can be served, and only for every band (one
+    instance, no weights of its own).""" 
+    target = offered["model"].cost.target.weight_bytes_total / GIB
+    draft = drafter_memory(offered["model"], separate_instances=False)
+    assert drafter_memory(offered["model"], True) == pytest.approx(target + draft)
+    assert drafter_memory(offered["ngram"], True) == pytest.approx(target)
+    scores = []
+    for budget in (0.0, 1.01 * target, 1.01 * (draft + target), 2.01 * target + draft, None):
+        t = choose(offered, memory_budget_gib=budget, separate_instances=True)
+        served = {n for n, d in t.choice.drafters.items() if d.served}
+        off = any(not b.speculate for w in t.workloads.values() for b in w.bands)
+        instances = len(served) + (1 if off or not served else 0)
+        assert t.choice.memory_gib == pytest.approx(sum(draft for n in served if n == "model") + (instances - 1) * target)
+        assert budget is None or t.choice.memory_gib <= budget
+        scores.append(t.choice.score)
+        if budget == 0.0:
+            assert served <= {"ngram"} and t.choice.memory_gib == 0.0
+    assert scores == sorted(scores) and scores[-1] > scores[0]
+
+
+def test_offers_that_cannot_be_compared_are_refused(offered):
+    other = offered["ngram"].model_copy(update={"concurrency_bands": [1]})
+    with pytest.raises(TrtspecError, match=r"tune.profile: '\w+' has concurrency bands"):
+        choose({"model": offered["model"], "ngram": other})
+    slow = tuning("ngram", {"chat": 0.05, "edit": 0.9}, example_cost_model("draft-target", gpu="h200")
+                  .model_copy(update={"draft": None}))
+    with pytest.raises(TrtspecError, match="different baselines"):
+        choose({"model": offered["model"], "ngram": slow})
+    with pytest.raises(TrtspecError, match="at most one model drafter"):
+        choose({"a": offered["model"], "b": offered["model"]})
+
+
+# ---- end to end on real models: profile each drafter, tune, choose (the CLI) ---------------------------
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_profiles_of_two_drafters_choose_n_gram_for_edits_and_the_draft_model_for_chat(tmp_path, capsys):
+    """Profiled and tuned through the CLI on real tiny models (triton_fixtures.choice_pair): the draft
+    model is right on both workloads but costs a step; n-gram drafts are free and right only where
+    the answer repeats the prompt. The choice gives each workload its drafter at concurrency 1."""
+    import json
+
+    from cli_helpers import run_cli
+    from triton_fixtures import choice_pair
+    from trtspec.tuning.schema import load_tuning
+
+    pair, prompts = choice_pair(tmp_path)
+    specs = []
+    for name, texts in prompts.items():
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text("".join(json.dumps({"prompt": t, "id": f"{name}{i}"}) + "\n" for i, t in enumerate(texts)))
+        specs.append(f"{name}={f}")
+    common = ["--workloads", ",".join(specs), "--max-k", "4", "--max-new-tokens", "20"]
+    for out, extra in (("model.json", []), ("ngram.json", ["--ngram-sizes", "2,3"])):
+        code, _, err = run_cli(capsys, "profile", "--ckpt", str(pair), *common, *extra, "--out", str(tmp_path / out))
+        assert code == 0, err
+    code, stdout, err = run_cli(capsys, "tune", "--profile", str(tmp_path / "model.json"), "--profile",
+                                str(tmp_path / "ngram.json"), "--cost", "cpu", "--concurrency-bands", "1,8",
+                                "--out", str(tmp_path / "tuning.json"), "--no-plots")
+    assert code == 0, err
+    t = load_tuning(tmp_path / "tuning.json")
+    chat, edit = t.workloads["chat"].bands[0], t.workloads["edit"].bands[0]
+    assert edit.speculate and edit.drafter == "ngram", edit
+    assert chat.speculate and chat.drafter is None and chat.draft_len > 0, chat
+    alone = {m: load_tuning(tmp_path / f"tuning-{m}.json") for m in ("draft-target", "ngram")}
+    assert edit.tokens_per_s == alone["ngram"].workloads["edit"].bands[0].tokens_per_s
+    assert chat.tokens_per_s == alone["draft-target"].workloads["chat"].bands[0].tokens_per_s
+    assert t.choice.drafters["draft-target"].served and t.choice.drafters["ngram"].served

@@ -1,0 +1,162 @@
+"""The best drafter per workload: several tunings of one target, one choice per workload x band.
+
+A recipe may offer several drafters for one target: a draft model or an EAGLE-3 head (the "model"
+drafter, tuned from its own profile) and n-gram drafting (tuned from an n-gram profile), besides
+not speculating at all. Each was tuned alone (tune.py: the same target, cost model, workloads and
+bands), so their predictions are comparable: each band's tokens/s is b * AL / step time of the same
+target under the same GPU model, and "off" is the same baseline in all of them.
+
+What a drafter costs to serve is memory: a draft model or head holds its weights on the GPU for as
+long as any workload routes to it; n-gram drafting holds nothing. When each drafter is its own model
+instance (the llmapi flavor: `speculative_config` is a per-model setting, so every drafter, and the
+target under it, is loaded once per instance; a workload served without speculation needs a plain
+instance too), every instance beyond the first costs the target's weights again. With a memory budget (`tune.memory_budget_gib`, extra GiB beyond one target) the choice is
+therefore over *sets* of served drafters: for every set within the budget, each workload x band takes
+the best of that set's settings (or off), and the set with the highest token-weighted sum of
+predicted tokens/s wins (ties: less memory, then fewer drafters). The sets are enumerated: a recipe
+offers a handful of drafters, so 2^n is small, and the answer is exact rather than greedy.
+
+The result is one Tuning (the model drafter's mode, so the repository serves it as it would that
+drafter alone) whose bands each name their `drafter`, with every offered drafter's points in the
+sweep and a `choice` section saying what was offered, what it costs and what is served.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from ..errors import TrtspecError
+from .schema import BandChoice, DrafterChoice, OfferedDrafter, Tuning, WorkloadTuning
+
+GIB = float(1 << 30)
+TOLERANCE = 1e-6  # relative: the baseline of the same target and cost model must agree
+
+
+def drafter_memory(tuning: Tuning, separate_instances: bool) -> float:
+    """GiB this drafter's weights take (none for n-gram), plus with separate instances the target's
+    under it (what `choice.drafters.*.memory_gib` reports; the set's total is _set_memory)."""
+    draft = tuning.cost.draft.weight_bytes_total if tuning.cost.draft is not None and tuning.mode != "ngram" else 0.0
+    target = tuning.cost.target.weight_bytes_total if separate_instances else 0.0
+    return (draft + target) / GIB
+
+
+def _check_comparable(tunings: dict[str, Tuning]) -> None:
+    names = list(tunings)
+    first = tunings[names[0]]
+    for name in names[1:]:
+        t = tunings[name]
+        if set(t.workloads) != set(first.workloads):
+            raise TrtspecError(f"tune.profile: '{name}' was tuned on workloads {sorted(t.workloads)}, "
+                               f"'{names[0]}' on {sorted(first.workloads)}; tune every drafter on the same ones")
+        if sorted(t.concurrency_bands) != sorted(first.concurrency_bands):
+            raise TrtspecError(f"tune.profile: '{name}' has concurrency bands {t.concurrency_bands}, "
+                               f"'{names[0]}' {first.concurrency_bands}")
+        for w, wt in t.workloads.items():
+            for b in wt.bands:
+                other = _band(first.workloads[w], b.concurrency)
+                if abs(b.baseline_tokens_per_s / other.baseline_tokens_per_s - 1) > TOLERANCE:
+                    raise TrtspecError(f"tune.profile: '{name}' and '{names[0]}' predict different baselines for "
+                                       f"workload '{w}' at concurrency {b.concurrency} ({b.baseline_tokens_per_s:.4g} "
+                                       f"vs {other.baseline_tokens_per_s:.4g} tokens/s): tuned with another target, "
+                                       "cost model or context length")
+    if sum(t.mode != "ngram" for t in tunings.values()) > 1:
+        raise TrtspecError("tune.profile: at most one model drafter (draft model or EAGLE-3 head) besides n-gram")
+    if any(t.mode == "eagle" for t in tunings.values()) and len(tunings) > 1:
+        raise TrtspecError("tune.profile: an EAGLE-1 engine always drafts with its own tree, so it cannot share a "
+                           "deployment with other drafters; offer it alone")
+
+
+def _band(w: WorkloadTuning, concurrency: int) -> BandChoice:
+    return next(b for b in w.bands if b.concurrency == concurrency)
+
+
+def _best(options: list[tuple[str, BandChoice]]) -> tuple[str, BandChoice]:
+    """The highest tokens/s; ties keep the earlier option (the cheaper drafter, see choose)."""
+    best = max(b.tokens_per_s for _, b in options)
+    return next((n, b) for n, b in options if b.tokens_per_s >= best * (1 - 1e-12))
+
+
+def _pick(tunings: dict[str, Tuning], served: tuple[str, ...], workload: str, concurrency: int
+          ) -> tuple[str | None, BandChoice]:
+    """The best setting of the served drafters for one workload x band; off (None) when none speculates."""
+    options = [(n, _band(tunings[n].workloads[workload], concurrency)) for n in served]
+    options = [(n, b) for n, b in options if b.speculate]
+    if not options:
+        return None, _off(_band(next(iter(tunings.values())).workloads[workload], concurrency))
+    return _best(options)
+
+
+def _off(band: BandChoice) -> BandChoice:
+    """The band without speculation: the baseline step, AL 1 (what every sweep's K = 0 point is)."""
+    return band.model_copy(update={
+        "speculate": False, "drafter": None, "draft_len": 0, "eagle_choices": None, "max_matching_ngram_size": None,
+        "acceptance_length": 1.0, "acceptance_length_se": 0.0, "step_time_s": band.baseline_step_time_s,
+        "draft_step_s": 0.0, "target_step_s": band.baseline_step_time_s, "tokens_per_s": band.baseline_tokens_per_s,
+        "speedup": 1.0})
+
+
+def _score(tunings: dict[str, Tuning], served: tuple[str, ...]) -> tuple[float, bool]:
+    """(token-weighted tokens/s over workloads and bands, whether some band is left off)."""
+    first = next(iter(tunings.values()))
+    total, off = 0.0, False
+    for w, wt in first.workloads.items():
+        for c in first.concurrency_bands:
+            _, band = _pick(tunings, served, w, c)
+            total += wt.num_tokens * (band.tokens_per_s if band.speculate else band.baseline_tokens_per_s)
+            off |= not band.speculate
+    return total, off
+
+
+def _set_memory(tunings: dict[str, Tuning], served: tuple[str, ...], any_off: bool, separate: bool) -> float:
+    """GiB a served set adds beyond one target: the drafters' weights, and with separate instances a
+    target per instance beyond the first (a plain one for the bands left off)."""
+    weights = sum(drafter_memory(tunings[n], False) for n in served)
+    if not separate:
+        return weights
+    instances = len(served) + (1 if any_off or not served else 0)
+    return weights + (instances - 1) * next(iter(tunings.values())).cost.target.weight_bytes_total / GIB
+
+
+def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
+           separate_instances: bool = False) -> Tuning:
+    """One Tuning choosing among `tunings` ({drafter name: its tuning}) per workload x band."""
+    if not tunings:
+        raise TrtspecError("tune.profile: nothing to choose from")
+    # the cheaper drafter first: ties (equal tokens/s) then go to it
+    memory = {n: drafter_memory(t, separate_instances) for n, t in tunings.items()}
+    tunings = dict(sorted(tunings.items(), key=lambda kv: (memory[kv[0]], kv[0])))
+    _check_comparable(tunings)
+    names, scored = list(tunings), []
+    for served in (s for r in range(len(names) + 1) for s in combinations(names, r)):
+        score, off = _score(tunings, served)
+        gib = _set_memory(tunings, served, off, separate_instances)
+        if memory_budget_gib is None or gib <= memory_budget_gib + 1e-12:
+            scored.append((score, -gib, -len(served), served))
+    score, gib, _, chosen = max(scored, key=lambda x: x[:3])  # the empty set always fits
+    return _merged(tunings, chosen, memory, score, -gib, memory_budget_gib, separate_instances)
+
+
+def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[str, float], score: float,
+            gib: float, budget: float | None, separate: bool) -> Tuning:
+    model = next((n for n, t in tunings.items() if t.mode != "ngram"), None)
+    base = tunings[model or next(iter(tunings))]
+    workloads, used = {}, set()
+    for w, wt in base.workloads.items():
+        bands = []
+        for c in sorted(base.concurrency_bands):
+            name, band = _pick(tunings, chosen, w, c)
+            used |= {name} if name is not None else set()
+            own = max(_band(t.workloads[w], c).own_best_tokens_per_s for t in tunings.values())
+            sweep = [p for t in tunings.values() for p in _band(t.workloads[w], c).sweep]
+            bands.append(band.model_copy(update={"own_best_tokens_per_s": max(own, band.tokens_per_s),
+                                                 "sweep": sweep}))
+        extra = {"accept_length_by_n_k": next((t.workloads[w].accept_length_by_n_k for t in tunings.values()
+                                               if t.workloads[w].accept_length_by_n_k is not None), None)}
+        workloads[w] = wt.model_copy(update={"bands": bands, **extra})
+    offered = {n: OfferedDrafter(mode=t.mode, profile=t.profile, memory_gib=memory[n], served=n in used)
+               for n, t in tunings.items()}
+    needed = max((b.draft_len or len(b.eagle_choices or [])) for w in workloads.values() for b in w.bands)
+    return base.model_copy(update={
+        "workloads": workloads, "max_draft_len": needed,
+        "choice": DrafterChoice(drafters=offered, memory_budget_gib=budget, separate_instances=separate,
+                                memory_gib=gib, score=score)})
