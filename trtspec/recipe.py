@@ -45,6 +45,7 @@ from .triton_repo.sampling import route_sampling
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
 DEFAULT_TARGET = "default"
+NGRAM_DEFAULT_SIZES = (1, 2, 3)  # max_matching_ngram_size values profiled when the recipe offers n-gram
 PACKAGED_WORKLOADS = ("mt-bench", "humaneval", "code-edit")  # trtspec.workloads.PACKAGED, without importing it
 COST_PRESETS = ("h100", "h200", "cpu")          # trtspec.tuning.cost.PRESETS
 
@@ -58,22 +59,29 @@ class Derive(_Strict):
     layers: int = Field(ge=1)
 
 
+DRAFT_KINDS = ("hf", "eagle", "eagle3", "derive")
+MODE_OF_DRAFT = {"hf": "draft-target", "derive": "draft-target", "eagle": "eagle", "eagle3": "eagle3"}
+
+
 class Draft(_Strict):
-    """Exactly one of: an HF draft model, an EAGLE-1 head, or a draft derived from the target."""
+    """Exactly one of: an HF draft model, an EAGLE-1 head, an EAGLE-3 head, or a draft derived from
+    the target."""
     hf: Optional[str] = None
     eagle: Optional[str] = None
+    eagle3: Optional[str] = Field(None, description="an EAGLE-3 head directory (SafeAILab or ModelOpt layout); "
+                                                    "served by the llmapi or cpu flavor")
     derive: Optional[Derive] = None
 
     @model_validator(mode="after")
     def _one(self):
-        given = [k for k in ("hf", "eagle", "derive") if getattr(self, k) is not None]
+        given = [k for k in DRAFT_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of hf, eagle, derive (got {', '.join(given) or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(DRAFT_KINDS)} (got {', '.join(given) or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return "hf" if self.hf is not None else "eagle" if self.eagle is not None else "derive"
+        return next(k for k in DRAFT_KINDS if getattr(self, k) is not None)
 
 
 # ---- the stage sections: each IS the stage's options model (one default per option) ----------------
@@ -112,8 +120,12 @@ class Recipe(ConvertOptions):
     section = "recipe"
     name: Optional[str] = None
     target: str = Field(description="an HF model directory, or 'default' (the embedded SmolLM2-135M-Instruct)")
-    draft: Draft
-    mode: Optional[Literal["eagle", "draft-target"]] = None
+    draft: Optional[Draft] = Field(None, description="the model drafter; leave it out with ngram: true for n-gram "
+                                                     "drafting alone")
+    ngram: bool = Field(False, description="Offer n-gram drafting too (profiled at profile.ngram_sizes, default "
+                                           f"{list(NGRAM_DEFAULT_SIZES)}): the tuner picks per workload x band the "
+                                           "drafter with the best predicted tokens/s (trtspec/tuning/choose.py).")
+    mode: Optional[Literal["eagle", "draft-target", "eagle3", "ngram"]] = None
     threads: Optional[int] = Field(None, ge=1, description="torch intra-op threads of the CPU stages")
     quantization: Optional[Quantization] = None
     build: Optional[Build] = None
@@ -134,6 +146,8 @@ class Recipe(ConvertOptions):
     @field_validator("draft", mode="before")
     @classmethod
     def _draft_shorthand(cls, v: Any) -> Any:
+        if v in ("none", False):
+            return None
         return {"hf": v} if isinstance(v, str) else v  # `draft: /models/small` = an HF draft model
 
     @model_validator(mode="before")
@@ -168,16 +182,43 @@ class Recipe(ConvertOptions):
 
     @model_validator(mode="after")
     def _consistent(self):
-        kind = "eagle" if self.draft.kind == "eagle" else "draft-target"
+        if self.draft is None and not self.ngram:
+            raise ValueError(f"draft: give a draft ({', '.join(DRAFT_KINDS)}), or ngram: true for n-gram drafting")
+        kind = MODE_OF_DRAFT[self.draft.kind] if self.draft is not None else "ngram"
         if self.mode is None:
             self.mode = kind
         elif self.mode != kind:
-            raise ValueError(f"mode {self.mode!r} does not match draft.{self.draft.kind} "
-                             f"(an EAGLE head means mode eagle; an HF or derived draft means draft-target)")
+            given = f"draft.{self.draft.kind}" if self.draft is not None else "n-gram drafting alone"
+            raise ValueError(f"mode {self.mode!r} does not match {given} (which means mode {kind})")
+        self._check_drafters()
         if self.perf is not None and self.triton is None:
             raise ValueError("perf needs a triton section (the repository it measures)")
         self._deployment_accept_rule()
+        self._instances()
         return self
+
+    def _check_drafters(self) -> None:
+        """What the deployment paths can serve: an EAGLE-1 engine always drafts its own tree (no
+        n-gram beside it); EAGLE-3 and n-gram alone have no engine-flow build here."""
+        if self.mode == "eagle" and self.ngram:
+            raise ValueError("ngram: an EAGLE-1 engine always drafts with its tree; offer n-gram with a draft model "
+                             "or an EAGLE-3 head")
+        if self.profile.ngram_sizes is not None and not self.ngram:
+            raise ValueError("profile.ngram_sizes: the sizes of the n-gram drafter; set ngram: true to offer it")
+        if self.mode in ("eagle3", "ngram") and self.build is not None:
+            raise ValueError(f"build: {self.mode} is served by the LLM-API (PyTorch) backend or the cpu flavor here; "
+                             "leave the build section out" + (" (the engine flow has no EAGLE-3)" if self.mode == "eagle3"
+                                                              else ""))
+        if self.mode in ("eagle3", "ngram") and self.triton is not None and self.triton.flavor == "trtllm":
+            raise ValueError(f"triton.flavor: trtllm serves engines; {self.mode} here needs llmapi or cpu")
+
+    def _instances(self) -> None:
+        """The llmapi flavor loads every drafter into its own model instance (speculative_config is
+        per model), so the drafter choice counts a target per instance: tune.separate_instances."""
+        if self.triton is None or "separate_instances" in self.tune.model_fields_set:
+            return
+        if self.triton.flavor == "llmapi":
+            self.tune = self.tune.model_copy(update={"separate_instances": True})
 
     def _deployment_accept_rule(self) -> None:
         """At T > 0 the profile must predict the rule the served route runs (upstream.sampling
@@ -187,7 +228,8 @@ class Recipe(ConvertOptions):
         if self.triton is None or "accept_rule" in self.profile.model_fields_set:
             return
         draft_logits = bool(self.build is not None and self.build.draft_logits)
-        rule = route_sampling(self.triton.flavor, self.mode, draft_logits=draft_logits)["accept_rule"]
+        rule = route_sampling(self.triton.flavor, self.mode, draft_logits=draft_logits,
+                              eagle3=self.mode == "eagle3")["accept_rule"]
         self.profile = self.profile.model_copy(update={"accept_rule": rule})
 
     # ---- derived facts the stages use ----
@@ -195,6 +237,10 @@ class Recipe(ConvertOptions):
     @property
     def uses_default_target(self) -> bool:
         return self.target == DEFAULT_TARGET
+
+    def ngram_sizes(self) -> list[int]:
+        """The matching sizes the n-gram drafter is profiled at."""
+        return list(self.profile.ngram_sizes or NGRAM_DEFAULT_SIZES)
 
     def workload_entries(self) -> list[str]:
         return [f"{n}={s}" for n, s in self.workloads.items()]

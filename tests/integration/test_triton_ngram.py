@@ -56,7 +56,7 @@ def test_each_workload_streams_the_greedy_text_with_its_ngram_setting_and_accept
         assert value(last, "num_draft_tokens") == k
         # the last response with text: a final eos adds none, and generate sends no piece after it
         assert value(last, "num_output_tokens") in (count, count - 1)
-        assert value(last, "route") == f"{workload}@1:K={k}" + (f":n={n}" if k else "")
+        assert value(last, "route") == f"{workload}@1:K={k}" + (f":ngram:n={n}" if k else "")
         assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6)
         accepted += value(last, "total_accepted_draft_tokens")
     assert accepted > 0  # the drafts were accepted: the comparison of acceptance lengths means something

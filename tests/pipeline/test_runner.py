@@ -90,7 +90,7 @@ def test_missing_target_and_bad_stage_names(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("data, expected", [
-    ({"draft": {"hf": "a", "eagle": "b"}}, "draft: give exactly one of hf, eagle, derive"),
+    ({"draft": {"hf": "a", "eagle": "b"}}, "draft: give exactly one of hf, eagle, eagle3, derive"),
     ({"draft": {"eagle": "head"}, "mode": "draft-target"}, "does not match draft.eagle"),
     ({"quantization": {"format": "fp4"}}, "quantization.format"),
     ({"perf": {"concurrency": [1]}}, "perf needs a triton section"),

@@ -40,7 +40,8 @@ def _ck(r: Recipe) -> str:
 
 
 def _models_section(r: Recipe) -> dict:
-    return {"target": r.target, "draft": r.draft.model_dump(), "mode": r.mode, "dtype": r.dtype, "tp": r.tp,
+    return {"target": r.target, "draft": r.draft.model_dump() if r.draft else None, "mode": r.mode, "dtype": r.dtype,
+            "tp": r.tp,
             "eagle": r.eagle.model_dump() if r.mode == "eagle" else None,
             "allow_pickle": r.allow_pickle if r.mode == "eagle" else None}
 
@@ -61,8 +62,9 @@ def _na(cond, why: str):
 
 
 STAGES = {s.name: s for s in (
-    st.Stage("derive", lambda r: [], lambda r: {"target": r.target, "derive": r.draft.model_dump()},
-             lambda p: [p.hf_draft], _na(lambda r: r.draft.derive is not None, "the draft is given, not derived"),
+    st.Stage("derive", lambda r: [], lambda r: {"target": r.target, "derive": r.draft.model_dump() if r.draft else None},
+             lambda p: [p.hf_draft], _na(lambda r: r.draft is not None and r.draft.derive is not None,
+                                         "the draft is given, not derived"),
              st.run_derive),
     st.Stage("convert", lambda r: ["derive"], _models_section, lambda p: [p.ckpt],
              _na(lambda r: r.quantization is None, "quantization is set: quantize writes the checkpoint"),
@@ -74,9 +76,11 @@ STAGES = {s.name: s for s in (
     st.Stage("build", lambda r: [_ck(r)], _build_section, lambda p: [p.build],
              _na(lambda r: r.build is not None, "no build section"), st.run_build),
     st.Stage("profile", lambda r: [_ck(r)], lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads}
-             | ({"workload_sampling": r.workload_sampling} if r.workload_sampling else {}),
-             lambda p: [p.profile], lambda ctx: None, st.run_profile),
-    st.Stage("tune", lambda r: [_ck(r), "profile"], lambda r: r.tune.model_dump(), lambda p: [p.tuning, p.plots],
+             | ({"workload_sampling": r.workload_sampling} if r.workload_sampling else {})
+             | ({"ngram": r.ngram_sizes()} if r.ngram else {}) | ({"eagle3": r.draft.eagle3} if r.mode == "eagle3" else {}),
+             lambda p: [p.profile, p.profile_ngram], lambda ctx: None, st.run_profile),
+    st.Stage("tune", lambda r: [_ck(r), "profile"], lambda r: r.tune.model_dump(),
+             lambda p: [p.tuning, p.plots] + [p.drafter_tuning(m) for m in ("draft-target", "eagle3", "ngram")],
              lambda ctx: None, st.run_tune),
     st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else []), _triton_section, lambda p: [p.repo],
              lambda ctx: st.triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), st.run_triton),
@@ -92,7 +96,8 @@ STAGES = {s.name: s for s in (
 # the workloads unless quantization.calib names its own sources.
 EXTERNALS = {"derive": ("target",), "convert": ("target", "draft."),
              "quantize": ("target", "draft.", "quantization.", "workloads."),
-             "profile": ("workloads.",), "tune": ("tune.",), "perf": ("workloads.",)}
+             "profile": ("workloads.", "draft.eagle3"), "tune": ("tune.",), "triton": ("draft.eagle3",),
+             "perf": ("workloads.",)}
 
 
 def check_stage(name: str | None, param: str) -> str | None:
@@ -235,6 +240,7 @@ class Runner:
             log.write_text(traceback.format_exc())
             return self._failed(stage, h, start, f"{type(e).__name__}: {e} (traceback: {log})")
         seconds = time.perf_counter() - start
+        outputs = [p for p in outputs if Path(p).exists()]  # what this recipe made (n-gram profile: if offered)
         self.manifest.record(stage.name, {"status": "ran", "input_hash": h, "outputs": outputs, "note": note,
                                           "seconds": round(seconds, 2),
                                           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})

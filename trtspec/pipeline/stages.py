@@ -42,7 +42,7 @@ from ..tuning.profile import profile_workloads
 from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, write_plots
 from ..tuning.schema import dump_json
-from ..tuning.tune import tune_stage
+from ..tuning.tune import tune_drafters
 
 
 @dataclass
@@ -53,8 +53,13 @@ class Paths:
         o = self.out
         self.hf_draft, self.ckpt, self.build = o / "hf-draft", o / "checkpoint", o / "build"
         self.profile, self.tuning, self.plots = o / "profile.json", o / "tuning.json", o / "tuning_plots"
+        self.profile_ngram = o / "profile-ngram.json"  # the n-gram drafter's, when the recipe offers it
         self.repo, self.server_log, self.perf = o / "triton-repo", o / "tritonserver.log", o / "perf"
         self.report = o / "report" / "report.html"
+
+    def drafter_tuning(self, mode: str) -> Path:
+        """Each drafter's own tuning when the recipe offers several (tuning.json is the choice)."""
+        return self.out / f"tuning-{mode}.json"
 
 
 @dataclass
@@ -86,8 +91,16 @@ def target_hf(ctx: Ctx, build: bool = True) -> Path:
 
 
 def draft_hf(ctx: Ctx) -> Path | None:
+    """The draft model's HF directory (draft-target), else None."""
     d = ctx.recipe.draft
+    if d is None:
+        return None
     return ctx.paths.hf_draft if d.derive is not None else Path(d.hf) if d.hf is not None else None
+
+
+def eagle3_head(ctx: Ctx) -> Path | None:
+    d = ctx.recipe.draft
+    return Path(d.eagle3) if d is not None and d.eagle3 is not None else None
 
 
 def external_inputs(recipe: Recipe) -> dict[str, str]:
@@ -95,8 +108,8 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     found = {}
     if not recipe.uses_default_target:
         found["target"] = recipe.target
-    for key in ("hf", "eagle"):
-        if getattr(recipe.draft, key) is not None:
+    for key in ("hf", "eagle", "eagle3"):
+        if recipe.draft is not None and getattr(recipe.draft, key) is not None:
             found[f"draft.{key}"] = getattr(recipe.draft, key)
     for n, s in recipe.workloads.items():  # resolved paths are absolute; packaged names have no "/"
         if "/" in s:
@@ -123,10 +136,13 @@ def run_derive(ctx: Ctx) -> str:
 
 
 def run_convert(ctx: Ctx) -> str:
+    """EAGLE-1: one EagleForCausalLM checkpoint; draft-target: the pair; EAGLE-3 and n-gram: the
+    target alone (the runtime and the repository read an EAGLE-3 head where it is)."""
     r, eagle = ctx.recipe, ctx.recipe.mode == "eagle"
     convert(target_hf(ctx), ctx.paths.ckpt, convert_options(r), eagle_head=Path(r.draft.eagle) if eagle else None,
             draft_hf=None if eagle else draft_hf(ctx), overwrite=True)
-    return "EagleForCausalLM checkpoint" if eagle else "pair: target/ + draft/"
+    return {"eagle": "EagleForCausalLM checkpoint", "draft-target": "pair: target/ + draft/"}.get(
+        r.mode, "target checkpoint" + (" (the EAGLE-3 head is read where it is)" if r.mode == "eagle3" else ""))
 
 
 def convert_options(r: Recipe):
@@ -189,22 +205,38 @@ def engines_built(ctx: Ctx) -> bool:
     return (ctx.paths.build / "engine_manifest.json").is_file()
 
 
-def run_profile(ctx: Ctx) -> str:
-    p = ctx.recipe.profile
-    partial = partial_path(ctx.paths.profile)  # finished workloads as they finish: a cut run resumes
-    result = profile_workloads(ctx.paths.ckpt, ctx.recipe.workload_entries(), p, progress=ctx.log, partial=partial,
-                               sampling=ctx.recipe.workload_sampling)
-    write_text_atomic(ctx.paths.profile, dump_json(result))
-    partial.unlink(missing_ok=True)
-    def al(w, k):  # profile.json keys K as strings
-        return w.accept_length_by_k.get(str(k), float("nan"))
+def profile_paths(ctx: Ctx) -> list[Path]:
+    """One profile per drafter the recipe offers: the model drafter's, then n-gram's."""
+    r = ctx.recipe
+    return ([ctx.paths.profile] if r.draft is not None else []) + ([ctx.paths.profile_ngram] if r.ngram else [])
 
-    return "; ".join(f"{n}: AL K=1 {al(w, 1):.2f}, K={p.max_k} {al(w, p.max_k):.2f}" for n, w in result.workloads.items())
+
+def run_profile(ctx: Ctx) -> str:
+    r = ctx.recipe
+    notes = []
+    for path in profile_paths(ctx):
+        ngram = path == ctx.paths.profile_ngram
+        p = r.profile.model_copy(update={"ngram_sizes": r.ngram_sizes() if ngram else None})
+        partial = partial_path(path)  # finished workloads as they finish: a cut run resumes
+        result = profile_workloads(ctx.paths.ckpt, r.workload_entries(), p, progress=ctx.log, partial=partial,
+                                   sampling=r.workload_sampling, eagle3_head=None if ngram else eagle3_head(ctx))
+        write_text_atomic(path, dump_json(result))
+        partial.unlink(missing_ok=True)
+
+        def al(w, k):  # profile.json keys K as strings
+            return w.accept_length_by_k.get(str(k), float("nan"))
+
+        notes += [f"{n}{' n-gram' if ngram else ''}: AL K=1 {al(w, 1):.2f}, K={p.max_k} {al(w, p.max_k):.2f}"
+                  for n, w in result.workloads.items()]
+    return "; ".join(notes)
 
 
 def run_tune(ctx: Ctx) -> str:
+    """Each offered drafter tuned alone, then (several) the drafter chosen per workload x band."""
     t = ctx.recipe.tune
-    tuning = tune_stage(ctx.paths.profile, t)
+    tuning, each = tune_drafters(profile_paths(ctx), t)
+    for mode, own in each.items() if len(each) > 1 else ():
+        write_text_atomic(ctx.paths.drafter_tuning(mode), dump_json(own))
     write_text_atomic(ctx.paths.tuning, dump_json(tuning))
     with atomic_dir(ctx.paths.plots, overwrite=True) as tmp:
         write_plots(tuning, tmp)
@@ -214,6 +246,8 @@ def run_tune(ctx: Ctx) -> str:
     for name, w in tuning.workloads.items():
         band = next(b for b in w.bands if b.concurrency == first)
         what = f"K={band.draft_len}" if band.draft_len is not None else f"tree {band.profile}"
+        if band.drafter == "ngram" and band.speculate:
+            what = f"n-gram {what} n={band.max_matching_ngram_size}"
         picks.append(f"{name}@{first}: {what} x{band.speedup:.2f}")
     return "; ".join(picks)
 
@@ -248,7 +282,8 @@ def run_triton(ctx: Ctx) -> str:
     trtllm = t.flavor == "trtllm"
     options = t.model_dump(include=set(TritonOptions.model_fields)) | {"gpu": triton_gpu(r)}
     res = make_repository(RepoRequest(tuning=p.tuning, out=p.repo, engines=p.build if trtllm else None,
-                                      ckpt=None if trtllm else p.ckpt, overwrite=True, **options))
+                                      ckpt=None if trtllm else p.ckpt, draft_ckpt=eagle3_head(ctx), overwrite=True,
+                                      **options))
     for w in res.warnings:
         ctx.log(f"warning: {w}")
     return f"{res.flavor} flavor, {res.mode}: {', '.join(res.models)}"

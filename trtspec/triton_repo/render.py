@@ -139,23 +139,28 @@ def postprocessing_model(max_batch_size: int, tokenizer_dir: str, instances: int
 
 def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int, engine: str,
                       target_ckpt: str | None = None, draft_ckpt: str | None = None,
-                      sampling_params: dict[str, str] | None = None, ngram: bool = False) -> ModelFiles:
+                      sampling_params: dict[str, str] | None = None, drafter: str = "model") -> ModelFiles:
     """sampling_params: `draft_logits` (bls) / `accept_rule` (trtspec.runtime), see spec_decode.py.
-    ngram: drafts from a per-request n-gram pool instead of a draft model (parameter drafter=ngram)."""
+    drafter: model (a draft model or head), ngram (drafts from a per-request n-gram pool, no draft
+    model) or model,ngram (each request the one its route names)."""
     params = {"engine": engine, "target_model": c.TENSORRT_LLM, "draft_model": c.TENSORRT_LLM_DRAFT,
               "max_draft_len": str(max_draft_len), "max_concurrency": str(concurrency), **(sampling_params or {})}
-    if ngram:
-        params.update(drafter="ngram", draft_model="")
+    ngram = "ngram" in drafter.split(",")
+    if drafter != "model":
+        params["drafter"] = drafter
+    if drafter == "ngram":
+        params["draft_model"] = ""
     if engine == "trtspec.runtime":
         params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt or "", torch_threads="1")
     cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, c.NGRAM_SPEC_INPUTS if ngram else c.SPEC_INPUTS,
                        c.SPEC_OUTPUTS, decoupled=True, parameters=params)
-    if ngram:
+    if drafter == "ngram":
         how = "BLS calls to tensorrt_llm" if engine == "bls" else "in-process on the checkpoint with trtspec.runtime"
         return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"n-gram speculative decoding, streamed ({how})")
     how = ("BLS calls to tensorrt_llm_draft and tensorrt_llm" if engine == "bls"
            else "in-process on the two checkpoints with trtspec.runtime")
-    return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"draft-target speculative decoding, streamed ({how})")
+    what = "draft-target" + (" and n-gram (per workload)" if ngram else "")
+    return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"{what} speculative decoding, streamed ({how})")
 
 
 def generate_model(max_batch_size: int, concurrency: int, routing_json: str, inputs=None, outputs=None,

@@ -229,6 +229,7 @@ class _Builder:
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = self._check_draft_lengths(routing)
             target, draft = self.arts
+            drafter = "model,ngram" if _routes_ngram(routing) else "model"  # the drafter choice (tuning/choose.py)
             limit = target.max_draft_len if self.flavor == "trtllm" else max_k
             if self.flavor == "trtllm":
                 self.memory = self._memory([(c.TENSORRT_LLM, target), (c.TENSORRT_LLM_DRAFT, draft)], shared=True)
@@ -243,7 +244,7 @@ class _Builder:
                 logits = bool(draft.build.get("gather_generation_logits"))
                 self.sampling = route_sampling(self.flavor, self.mode, draft_logits=logits)
                 spec = r.spec_decode_model(B, B, limit, "bls", sampling_params={"draft_logits": "true"} if logits
-                                           else None)
+                                           else None, drafter=drafter)
             else:
                 llms = ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft"))
                 for name, art, what in llms[:1] if self.mode == "eagle3" else llms:  # a head is no checkpoint
@@ -258,8 +259,10 @@ class _Builder:
                                          "EAGLE-3 with allow_advanced_sampling); the llmapi flavor's default decodes "
                                          "greedily")
                 spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path),
-                                           {"accept_rule": rule, **extra})
+                                           {"accept_rule": rule, **extra}, drafter=drafter)
             spec.files = _python_files("spec_decode")
+            if drafter != "model":
+                spec.files[NGRAM_POOL] = _runtime_source(NGRAM_POOL)
             files.append(spec)
         elif self.mode == "ngram":
             routing = draft_target_routes(self.tuning, req.default_workload)
@@ -308,7 +311,7 @@ class _Builder:
                                       f"target engine ({target.speculative_mode}, max_draft_len "
                                       f"{target.max_draft_len}); n-gram drafts come from spec_decode")
             self.sampling = route_sampling(self.flavor, self.mode)
-            spec = r.spec_decode_model(B, B, target.max_draft_len, "bls", ngram=True)
+            spec = r.spec_decode_model(B, B, target.max_draft_len, "bls", drafter="ngram")
         else:
             llm = r.cpu_llm_model(c.TENSORRT_LLM, B, str(target.path), "target", None, B,
                                   "target checkpoint on trtspec.runtime (tensorrt_llm's tensors; loaded on first "
@@ -316,7 +319,7 @@ class _Builder:
             rule = self._cpu_accept_rule()
             self.sampling = route_sampling(self.flavor, self.mode, cpu_rule=rule)
             spec = r.spec_decode_model(B, B, max_k, "trtspec.runtime", str(target.path), None,
-                                       {"accept_rule": rule}, ngram=True)
+                                       {"accept_rule": rule}, drafter="ngram")
         spec.files = {**_python_files("spec_decode"), NGRAM_POOL: _runtime_source(NGRAM_POOL)}
         return [llm, spec]
 
@@ -367,12 +370,18 @@ class _Builder:
         else:
             routing = _llmapi_routing(eagle_routes(self.tuning, self.req.eagle_band, self.req.default_workload),
                                       self.mode)
-        ks = sorted({e["num_draft_tokens"] for e in [*routing["workloads"].values(), routing["default"]]})
-        specs = [(f"{c.TENSORRT_LLM}_k{k}", {
-            "decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
-            "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path), **(eagle3_capture(target, draft) if eagle3 else {})}
-            if k > 0 else None, f"max_draft_len {k}")
-                 for k in ks]
+        served = {e["model"]: e for e in [*routing["workloads"].values(), routing["default"]]}
+        specs = []
+        for name, e in sorted(served.items()):
+            k, n = e["num_draft_tokens"], e.get("max_matching_ngram_size")
+            if n is not None:  # a workload the drafter choice gave n-gram drafting
+                specs.append((name, ngram_serving.speculative_config(k, n),
+                              f"n-gram max_draft_len {k}, max_matching_ngram_size {n}"))
+                continue
+            specs.append((name, {
+                "decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
+                "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path),
+                **(eagle3_capture(target, draft) if eagle3 else {})} if k > 0 else None, f"max_draft_len {k}"))
         return routing, specs, eagle3
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
@@ -442,6 +451,12 @@ class _Builder:
 
     def readme(self) -> str:
         return render_readme(self.manifest, self.tuning, Path(self.req.out).expanduser().resolve())
+
+
+def _routes_ngram(routing: dict) -> bool:
+    """Some route drafts n-grams (a band the drafter choice gave n-gram drafting)."""
+    bands = [b for bs in routing["workloads"].values() for b in bs] + routing["default"]["bands"]
+    return any("max_matching_ngram_size" in b for b in bands)
 
 
 def _llmapi_routing(routing: dict, mode: str) -> dict:

@@ -24,7 +24,9 @@ trtspec/triton_repo/routing.py; unknown or missing workload -> the default route
 (the engines' max_input_len / max_seq_len, or the checkpoints' positions), then
 - draft-target: call `spec_decode` with num_draft_tokens = the workload's tuned K at the band
   matching the requests in flight (the largest tuned band <= in flight); n-gram: the same, with
-  the band's max_matching_ngram_size as well;
+  the band's max_matching_ngram_size as well (also in a draft-target repository whose drafter
+  choice gave a workload n-gram drafting); the `route` output names it: `chat@1:K=3` (the
+  repository's drafter), `edit@1:K=4:ngram:n=2`;
 - EAGLE: call the workload's `tensorrt_llm_<profile>` model (its tree is that model's
   eagle_choices) with return_perf_metrics, and derive the acceptance length from its counters:
   TRT-LLM adds min(draft tokens, max path length = tree depth) to total_draft_tokens and
@@ -89,7 +91,7 @@ class TritonPythonModel(PooledModel):
                      "label": f"{label}@{band['concurrency']}:K={band['num_draft_tokens']}"}
             if "max_matching_ngram_size" in band:  # n-gram: the band's matching size travels with K
                 route["max_matching_ngram_size"] = int(band["max_matching_ngram_size"])
-                route["label"] += f":n={band['max_matching_ngram_size']}"
+                route["label"] += f":ngram:n={band['max_matching_ngram_size']}"  # the drafter, reported
             return route
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": f"{label}:{entry['model']}"}

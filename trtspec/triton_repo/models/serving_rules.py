@@ -138,15 +138,17 @@ def draft_len(value, max_draft_len):
     return k
 
 
-def ngram_size(value, ngram, k):
-    """max_matching_ngram_size of a request as an int >= 1: required where n-gram drafting runs
-    (k > 0; routing writes it into every such band), None where nothing is drafted, refused by a
-    spec_decode that drafts with a model."""
+def ngram_size(value, drafters, k):
+    """max_matching_ngram_size of a request as an int >= 1, or None (the spec_decode's model drafts).
+    drafters: what this spec_decode drafts with ({"model"}, {"ngram"} or both: a repository that
+    serves each workload its own drafter, trtspec/tuning/choose.py). A request with the size drafts
+    n-grams; without it, the model. Required where n-gram drafting is all there is (k > 0;
+    routing writes it into every n-gram band), refused where there is no n-gram drafting."""
     if value is None:
-        if ngram and k:
+        if "model" not in drafters and k:
             raise RequestError("max_matching_ngram_size: required with num_draft_tokens > 0 (n-gram drafting)")
         return None
-    if not ngram:
+    if "ngram" not in drafters:
         raise RequestError("max_matching_ngram_size: this spec_decode drafts with a draft model, not n-grams")
     n = int(value)
     if n < 1:

@@ -7,10 +7,12 @@ streaming, all of them otherwise), and running acceptance statistics: acceptance
 per target verification step, bonus included), total_accepted_draft_tokens, total_draft_tokens,
 num_draft_tokens, verify_steps.
 
-Drafter (`drafter` parameter): "model" (default: a draft model, as below) or "ngram": no draft
+Drafter (`drafter` parameter): "model" (default: a draft model, as below), "ngram": no draft
 model, the drafts come from a per-request n-gram pool (ngram_pool.py, trtspec/runtime/ngram_pool.py
-shipped as it is next to this file), with K = num_draft_tokens and the request's optional
-`max_matching_ngram_size` input (required when K > 0); every round is a verify step, with or
+shipped as it is next to this file), or "model,ngram": both, chosen per request (the drafter
+choice per workload, trtspec/tuning/choose.py): a request with the optional
+`max_matching_ngram_size` input drafts n-grams (K = num_draft_tokens), one without it drafts with
+the model. With n-gram drafts every round is a verify step, with or
 without a draft (AL as trtspec.runtime and the profile count it). total_draft_tokens counts the
 draft tokens sent (bls), or the positions offered (trtspec.runtime, which records no more).
 
@@ -95,7 +97,7 @@ def draft_distribution(logits, temperature, top_k=0, top_p=1.0):
 
 class TritonPythonModel(PooledModel):
     pool_name = "spec_decode"
-    ngram = False  # drafter: a draft model unless setup reads drafter=ngram
+    drafters = frozenset({"model"})  # setup reads the drafter parameter
 
     def setup(self, p):
         self.engine = p.get("engine", "bls")
@@ -103,9 +105,9 @@ class TritonPythonModel(PooledModel):
         self.draft_model = p.get("draft_model", "tensorrt_llm_draft")
         self.max_draft_len = int(p.get("max_draft_len") or 0)
         self.draft_logits = is_true(p.get("draft_logits"), False)  # bls: send draft_logits (see above)
-        self.ngram = p.get("drafter", "model") == "ngram"
-        if p.get("drafter", "model") not in ("model", "ngram"):
-            raise ValueError(f"spec_decode: drafter {p.get('drafter')!r} is not 'model' or 'ngram'")
+        self.drafters = frozenset(p.get("drafter", "model").split(","))
+        if not self.drafters or not self.drafters <= {"model", "ngram"}:
+            raise ValueError(f"spec_decode: drafter {p.get('drafter')!r} is not 'model', 'ngram' or 'model,ngram'")
         self.accept_rule = spec_decode_rule(p.get("accept_rule"))  # trtspec.runtime's rule at T > 0
         self.positions = 0  # bls: the TensorRT-LLM engines refuse what exceeds their limits themselves
         if self.engine == "trtspec.runtime":
@@ -131,7 +133,7 @@ class TritonPythonModel(PooledModel):
     def handle(self, request, sender):
         prompt, n, end_id, streaming = llm_request(request, self.positions)
         k = draft_len(scalar(request, "num_draft_tokens", 0), self.max_draft_len)
-        size = ngram_size(scalar(request, "max_matching_ngram_size"), self.ngram, k)
+        size = ngram_size(scalar(request, "max_matching_ngram_size"), self.drafters, k)
         stats = Acceptance()
         steps = self._runtime(request, prompt, n, k, end_id, stats, size) if self.engine == "trtspec.runtime" \
             else self._bls(request, prompt, n, k, end_id, stats, size)
@@ -166,14 +168,14 @@ class TritonPythonModel(PooledModel):
         sampling = request_sampling(lambda name: scalar(request, name))
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.models
-        mode = ("ngram" if self.ngram else self.draft_mode) if k else "greedy"
+        mode = ("ngram" if size is not None else self.draft_mode) if k else "greedy"
         pieces = stream_request(m, prompt, n, mode, draft_len=k or None, eos_ids=eos, sampling=sampling,
                                 accept=self.accept_rule, ngram_size=size)
         for piece in pieces:
             s = piece.stats
             stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
             # n-gram drafts vary in length: the runtime records the positions each step offered
-            stats.drafted = sum(st.offered for st in s.steps) if self.ngram else k * len(s.steps)
+            stats.drafted = sum(st.offered for st in s.steps) if size is not None else k * len(s.steps)
             yield piece.tokens
 
     # ---- trtllm flavor: BLS calls to the two TensorRT-LLM models ------------------------------
@@ -246,9 +248,9 @@ class TritonPythonModel(PooledModel):
             return
         temperature, top_k, top_p = (scalar(request, x) for x in ("temperature", "runtime_top_k", "runtime_top_p"))
         sampled = is_sampled(temperature, top_k)
-        with_logits = self.draft_logits and sampled and not self.ngram
+        with_logits = self.draft_logits and sampled and size is None
         pool = None
-        if self.ngram:
+        if size is not None:
             from ngram_pool import NGramPool  # shipped next to this file in n-gram repositories
 
             pool = NGramPool(k, size)  # this request's own pool
