@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..options import GREEDY_SAMPLING, Sampling
@@ -86,10 +86,10 @@ def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype =
     """tokenizer=False: the Triton python models, whose tokenizer belongs to preprocessing /
     postprocessing; not importing transformers saves each model stub about 4 s of start-up."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
-    c = load_checkpoint(ckpt)
+    c = open_checkpoint(ckpt)  # a TRT-LLM checkpoint or a ModelOpt unified HF one
     tok = load_tokenizer(ckpt) if tokenizer else None
     return Models(target=Decoder(c, dtype),
-                  draft=Decoder(load_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
+                  draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
                   eagle=EagleNet(c, dtype) if c.is_eagle else None,
                   tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
 
