@@ -3,9 +3,8 @@
 The oracle is the model ModelOpt calibrated (tests/modelopt_direct.py, mtq.quantize with its FP8
 recipe), its forward with fake quantization (quantize-dequantize of weights, inputs and K/V):
 
-- `exact`: the fake-quant model with what the deployment runs put into it: the input scales
-  ModelOpt's export unifies over q/k/v and gate/up (its own requantize_resmooth_fused_llm_layers),
-  the checkpoint dtype's rounding (float16), the weights as the PyTorch backend loads them, and for
+- `exact`: the fake-quant model with what the deployment runs put into it: the checkpoint
+  dtype's rounding (float16; RoPE frequencies are no checkpoint tensor and stay float32), the weights as the PyTorch backend loads them, and for
   an FP8 KV cache the backend's KV scale 1.0 (its K/V amax set to 448). Then only the arithmetic
   differs: logits agree to ATOL and greedy tokens are identical. The weights come from the runtime
   loader (fused q/k/v and gate/up requantized to the larger scale, as the backend does); that step
@@ -47,14 +46,10 @@ def calibrated(hf, kv):
 
 
 def as_deployed(model, dec: Decoder, kv: str | None):
-    """The fake-quant model with what the deployment runs (module doc, `exact`): the input scales
-    ModelOpt's export unifies, float16 rounding, the weights as the PyTorch backend loads them (the
+    """The fake-quant model with what the deployment runs (module doc, `exact`): float16 rounding, the weights as the PyTorch backend loads them (the
     runtime loader's fused, requantized FP8 weights, checked on their own in
     test_fused_requantization; their fake quant is switched off, they are on the FP8 grid already)
     and the backend's FP8 KV scale."""
-    from modelopt.torch.export.unified_export_hf import requantize_resmooth_fused_llm_layers
-
-    requantize_resmooth_fused_llm_layers(model)
     rope = {n: b.clone() for n, b in model.named_buffers() if n.endswith("inv_freq")}  # not checkpoint tensors
     model.to(torch.float16).to(torch.float32)
     for n, b in rope.items():

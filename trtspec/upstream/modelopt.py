@@ -19,3 +19,16 @@ FP8_KV_SCALE_FLOOR = 1.0
 FP8_E4M3_MAX = 448.0
 INT8_MAX = 127.0
 INT4_MAX = 7.0
+
+# --- Unified HF export (export_hf_checkpoint; #15 item 5), read from modelopt/torch/export ------
+# unified_export_hf.py, quant_utils.py of the installed 0.47.0.
+# The exporter quantizes each weight from `weight.to(dtype)` but leaves unquantized tensors in the
+# model's own dtype, so the model is cast before the export (calib.hf_export).
+# FP8 projections that share an input (q/k/v, gate/up) are not unified: _fuse_shared_input_modules
+# skips QUANTIZATION_FP8, so each keeps its own weight_scale (the PyTorch backend requantizes the
+# fused group to the largest); their input scales agree because calibration saw the same input.
+# KV-cache scales are written as `k_proj.k_scale` / `v_proj.v_scale` = amax / 448 with no floor
+# (quant_utils.postprocess_state_dict), unlike the TRT-LLM export's FP8_KV_SCALE_FLOOR.
+HF_KV_SCALE_MAXBOUND = 448.0
+# The one transformers-side quantization marker the export puts in config.json.
+HF_QUANT_METHOD = "modelopt"
