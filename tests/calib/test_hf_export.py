@@ -70,9 +70,9 @@ def test_manifest_and_atomic_output(tmp_path):
 
 
 @pytest.mark.parametrize("fmt,kv,extra,field", [
-    ("int8_sq", None, {}, "quantization.format: int8_sq with output_format hf"),
-    ("w8a16", None, {}, "quantization.format: w8a16 with output_format hf"),
-    ("fp8", "int8", {}, "quantization.kv_cache: int8 with output_format hf"),
+    ("int8_sq", None, {}, "quantization.format: int8_sq with quantization.output_format hf"),
+    ("w8a16", None, {}, "quantization.format: w8a16 with quantization.output_format hf"),
+    ("fp8", "int8", {}, "quantization.kv_cache: int8 with quantization.output_format hf"),
     ("fp8", None, {"eagle": True}, "quantization.output_format: hf with an EAGLE head"),
     ("fp8", None, {"draft": True}, "quantization.output_format: hf with a draft model"),
     ("fp8", None, {"tp": 2}, "convert.tp: 2 with quantization.output_format hf"),
@@ -86,3 +86,25 @@ def test_refusals_name_the_field(tmp_path, fmt, kv, extra, field):
                  draft_hf=tmp_path / "draft" if extra.get("draft") else None)
     assert str(e.value).startswith(field) and "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_output_format_hf_with_report(tmp_path, capsys):
+    from cli_helpers import run_cli
+    from tiny_models import save_tiny_tokenizer
+
+    make_hf_model("llama", tmp_path / "hf")
+    save_tiny_tokenizer(tmp_path / "hf")
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "prompt": " ".join(
+        f"t{w}" for w in range(5 + 7 * i, 30 + 7 * i))}) + "\n" for i in range(6)))
+    code, out, err = run_cli(capsys, "quantize", "--hf", tmp_path / "hf", "--out", tmp_path / "out", "--format", "fp8",
+                             "--kv-cache", "fp8", "--output-format", "hf", "--calib", f"chat={tmp_path / 'chat.jsonl'}",
+                             "--calib-samples", 3, "--calib-seq-len", 32, "--report-workloads",
+                             f"chat={tmp_path / 'chat.jsonl'}", "--report-samples", 2, "--report-max-new-tokens", 4)
+    assert code == 0, err
+    assert (tmp_path / "out" / "hf_quant_config.json").is_file()
+    rep = json.loads((tmp_path / "out" / "quant_report" / "quality_report.json").read_text())
+    assert rep["quantized"]["quantization"]["checkpoint_format"] == "modelopt-hf"
+    assert rep["workloads"]["chat"]["held_out"] is True  # the calibration ids come from our trtspec.json
+    code, _, err = run_cli(capsys, "quantize", "--hf", tmp_path / "hf", "--out", tmp_path / "o2", "--format",
+                           "int8_sq", "--output-format", "hf", "--no-report")
+    assert code != 0 and "--format: int8_sq with --output-format hf" in err

@@ -4,11 +4,12 @@ The oracle is the model ModelOpt calibrated (tests/modelopt_direct.py, mtq.quant
 recipe), its forward with fake quantization (quantize-dequantize of weights, inputs and K/V):
 
 - `exact`: the fake-quant model with what the deployment runs put into it: the checkpoint
-  dtype's rounding (float16; RoPE frequencies are no checkpoint tensor and stay float32), the weights as the PyTorch backend loads them, and for
-  an FP8 KV cache the backend's KV scale 1.0 (its K/V amax set to 448). Then only the arithmetic
-  differs: logits agree to ATOL and greedy tokens are identical. The weights come from the runtime
-  loader (fused q/k/v and gate/up requantized to the larger scale, as the backend does); that step
-  is checked on its own by test_fused_requantization against the checkpoint.
+  dtype's rounding (float16; RoPE frequencies are no checkpoint tensor and stay float32), the
+  weights as the PyTorch backend loads them, and for an FP8 KV cache the backend's KV scale 1.0
+  (its K/V amax set to 448). Then only the arithmetic differs: logits agree to ATOL and greedy
+  tokens are identical. The weights come from the runtime loader (fused q/k/v and gate/up
+  requantized to the larger scale, as the backend does); that step is checked on its own by
+  test_fused_requantization against the checkpoint.
 - `raw`: the calibrated model before export, as is. The deployment differs from it by design: the
   export quantizes a float16 weight (rounding twice), ModelOpt 0.47 keeps separate q/k/v and
   gate/up weight scales which the backend requantizes to the larger one, and the backend casts K/V
@@ -46,10 +47,10 @@ def calibrated(hf, kv):
 
 
 def as_deployed(model, dec: Decoder, kv: str | None):
-    """The fake-quant model with what the deployment runs (module doc, `exact`): float16 rounding, the weights as the PyTorch backend loads them (the
-    runtime loader's fused, requantized FP8 weights, checked on their own in
-    test_fused_requantization; their fake quant is switched off, they are on the FP8 grid already)
-    and the backend's FP8 KV scale."""
+    """The fake-quant model with what the deployment runs (module doc, `exact`): float16 rounding,
+    the weights as the PyTorch backend loads them (the runtime loader's fused, requantized FP8
+    weights, checked on their own in test_fused_requantization; their fake quant is switched off,
+    they are on the FP8 grid already) and the backend's FP8 KV scale."""
     rope = {n: b.clone() for n, b in model.named_buffers() if n.endswith("inv_freq")}  # not checkpoint tensors
     model.to(torch.float16).to(torch.float32)
     for n, b in rope.items():

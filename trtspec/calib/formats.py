@@ -131,8 +131,9 @@ def check_hf_format(fmt: QuantFormat, kv_algo: str | None) -> None:
         ok = ", ".join(n for n, f in FORMATS.items() if f.quant_algo in PYTORCH_QUANT_ALGOS
                        and f.quant_algo not in HF_NOT_WRITTEN)
         why = HF_NOT_WRITTEN.get(fmt.quant_algo, "not a PyTorch-backend format")
-        raise TrtspecError(f"quantization.format: {fmt.name} with output_format hf: {why}; use one of {ok} "
-                           "(or output_format trtllm)")
+        raise TrtspecError(f"quantization.format: {fmt.name} with quantization.output_format hf: {why}; use one "
+                           f"of {ok} (or quantization.output_format trtllm)")
     if kv_algo not in (None, "FP8"):
-        raise TrtspecError(f"quantization.kv_cache: {kv_algo.lower()} with output_format hf: ModelOpt's unified HF "
-                           "export writes FP8 (or NVFP4) KV-cache scales only; use quantization.kv_cache fp8")
+        raise TrtspecError(f"quantization.kv_cache: {kv_algo.lower()} with quantization.output_format hf: ModelOpt's "
+                           "unified HF export writes FP8 (or NVFP4) KV-cache scales only; use quantization.kv_cache "
+                           "fp8")

@@ -223,13 +223,13 @@ def check_hf_request(options: QuantizeOptions, convert: ConvertOptions, eagle_he
     """What `output_format: hf` does not write, refused before any work (hf_export.py writes the rest)."""
     if eagle_head is not None:
         raise TrtspecError("quantization.output_format: hf with an EAGLE head: EAGLE-1 heads run only in the engine "
-                           "flow (EagleForCausalLM); use output_format trtllm")
+                           "flow (EagleForCausalLM); use quantization.output_format trtllm")
     if draft_hf is not None:
         raise TrtspecError("quantization.output_format: hf with a draft model: quantize the target and the draft "
                            "separately, one unified HF checkpoint each")
     if options.mixed:
         raise TrtspecError("quantization.exclude: mixed precision (exclude, keep_sensitive) is written for "
-                           "output_format trtllm only")
+                           "quantization.output_format trtllm only")
     if convert.tp != 1:
         raise TrtspecError(f"convert.tp: {convert.tp} with quantization.output_format hf: the unified HF checkpoint "
                            "is not sharded (the PyTorch backend splits it at load time); use tp 1")

@@ -26,13 +26,21 @@ from __future__ import annotations
 
 import torch
 
-from ..checkpoints.hf_unified import GATE_UP, QKV, HfUnifiedCheckpoint
+from pathlib import Path
+
+from ..checkpoints.hf_unified import GATE_UP, QKV, HfUnifiedCheckpoint, is_hf_unified
 from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
+from ..fsutil import read_json
 from ..upstream import trtllm
 from .quant import FLOAT_DTYPES, MODEL_DTYPES, KVQuant, Linear
 from .weights import LayerWeights
 
+# What a profile or quality report measured on such a checkpoint (recorded with its quantization).
+NUMERICS = ("TensorRT-LLM PyTorch backend FP8 (FP8QDQLinearMethod): q/k/v and gate/up fused, each part "
+            "requantized to the group's largest weight scale in the model dtype; static per-tensor input "
+            "scales (largest of the group); FP8 KV cache cast with scale 1.0 (checkpoint k/v scales unused); "
+            "activations and GEMM outputs in the runtime dtype, not the model dtype; FP8 FMHA internals not emulated")
 # quant_algo values this module executes (None: unquantized linears, e.g. a KV-only checkpoint).
 HF_RUNTIME_ALGOS = (None, "FP8")
 
@@ -125,3 +133,14 @@ def load_hf_decoder(ckpt: HfUnifiedCheckpoint, dtype: torch.dtype
     layers = [load_hf_layer(ckpt, i, dtype) for i in range(ckpt.spec.num_layers)]
     lm_head = _float(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else embed
     return scheme, embed, layers, _float(ckpt, "model.norm.weight", dtype), lm_head
+
+
+def quantization_record(ckpt_dir: Path) -> dict:
+    """The quantization a checkpoint directory of either format declares, for measurement records:
+    a TRT-LLM config's `quantization` block, or hf_quant_config.json's plus the checkpoint format and
+    the numerics this runtime runs it with ({} when unquantized)."""
+    ckpt_dir = Path(ckpt_dir)
+    if not is_hf_unified(ckpt_dir):
+        return read_json(ckpt_dir / "config.json", "TRT-LLM config.json").get("quantization") or {}
+    block = read_json(ckpt_dir / trtllm.HF_QUANT_CONFIG_FILE, "hf_quant_config.json").get("quantization") or {}
+    return {**block, "checkpoint_format": "modelopt-hf", "runtime_numerics": NUMERICS}
