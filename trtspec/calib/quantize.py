@@ -222,8 +222,9 @@ def check_hf_request(options: QuantizeOptions, convert: ConvertOptions, eagle_he
                      draft_hf: Path | None) -> None:
     """What `output_format: hf` does not write, refused before any work (hf_export.py writes the rest)."""
     if eagle_head is not None:
-        raise TrtspecError("quantization.output_format: hf with an EAGLE head: EAGLE-1 heads run only in the engine "
-                           "flow (EagleForCausalLM); use quantization.output_format trtllm")
+        raise TrtspecError("quantization.output_format: hf with an EAGLE head: trtspec quantizes no drafter into the "
+                           "HF format (an EAGLE-1 head runs only in the engine flow: use quantization.output_format "
+                           "trtllm; an EAGLE-3 head is served as is, its KV cache following the target's)")
     if draft_hf is not None:
         raise TrtspecError("quantization.output_format: hf with a draft model: quantize the target and the draft "
                            "separately, one unified HF checkpoint each")

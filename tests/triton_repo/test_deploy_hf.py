@@ -1,0 +1,70 @@
+"""The llmapi flavor serving a ModelOpt unified HF FP8 checkpoint (`quantize --output-format hf`):
+model.yaml names the directory like any HF model (the PyTorch backend reads its
+hf_quant_config.json; the KV-cache dtype follows it), and a quantized TensorRT-LLM checkpoint is
+refused instead of silently serving its unquantized HF source."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from tiny_models import make_hf_model
+from triton_fixtures import tuning_file
+from trtspec.calib.hf_export import quantize_hf_unified
+from trtspec.calib.pipeline import calibrate_decoder, write_quantized_decoder
+from trtspec.calib.formats import check_format
+from trtspec.calib.data import token_id_set
+from trtspec.calib.quantize import CalibOptions
+from trtspec.checkpoints.convert import prepare_decoder
+from trtspec.checkpoints.scheme import QuantScheme
+from trtspec.errors import TrtspecError
+from trtspec.triton_repo.repo import MANIFEST, RepoRequest, make_repository
+from trtspec.triton_repo.validate import check_repository
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def prompts():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(3, 1000, (24,), generator=g).tolist() for _ in range(4)]
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llmapi_hf").resolve()
+    make_hf_model("llama", root / "hf")
+    quantize_hf_unified(root / "hf", root / "fp8", CalibOptions(prompts=prompts(), samples=4), "fp8", "fp8")
+    head = root / "eagle3"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "torch_dtype": "float16",
+                                                  "eagle_config": {"use_aux_hidden_state": True}}))
+    return {"root": root, "head": head,
+            "tuning": tuning_file(root / "t" / "tuning.json", "draft-target", {"chat": [3, 2], "code": [5, 4]})}
+
+
+def test_llmapi_serves_the_unified_hf_directory(w):
+    out = w["root"] / "repo"
+    make_repository(RepoRequest(out=out, tuning=w["tuning"], flavor="llmapi", ckpt=w["root"] / "fp8",
+                                draft_ckpt=w["head"]))
+    assert check_repository(out) == []
+    y = yaml.safe_load((out / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
+    assert y["model"] == str(w["root"] / "fp8") and y["backend"] == "pytorch"
+    assert set(y) == {"model", "backend", "tensor_parallel_size", "pipeline_parallel_size", "speculative_config",
+                      "triton_config"}  # nothing quantization-specific: the backend reads hf_quant_config.json
+    target = json.loads((out / MANIFEST).read_text())["artifacts"][0]
+    assert (target["role"], target["kind"], target["path"]) == ("target", "hf", str(w["root"] / "fp8"))
+
+
+def test_llmapi_refuses_a_quantized_trtllm_checkpoint(w, tmp_path):
+    d = prepare_decoder(w["root"] / "hf", "float16", 1)
+    layout = QuantScheme("FP8", None)
+    cal = calibrate_decoder(w["root"] / "hf", check_format("fp8"), layout, token_id_set(prompts()))
+    (tmp_path / "trt").mkdir()
+    write_quantized_decoder(d, tmp_path / "trt", check_format("fp8"), layout, cal)
+    with pytest.raises(TrtspecError, match=r"^ckpt: .*trt is a FP8 TensorRT-LLM checkpoint; the llmapi flavor would "
+                                           r"serve its unquantized HF source"):
+        make_repository(RepoRequest(out=tmp_path / "repo", tuning=w["tuning"], flavor="llmapi", ckpt=tmp_path / "trt",
+                                    draft_ckpt=w["head"]))
