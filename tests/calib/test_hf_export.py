@@ -38,18 +38,26 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
-@pytest.mark.parametrize("family,kv", [("llama", "fp8"), ("qwen3", None), ("qwen2", "fp8")])
-def test_export_is_modelopts_own(tmp_path, family, kv):
-    make_hf_model(family, tmp_path / "hf")
+# (family, format, KV, model overrides): AWQ packs 128-channel groups, so h >= 128 (cpu-stack.md §2).
+CASES = {"llama-fp8+kv": ("llama", "fp8", "fp8", {}), "qwen3-fp8": ("qwen3", "fp8", None, {}),
+         "qwen2-fp8+kv": ("qwen2", "fp8", "fp8", {}),
+         "llama-w4a16_awq": ("llama", "w4a16_awq", None, dict(hidden_size=128, intermediate_size=256))}
+RECIPES = {"fp8": "FP8_DEFAULT_CFG", "w4a16_awq": "INT4_AWQ_CFG"}  # ModelOpt's configs, named by ModelOpt
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_export_is_modelopts_own(tmp_path, case):
+    family, fmt, kv, overrides = CASES[case]
+    make_hf_model(family, tmp_path / "hf", **overrides)
     calib = CalibOptions(prompts=prompts(), samples=4, seq_len=64)
-    quantize_hf_unified(tmp_path / "hf", tmp_path / "ours", calib, "fp8", kv)
-    ref = modelopt_direct.calibrated(tmp_path / "hf", prompts(), kv_fp8=kv == "fp8")
+    quantize_hf_unified(tmp_path / "hf", tmp_path / "ours", calib, fmt, kv)
+    ref = modelopt_direct.calibrated(tmp_path / "hf", prompts(), kv_fp8=kv == "fp8", fmt_cfg=RECIPES[fmt])
     modelopt_direct.export(ref, tmp_path / "ref")
 
     ours, theirs = load_file(tmp_path / "ours/model.safetensors"), load_file(tmp_path / "ref/model.safetensors")
     assert set(ours) == set(theirs)
     assert [n for n in ours if not same(ours[n], theirs[n])] == []
-    assert any(t.dtype == torch.float8_e4m3fn for t in ours.values())
+    assert any(t.dtype == (torch.float8_e4m3fn if fmt == "fp8" else torch.uint8) for t in ours.values())
     assert (kv == "fp8") == any(n.endswith("k_proj.k_scale") for n in ours)
     read = lambda d, f: json.loads((tmp_path / d / f).read_text())  # noqa: E731
     assert read("ours", "hf_quant_config.json") == read("ref", "hf_quant_config.json")

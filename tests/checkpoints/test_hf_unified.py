@@ -97,7 +97,18 @@ def test_runtime_refuses_other_formats_by_field(exported, tmp_path):
     d = copy_of(exported, tmp_path)
     qfile = d / trtllm.HF_QUANT_CONFIG_FILE
     cfg = json.loads(qfile.read_text())
+    cfg["quantization"]["quant_algo"] = "FP8_BLOCK_SCALES"
+    qfile.write_text(json.dumps(cfg))
+    with pytest.raises(TrtspecError, match=r"hf_quant_config.json: quantization.quant_algo='FP8_BLOCK_SCALES' is not "):
+        Decoder(load_hf_unified(d))
+
+
+def test_tensors_checked_per_format(exported, tmp_path):
+    """A config that names another format than the tensors carry is refused by tensor name."""
+    d = copy_of(exported, tmp_path)
+    qfile = d / trtllm.HF_QUANT_CONFIG_FILE
+    cfg = json.loads(qfile.read_text())
     cfg["quantization"]["quant_algo"] = "W4A16_AWQ"
     qfile.write_text(json.dumps(cfg))
-    with pytest.raises(TrtspecError, match=r"hf_quant_config.json: quantization.quant_algo='W4A16_AWQ' is not "):
-        Decoder(load_hf_unified(d))
+    with pytest.raises(TrtspecError, match="'model.layers.0.self_attn.q_proj.weight' is float8_e4m3fn, expected uint8"):
+        load_hf_unified(d)

@@ -34,6 +34,10 @@ GATE_UP = ("gate_proj", "up_proj")
 LINEARS = tuple(f"self_attn.{n}" for n in (*QKV, "o_proj")) + tuple(f"mlp.{n}" for n in (*GATE_UP, "down_proj"))
 # What each weight format of this view must carry per quantized linear (name suffix -> dtypes).
 FP8_TENSORS = {"weight": (torch.float8_e4m3fn,), "weight_scale": (torch.float32,), "input_scale": (torch.float32,)}
+# W4A16_AWQ: int4 pairs in uint8 along the input dim, [out, in/group] scales (pre_quant_scale only
+# where ModelOpt could not fold it into the preceding norm: o_proj, down_proj).
+AWQ_TENSORS = {"weight": (torch.uint8, torch.int8), "weight_scale": (torch.float32, torch.float16, torch.bfloat16)}
+TENSORS = {"FP8": FP8_TENSORS, "W4A16_AWQ": AWQ_TENSORS}
 MODEL_DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -96,7 +100,7 @@ def _dtype(config: dict, where: Path) -> str:
 
 def _check_tensors(view: HfUnifiedCheckpoint) -> None:
     """Every quantized linear carries what the backend reads for the format (header check)."""
-    need = FP8_TENSORS if view.quant_algo == "FP8" else {}
+    need = TENSORS.get(view.quant_algo, {})
     for module in view.linear_modules():
         if not view.quantizes(module):
             continue
