@@ -144,3 +144,17 @@ def test_fused_requantization(case):
             step = (codes.abs().clamp(min=2 ** -6) * 2 ** -3) * top  # e4m3: 3 mantissa bits
             assert ((w - own).abs() <= step / 2 + 1e-7).all()
     assert lw.qkv.act_scale.item() == max(ckpt.tensor(n + ".input_scale").item() for n in names)
+
+
+def test_draft_target_on_hf_target_is_lossless(case, tmp_path):
+    """Speculation with the unified HF FP8 checkpoint as the target (a float32 conversion of the same
+    model drafts): batch-invariant greedy output equals the target's plain greedy output."""
+    from trtspec.checkpoints.convert import convert_hf
+
+    root, _ = case
+    convert_hf(root / "hf", tmp_path / "draft", dtype="float32")
+    models = load_models(root / "out", tmp_path / "draft", tokenizer=False)
+    starts = prompts(3, 8, 3)
+    plain = generate_batch(models, starts, 12, mode="greedy", ignore_eos=True)
+    spec = generate_batch(models, starts, 12, mode="draft-target", draft_len=3, ignore_eos=True, batch_invariant=True)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in plain]

@@ -68,3 +68,17 @@ def test_llmapi_refuses_a_quantized_trtllm_checkpoint(w, tmp_path):
                                            r"serve its unquantized HF source"):
         make_repository(RepoRequest(out=tmp_path / "repo", tuning=w["tuning"], flavor="llmapi", ckpt=tmp_path / "trt",
                                     draft_ckpt=w["head"]))
+
+
+def test_cpu_flavor_serves_the_unified_hf_directory(w, tmp_path):
+    from triton_fixtures import tiny_tokenizer_dir
+    from trtspec.checkpoints.convert import convert_hf
+
+    convert_hf(w["root"] / "hf", tmp_path / "draft", dtype="float32")
+    out = tmp_path / "repo"
+    make_repository(RepoRequest(out=out, tuning=w["tuning"], flavor="cpu", ckpt=w["root"] / "fp8",
+                                draft_ckpt=tmp_path / "draft", tokenizer=tiny_tokenizer_dir(tmp_path / "tok")))
+    assert check_repository(out) == []
+    arts = json.loads((out / MANIFEST).read_text())["artifacts"]
+    assert [(a["role"], a["path"]) for a in arts] == [("target", str(w["root"] / "fp8")),
+                                                      ("draft", str(tmp_path / "draft"))]

@@ -5,7 +5,7 @@ Each flavor serves different artifacts:
   directory holding `engines/<name>/`); their `config.json` is read through the builders' engine
   manifest reader, which also checks the rank files exist.
 - cpu: TensorRT-LLM checkpoints (`--ckpt`: a plain/EAGLE checkpoint, or a `target/` + `draft/` pair),
-  run by trtspec.runtime inside python-backend models.
+  or ModelOpt unified HF checkpoints, run by trtspec.runtime inside python-backend models.
 - llmapi: Hugging Face directories (the PyTorch backend loads HF weights; `--ckpt` the target,
   `--draft-ckpt` the EAGLE-3 head or draft model), a ModelOpt unified HF checkpoint
   (`trtspec quantize --output-format hf`) included: the backend reads its hf_quant_config.json, and
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..builders.manifest import read_engine
+from ..checkpoints.hf_unified import is_hf_unified
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream.trtllm import EAGLE_ARCHITECTURE
@@ -137,6 +138,10 @@ def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None)
 
 
 def _checkpoint(path: Path, role: str, option: str) -> Artifact:
+    if is_hf_unified(path):  # ModelOpt's unified HF checkpoint: the runtime executes it as well (hf_weights.py)
+        cfg = read_json(path / "config.json", "config.json")
+        return Artifact(role=role, path=path, kind="checkpoint", config=cfg, dtype=_hf_dtype(cfg),
+                        max_seq_len=cfg.get("max_position_embeddings"))
     cfg = read_json(path / "config.json", "TRT-LLM config.json")
     if "architecture" not in cfg:
         hint = (" (a Hugging Face directory: convert it with 'trtspec convert' first)"
