@@ -1,7 +1,6 @@
 """The llmapi flavor serving a ModelOpt unified HF FP8 checkpoint (`quantize --output-format hf`):
 model.yaml names the directory like any HF model (the PyTorch backend reads its
-hf_quant_config.json; the KV-cache dtype follows it), and a quantized TensorRT-LLM checkpoint is
-refused instead of silently serving its unquantized HF source."""
+hf_quant_config.json; the KV-cache dtype follows it); the cpu flavor serves it through the runtime."""
 
 from __future__ import annotations
 
@@ -14,13 +13,7 @@ import yaml
 from tiny_models import make_hf_model
 from triton_fixtures import tuning_file
 from trtspec.calib.hf_export import quantize_hf_unified
-from trtspec.calib.pipeline import calibrate_decoder, write_quantized_decoder
-from trtspec.calib.formats import check_format
-from trtspec.calib.data import token_id_set
 from trtspec.calib.quantize import CalibOptions
-from trtspec.checkpoints.convert import prepare_decoder
-from trtspec.checkpoints.scheme import QuantScheme
-from trtspec.errors import TrtspecError
 from trtspec.triton_repo.repo import MANIFEST, RepoRequest, make_repository
 from trtspec.triton_repo.validate import check_repository
 
@@ -56,18 +49,6 @@ def test_llmapi_serves_the_unified_hf_directory(w):
                       "triton_config"}  # nothing quantization-specific: the backend reads hf_quant_config.json
     target = json.loads((out / MANIFEST).read_text())["artifacts"][0]
     assert (target["role"], target["kind"], target["path"]) == ("target", "hf", str(w["root"] / "fp8"))
-
-
-def test_llmapi_refuses_a_quantized_trtllm_checkpoint(w, tmp_path):
-    d = prepare_decoder(w["root"] / "hf", "float16", 1)
-    layout = QuantScheme("FP8", None)
-    cal = calibrate_decoder(w["root"] / "hf", check_format("fp8"), layout, token_id_set(prompts()))
-    (tmp_path / "trt").mkdir()
-    write_quantized_decoder(d, tmp_path / "trt", check_format("fp8"), layout, cal)
-    with pytest.raises(TrtspecError, match=r"^ckpt: .*trt is a FP8 TensorRT-LLM checkpoint; the llmapi flavor would "
-                                           r"serve its unquantized HF source"):
-        make_repository(RepoRequest(out=tmp_path / "repo", tuning=w["tuning"], flavor="llmapi", ckpt=tmp_path / "trt",
-                                    draft_ckpt=w["head"]))
 
 
 def test_cpu_flavor_serves_the_unified_hf_directory(w, tmp_path):

@@ -11,8 +11,7 @@ Each flavor serves different artifacts:
   (`trtspec quantize --output-format hf`) included: the backend reads its hf_quant_config.json, and
   the KV-cache dtype follows it (KvCacheConfig.dtype "auto"), so model.yaml names it like any HF
   directory. A trtspec-converted checkpoint is accepted too and resolved to the HF directory its
-  `trtspec.json` recorded; a *quantized* TRT-LLM checkpoint is refused (its HF source is not
-  quantized).
+  `trtspec.json` recorded (for a quantized TRT-LLM checkpoint that source is the unquantized model).
 
 Every mistake ends in one TrtspecError line naming the option, the path and what was expected.
 Paths are made absolute: the trtllm README mounts them at the same paths inside the container.
@@ -208,28 +207,11 @@ def _recorded_source(path: Path, roles: tuple[str, ...]) -> Path | None:
     return None
 
 
-def _trtllm_quantization(path: Path, cfg: dict) -> str | None:
-    """The weight or KV format of a trtspec TRT-LLM checkpoint (or pair: its manifest's options), or None."""
-    q = cfg.get("quantization") if isinstance(cfg.get("quantization"), dict) else {}
-    algo = q.get("quant_algo") or q.get("kv_cache_quant_algo")
-    if algo or not (path / "trtspec.json").is_file():
-        return algo
-    try:
-        opts = json.loads((path / "trtspec.json").read_text()).get("options") or {}
-    except (json.JSONDecodeError, AttributeError):
-        return None
-    return opts.get("format") or opts.get("kv_cache_quant_algo")
-
-
 def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) -> Path:
     """An HF directory; a trtspec checkpoint resolves to the HF source its trtspec.json names."""
     cfg = read_json(path / "config.json", "config.json") if (path / "config.json").is_file() else {}
     if "architectures" in cfg:
         return path
-    algo = _trtllm_quantization(path, cfg)
-    if algo:
-        raise TrtspecError(f"{option}: {path} is a {algo} TensorRT-LLM checkpoint; the llmapi flavor would serve its "
-                           "unquantized HF source. Quantize with quantization.output_format hf and pass that directory")
     src = _recorded_source(path, roles)
     if src is not None:
         return src
