@@ -1,5 +1,6 @@
 """ModelOpt called directly, as its own examples do (hf_ptq: calibrate, cast, export_hf_checkpoint):
-the oracle trtspec's unified HF export and the runtime on it are checked against."""
+the oracle trtspec's unified HF export and the runtime on it are checked against (see
+tests/runtime/test_hf_quant.py for `as_deployed`)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,32 @@ def export(model, out: Path, dtype: torch.dtype = torch.float16) -> None:
 
     model.to(dtype)
     export_hf_checkpoint(model, dtype=dtype, export_dir=out)
+
+
+FP8_MAX = 448.0
+
+
+def as_deployed(model, dec: Decoder, kv: str | None):
+    """The fake-quant model with what the deployment runs (tests/runtime/test_hf_quant.py, `exact`): float16 rounding,
+    the weights as the PyTorch backend loads them (the runtime loader's fused, requantized FP8
+    weights, checked on their own in test_fused_requantization; their fake quant is switched off,
+    they are on the FP8 grid already) and the backend's FP8 KV scale."""
+    rope = {n: b.clone() for n, b in model.named_buffers() if n.endswith("inv_freq")}  # not checkpoint tensors
+    model.to(torch.float16).to(torch.float32)
+    for n, b in rope.items():
+        model.get_buffer(n).copy_(b)
+    spec = dec.spec
+    q, k = spec.num_heads * spec.head_size, spec.num_kv_heads * spec.head_size
+    with torch.no_grad():
+        for layer, lw in zip(model.model.layers, dec.layers):
+            a, m = layer.self_attn, layer.mlp
+            pairs = list(zip((a.q_proj, a.k_proj, a.v_proj), lw.qkv.weight.split([q, k, k])))
+            pairs += [(a.o_proj, lw.dense.weight), (m.gate_proj, lw.fc.weight), (m.up_proj, lw.gate.weight),
+                      (m.down_proj, lw.proj.weight)]
+            for module, w in pairs:
+                module.weight.copy_(w)
+                module.weight_quantizer.disable()
+            if kv:
+                a.k_bmm_quantizer.amax = torch.tensor(FP8_MAX)
+                a.v_bmm_quantizer.amax = torch.tensor(FP8_MAX)
+    return model

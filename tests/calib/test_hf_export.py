@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 import modelopt_direct
 from tiny_models import make_hf_model
-from trtspec.calib.hf_export import MANIFEST_KIND, quantize_hf_unified
+from trtspec.calib.hf_export import MANIFEST_KIND, quantize_hf_unified, quantize_pair_unified
 from trtspec.calib.options import QuantizeOptions
 from trtspec.calib.quantize import CalibOptions, quantize
 from trtspec.checkpoints.options import ConvertOptions
@@ -82,12 +82,14 @@ def test_manifest_and_atomic_output(tmp_path):
     ("w8a16", None, {}, "quantization.format: w8a16 with quantization.output_format hf"),
     ("fp8", "int8", {}, "quantization.kv_cache: int8 with quantization.output_format hf"),
     ("fp8", None, {"eagle": True}, "quantization.output_format: hf with an EAGLE head"),
-    ("fp8", None, {"draft": True}, "quantization.output_format: hf with a draft model"),
+    ("fp8", None, {"draft": True, "draft_format": "w4a16_awq"},
+     "quantization.draft_format: w4a16_awq with quantization.output_format hf"),
     ("fp8", None, {"tp": 2}, "convert.tp: 2 with quantization.output_format hf"),
     ("fp8", None, {"exclude": ["*.mlp.proj"]}, "quantization.exclude: mixed precision"),
 ])
 def test_refusals_name_the_field(tmp_path, fmt, kv, extra, field):
-    options = QuantizeOptions(format=fmt, kv_cache=kv, output_format="hf", exclude=extra.get("exclude", []))
+    options = QuantizeOptions(format=fmt, kv_cache=kv, output_format="hf", exclude=extra.get("exclude", []),
+                              draft_format=extra.get("draft_format", "same"))
     with pytest.raises(TrtspecError) as e:
         quantize(tmp_path / "hf", tmp_path / "out", options, ConvertOptions(tp=extra.get("tp", 1)),
                  eagle_head=tmp_path / "head" if extra.get("eagle") else None,
@@ -116,3 +118,26 @@ def test_cli_output_format_hf_with_report(tmp_path, capsys):
     code, _, err = run_cli(capsys, "quantize", "--hf", tmp_path / "hf", "--out", tmp_path / "o2", "--format",
                            "int8_sq", "--output-format", "hf", "--no-report")
     assert code != 0 and "--format: int8_sq with --output-format hf" in err
+
+
+def test_pair_is_two_unified_checkpoints(tmp_path):
+    """--draft with output_format hf: target/ and draft/, each ModelOpt's export of its own model
+    calibrated on the same prompts; the runtime and the repository generator read the pair."""
+    from trtspec.checkpoints.hf_unified import load_hf_unified
+    from trtspec.runtime.generate import load_models
+
+    from tiny_models import save_tiny_tokenizer
+
+    make_hf_model("llama", tmp_path / "t")
+    make_hf_model("llama", tmp_path / "d", seed=1, num_hidden_layers=1)
+    for d in ("t", "d"):
+        save_tiny_tokenizer(tmp_path / d)
+    quantize_pair_unified(tmp_path / "t", tmp_path / "d", tmp_path / "out",
+                          CalibOptions(prompts=prompts(), samples=4, seq_len=64), "fp8", "fp8")
+    manifest = json.loads((tmp_path / "out" / "trtspec.json").read_text())
+    assert manifest["kind"] == "modelopt-hf-pair" and [s["role"] for s in manifest["sources"]] == ["target", "draft"]
+    for role, layers in (("target", 2), ("draft", 1)):
+        view = load_hf_unified(tmp_path / "out" / role)
+        assert (view.quant_algo, view.kv_cache_quant_algo, view.spec.num_layers) == ("FP8", "FP8", layers)
+    models = load_models(tmp_path / "out", tokenizer=False)
+    assert models.draft is not None and len(models.draft.layers) == 1

@@ -34,7 +34,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ATOL = 1e-5  # exact: float32 summation order only (logits up to ~3; measured <= 1.5e-6)
 RAW_RTOL = 0.2  # raw: max |diff| / max |logit|, measured 0.069-0.129 on these models
-FP8_MAX = 448.0
 
 
 def prompts(n: int, length: int, seed: int) -> list[list[int]]:
@@ -46,30 +45,7 @@ def calibrated(hf, kv):
     return modelopt_direct.calibrated(hf, prompts(4, 24, 0), kv_fp8=kv == "fp8")
 
 
-def as_deployed(model, dec: Decoder, kv: str | None):
-    """The fake-quant model with what the deployment runs (module doc, `exact`): float16 rounding,
-    the weights as the PyTorch backend loads them (the runtime loader's fused, requantized FP8
-    weights, checked on their own in test_fused_requantization; their fake quant is switched off,
-    they are on the FP8 grid already) and the backend's FP8 KV scale."""
-    rope = {n: b.clone() for n, b in model.named_buffers() if n.endswith("inv_freq")}  # not checkpoint tensors
-    model.to(torch.float16).to(torch.float32)
-    for n, b in rope.items():
-        model.get_buffer(n).copy_(b)
-    spec = dec.spec
-    q, k = spec.num_heads * spec.head_size, spec.num_kv_heads * spec.head_size
-    with torch.no_grad():
-        for layer, lw in zip(model.model.layers, dec.layers):
-            a, m = layer.self_attn, layer.mlp
-            pairs = list(zip((a.q_proj, a.k_proj, a.v_proj), lw.qkv.weight.split([q, k, k])))
-            pairs += [(a.o_proj, lw.dense.weight), (m.gate_proj, lw.fc.weight), (m.up_proj, lw.gate.weight),
-                      (m.down_proj, lw.proj.weight)]
-            for module, w in pairs:
-                module.weight.copy_(w)
-                module.weight_quantizer.disable()
-            if kv:
-                a.k_bmm_quantizer.amax = torch.tensor(FP8_MAX)
-                a.v_bmm_quantizer.amax = torch.tensor(FP8_MAX)
-    return model
+as_deployed = modelopt_direct.as_deployed
 
 
 @pytest.fixture(scope="module", params=[("llama", None), ("llama", "fp8"), ("qwen2", "fp8"), ("qwen2", None)], ids=str)

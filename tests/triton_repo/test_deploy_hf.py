@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import make_hf_model
+from tiny_models import make_hf_model, save_tiny_tokenizer
 from triton_fixtures import tuning_file
 from trtspec.calib.hf_export import quantize_hf_unified
 from trtspec.calib.quantize import CalibOptions
@@ -29,6 +29,7 @@ def prompts():
 def w(tmp_path_factory):
     root = tmp_path_factory.mktemp("llmapi_hf").resolve()
     make_hf_model("llama", root / "hf")
+    save_tiny_tokenizer(root / "hf")
     quantize_hf_unified(root / "hf", root / "fp8", CalibOptions(prompts=prompts(), samples=4), "fp8", "fp8")
     head = root / "eagle3"
     head.mkdir()
@@ -63,3 +64,17 @@ def test_cpu_flavor_serves_the_unified_hf_directory(w, tmp_path):
     arts = json.loads((out / MANIFEST).read_text())["artifacts"]
     assert [(a["role"], a["path"]) for a in arts] == [("target", str(w["root"] / "fp8")),
                                                       ("draft", str(tmp_path / "draft"))]
+
+
+def test_llmapi_serves_a_unified_hf_pair(w, tmp_path):
+    from trtspec.calib.hf_export import quantize_pair_unified
+
+    make_hf_model("llama", tmp_path / "d", seed=1, num_hidden_layers=1)
+    save_tiny_tokenizer(tmp_path / "d")
+    quantize_pair_unified(w["root"] / "hf", tmp_path / "d", tmp_path / "pair",
+                          CalibOptions(prompts=prompts(), samples=4), "fp8", "fp8")
+    out = tmp_path / "repo"
+    make_repository(RepoRequest(out=out, tuning=w["tuning"], flavor="llmapi", ckpt=tmp_path / "pair"))
+    y = yaml.safe_load((out / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
+    assert y["model"] == str(tmp_path / "pair" / "target")
+    assert y["speculative_config"]["speculative_model_dir"] == str(tmp_path / "pair" / "draft")

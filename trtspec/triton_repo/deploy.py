@@ -222,11 +222,15 @@ def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) 
 def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
     """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model)."""
     root = _dir(ckpt, "ckpt")
-    target_dir = _hf_dir(root, "ckpt")
-    if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
-        draft_dir = _recorded_source(root, ("draft",))
+    if is_hf_unified(root / "target"):  # a pair of unified HF checkpoints (quantize --output-format hf --draft)
+        target_dir = root / "target"
+        draft_dir = _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None else root / "draft"
     else:
-        draft_dir = _dir(draft_ckpt, "draft_ckpt")
+        target_dir = _hf_dir(root, "ckpt")
+        if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
+            draft_dir = _recorded_source(root, ("draft",))
+        else:
+            draft_dir = _dir(draft_ckpt, "draft_ckpt")
     tcfg = read_json(target_dir / "config.json")
     dcfg = read_json(draft_dir / "config.json")
     if "architectures" not in dcfg:
