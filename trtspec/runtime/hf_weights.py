@@ -33,7 +33,7 @@ from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
-from .quant import FLOAT_DTYPES, MODEL_DTYPES, KVQuant, Linear
+from .quant import MODEL_DTYPES, KVQuant, Linear, load_float
 from .weights import LayerWeights
 
 # What a profile or quality report measured on such a checkpoint (recorded with its quantization).
@@ -45,16 +45,8 @@ NUMERICS = ("TensorRT-LLM PyTorch backend FP8 (FP8QDQLinearMethod): q/k/v and ga
 HF_RUNTIME_ALGOS = (None, "FP8")
 
 
-def _float(ckpt: HfUnifiedCheckpoint, name: str, dtype: torch.dtype) -> torch.Tensor:
-    t = ckpt.tensor(name)
-    if t.dtype not in FLOAT_DTYPES:
-        raise TrtspecError(f"{ckpt.path}: tensor '{name}' is {str(t.dtype).removeprefix('torch.')}; expected a float "
-                           "tensor (it is not a quantized linear of this checkpoint)")
-    return t.to(dtype).contiguous()
-
-
 def _bias(ckpt: HfUnifiedCheckpoint, module: str, dtype: torch.dtype) -> torch.Tensor | None:
-    return _float(ckpt, module + ".bias", dtype) if module + ".bias" in ckpt else None
+    return load_float(ckpt, module + ".bias", dtype) if module + ".bias" in ckpt else None
 
 
 def fused_fp8(ckpt: HfUnifiedCheckpoint, modules: list[str], dtype: torch.dtype) -> Linear:
@@ -83,7 +75,7 @@ def linear(ckpt: HfUnifiedCheckpoint, modules: list[str], dtype: torch.dtype) ->
         raise TrtspecError(f"{ckpt.where('quantization.exclude_modules')} excludes some of {', '.join(modules)} but "
                            "not all: the PyTorch backend fuses them into one linear with one format")
     biases = [_bias(ckpt, m, dtype) for m in modules]
-    return Linear(torch.cat([_float(ckpt, m + ".weight", dtype) for m in modules]),
+    return Linear(torch.cat([load_float(ckpt, m + ".weight", dtype) for m in modules]),
                   None if all(b is None for b in biases) else torch.cat(biases))
 
 
@@ -113,12 +105,12 @@ def load_hf_layer(ckpt: HfUnifiedCheckpoint, i: int, dtype: torch.dtype) -> Laye
     gate, up = (Linear(w, None, act_quant=gate_up.act_quant, act_scale=gate_up.act_scale)
                 for w in gate_up.weight.split(spec.intermediate_size))
     return LayerWeights(
-        input_norm=_float(ckpt, p + "input_layernorm.weight", dtype),
+        input_norm=load_float(ckpt, p + "input_layernorm.weight", dtype),
         qkv=linear(ckpt, [a + n for n in QKV], dtype),
-        q_norm=_float(ckpt, a + "q_norm.weight", dtype) if spec.qk_norm else None,
-        k_norm=_float(ckpt, a + "k_norm.weight", dtype) if spec.qk_norm else None,
+        q_norm=load_float(ckpt, a + "q_norm.weight", dtype) if spec.qk_norm else None,
+        k_norm=load_float(ckpt, a + "k_norm.weight", dtype) if spec.qk_norm else None,
         dense=linear(ckpt, [a + "o_proj"], dtype),
-        post_norm=_float(ckpt, p + "post_attention_layernorm.weight", dtype),
+        post_norm=load_float(ckpt, p + "post_attention_layernorm.weight", dtype),
         fc=gate, gate=up,
         proj=linear(ckpt, [m + "down_proj"], dtype),
         kv=kv_quant(ckpt),
@@ -129,10 +121,10 @@ def load_hf_decoder(ckpt: HfUnifiedCheckpoint, dtype: torch.dtype
                     ) -> tuple[QuantScheme, torch.Tensor, list[LayerWeights], torch.Tensor, torch.Tensor]:
     """(scheme, embed, layers, final norm, lm_head) of the checkpoint, for runtime.model.Decoder."""
     scheme = check_runtime(ckpt)
-    embed = _float(ckpt, "model.embed_tokens.weight", dtype)
+    embed = load_float(ckpt, "model.embed_tokens.weight", dtype)
     layers = [load_hf_layer(ckpt, i, dtype) for i in range(ckpt.spec.num_layers)]
-    lm_head = _float(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else embed
-    return scheme, embed, layers, _float(ckpt, "model.norm.weight", dtype), lm_head
+    lm_head = load_float(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else embed
+    return scheme, embed, layers, load_float(ckpt, "model.norm.weight", dtype), lm_head
 
 
 def quantization_record(ckpt_dir: Path) -> dict:
