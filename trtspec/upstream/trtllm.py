@@ -60,8 +60,11 @@ DEFAULT_EXCLUDE_MODULES = (
 )
 
 # --- PyTorch backend: ModelOpt unified HF checkpoints (#15 item 5) ------------------------------
-# Read from NVIDIA/TensorRT-LLM at commit 00bbf71e (the main line as indexed; the 1.2 release
-# branch itself was not available to read, so "same in 1.2.x" is UNVERIFIED for each fact below).
+# Read from NVIDIA/TensorRT-LLM as stored in the code index (the repository is too large to fetch
+# here, and the 1.2 release branch itself could not be read, so "same in 1.2.x" is UNVERIFIED):
+# _torch/modules/linear.py @00bbf71e; _torch/attention_backend/trtllm.py in two versions (@00bede19,
+# an older one, and a newer one) that agree on the FP8 KV scale below; _torch/model_config.py and
+# _torch/models/modeling_speculative.py in several stored versions that agree on what is cited.
 # The PyTorch/LLM-API backend loads a directory with `hf_quant_config.json` as a ModelOpt
 # checkpoint, and that file wins over config.json's `quantization_config` (which it reads only
 # when hf_quant_config.json is absent): _torch/model_config.py ModelConfig.from_pretrained.
