@@ -112,3 +112,17 @@ def test_tensors_checked_per_format(exported, tmp_path):
     qfile.write_text(json.dumps(cfg))
     with pytest.raises(TrtspecError, match="'model.layers.0.self_attn.q_proj.weight' is float8_e4m3fn, expected uint8"):
         load_hf_unified(d)
+
+
+def test_cost_model_sees_the_same_model_in_both_formats(exported, tmp_path):
+    """The tuner's cost model reads the view's TRT-LLM-vocabulary config: the HF FP8 + FP8-KV
+    checkpoint and the TRT-LLM one of the same model and format give the same shape."""
+    from trtspec.calib import CalibOptions as C, quantize_hf
+    from trtspec.tuning.cost import shapes_from_checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 1000, (24,), generator=g).tolist() for _ in range(4)]
+    quantize_hf(exported / "hf", tmp_path / "trt", fmt="fp8", kv_cache="fp8", calib=C(prompts=prompts, samples=4))
+    hf, trt = shapes_from_checkpoint(exported / "fp8kv")["target"], shapes_from_checkpoint(tmp_path / "trt")["target"]
+    assert hf.model_copy(update={"name": "m"}) == trt.model_copy(update={"name": "m"})
+    assert hf.compute_dtype == "fp8"

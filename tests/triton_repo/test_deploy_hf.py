@@ -78,3 +78,32 @@ def test_llmapi_serves_a_unified_hf_pair(w, tmp_path):
     y = yaml.safe_load((out / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
     assert y["model"] == str(tmp_path / "pair" / "target")
     assert y["speculative_config"]["speculative_model_dir"] == str(tmp_path / "pair" / "draft")
+
+
+def test_profile_tune_repository_on_a_unified_hf_pair(w, tmp_path):
+    """quantize --output-format hf --draft -> profile (runtime, PyTorch-backend numerics recorded)
+    -> tune (cost model on the HF checkpoints) -> llmapi repository."""
+    from trtspec.calib.hf_export import quantize_pair_unified
+    from trtspec.runtime.hf_weights import NUMERICS
+    from trtspec.tuning.profile import run_profile
+    from trtspec.tuning.schema import dump_json
+    from trtspec.tuning.tune import run_tune
+    from trtspec.workloads import load_workloads
+
+    make_hf_model("llama", tmp_path / "d", seed=1, num_hidden_layers=1)
+    save_tiny_tokenizer(tmp_path / "d")
+    quantize_pair_unified(w["root"] / "hf", tmp_path / "d", tmp_path / "pair",
+                          CalibOptions(prompts=prompts(), samples=4), "fp8", "fp8")
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "prompt": " ".join(
+        f"t{x}" for x in range(3 + 5 * i, 20 + 5 * i))}) + "\n" for i in range(3)))
+    wl = load_workloads([f"chat={tmp_path / 'chat.jsonl'}"], max_new_tokens=8)
+    prof = run_profile(tmp_path / "pair", wl, max_k=3)
+    q = prof.measurement_conditions.quantization
+    assert (q["quant_algo"], q["checkpoint_format"], q["runtime_numerics"]) == ("FP8", "modelopt-hf", NUMERICS)
+    (tmp_path / "profile.json").write_text(dump_json(prof))
+    tuning = run_tune(tmp_path / "profile.json")
+    assert tuning.cost.target.compute_dtype == "fp8"
+    (tmp_path / "tuning.json").write_text(dump_json(tuning))
+    out = tmp_path / "repo"
+    make_repository(RepoRequest(out=out, tuning=tmp_path / "tuning.json", flavor="llmapi", ckpt=tmp_path / "pair"))
+    assert check_repository(out) == []

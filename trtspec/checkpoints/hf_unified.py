@@ -44,13 +44,22 @@ MODEL_DTYPES = ("float16", "bfloat16", "float32")
 @dataclass(frozen=True, eq=False)
 class HfUnifiedCheckpoint:
     path: Path
-    config: dict  # config.json
+    hf_config: dict  # config.json
     quant_config: dict  # hf_quant_config.json
     spec: DecoderSpec
     quant: QuantScheme  # hf_quant_config.json `quantization`
     dtype: str  # config.json torch_dtype: the unquantized tensors' dtype
     weights: WeightSource
     eagle_spec: None = None
+
+    @property
+    def config(self) -> dict:
+        """The fields a TRT-LLM checkpoint's config.json gives its readers (cost model, EAGLE limits),
+        in that vocabulary: architecture, dtype, the `quantization` block (HF module names in
+        exclude_modules), an unsharded mapping."""
+        return {"architecture": self.spec.architecture, "dtype": self.dtype,
+                "quantization": dict(self.quant_config["quantization"]),
+                "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1}}
 
     @property
     def quant_algo(self) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import __version__
-from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
 from ..upstream import trtllm as upstream
@@ -46,7 +46,7 @@ def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path 
                            f"{cond.target!r} is not a checkpoint directory here)")
 
     shapes = shapes_from_checkpoint(target, "target")
-    config = load_checkpoint(target).config
+    config = open_checkpoint(target).config
     if profile.mode == "eagle" and "eagle" not in shapes:
         raise TrtspecError(f"tune.target_ckpt: {target} is not an EagleForCausalLM checkpoint, but the profile is eagle")
     if profile.mode == "draft-target":
