@@ -56,7 +56,8 @@ def quantize_command(
     report_max_new_tokens: int = typer.Option(default(R, "max_new_tokens"), "--report-max-new-tokens",
                                               help=doc(R, "max_new_tokens")),
 ):
-    """Quantize with ModelOpt (calibrated on workload prompts) into a TensorRT-LLM 1.2 checkpoint."""
+    """Quantize with ModelOpt (calibrated on workload prompts) into a TensorRT-LLM 1.2 checkpoint, or
+    (--output-format hf) ModelOpt's unified HF checkpoint for the PyTorch / LLM-API backend."""
     from ..calib.quantize import quantize
     from ..workloads import parse_workload_specs
 
