@@ -126,3 +126,12 @@ def test_cost_model_sees_the_same_model_in_both_formats(exported, tmp_path):
     hf, trt = shapes_from_checkpoint(exported / "fp8kv")["target"], shapes_from_checkpoint(tmp_path / "trt")["target"]
     assert hf.model_copy(update={"name": "m"}) == trt.model_copy(update={"name": "m"})
     assert hf.compute_dtype == "fp8"
+
+
+def test_engine_flow_readers_name_the_format(exported):
+    """trtllm-build plans and validation read TRT-LLM checkpoints only: one line saying what this is."""
+    from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
+
+    with pytest.raises(TrtspecError, match=r"fp8kv: a ModelOpt unified HF checkpoint \(hf_quant_config.json\), for the "
+                                           r"PyTorch backend; this needs a TensorRT-LLM checkpoint"):
+        load_checkpoint(exported / "fp8kv")
