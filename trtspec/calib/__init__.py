@@ -10,7 +10,9 @@ Stages (one module each): `formats` (the four H100 formats and their ModelOpt re
 (mtq.quantize + reading the quantizers back), `mixed`/`sensitivity` (linears kept in the model
 dtype: named by pattern, or the most sensitive ones measured), `eagle_head` (base + EAGLE head as one module),
 `export` (quantizer state -> TRT-LLM tensors, plain torch), `pipeline`/`eagle_quant`/`quantize`
-(the checkpoint writers; `quantize.quantize` is the stage's entry, taking `options.QuantizeOptions`).
+(the checkpoint writers; `quantize.quantize` is the stage's entry, taking `options.QuantizeOptions`),
+`hf_export` (`output_format: hf`: ModelOpt's unified HF checkpoint for the PyTorch backend, written
+by ModelOpt's own exporter after the same calibration).
 The quality report, and the `trtspec quantize` command that runs quantization then the report,
 live in trtspec.quality (above calib and tuning).
 
@@ -23,7 +25,8 @@ from ..lazy import lazy_exports
 _EXPORTS = {"CalibSet": "data", "load_calib_set": "data", "token_id_set": "data",
             "FORMATS": "formats", "KV_FORMATS": "formats", "check_format": "formats", "check_kv_format": "formats",
             "CalibOptions": "quantize", "quantize_eagle": "quantize", "quantize_hf": "quantize",
-            "quantize_pair": "quantize", "KeepSensitive": "pipeline"}
+            "quantize_pair": "quantize", "KeepSensitive": "pipeline", "quantize_hf_unified": "hf_export",
+            "quantize_pair_unified": "hf_export"}
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -14,6 +14,10 @@ cache stores): ModelOpt's FP8_KV_CFG, or the same pattern with 8-bit integers.
 
 FP4 formats (nvfp4, mxfp4, w4a16_mxfp4, w4a8_nvfp4_fp8, w4a8_mxfp4_fp8, mxfp8, an nvfp4 KV
 cache) need Blackwell (SM100) tensor cores and are refused with that reason.
+
+`output_format: hf` (ModelOpt's unified HF checkpoint, for the PyTorch / LLM-API backend) takes
+the formats that backend runs (upstream.trtllm.PYTORCH_QUANT_ALGOS) and ModelOpt exports on the
+CPU: fp8 and w4a16_awq, with an fp8 KV cache or none (`check_hf_format`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import copy
 from dataclasses import dataclass
 
 from ..errors import TrtspecError
+from ..upstream.trtllm import PYTORCH_QUANT_ALGOS
 
 
 @dataclass(frozen=True)
@@ -111,3 +116,24 @@ def modelopt_config(fmt: QuantFormat, kv_algo: str | None, group_size: int, disa
     if disabled:
         cfg["quant_cfg"] = cfg["quant_cfg"] + list(disabled)
     return cfg
+
+
+# Why the other formats are not written as a unified HF checkpoint (output_format: hf).
+HF_NOT_WRITTEN = {
+    "W8A8_SQ_PER_CHANNEL": "the PyTorch backend has no SmoothQuant linear (W8A8_SQ_* runs in the engine flow only)",
+    "W8A16": "trtspec's w8a16 leaves the weights to trtllm-build, which the PyTorch backend does not run",
+}
+
+
+def check_hf_format(fmt: QuantFormat, kv_algo: str | None) -> None:
+    """Refuse what ModelOpt's unified HF checkpoint cannot carry for the PyTorch backend on H100."""
+    if fmt.quant_algo in HF_NOT_WRITTEN or fmt.quant_algo not in PYTORCH_QUANT_ALGOS:
+        ok = ", ".join(n for n, f in FORMATS.items() if f.quant_algo in PYTORCH_QUANT_ALGOS
+                       and f.quant_algo not in HF_NOT_WRITTEN)
+        why = HF_NOT_WRITTEN.get(fmt.quant_algo, "not a PyTorch-backend format")
+        raise TrtspecError(f"quantization.format: {fmt.name} with quantization.output_format hf: {why}; use one "
+                           f"of {ok} (or quantization.output_format trtllm)")
+    if kv_algo not in (None, "FP8"):
+        raise TrtspecError(f"quantization.kv_cache: {kv_algo.lower()} with quantization.output_format hf: ModelOpt's "
+                           "unified HF export writes FP8 (or NVFP4) KV-cache scales only; use quantization.kv_cache "
+                           "fp8")

@@ -38,6 +38,10 @@ class QuantizeOptions(StageOptions):
     sensitivity_samples: int = Field(8, ge=1, description="keep_sensitive: calibration prompts the measurement "
                                                           "runs on.")
     sensitivity_seq_len: int = Field(64, ge=2, description="keep_sensitive: tokens kept per measurement prompt.")
+    output_format: Literal["trtllm", "hf"] = Field(
+        "trtllm", description="trtllm: a TensorRT-LLM engine-flow checkpoint (trtllm-build); hf: ModelOpt's unified "
+                              "Hugging Face checkpoint (hf_quant_config.json) for the PyTorch / LLM-API backend "
+                              "(fp8 or w4a16_awq, plain decoder).")
 
     @property
     def mixed(self) -> bool:

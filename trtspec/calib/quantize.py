@@ -37,6 +37,7 @@ from ..tokenizer import load_tokenizer
 from .data import CalibSet, check_calib_options, load_calib_set, token_id_set
 from .eagle_quant import calibrate_eagle, write_quantized_eagle
 from .formats import QuantFormat, check_format, check_kv_format
+from .hf_export import quantize_hf_unified, quantize_pair_unified
 from .mixed import check_mixed_algo, hf_modules, resolve_excludes
 from .options import QuantizeOptions
 from .pipeline import (KeepSensitive, calibrate_decoder, exclude_sensitive, mixed_record, needs_calibration,
@@ -200,6 +201,12 @@ def quantize(hf: Path, out_dir: Path, options: QuantizeOptions, convert: Convert
                            "decoder only, not with an EAGLE head or a draft")
     calib = CalibOptions(calib=[f"{n}={s}" for n, s in options.calib.items()] if options.calib else "mt-bench",
                          samples=options.samples, seq_len=options.seq_len, seed=options.seed)
+    if options.output_format == "hf":
+        check_hf_request(options, convert, eagle_head, draft_hf)
+        args = (calib, options.format, options.kv_cache, convert.dtype, options.awq_group_size, overwrite)
+        if draft_hf is not None:
+            return quantize_pair_unified(hf, draft_hf, out_dir, *args)
+        return quantize_hf_unified(hf, out_dir, *args)
     common = dict(fmt=options.format, kv_cache=options.kv_cache, calib=calib, dtype=convert.dtype, tp=convert.tp,
                   group_size=options.awq_group_size, overwrite=overwrite)
     if eagle_head is not None:
@@ -211,3 +218,21 @@ def quantize(hf: Path, out_dir: Path, options: QuantizeOptions, convert: Convert
         return quantize_pair(hf, draft_hf, out_dir, draft_format=options.draft_format, **common)
     keep = KeepSensitive(options.keep_sensitive, options.sensitivity_samples, options.sensitivity_seq_len)
     return quantize_hf(hf, out_dir, exclude=list(options.exclude), keep_sensitive=keep, **common)
+
+
+def check_hf_request(options: QuantizeOptions, convert: ConvertOptions, eagle_head: Path | None,
+                     draft_hf: Path | None) -> None:
+    """What `output_format: hf` does not write, refused before any work (hf_export.py writes the rest)."""
+    if eagle_head is not None:
+        raise TrtspecError("quantization.output_format: hf with an EAGLE head: trtspec quantizes no drafter into the "
+                           "HF format (an EAGLE-1 head runs only in the engine flow: use quantization.output_format "
+                           "trtllm; an EAGLE-3 head is served as is, its KV cache following the target's)")
+    if draft_hf is not None and options.draft_format not in ("same", options.format):
+        raise TrtspecError(f"quantization.draft_format: {options.draft_format} with quantization.output_format hf: "
+                           "the pair is written in one format (draft_format same)")
+    if options.mixed:
+        raise TrtspecError("quantization.exclude: mixed precision (exclude, keep_sensitive) is written for "
+                           "quantization.output_format trtllm only")
+    if convert.tp != 1:
+        raise TrtspecError(f"convert.tp: {convert.tp} with quantization.output_format hf: the unified HF checkpoint "
+                           "is not sharded (the PyTorch backend splits it at load time); use tp 1")

@@ -116,6 +116,9 @@ def _check_checkpoint_fields(config: dict, where: Path) -> None:
 def load_checkpoint(path: Path) -> TrtllmCheckpoint:
     """Open a checkpoint directory (headers only; tensors are read on demand)."""
     path = Path(path)
+    if (path / trtllm.HF_QUANT_CONFIG_FILE).is_file():
+        raise TrtspecError(f"{path}: a ModelOpt unified HF checkpoint ({trtllm.HF_QUANT_CONFIG_FILE}), for the PyTorch "
+                           "backend; this needs a TensorRT-LLM checkpoint (quantization.output_format trtllm)")
     view = checkpoint_from_config(read_json(path / "config.json", "TRT-LLM config.json"), path)
     if view.pp != 1:
         raise TrtspecError(f"{path / 'config.json'}: mapping.pp_size must be 1 (pipeline parallel is not supported)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..fsutil import read_json
 from ..runtime.generate import resolve_pair
+from ..runtime.hf_weights import quantization_record
 from ..workloads.sample import select
 
 
@@ -57,5 +58,5 @@ def mixed_precision(ckpt: Path) -> dict | None:
 
 
 def quant_block(ckpt: Path) -> dict:
-    cfg = Path(ckpt) / "config.json"
-    return (read_json(cfg, "TRT-LLM config.json").get("quantization") or {}) if cfg.is_file() else {}
+    """The checkpoint's quantization (either format: runtime.hf_weights.quantization_record)."""
+    return quantization_record(ckpt) if (Path(ckpt) / "config.json").is_file() else {}

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import torch
 
 from ..checkpoints.eagle3 import load_eagle3_head
-from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..options import GREEDY_SAMPLING, Sampling
@@ -90,12 +90,12 @@ def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype =
     postprocessing; not importing transformers saves each model stub about 4 s of start-up.
     eagle3_head: an EAGLE-3 head directory (checkpoints/eagle3.py) drafting for `ckpt`."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
-    c = load_checkpoint(ckpt)
+    c = open_checkpoint(ckpt)  # a TRT-LLM checkpoint or a ModelOpt unified HF one
     tok = load_tokenizer(ckpt) if tokenizer else None
     head = load_eagle3_head(Path(eagle3_head), c.spec) if eagle3_head is not None else None
     target = Decoder(c, dtype, head.aux_layers if head is not None else ())
     return Models(target=target,
-                  draft=Decoder(load_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
+                  draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
                   eagle=EagleNet(c, dtype) if c.is_eagle else None,
                   eagle3=Eagle3Net(head, target, dtype) if head is not None else None,
                   tokenizer=tok, eos_ids=eos_ids(ckpt, tok))

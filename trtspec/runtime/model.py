@@ -17,10 +17,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..checkpoints.hf_unified import HfUnifiedCheckpoint
 from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from . import rope
 from .kv_cache import KVCache, attention_mask, causal
+from .hf_weights import load_hf_decoder
 from .quant import scheme_of
 from .weights import LayerWeights, load, load_layer
 
@@ -99,24 +101,29 @@ def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, f
 
 class Decoder:
     """A base model loaded from a TRT-LLM checkpoint (TP ranks merged, weights in `dtype`,
-    quantized linears and KV cache as TRT-LLM runs them, see quant.py).
+    quantized linears and KV cache as TRT-LLM runs them, see quant.py), or from a ModelOpt
+    unified HF checkpoint as the PyTorch backend runs it (hf_weights.py).
 
     aux_layers (EAGLE-3): the forward's hidden is then [ln_f output, output of each aux layer]
     concatenated, width H * (1 + len(aux_layers)), so the decoding loop hands an EAGLE-3 proposer
     the captured states without knowing about them; `logits` reads the first H."""
 
-    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32, aux_layers: tuple[int, ...] = ()):
+    def __init__(self, ckpt: TrtllmCheckpoint | HfUnifiedCheckpoint, dtype: torch.dtype = torch.float32,
+                 aux_layers: tuple[int, ...] = ()):
         self.aux_layers = tuple(aux_layers)
-        self.scheme = scheme_of(ckpt)
         self.spec, self.dtype, self.path = ckpt.spec, dtype, ckpt.path
         s = self.spec
+        self.freq = rope.inv_freq(s.head_size, s.rope_theta, s.rope_scaling)
+        if isinstance(ckpt, HfUnifiedCheckpoint):  # the PyTorch backend's numerics (hf_weights.py)
+            self.scheme, self.embed, self.layers, self.ln_f, self.lm_head = load_hf_decoder(ckpt, dtype)
+            return
+        self.scheme = scheme_of(ckpt)
         self.embed = load(ckpt, "transformer.vocab_embedding.weight", dtype)
         self.layers = [load_layer(ckpt, f"transformer.layers.{i}.", s, dtype, self.scheme)
                        for i in range(s.num_layers)]
         self.ln_f = load(ckpt, "transformer.ln_f.weight", dtype)
         # TRT-LLM may omit lm_head when the embedding is shared (trtllm.md §2.1).
         self.lm_head = load(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else self.embed
-        self.freq = rope.inv_freq(s.head_size, s.rope_theta, s.rope_scaling)
 
     @property
     def vocab_size(self) -> int:

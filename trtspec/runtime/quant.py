@@ -148,7 +148,8 @@ def _expect(ckpt: TrtllmCheckpoint, t: torch.Tensor, name: str, dtypes: tuple[to
 
 
 def load_float(ckpt: TrtllmCheckpoint, name: str, dtype: torch.dtype) -> torch.Tensor:
-    """A tensor TRT-LLM keeps in floating point (embeddings, norms, lm_head, unquantized linears)."""
+    """A tensor TRT-LLM keeps in floating point (embeddings, norms, lm_head, unquantized linears);
+    also read from a unified HF checkpoint view (hf_weights.py), which has the same `tensor`/`path`."""
     t = ckpt.tensor(name)
     if t.dtype not in FLOAT_DTYPES:
         raise TrtspecError(f"{ckpt.path}: tensor '{name}' is {str(t.dtype).removeprefix('torch.')}; the runtime "

@@ -5,10 +5,13 @@ Each flavor serves different artifacts:
   directory holding `engines/<name>/`); their `config.json` is read through the builders' engine
   manifest reader, which also checks the rank files exist.
 - cpu: TensorRT-LLM checkpoints (`--ckpt`: a plain/EAGLE checkpoint, or a `target/` + `draft/` pair),
-  run by trtspec.runtime inside python-backend models.
+  or ModelOpt unified HF checkpoints, run by trtspec.runtime inside python-backend models.
 - llmapi: Hugging Face directories (the PyTorch backend loads HF weights; `--ckpt` the target,
-  `--draft-ckpt` the EAGLE-3 head or draft model). A trtspec-converted checkpoint is accepted too
-  and resolved to the HF directory its `trtspec.json` recorded.
+  `--draft-ckpt` the EAGLE-3 head or draft model), a ModelOpt unified HF checkpoint
+  (`trtspec quantize --output-format hf`) included: the backend reads its hf_quant_config.json, and
+  the KV-cache dtype follows it (KvCacheConfig.dtype "auto"), so model.yaml names it like any HF
+  directory. A trtspec-converted checkpoint is accepted too and resolved to the HF directory its
+  `trtspec.json` recorded (for a quantized TRT-LLM checkpoint that source is the unquantized model).
 
 Every mistake ends in one TrtspecError line naming the option, the path and what was expected.
 Paths are made absolute: the trtllm README mounts them at the same paths inside the container.
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from ..builders.manifest import read_engine
 from ..checkpoints.eagle3 import head_aux_layers
+from ..checkpoints.hf_unified import is_hf_unified
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
@@ -149,6 +153,10 @@ def _ngram_target_engine(root: Path, found: dict | None, draft_engines: Path | N
 
 
 def _checkpoint(path: Path, role: str, option: str) -> Artifact:
+    if is_hf_unified(path):  # ModelOpt's unified HF checkpoint: the runtime executes it as well (hf_weights.py)
+        cfg = read_json(path / "config.json", "config.json")
+        return Artifact(role=role, path=path, kind="checkpoint", config=cfg, dtype=_hf_dtype(cfg),
+                        max_seq_len=cfg.get("max_position_embeddings"))
     cfg = read_json(path / "config.json", "TRT-LLM config.json")
     if "architecture" not in cfg:
         hint = (" (a Hugging Face directory: convert it with 'trtspec convert' first)"
@@ -243,23 +251,33 @@ def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Ar
     """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model);
     [target] for n-gram."""
     root = _dir(ckpt, "ckpt")
-    target_dir = _hf_dir(root, "ckpt")
     if mode == "ngram":
         if draft_ckpt is not None:
             raise TrtspecError("draft_ckpt: n-gram drafting has no draft model; give only `ckpt`")
+        target_dir = root if is_hf_unified(root) else _hf_dir(root, "ckpt")
         tcfg = read_json(target_dir / "config.json")
-        return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=str(tcfg.get("torch_dtype")))]
-    if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
-        draft_dir = _recorded_source(root, ("draft",))
+        return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=_hf_dtype(tcfg))]
+    if is_hf_unified(root / "target"):  # a pair of unified HF checkpoints (quantize --output-format hf --draft)
+        target_dir = root / "target"
+        draft_dir = _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None else root / "draft"
     else:
-        draft_dir = _dir(draft_ckpt, "draft_ckpt")
+        target_dir = _hf_dir(root, "ckpt")
+        if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
+            draft_dir = _recorded_source(root, ("draft",))
+        else:
+            draft_dir = _dir(draft_ckpt, "draft_ckpt")
     tcfg = read_json(target_dir / "config.json")
     dcfg = read_json(draft_dir / "config.json")
     if "architectures" not in dcfg:
         draft_dir = _hf_dir(draft_dir, "draft_ckpt")
         dcfg = read_json(draft_dir / "config.json")
-    return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=str(tcfg.get("torch_dtype"))),
-            Artifact(role="draft", path=draft_dir, kind="hf", config=dcfg, dtype=str(dcfg.get("torch_dtype")))]
+    return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=_hf_dtype(tcfg)),
+            Artifact(role="draft", path=draft_dir, kind="hf", config=dcfg, dtype=_hf_dtype(dcfg))]
+
+
+def _hf_dtype(cfg: dict) -> str:
+    """config.json's dtype: `torch_dtype`, or `dtype` as transformers >= 4.56 (and ModelOpt's export) write it."""
+    return str(cfg.get("torch_dtype", cfg.get("dtype")))
 
 
 def is_eagle3(cfg: dict) -> bool:

@@ -47,7 +47,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..checkpoints.scheme import QuantScheme
-from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..upstream import trtllm
 from .gpus import PRESETS, ComputeDtype, GpuSpec, gpu_preset  # noqa: F401  (re-exported: the cost model's GPUs)
@@ -159,7 +159,7 @@ def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> Model
 
 def shapes_from_checkpoint(ckpt_dir: Path, role: str = "target") -> dict[str, ModelShape]:
     """{role: shape} of a TRT-LLM checkpoint; an EagleForCausalLM one also yields its drafter ("eagle")."""
-    c = load_checkpoint(Path(ckpt_dir))
+    c = open_checkpoint(Path(ckpt_dir))
     where = str(Path(ckpt_dir) / "config.json")
     out = {role: shape_from_spec(c.spec, c.config, role, Path(ckpt_dir).name, where)}
     if c.is_eagle:

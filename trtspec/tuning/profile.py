@@ -32,7 +32,7 @@ import torch
 
 from .. import __version__
 from ..errors import TrtspecError
-from ..fsutil import read_json
+from ..runtime.hf_weights import quantization_record
 from ..options import GREEDY_SAMPLING, Sampling
 from ..runtime.generate import Models, load_models, prompts_within_positions, resolve_pair
 from ..upstream.sampling import EXACT_MATCH
@@ -242,7 +242,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     if mode == "eagle" and max_k > models.eagle.num_levels:
         raise TrtspecError(f"profile.max_k: {max_k} exceeds the checkpoint's num_eagle_layers={models.eagle.num_levels}")
     recorded_top_k = tree_top_k if mode == "eagle" else None
-    quant = read_json(Path(ckpt) / "config.json", "TRT-LLM config.json").get("quantization") or {}
+    quant = quantization_record(ckpt)  # either checkpoint format; a unified HF one names the numerics run
     conditions = {"target": str(Path(ckpt).resolve()),
                   "draft": str(Path(draft_ckpt).resolve()) if draft_ckpt else None,
                   "quantization": quant, "temperature": sampling.temperature,

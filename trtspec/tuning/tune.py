@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..checkpoints.eagle3 import load_eagle3_head
-from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
 from ..upstream import trtllm as upstream
@@ -51,7 +51,7 @@ def resolve_shapes(profile: Profile, target_ckpt: Path | None, draft_ckpt: Path 
                            f"{cond.target!r} is not a checkpoint directory here)")
 
     shapes = shapes_from_checkpoint(target, "target")
-    config = load_checkpoint(target).config
+    config = open_checkpoint(target).config
     if profile.mode == "eagle" and "eagle" not in shapes:
         raise TrtspecError(f"tune.target_ckpt: {target} is not an EagleForCausalLM checkpoint, but the profile is eagle")
     if profile.mode == "draft-target":
@@ -73,7 +73,7 @@ def eagle3_shape(profile: Profile, target: Path, config: dict, base: Path) -> Mo
     if head is None:
         raise TrtspecError(f"tune.target_ckpt: an eagle3 profile needs its head (measurement_conditions.eagle3_head "
                            f"{recorded!r} is not a head directory here)")
-    spec = load_checkpoint(target).spec
+    spec = open_checkpoint(target).spec
     return shape_from_eagle3(load_eagle3_head(head, spec), config, head.name, str(head / "config.json"))
 
 

@@ -61,3 +61,16 @@ EAGLE3_EXPORT_ARCHITECTURE = "LlamaForCausalLMEagle3"
 # ~0.05 s eager (reference/cpu-stack.md §3); eagle_export_rope_scaling defaults to a yarn block the
 # head was never trained with, so it is set to {} (export the rope the head was trained with).
 EAGLE3_CPU_OVERRIDES = {"eagle_use_torch_compile": False, "eagle_export_rope_scaling": {}}
+
+# --- Unified HF export (export_hf_checkpoint; #15 item 5), read from modelopt/torch/export ------
+# unified_export_hf.py, quant_utils.py of the installed 0.47.0.
+# The exporter quantizes each weight from `weight.to(dtype)` but leaves unquantized tensors in the
+# model's own dtype, so the model is cast before the export (calib.hf_export).
+# FP8 projections that share an input (q/k/v, gate/up) are not unified: _fuse_shared_input_modules
+# skips QUANTIZATION_FP8, so each keeps its own weight_scale (the PyTorch backend requantizes the
+# fused group to the largest); their input scales agree because calibration saw the same input.
+# KV-cache scales are written as `k_proj.k_scale` / `v_proj.v_scale` = amax / 448 with no floor
+# (quant_utils.postprocess_state_dict), unlike the TRT-LLM export's FP8_KV_SCALE_FLOOR.
+HF_KV_SCALE_MAXBOUND = 448.0
+# The one transformers-side quantization marker the export puts in config.json.
+HF_QUANT_METHOD = "modelopt"

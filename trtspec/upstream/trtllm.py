@@ -59,6 +59,48 @@ DEFAULT_EXCLUDE_MODULES = (
     "*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding", "*shared_expert_gate",
 )
 
+# --- PyTorch backend: ModelOpt unified HF checkpoints (#15 item 5) ------------------------------
+# Read from NVIDIA/TensorRT-LLM as stored in the code index (the repository is too large to fetch
+# here, and the 1.2 release branch itself could not be read, so "same in 1.2.x" is UNVERIFIED):
+# _torch/modules/linear.py @00bbf71e; _torch/attention_backend/trtllm.py in two versions (@00bede19,
+# an older one, and a newer one) that agree on the FP8 KV scale below; _torch/model_config.py and
+# _torch/models/modeling_speculative.py in several stored versions that agree on what is cited.
+# The PyTorch/LLM-API backend loads a directory with `hf_quant_config.json` as a ModelOpt
+# checkpoint, and that file wins over config.json's `quantization_config` (which it reads only
+# when hf_quant_config.json is absent): _torch/model_config.py ModelConfig.from_pretrained.
+HF_QUANT_CONFIG_FILE = "hf_quant_config.json"
+# ModelConfig.load_modelopt_quant_config reads exactly these keys of its `quantization` object
+# into QuantConfig (other keys are ignored, unlike the engine flow's QuantConfig(**d)).
+HF_QUANT_CONFIG_KEYS = ("quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules")
+# The weight formats the PyTorch backend's Linear runs (_torch/modules/linear.py get_quant_method:
+# FP8QDQ, FP8 rowwise, FP8 block scales, NVFP4, W4A8 NVFP4/MXFP4, weight-only, W4A16/W4A8 AWQ).
+# There is no SmoothQuant (W8A8_SQ_*) linear method: SmoothQuant is engine-flow only.
+PYTORCH_QUANT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_BLOCK_SCALES", "NVFP4", "W4A8_NVFP4_FP8",
+                       "W4A8_MXFP4_FP8", "W4A8_MXFP4_MXFP8", "W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ")
+# FP8 (FP8QDQLinearMethod, linear.py): per linear `weight` float8_e4m3fn [out, in],
+# `weight_scale` float32 scalar, `input_scale` float32 scalar (static per-tensor activation
+# scale; absent = dynamic per-tensor). y = cublas_scaled_mm(fp8(x / input_scale), weight,
+# input_scale, weight_scale, out_dtype=model dtype) + bias.
+# Fused q/k/v (and gate/up) take input_scale = max and weight_scale = max over the parts, and each
+# part is requantized: fp8 -> model dtype, * own scale, / max scale -> fp8 (rescale_fused_weights).
+HF_FP8_LINEAR_TENSORS = ("weight", "weight_scale", "input_scale")
+# KV-cache scales ModelOpt writes next to the projections: `...self_attn.k_proj.k_scale`,
+# `...v_proj.v_scale` (float32 scalars, amax / 448). The PyTorch backend loads them into
+# qkv_proj.kv_scales only for the NVFP4 KV cache; for an FP8 KV cache its TrtllmAttention passes
+# kv_cache_scaling_factor = 1.0 (attention_backend/trtllm.py: "modules/attention.py only assigns
+# forward_args.kv_scale_* for fp4 KV cache"), i.e. K and V are cast to FP8 unscaled.
+HF_KV_SCALE_TENSORS = ("k_proj.k_scale", "v_proj.v_scale")
+PYTORCH_FP8_KV_CACHE_SCALE = 1.0
+# LLM API KvCacheConfig.dtype defaults to "auto": "follow checkpoint metadata" (llmapi/llm_args.py),
+# so model.yaml needs no KV setting for a checkpoint whose hf_quant_config.json names an FP8 KV cache.
+LLMAPI_KV_CACHE_DTYPE = "auto"
+# EAGLE-3 drafter: the backend opens speculative_model_dir with ModelConfig.from_pretrained, so a
+# drafter directory's own hf_quant_config.json is read (its linears run the format it names), and
+# the drafter's kv_cache_quant_algo is then overwritten with the target's (one KV cache):
+# _torch/models/modeling_speculative.py, the one-model EAGLE-3 path. End to end with an FP8
+# target it is reported broken upstream (open issue below); not verified on a GPU here.
+EAGLE3_FP8_TARGET_ISSUE = "https://github.com/NVIDIA/TensorRT-LLM/issues/7842"
+
 # --- Speculative decoding (§1.2, §4, §5.1, §7.2) -------------------------------------------------
 SPEC_MODE_EAGLE = "eagle"
 SPEC_MODE_DRAFT_TOKENS_EXTERNAL = "draft_tokens_external"
