@@ -257,8 +257,9 @@ def resolve_paths(recipe: Recipe, base: Path) -> Recipe:
     """Every path field made absolute against `base` (the recipe file's directory)."""
     r = recipe.model_copy(deep=True)
     r.target = _resolve(base, r.target)
-    r.draft.hf = _resolve(base, r.draft.hf)
-    r.draft.eagle = _resolve(base, r.draft.eagle)
+    if r.draft is not None:
+        for kind in ("hf", "eagle", "eagle3"):
+            setattr(r.draft, kind, _resolve(base, getattr(r.draft, kind)))
     r.workloads = {n: _resolve(base, s) for n, s in r.workloads.items()}
     if r.quantization is not None and r.quantization.calib is not None:
         r.quantization.calib = {n: _resolve(base, s) for n, s in r.quantization.calib.items()}
