@@ -1,0 +1,107 @@
+"""The llmapi flavor's models: TensorRT-LLM's LLM API (PyTorch backend) behind Triton, one model per
+served speculative setting.
+
+`max_draft_len` and the drafter are per-model LLM() arguments (`speculative_config` in model.yaml),
+so each distinct setting the tuning chose is its own model, a whole LLM instance: for a draft model
+or an EAGLE-3 head `tensorrt_llm_k<K>`, for n-gram drafting `tensorrt_llm_k<K>_n<n>`
+(ngram_serving.py), `tensorrt_llm_k0` without speculation. One band is served, the smallest (as for
+EAGLE engines; each model is an instance, so serving every band would multiply them); `generate`
+routes each workload to its model. With the drafter choice (tuning/choose.py) a workload's route
+says which drafter it got: a route with `max_matching_ngram_size` drafts n-grams.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from ..errors import TrtspecError
+from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
+from ..upstream.triton import LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY
+from ..upstream.trtllm import TRTLLM_VERSION_LABEL
+from . import contracts as c
+from . import ngram_serving
+from . import render as r
+from .deploy import Artifact, eagle3_capture, is_eagle3
+from .models.serving_rules import CHAIN_MODES
+from .routing import draft_target_routes, eagle_routes
+
+Spec = tuple[str, dict | None, str]  # (model name, speculative_config or None, what it serves)
+
+
+def routing(routes: dict, mode: str) -> dict:
+    """generate's llmapi routing from the flavor-free routes (routing.py): per workload the model of
+    its smallest band's setting (an EAGLE tuning: a chain as deep as the served tree)."""
+    if mode in CHAIN_MODES:
+        def entry(bands):
+            k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
+            n = bands[0].get("max_matching_ngram_size")  # n-gram: and its matching size
+            return {"model": ngram_serving.model_name(k, n), "num_draft_tokens": k,
+                    **({"max_matching_ngram_size": n} if n is not None else {})}
+        table = {w: entry(bands) for w, bands in routes["workloads"].items()}
+        default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
+    else:
+        depth = {m["model"]: max(len(p) for p in m["eagle_choices"]) for m in routes["models"]}
+
+        def entry(e):
+            k = depth[e["model"]]
+            return {"model": f"{c.TENSORRT_LLM}_k{k}", "num_draft_tokens": k}
+        table = {w: entry(e) for w, e in routes["workloads"].items()}
+        default = {"source": routes["default"]["source"], **entry(routes["default"])}
+    return {"mode": "llmapi", "workloads": table, "default": default, "models": []}
+
+
+def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload: str | None
+          ) -> tuple[dict, list[Spec], bool]:
+    """(routing, one Spec per served model, whether the model drafter is an EAGLE-3 head)."""
+    target, draft = arts[0], (arts[1] if len(arts) > 1 else None)
+    eagle3 = draft is not None and is_eagle3(draft.config)
+    if tuning.mode == "eagle3" and not eagle3:
+        raise TrtspecError(f"draft_ckpt: {draft.path if draft else None} is not an EAGLE-3 head, but the tuning is eagle3")
+    if tuning.mode in CHAIN_MODES:  # a chain: one K (and n-gram size) per workload x band
+        table = routing(draft_target_routes(tuning, default_workload), tuning.mode)
+    else:
+        table = routing(eagle_routes(tuning, eagle_band, default_workload), tuning.mode)
+    served = {e["model"]: e for e in [*table["workloads"].values(), table["default"]]}
+    out = []
+    for name, e in sorted(served.items()):
+        k, n = e["num_draft_tokens"], e.get("max_matching_ngram_size")
+        if not k:
+            out.append((name, None, "max_draft_len 0 (no speculation)"))
+        elif n is not None:  # n-gram drafting (alone, or the drafter choice gave it this workload)
+            out.append((name, ngram_serving.speculative_config(k, n),
+                        f"n-gram max_draft_len {k}, max_matching_ngram_size {n}"))
+        else:
+            out.append((name, {"decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
+                               "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path),
+                               **(eagle3_capture(target, draft) if eagle3 else {})}, f"max_draft_len {k}"))
+    return table, out, eagle3
+
+
+def models(target: Artifact, served: list[Spec]) -> list[r.ModelFiles]:
+    """One LLM-API model per Spec: model.yaml with the target, the backend and its speculative_config."""
+    files = []
+    for name, spec, label in served:
+        cfg = {"model": str(target.path), "backend": "pytorch", "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+        if spec is not None:
+            cfg["speculative_config"] = spec
+        cfg["triton_config"] = {"max_batch_size": 0, "decoupled": True}
+        text = (f"# TensorRT-LLM {TRTLLM_VERSION_LABEL} LLM API arguments (generated by trtspec). Profile: "
+                f"{label}.\n" + yaml.safe_dump(cfg, sort_keys=False))
+        f = r.llmapi_model(name, text)
+        f.config.model_transaction_policy.decoupled = True
+        files.append(f)
+    return files
+
+
+def calls(files: list[r.ModelFiles]) -> list[c.Call]:
+    """generate -> each LLM-API model: text in, streamed text out, the request's sampling settings."""
+    sampling = {v: k for k, v in LLMAPI_SAMPLING_INPUTS.items()}
+    sampling.update(sampling_param_presence_penalty="presence_penalty",
+                    sampling_param_frequency_penalty="frequency_penalty")
+    return [c.Call(c.GENERATE, f.name, True,
+                   {"text_input": "const:TYPE_STRING:-1",
+                    "sampling_param_max_tokens": f"{c.GENERATE}.input.max_tokens",
+                    "sampling_param_exclude_input_from_output": "const:TYPE_BOOL:1",
+                    "streaming": "const:TYPE_BOOL:1",
+                    **{k: f"{c.GENERATE}.input.{v}" for k, v in sampling.items()}}, ["text_output"])
+            for f in files]
