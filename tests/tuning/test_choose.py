@@ -167,3 +167,14 @@ def test_profiles_of_two_drafters_choose_n_gram_for_edits_and_the_draft_model_fo
     assert edit.tokens_per_s == alone["ngram"].workloads["edit"].bands[0].tokens_per_s
     assert chat.tokens_per_s == alone["draft-target"].workloads["chat"].bands[0].tokens_per_s
     assert t.choice.drafters["draft-target"].served and t.choice.drafters["ngram"].served
+
+
+def test_a_chosen_setting_is_never_reported_indistinguishable_from_itself(offered):
+    """The choice's sweep holds every drafter's points, each with its own K = 0: the tuner's
+    'not distinguishable' lines compare the model drafter's other K only."""
+    from trtspec.tuning.select import indistinguishable
+
+    t = choose(offered)
+    for w in t.workloads.values():
+        for b in w.bands:
+            assert b.draft_len not in indistinguishable(b, w.accept_length_se_by_k)

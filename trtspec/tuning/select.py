@@ -110,11 +110,18 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
         s = se.get(p.draft_len)
         return None if s is None else p.tokens_per_s * s / p.acceptance_length
 
-    chosen = next((p for p in band.sweep if p.draft_len == band.draft_len), None)
+    # the model drafter's points, one per K (a drafter choice's sweep also holds n-gram points, and
+    # each drafter's own K = 0 point)
+    points, seen = [], set()
+    for p in band.sweep:
+        if p.max_matching_ngram_size is None and p.draft_len not in seen:
+            points.append(p)
+            seen.add(p.draft_len)
+    chosen = next((p for p in points if p.draft_len == band.draft_len), None)
     if chosen is None or tps_se(chosen) is None:
         return []
     out = []
-    for p in band.sweep:
+    for p in points:
         s = tps_se(p)
         if p is not chosen and s is not None and \
                 abs(p.tokens_per_s - chosen.tokens_per_s) <= z * float(np.hypot(s, tps_se(chosen))):
