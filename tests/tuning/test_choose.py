@@ -182,3 +182,20 @@ def test_a_chosen_setting_is_never_reported_indistinguishable_from_itself(offere
     for w in t.workloads.values():
         for b in w.bands:
             assert b.draft_len not in indistinguishable(b, w.accept_length_se_by_k)
+
+
+def test_the_plots_draw_one_series_per_drafter_setting(offered, tmp_path):
+    """The comparison is visible: per band the model drafter's K and n-gram's K (per matching size)
+    are separate series, each from the same K = 0 point, and every sweep point is in one."""
+    from trtspec.tuning.report import chain_series, write_plots
+
+    t = choose(offered)
+    for w in t.workloads.values():
+        for b in w.bands:
+            series = chain_series(b, t.mode)
+            assert set(series) == {"draft model", "n-gram n=2"}
+            assert all(pts[0].draft_len == 0 and [p.draft_len for p in pts] == list(range(MAX_K + 1))
+                       for pts in series.values())
+            assert sum(len(pts) - 1 for pts in series.values()) == sum(p.draft_len > 0 for p in b.sweep)
+    paths = write_plots(t, tmp_path)
+    assert [p.name for p in paths] == ["chat.png", "edit.png"] and all(p.stat().st_size > 10_000 for p in paths)

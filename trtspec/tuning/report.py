@@ -7,6 +7,9 @@ One PNG per workload, two panels:
 - right: predicted output tokens/s against the same axis, one line per concurrency band (log
   scale: bands differ by orders of magnitude), the chosen setting starred, K = 0 / 0 nodes being
   no speculation.
+Chains come in series: the model drafter's K, and n-gram drafting's K at each matching size n
+(an n-gram tuning, or a drafter choice that offered both: tuning/choose.py), one line each
+(solid: the model drafter; dashed, dotted...: n-gram sizes), so the comparison is visible.
 
 Under the table, every band whose chosen draft length the profile's AL standard errors cannot
 separate from another K at 95% is named (select.indistinguishable): a winner by less than the noise
@@ -39,29 +42,65 @@ def _x(band: BandChoice, eagle: bool):
     return [p.num_nodes if eagle else p.draft_len for p in pts], pts
 
 
+MODEL_DRAFTER = {"draft-target": "draft model", "eagle3": "EAGLE-3 head"}
+STYLES = ("-", "--", ":", "-.")
+
+
+def chain_series(band: BandChoice, mode: str) -> dict[str, list]:
+    """{label: the band's sweep points of one drafter setting, by K}: the model drafter's and
+    n-gram's per matching size, each starting at K = 0 (no speculation, the same for all)."""
+    off = next((p for p in band.sweep if p.draft_len == 0), None)
+    out: dict[str, list] = {}
+    for p in band.sweep:
+        if p.draft_len:
+            n = p.max_matching_ngram_size
+            out.setdefault(f"n-gram n={n}" if n is not None else MODEL_DRAFTER.get(mode, "draft"), []).append(p)
+    head = [off] if off is not None else []
+    return {k: head + sorted(v, key=lambda p: p.draft_len) for k, v in out.items()} or {"off": head}
+
+
+def _plot_chains(name: str, wt: WorkloadTuning, mode: str, ax_al, ax_tps) -> None:
+    for (label, pts), style in zip(chain_series(wt.bands[0], mode).items(), STYLES * 8):
+        ax_al.plot([p.draft_len for p in pts], [p.acceptance_length for p in pts], style, marker="o", label=label)
+    ax_al.legend(fontsize=8)
+    for band in wt.bands:
+        color = None
+        for (label, pts), style in zip(chain_series(band, mode).items(), STYLES * 8):
+            line, = ax_tps.plot([p.draft_len for p in pts], [p.tokens_per_s for p in pts], style, marker="o", ms=3,
+                                color=color, label=f"concurrency {band.concurrency}" if color is None else None)
+            color = line.get_color()
+        ax_tps.scatter([band.draft_len], [band.tokens_per_s], marker="*", s=160, color=color, zorder=3,
+                       edgecolors="black", linewidths=0.5)
+
+
 def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
     eagle = mode == "eagle"
     xlabel = "tree nodes (eagle_choices)" if eagle else "draft length K"
     fig = Figure(figsize=(11, 4.2))  # no pyplot: no global backend or figure registry to manage
     ax_al, ax_tps = fig.subplots(1, 2)
+    if not eagle:
+        _plot_chains(name, wt, mode, ax_al, ax_tps)
+        return _finish(fig, ax_al, ax_tps, name, xlabel, path)
     xs, pts = _x(wt.bands[0], eagle)
-    ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None if eagle else "o",
-               label="greedy trees" if eagle else None)
-    if eagle:
-        for p in wt.bands[0].sweep:
-            if p.label in ("chain", "default"):
-                ax_al.scatter([p.num_nodes], [p.acceptance_length], marker="s" if p.label == "chain" else "D",
-                              label=f"{p.label} tree", zorder=3)
-        ax_al.legend(fontsize=8)
-    ax_al.set(xlabel=xlabel, ylabel="acceptance length (tokens / verify step)", title=f"{name}: acceptance")
-    ax_al.grid(alpha=0.3)
+    ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None, label="greedy trees")
+    for p in wt.bands[0].sweep:
+        if p.label in ("chain", "default"):
+            ax_al.scatter([p.num_nodes], [p.acceptance_length], marker="s" if p.label == "chain" else "D",
+                          label=f"{p.label} tree", zorder=3)
+    ax_al.legend(fontsize=8)
     for band in wt.bands:
         xs, pts = _x(band, eagle)
-        line, = ax_tps.plot(xs, [p.tokens_per_s for p in pts], marker=None if eagle else "o", ms=3,
+        line, = ax_tps.plot(xs, [p.tokens_per_s for p in pts], marker=None, ms=3,
                             label=f"concurrency {band.concurrency}")
-        chosen = (len(band.eagle_choices) if band.eagle_choices else 0) if eagle else band.draft_len
+        chosen = len(band.eagle_choices) if band.eagle_choices else 0
         ax_tps.scatter([chosen], [band.tokens_per_s], marker="*", s=160, color=line.get_color(), zorder=3,
                        edgecolors="black", linewidths=0.5)
+    return _finish(fig, ax_al, ax_tps, name, xlabel, path)
+
+
+def _finish(fig, ax_al, ax_tps, name: str, xlabel: str, path: Path) -> Path:
+    ax_al.set(xlabel=xlabel, ylabel="acceptance length (tokens / verify step)", title=f"{name}: acceptance")
+    ax_al.grid(alpha=0.3)
     ax_tps.set_yscale("log")
     ax_tps.set(xlabel=xlabel, ylabel="predicted output tokens/s", title=f"{name}: throughput (* = chosen)")
     ax_tps.grid(alpha=0.3, which="both")
