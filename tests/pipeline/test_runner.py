@@ -129,10 +129,12 @@ def test_trtspec_demo_plans_the_packaged_recipe(tmp_path, capsys):
     recipe = load_recipe(EXAMPLES / "cpu-demo.yaml")  # what the demo promises, kept true by this test
     assert recipe.uses_default_target and recipe.draft.derive and recipe.quantization.format == "fp8"
     assert recipe.tune.cost == "cpu" and recipe.triton.flavor == "cpu" and recipe.perf.baseline
-    assert set(recipe.workloads.items()) == {("chat", "mt-bench"), ("code", "humaneval")}
+    assert recipe.ngram and recipe.perf.blocks > 1  # two drafters offered; interleaved speedup intervals
+    assert set(recipe.workloads.items()) == {("chat", "mt-bench"), ("code", "humaneval"), ("edit", "code-edit")}
 
 
-@pytest.mark.parametrize("name", ["llama31-8b-eagle-fp8-h100.yaml", "qwen25-draft-target-h100.yaml", "cpu-demo.yaml"])
+@pytest.mark.parametrize("name", ["llama31-8b-eagle-fp8-h100.yaml", "qwen25-draft-target-h100.yaml", "cpu-demo.yaml",
+                                  "llama31-8b-eagle3-ngram-fp8-h100.yaml"])
 def test_every_example_dry_runs(name, tmp_path, capsys):
     code, out, err = run_cli(capsys, "run", EXAMPLES / name, "--out", tmp_path / "o", "--dry-run")
     assert code == 0, err
@@ -140,12 +142,16 @@ def test_every_example_dry_runs(name, tmp_path, capsys):
     s = statuses(report)
     assert set(ORDER) <= set(s) and not (tmp_path / "o").exists()  # nothing written by a dry run
     recipe = load_recipe(EXAMPLES / name)
-    assert s["quantize"] == "run" and s["convert"] == "n/a" and s["build"] == "run"
+    assert s["quantize"] == "run" and s["convert"] == "n/a" and s["build"] == ("run" if recipe.build else "n/a")
+    note = {r.stage: r.note for r in report.rows}
     if recipe.triton.flavor == "trtllm":  # no engines here: the H100 commands instead
         assert s["triton"] == s["serve"] == s["perf"] == "n/a"
-        note = {r.stage: r.note for r in report.rows}
         assert "build.sh" in note["triton"] and "trtspec serve" in note["serve"] and "trtspec perf" in note["perf"]
         assert s["inputs"] == "missing" and "/models/" in out  # placeholders the user edits
+    elif recipe.triton.flavor == "llmapi":  # the repository here, serving in the TensorRT-LLM container
+        assert s["triton"] == "run" and s["serve"] == s["perf"] == "n/a"
+        assert "trtspec serve" in note["serve"] and "trtspec perf" in note["perf"]
+        assert s["inputs"] == "missing" and "/models/" in out
     else:
         assert s["serve"] == s["perf"] == s["report"] == "run" and "inputs" not in s
 
