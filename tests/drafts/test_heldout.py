@@ -1,4 +1,5 @@
-"""The held-out AL function agrees with ModelOpt's own drafting (pseudo_speculative_generate)."""
+"""The held-out AL function agrees with ModelOpt's own drafting (pseudo_speculative_generate) and
+with the runtime's EAGLE-3 profile of the exported head (what `trtspec profile` measures)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import pytest
 import torch
 
 from tiny_models import make_hf_model, scale_layer_outputs
+from trtspec.checkpoints.convert import convert_hf
 from trtspec.drafts import head, heldout
 from trtspec.drafts.options import TrainDraftOptions
+from trtspec.runtime.generate import load_models
 from trtspec.tuning.acceptance import replay_chain
+from trtspec.tuning.profile import eagle3_match_lengths
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -17,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def eagle(tmp_path_factory):
     """ModelOpt's EAGLE-3 model on a bigram random Llama, its head trained a little (ModelOpt's forward
     and loss) on the target's greedy continuations of 6 prompts, so that on a 7th its chains match the
-    target sometimes and not always. Returns (model, held-out prompt)."""
+    target sometimes and not always. Returns (model, held-out prompt, target directory)."""
     from transformers import AutoModelForCausalLM
 
     target = tmp_path_factory.mktemp("heldout") / "target"
@@ -35,7 +39,7 @@ def eagle(tmp_path_factory):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return model.eval(), prompts[6].tolist()
+    return model.eval(), prompts[6].tolist(), target
 
 
 def greedy(model, prompt: list[int], n: int) -> list[int]:
@@ -47,7 +51,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 
 
 def test_teacher_forced_chains_equal_modelopts_drafts_from_every_state(eagle):
-    eagle, prompt = eagle
+    eagle, prompt, _ = eagle
     response = greedy(eagle, prompt, 20)
     depth = 3
     ours = heldout.match_lengths(eagle, prompt, response, depth)
@@ -64,7 +68,7 @@ def test_teacher_forced_chains_equal_modelopts_drafts_from_every_state(eagle):
 
 
 def test_heldout_acceptance_is_the_replay_of_the_match_lengths(eagle):
-    eagle, prompt = eagle
+    eagle, prompt, _ = eagle
 
     class Ex:
         pass
@@ -73,3 +77,19 @@ def test_heldout_acceptance_is_the_replay_of_the_match_lengths(eagle):
     m = heldout.match_lengths(eagle, Ex.prompt, Ex.response, 3)
     assert heldout.heldout_acceptance(eagle, [Ex], [1, 3]) == {k: replay_chain([m], k).acceptance_length
                                                               for k in (1, 3)}
+
+
+def test_heldout_chains_equal_the_runtimes_profile_of_the_exported_head(eagle, tmp_path):
+    """The training curve's AL is the AL `trtspec profile` reports for the exported head: the runtime
+    (TensorRT-LLM's EAGLE-3 forward, on the target's TRT-LLM checkpoint) drafts the same chains."""
+    eagle, _, target = eagle
+    head.export(eagle, tmp_path / "head")
+    convert_hf(target, tmp_path / "ckpt", dtype="float32")
+    models = load_models(tmp_path / "ckpt", tokenizer=False, eagle3_head=tmp_path / "head")
+    ours, runtime = [], []
+    for prompt in torch.randint(3, 1001, (4, 5), generator=torch.Generator().manual_seed(1)).tolist():
+        response = greedy(eagle, prompt, 20)
+        ours.append(heldout.match_lengths(eagle, prompt, response, 3))
+        runtime.append(eagle3_match_lengths(models, prompt + response, len(prompt), 3))
+    assert ours == runtime
+    assert any(map(any, ours)) and not all(map(all, ours))

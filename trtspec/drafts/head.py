@@ -58,8 +58,8 @@ def frequent_vocab(responses: list[list[int]], size: int, vocab_size: int) -> to
 
 
 def convert(target, options: TrainDraftOptions, d2t: torch.Tensor | None, seed: int):
-    """Turn a loaded HF target into ModelOpt's EAGLE-3 model (in place; only the head trains). The
-    head's initial weights are drawn under `seed`."""
+    """Turn a loaded HF target into ModelOpt's EAGLE-3 model (in place; only the head trains, its
+    first input_layernorm excepted). The head's initial weights are drawn under `seed`."""
     import modelopt.torch.speculative as mtsp
 
     cfg = eagle3_config(target.config, options)
@@ -68,6 +68,10 @@ def convert(target, options: TrainDraftOptions, d2t: torch.Tensor | None, seed: 
         mtsp.convert(target, [("eagle", cfg)])
     if d2t is not None:
         target.eagle_module.d2t.copy_(d2t.to(target.eagle_module.d2t.device))
+    # ModelOpt's training forward applies the first layer's input_layernorm to the hidden half too,
+    # TensorRT-LLM (and our runtime) do not (upstream.modelopt, the double-norm quirk): the two agree
+    # only while its weight is all ones, so it stays at ModelOpt's ones, untrained.
+    target.eagle_module.layers[0].input_layernorm.weight.requires_grad_(False)
     return target
 
 

@@ -1,4 +1,4 @@
-"""Held-out acceptance of a head being trained, until the runtime's EAGLE-3 proposer can profile it.
+"""Held-out acceptance of a head being trained: the AL `trtspec profile` would report for it.
 
 `match_lengths` runs the trained ModelOpt model's drafter chain teacher-forced along the target's
 held-out greedy output, with ModelOpt's own TTT machinery (the steps of HFEagleModel.forward in
@@ -14,8 +14,13 @@ Indexing (trtspec/tuning/acceptance.py's states): the sequence is prompt (P toke
 state t the target has hidden states up to x_{t-1} (position j = P + t - 2) and its bonus token x_t;
 chain depth d, computed at position j + d, predicts x_{t+d+1}. match_lengths[t] counts consecutive
 hits, cut where the sequence ends; replay_chain then replays the step boundaries exactly as the
-profiler does. Keep this function the only place that knows the above: the lead can swap it for the
-runtime profile (trtspec.tuning.profile with an EAGLE-3 proposer) without touching training."""
+profiler does.
+
+Why ModelOpt's forward rather than the runtime's profile (tuning.profile.eagle3_match_lengths): the
+runtime needs the target as a TRT-LLM checkpoint and the head exported, at every evaluation; this
+runs on the model being trained. tests/drafts/test_heldout.py checks that the two give the same match
+lengths for the exported head (they do only because head.convert keeps input_layernorm at ones).
+Keep this function the only place that knows the above."""
 
 from __future__ import annotations
 

@@ -34,6 +34,8 @@ from . import data, head, heldout, report
 from .options import TrainDraftOptions
 
 CHECKPOINT = "checkpoint.pt"
+# Bumped when a checkpoint of an earlier version must not be resumed (2: input_layernorm untrained).
+TRAINING_VERSION = 2
 
 
 def resolve_device(name: str) -> torch.device:
@@ -84,7 +86,7 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[i
 def fingerprint(options: TrainDraftOptions, examples: list[data.Example]) -> str:
     """What a checkpoint is valid for: the options that shape training and the exact data."""
     shaping = options.model_dump(exclude={"eval_every", "checkpoint_every", "eval_k", "device", "threads"})
-    blob = json.dumps([shaping, [(e.prompt, e.response, e.heldout) for e in examples]])
+    blob = json.dumps([TRAINING_VERSION, shaping, [(e.prompt, e.response, e.heldout) for e in examples]])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
