@@ -13,7 +13,7 @@ from trtspec.tuning.cost import CostModel
 from trtspec.tuning.ngram_select import tune_ngram
 from trtspec.tuning.schema import CostInfo, Tuning, build_profile
 from trtspec.tuning.select import SelectConfig, tune_draft_target
-from trtspec.tuning.synthetic import example_cost_model
+from trtspec.tuning.synthetic import example_cost_model, ngram_steps
 
 BANDS = [1, 64]
 MAX_K, SIZES = 4, [2]
@@ -33,22 +33,11 @@ def runs(p: float, k: int, rng: random.Random, T: int = 120) -> list[int]:
     return out
 
 
-def ngram_steps(p: float, k: int, rng: random.Random, T: int = 120) -> list[list[int]]:
-    out, t = [], 1
-    while t < T:
-        a = 0
-        while a < k and rng.random() < p:
-            a += 1
-        out.append([a, k])
-        t += a + 1
-    return out
-
-
 def tuning(mode: str, rates: dict[str, float], cost: CostModel) -> Tuning:
     rng = random.Random(0)
     if mode == "ngram":
         samples = {w: [{"id": f"s{i}", "prompt_len": 50, "output_ids": [1] * 120,
-                        "ngram_steps": {"2": [ngram_steps(p, k, rng) for k in range(1, MAX_K + 1)]}}
+                        "ngram_steps": {"2": [ngram_steps(p, k, 2, 120, rng) for k in range(1, MAX_K + 1)]}}
                        for i in range(4)] for w, p in rates.items()}
         profile = build_profile("ngram", MAX_K, None, CONDITIONS, samples, ngram_sizes=SIZES)
         workloads = tune_ngram(profile, cost, CFG)
