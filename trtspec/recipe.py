@@ -206,9 +206,9 @@ class Recipe(ConvertOptions):
         if self.profile.ngram_sizes is not None and not self.ngram:
             raise ValueError("profile.ngram_sizes: the sizes of the n-gram drafter; set ngram: true to offer it")
         if self.mode in ("eagle3", "ngram") and self.build is not None:
+            why = " (the engine flow has no EAGLE-3)" if self.mode == "eagle3" else ""
             raise ValueError(f"build: {self.mode} is served by the LLM-API (PyTorch) backend or the cpu flavor here; "
-                             "leave the build section out" + (" (the engine flow has no EAGLE-3)" if self.mode == "eagle3"
-                                                              else ""))
+                             f"leave the build section out{why}")
         if self.mode in ("eagle3", "ngram") and self.triton is not None and self.triton.flavor == "trtllm":
             raise ValueError(f"triton.flavor: trtllm serves engines; {self.mode} here needs llmapi or cpu")
 

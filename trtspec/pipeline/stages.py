@@ -222,13 +222,13 @@ def run_profile(ctx: Ctx) -> str:
                                    sampling=r.workload_sampling, eagle3_head=None if ngram else eagle3_head(ctx))
         write_text_atomic(path, dump_json(result))
         partial.unlink(missing_ok=True)
-
-        def al(w, k):  # profile.json keys K as strings
-            return w.accept_length_by_k.get(str(k), float("nan"))
-
-        notes += [f"{n}{' n-gram' if ngram else ''}: AL K=1 {al(w, 1):.2f}, K={p.max_k} {al(w, p.max_k):.2f}"
+        notes += [f"{n}{' n-gram' if ngram else ''}: AL K=1 {_al(w, 1):.2f}, K={p.max_k} {_al(w, p.max_k):.2f}"
                   for n, w in result.workloads.items()]
     return "; ".join(notes)
+
+
+def _al(w, k: int) -> float:
+    return w.accept_length_by_k.get(str(k), float("nan"))  # profile.json keys K as strings
 
 
 def run_tune(ctx: Ctx) -> str:

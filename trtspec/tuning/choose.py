@@ -10,8 +10,9 @@ What a drafter costs to serve is memory: a draft model or head holds its weights
 long as any workload routes to it; n-gram drafting holds nothing. When each drafter is its own model
 instance (the llmapi flavor: `speculative_config` is a per-model setting, so every drafter, and the
 target under it, is loaded once per instance; a workload served without speculation needs a plain
-instance too), every instance beyond the first costs the target's weights again. With a memory budget (`tune.memory_budget_gib`, extra GiB beyond one target) the choice is
-therefore over *sets* of served drafters: for every set within the budget, each workload x band takes
+instance too), every instance beyond the first costs the target's weights again. With a memory
+budget (`tune.memory_budget_gib`, extra GiB beyond one target) the choice is therefore over *sets*
+of served drafters: for every set within the budget, each workload x band takes
 the best of that set's settings (or off), and the set with the highest token-weighted sum of
 predicted tokens/s wins (ties: less memory, then fewer drafters). The sets are enumerated: a recipe
 offers a handful of drafters, so 2^n is small, and the answer is exact rather than greedy.
@@ -102,7 +103,7 @@ def _score(tunings: dict[str, Tuning], served: tuple[str, ...]) -> tuple[float, 
     for w, wt in first.workloads.items():
         for c in first.concurrency_bands:
             _, band = _pick(tunings, served, w, c)
-            total += wt.num_tokens * (band.tokens_per_s if band.speculate else band.baseline_tokens_per_s)
+            total += wt.num_tokens * band.tokens_per_s  # off: the baseline (_off)
             off |= not band.speculate
     return total, off
 
@@ -146,10 +147,9 @@ def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[st
         for c in sorted(base.concurrency_bands):
             name, band = _pick(tunings, chosen, w, c)
             used |= {name} if name is not None else set()
-            own = max(_band(t.workloads[w], c).own_best_tokens_per_s for t in tunings.values())
+            own = max(_band(t.workloads[w], c).own_best_tokens_per_s for t in tunings.values())  # >= any choice
             sweep = [p for t in tunings.values() for p in _band(t.workloads[w], c).sweep]
-            bands.append(band.model_copy(update={"own_best_tokens_per_s": max(own, band.tokens_per_s),
-                                                 "sweep": sweep}))
+            bands.append(band.model_copy(update={"own_best_tokens_per_s": own, "sweep": sweep}))
         extra = {"accept_length_by_n_k": next((t.workloads[w].accept_length_by_n_k for t in tunings.values()
                                                if t.workloads[w].accept_length_by_n_k is not None), None)}
         workloads[w] = wt.model_copy(update={"bands": bands, **extra})
