@@ -103,6 +103,8 @@ BROKEN = [
      [], "field 'rope_scaling' has type 'yarn'"),
     ("aux_range", {}, {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 9]}}, [],
      "field 'eagle_config.eagle_aux_hidden_state_layer_ids' is [1, 3, 9]"),
+    ("aux_one", {}, {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 3]}}, [],
+     "expected at least 2 distinct target layers"),
     ("hidden", {}, {"hidden_size": 32}, [], "field 'hidden_size' is 32"),
     ("layers_cfg", {}, {"num_hidden_layers": 2}, [], "field 'num_hidden_layers' is 2"),
     ("switch", {}, {"eagle_config": {"eh_proj_before_attn": True}}, [], "field 'eh_proj_before_attn' is set"),

@@ -9,9 +9,9 @@ import torch
 from tiny_models import make_hf_model, scale_layer_outputs
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.drafts import head, heldout
+from trtspec.drafts.data import Example
 from trtspec.drafts.options import TrainDraftOptions
 from trtspec.runtime.generate import load_models
-from trtspec.tuning.acceptance import replay_chain
 from trtspec.tuning.profile import eagle3_match_lengths
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -67,16 +67,21 @@ def test_teacher_forced_chains_equal_modelopts_drafts_from_every_state(eagle):
     assert any(ours[1:]) and not all(ours[1:])  # some hits and some misses: the check has teeth
 
 
-def test_heldout_acceptance_is_the_replay_of_the_match_lengths(eagle):
+def test_heldout_acceptance_pools_the_steps_of_every_example(eagle):
+    """AL(K) = tokens / verify steps over all held-out examples together, each step accepting
+    min(match length, K) drafts plus the bonus token and moving on past them (counted here by hand
+    from the match lengths, not by tuning.acceptance)."""
     eagle, prompt, _ = eagle
-
-    class Ex:
-        pass
-    Ex.prompt, Ex.response = prompt, greedy(eagle, prompt, 20)
-
-    m = heldout.match_lengths(eagle, Ex.prompt, Ex.response, 3)
-    assert heldout.heldout_acceptance(eagle, [Ex], [1, 3]) == {k: replay_chain([m], k).acceptance_length
-                                                              for k in (1, 3)}
+    examples = [Example("chat", p, greedy(eagle, p, 20), True) for p in (prompt, prompt[1:] + prompt[:1])]
+    runs = [heldout.match_lengths(eagle, e.prompt, e.response, 3) for e in examples]
+    for k in (1, 3):
+        tokens = steps = 0
+        for m in runs:
+            t = 1  # state 0's token is the prefill's; verify steps start at state 1
+            while t < len(m):
+                a = min(m[t], k)
+                tokens, steps, t = tokens + a + 1, steps + 1, t + a + 1
+        assert heldout.heldout_acceptance(eagle, examples, [k])[k] == pytest.approx(tokens / steps, rel=1e-12)
 
 
 def test_heldout_chains_equal_the_runtimes_profile_of_the_exported_head(eagle, tmp_path):

@@ -96,4 +96,6 @@ def test_profile_then_tune_commands_with_an_eagle3_head(setup, tmp_path, capsys)
                              "--concurrency-bands", "1,8", "--out", tmp_path / "tuning.json")
     assert code == 0, err
     tuning = json.loads((tmp_path / "tuning.json").read_text())
-    assert tuning["mode"] == "eagle3" and tuning["max_draft_len"] >= 0
+    bands = [b for w in tuning["workloads"].values() for b in w["bands"]]
+    assert tuning["mode"] == "eagle3" and tuning["max_draft_len"] == max(b["draft_len"] for b in bands)
+    assert all(b["tokens_per_s"] == max(p["tokens_per_s"] for p in b["sweep"]) for b in bands)  # the best K

@@ -25,10 +25,9 @@ from ..checkpoints.hf_unified import load_hf_unified
 from ..checkpoints.pair import check_same_tokenizer
 from ..checkpoints.quant import check_group_size
 from ..checkpoints.scheme import QuantScheme
-from ..checkpoints.writer import TORCH_DTYPES, source_record, write_manifest
+from ..checkpoints.writer import TORCH_DTYPES, copy_tokenizer, source_record, write_manifest
 from ..fsutil import atomic_dir, check_output_dir
 from ..upstream.trtllm import AWQ_DEFAULT_GROUP_SIZE
-from ..upstream.transformers import TOKENIZER_FILES
 from .data import CalibSet, check_calib_options
 from .formats import QuantFormat, check_format, check_hf_format, check_kv_format
 from .pipeline import calib_manifest, calibrate_decoder, options_record
@@ -49,19 +48,7 @@ def export_unified(model: torch.nn.Module, out: Path, dtype: str) -> None:
     export_hf_checkpoint(model, dtype=tdtype, export_dir=out)
 
 
-def copy_missing_tokenizer(src: Path, out: Path) -> list[str]:
-    """The tokenizer files of `src` that the export did not write (it writes generation_config.json)."""
-    import shutil
-
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file() and not (out / name).exists():
-            shutil.copy2(src / name, out / name)
-            copied.append(name)
-    return copied
-
-
-def _prepare(hf_dir: Path, qfmt: QuantFormat, layout: QuantScheme, dtype: str) -> PreparedDecoder:
+def _prepare(hf_dir: Path, layout: QuantScheme, dtype: str) -> PreparedDecoder:
     d = prepare_decoder(hf_dir, quant_dtype(dtype, hf_dir), 1)
     check_group_size(d.plans, layout, 1, str(hf_dir / "config.json"))
     return d
@@ -71,7 +58,7 @@ def write_unified(d: PreparedDecoder, out: Path, qfmt: QuantFormat, layout: Quan
     """Calibrate the decoder `d` on `data` and write its unified HF checkpoint into the directory `out`."""
     cal = calibrate_decoder(d.hf_dir, qfmt, layout, data)
     export_unified(cal.model, out, d.dtype)
-    copy_missing_tokenizer(d.hf_dir, out)
+    copy_tokenizer(d.hf_dir, out, skip_existing=True)  # the export wrote generation_config.json
     extra = {"output_format": "hf", "family": d.spec.family, "exporter": "modelopt.torch.export."
              "export_hf_checkpoint", "calibration": calib_manifest(cal)}
     write_manifest(out, MANIFEST_KIND, [source_record("hf", d.hf_dir, d.weights)],
@@ -93,7 +80,7 @@ def quantize_hf_unified(hf_dir: Path, out_dir: Path, calib, fmt: str = "fp8", kv
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     qfmt, layout = _request(fmt, kv_cache, group_size, calib)
     check_output_dir(out_dir, overwrite)
-    d = _prepare(hf_dir, qfmt, layout, dtype)
+    d = _prepare(hf_dir, layout, dtype)
     data = calib.load(hf_dir)
     with atomic_dir(out_dir, overwrite) as tmp:
         write_unified(d, tmp, qfmt, layout, data)
@@ -110,7 +97,7 @@ def quantize_pair_unified(target_hf: Path, draft_hf: Path, out_dir: Path, calib,
     qfmt, layout = _request(fmt, kv_cache, group_size, calib)
     check_output_dir(out_dir, overwrite)
     size = check_same_tokenizer(target_hf, draft_hf)
-    target, draft = _prepare(target_hf, qfmt, layout, dtype), _prepare(draft_hf, qfmt, layout, dtype)
+    target, draft = _prepare(target_hf, layout, dtype), _prepare(draft_hf, layout, dtype)
     data = calib.load(target_hf)
     with atomic_dir(out_dir, overwrite) as tmp:
         for role, d in (("target", target), ("draft", draft)):

@@ -93,6 +93,9 @@ def head_aux_layers(cfg: dict, target_layers: int, where: Path | str) -> tuple[i
     if not isinstance(ids, list) or not all(isinstance(i, int) and 0 <= i < target_layers for i in ids):
         raise TrtspecError(f"{where}: field '{field}' is {ids!r}; expected layer indices in "
                            f"[0, {target_layers}) of the target")
+    if len(set(ids)) < 2:  # one layer: fc would be [H, H], and its input as wide as the head's own output
+        raise TrtspecError(f"{where}: field '{field}' is {ids!r}; expected at least 2 distinct target layers "
+                           "(fc fuses their states)")
     return tuple(sorted(ids))  # TensorRT-LLM sorts given ids (Eagle3OneModelSpecMetadata)
 
 

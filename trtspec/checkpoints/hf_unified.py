@@ -26,7 +26,7 @@ from ..upstream import trtllm
 from .safetensors_io import WeightSource, open_weights
 from .scheme import QuantScheme
 from .spec import DecoderSpec, spec_from_hf
-from .trtllm_ckpt import TrtllmCheckpoint, load_checkpoint
+from .trtllm_ckpt import TrtllmCheckpoint, is_hf_unified, load_checkpoint
 
 # The HF module names of a Llama-family layer's linears, per fused group the backend builds.
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -94,10 +94,6 @@ class HfUnifiedCheckpoint:
 
     def linear_modules(self) -> list[str]:
         return [f"model.layers.{i}.{n}" for i in range(self.spec.num_layers) for n in LINEARS]
-
-
-def is_hf_unified(path: Path) -> bool:
-    return (Path(path) / trtllm.HF_QUANT_CONFIG_FILE).is_file()
 
 
 def _dtype(config: dict, where: Path) -> str:

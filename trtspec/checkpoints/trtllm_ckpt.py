@@ -113,10 +113,16 @@ def _check_checkpoint_fields(config: dict, where: Path) -> None:
         ConfigFields(config["eagle_net_config"], where, "eagle_net_config.").flag("use_parallel_embedding", False)
 
 
+def is_hf_unified(path: Path) -> bool:
+    """A ModelOpt unified HF checkpoint (hf_quant_config.json), the PyTorch backend's format
+    (checkpoints/hf_unified.py reads it)."""
+    return (Path(path) / trtllm.HF_QUANT_CONFIG_FILE).is_file()
+
+
 def load_checkpoint(path: Path) -> TrtllmCheckpoint:
     """Open a checkpoint directory (headers only; tensors are read on demand)."""
     path = Path(path)
-    if (path / trtllm.HF_QUANT_CONFIG_FILE).is_file():
+    if is_hf_unified(path):
         raise TrtspecError(f"{path}: a ModelOpt unified HF checkpoint ({trtllm.HF_QUANT_CONFIG_FILE}), for the PyTorch "
                            "backend; this needs a TensorRT-LLM checkpoint (quantization.output_format trtllm)")
     view = checkpoint_from_config(read_json(path / "config.json", "TRT-LLM config.json"), path)

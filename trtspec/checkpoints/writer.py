@@ -99,10 +99,14 @@ def write_ranks(out: Path, plans: list[TensorPlan], sources: dict[str, WeightSou
         w.close()
 
 
-def copy_tokenizer(src_dir: Path, out: Path) -> list[str]:
-    """Copy the tokenizer and generation-config files (TRT-LLM ignores them; trtspec uses them)."""
+def copy_tokenizer(src_dir: Path, out: Path, skip_existing: bool = False) -> list[str]:
+    """Copy the tokenizer and generation-config files (TRT-LLM ignores them; trtspec uses them).
+    skip_existing: leave files `out` already has (ModelOpt's HF export writes its own
+    generation_config.json)."""
     copied = []
     for name in TOKENIZER_FILES:
+        if skip_existing and (out / name).exists():
+            continue
         if (Path(src_dir) / name).is_file():
             shutil.copy2(Path(src_dir) / name, out / name)
             copied.append(name)

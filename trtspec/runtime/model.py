@@ -85,17 +85,17 @@ def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: to
 
 def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
                cache: KVCache, rows: torch.Tensor | None, pos_offsets: torch.Tensor | None,
-               block_mask: torch.Tensor | None, outputs: list[torch.Tensor] | None = None) -> torch.Tensor:
+               block_mask: torch.Tensor | None, outputs: dict[int, torch.Tensor | None] | None = None) -> torch.Tensor:
     """The decoder layers over x [b', T, H] (block_geometry for rows, pos_offsets, block_mask).
-    outputs: if given, receives each layer's output (the residual stream after it): EAGLE-3 heads
-    read some of them."""
+    outputs: if given, {layer index: None} receives the output (the residual stream after it) of
+    the layers it names: EAGLE-3 heads read those."""
     rows, slots, mask, cos, sin = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
     for i, w in enumerate(layers):
         h = x if w.input_norm is None else rms_norm(x, w.input_norm, spec.norm_eps)
         x = x + attention(h, w, spec, cache, i, rows, slots, cos, sin, mask)
         x = x + mlp(rms_norm(x, w.post_norm, spec.norm_eps), w)
-        if outputs is not None:
-            outputs.append(x)
+        if outputs is not None and i in outputs:
+            outputs[i] = x
     return x
 
 
@@ -150,7 +150,7 @@ class Decoder:
         Writes K/V of the new tokens after each row's committed slots but does not commit them:
         the caller decides what to keep (`cache.advance` / `cache.commit`)."""
         x = F.embedding(tokens, self.embed)
-        outputs = [] if self.aux_layers else None
+        outputs = dict.fromkeys(self.aux_layers) if self.aux_layers else None
         x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask, outputs)
         h = rms_norm(x, self.ln_f, self.spec.norm_eps)
         if outputs:

@@ -77,7 +77,9 @@ class NGramProposer:
 
     def draft(self, b: int, r: Request) -> list[int]:
         """Row b's draft tokens for its committed sequence (may be empty)."""
-        pool = self.shared if self.public else self.pools.setdefault(b, self._pool())
+        pool = self.shared if self.public else self.pools.get(b)
+        if pool is None:  # this row's first draft: its own pool
+            pool = self.pools[b] = self._pool()
         return pool.draft(b, r.tokens, len(r.prompt) + r.max_new_tokens)
 
     def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:

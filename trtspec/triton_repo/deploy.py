@@ -186,7 +186,7 @@ def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -
         cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}
         if not is_eagle3(cfg):
             raise TrtspecError(f"draft_ckpt: {head} is not an EAGLE-3 head, but the tuning is eagle3")
-        return [target, Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=str(cfg.get("torch_dtype")),
+        return [target, Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=_hf_dtype(cfg),
                                  max_seq_len=cfg.get("max_position_embeddings"))]
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
     if mode == "ngram":

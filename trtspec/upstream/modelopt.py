@@ -25,9 +25,8 @@ INT4_MAX = 7.0
 # plugins/modeling_eagle.py, eagle/default_config.py, config.py; export/plugins/hf_spec_export.py,
 # hf_spec_configs.py (checkpoints/eagle3.py, tests/runtime/test_eagle3.py).
 # Default aux layers (hf_eagle.default_eagle_aux_layer_ids): sorted({1, max(0, n//2 - 1), max(0, n - 4)})
-# - a set, so for n = 6 it has two ids where TensorRT-LLM's default tuple has three.
-def eagle3_default_aux_layers(num_layers: int) -> list[int]:
-    return sorted({1, max(0, num_layers // 2 - 1), max(0, num_layers - 4)})
+# - a set, so for n = 6 it has two ids where TensorRT-LLM's default tuple has three (the exported
+# config names its ids, so the runtime reads them from there).
 
 
 # Captured state: a forward hook on each aux decoder layer's output (the residual stream after it),
@@ -55,8 +54,7 @@ EAGLE3_EXPORT_ARCHITECTURE = "LlamaForCausalLMEagle3"
 # unquantized head (EagleExporter.export); `lm_head.weight` is the target's when the head has no own
 # (full draft vocabulary), and `d2t` (draft id -> target id offset, target = i + d2t[i]) is present
 # when draft_vocab_size < vocab_size.
-EAGLE3_EXPORT_FILES = ("config.json", "model.safetensors")
-EAGLE3_EXPORT_ARCHITECTURE = "LlamaForCausalLMEagle3"
+EAGLE3_EXPORT_FILES = ("config.json", "model.safetensors")  # architecture: EAGLE3_EXPORT_ARCHITECTURE above
 # EagleConfig.eagle_use_torch_compile defaults to True: 143 s first step then 2.65 s/step on CPU vs
 # ~0.05 s eager (reference/cpu-stack.md §3); eagle_export_rope_scaling defaults to a yarn block the
 # head was never trained with, so it is set to {} (export the rope the head was trained with).

@@ -261,7 +261,7 @@ class TritonPythonModel(PooledModel):
             draft, logits = [], None
             if pool is not None:  # the first token is the context phase's, as upstream's NGram does it
                 draft = pool.draft(0, ids, len(prompt) + n) if out_tokens else []
-            elif k > 0 and left > 1:
+            elif left > 1:  # (k > 0: k == 0 decoded plainly above)
                 draft, logits = self._call(self.draft_model, ids, min(k, left - 1), end, pad_id,
                                            self._round_inputs(sampling, len(out_tokens), True, sampled), with_logits)
             extra = self._round_inputs(sampling, len(out_tokens), False, sampled)
