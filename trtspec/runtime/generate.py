@@ -42,6 +42,7 @@ from .eagle3 import Eagle3Net, Eagle3Proposer
 from .eagle_net import EagleNet
 from .model import Decoder
 from .ngram import NGramProposer
+from .quant import Linear, set_fp8_gemm
 from .speculative import Proposer
 from .stats import GenerationResult
 
@@ -64,6 +65,12 @@ class Models:
         nets = [self.target, self.draft, self.eagle, self.eagle3]
         return min(m.spec.max_position_embeddings for m in nets if m is not None)
 
+    def linears(self) -> list[Linear]:
+        """The linears of every loaded checkpoint (an EAGLE-3 head's are float, never FP8)."""
+        eagle_nets = self.eagle.nets if self.eagle is not None else []
+        layers = [w for n in [self.target, self.draft, *eagle_nets] if n is not None for w in n.layers]
+        return [n.fc for n in eagle_nets] + [lin for w in layers for lin in w.linears()]
+
 
 def resolve_pair(ckpt: Path, draft_ckpt: Path | None) -> tuple[Path, Path | None]:
     """A pair directory (target/ + draft/, no config.json of its own) stands for both checkpoints."""
@@ -85,20 +92,23 @@ def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
 
 
 def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32,
-                tokenizer: bool = True, eagle3_head: Path | None = None) -> Models:
+                tokenizer: bool = True, eagle3_head: Path | None = None, fp8_gemm: str = "auto") -> Models:
     """tokenizer=False: the Triton python models, whose tokenizer belongs to preprocessing /
     postprocessing; not importing transformers saves each model stub about 4 s of start-up.
-    eagle3_head: an EAGLE-3 head directory (checkpoints/eagle3.py) drafting for `ckpt`."""
+    eagle3_head: an EAGLE-3 head directory (checkpoints/eagle3.py) drafting for `ckpt`.
+    fp8_gemm: how FP8 linears multiply (quant.FP8_GEMMS: auto, scaled_mm, emulate)."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     c = open_checkpoint(ckpt)  # a TRT-LLM checkpoint or a ModelOpt unified HF one
     tok = load_tokenizer(ckpt) if tokenizer else None
     head = load_eagle3_head(Path(eagle3_head), c.spec) if eagle3_head is not None else None
     target = Decoder(c, dtype, head.aux_layers if head is not None else ())
-    return Models(target=target,
-                  draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
-                  eagle=EagleNet(c, dtype) if c.is_eagle else None,
-                  eagle3=Eagle3Net(head, target, dtype) if head is not None else None,
-                  tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
+    models = Models(target=target,
+                    draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
+                    eagle=EagleNet(c, dtype) if c.is_eagle else None,
+                    eagle3=Eagle3Net(head, target, dtype) if head is not None else None,
+                    tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
+    set_fp8_gemm(models.linears(), fp8_gemm)
+    return models
 
 
 def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | None = None) -> str:
@@ -228,7 +238,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
                  batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
-                 eagle3_head: Path | None = None) -> dict:
+                 eagle3_head: Path | None = None, fp8_gemm: str = "auto") -> dict:
     """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
@@ -241,7 +251,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         raise TrtspecError("chat formatting needs a text prompt")
     if draft_len is not None and draft_ckpt is None and eagle3_head is None and not resolve_pair(Path(ckpt), None)[1]:
         raise TrtspecError("draft_len needs a draft checkpoint or an EAGLE-3 head")
-    models = load_models(Path(ckpt), draft_ckpt, eagle3_head=eagle3_head)
+    models = load_models(Path(ckpt), draft_ckpt, eagle3_head=eagle3_head, fp8_gemm=fp8_gemm)
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,

@@ -6,8 +6,9 @@ The backend fuses q/k/v into one qkv_proj and gate/up into one gate_up_proj. For
 parts, and requantizes each part: fp8 -> model dtype, times its own scale (rounded to the model
 dtype), divided by the larger scale (rounded again), cast back to fp8 (rescale_fused_weights). Its
 GEMM is fp8(x / input_scale) x fp8 weight with both scales applied in float32; here that is
-quant.Linear with the dequantized weight W = fp8 * weight_scale and the static per-tensor input
-quantize-dequantize, the same algebra the TRT-LLM path uses. The scales stay float32 (the engine
+quant.Linear, which keeps that FP8 weight and runs either torch._scaled_mm on it or the emulation
+(dequantized weight W = fp8 * weight_scale, static per-tensor input quantize-dequantize), as its
+`fp8_gemm` setting says, like the TRT-LLM path. The scales stay float32 (the engine
 flow's FP8Linear casts them to the model dtype; the PyTorch backend does not).
 
 FP8 KV cache: the backend quantizes K and V (after RoPE) with kv_cache_scaling_factor 1.0 and
@@ -33,7 +34,7 @@ from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
-from .quant import MODEL_DTYPES, KVQuant, Linear, load_float
+from .quant import MODEL_DTYPES, Fp8Weight, KVQuant, Linear, load_float
 from .weights import LayerWeights
 
 # What a profile or quality report measured on such a checkpoint (recorded with its quantization).
@@ -62,8 +63,9 @@ def fused_fp8(ckpt: HfUnifiedCheckpoint, modules: list[str], dtype: torch.dtype)
         parts.append((r.float() / s).to(model).to(torch.float8_e4m3fn))  # .div_(max scale), -> fp8
     biases = [_bias(ckpt, m, dtype) for m in modules]
     bias = None if all(b is None for b in biases) else torch.cat(biases)
-    weight = (torch.cat(parts).float() * s).to(dtype)
-    return Linear(weight, bias, act_quant="fp8", act_scale=a.reshape(1))
+    w8 = torch.cat(parts)
+    return Linear((w8.float() * s).to(dtype), bias, act_quant="fp8", act_scale=a.reshape(1),
+                  fp8=Fp8Weight(w8, s.reshape(1)))
 
 
 def linear(ckpt: HfUnifiedCheckpoint, modules: list[str], dtype: torch.dtype) -> Linear:
@@ -77,6 +79,15 @@ def linear(ckpt: HfUnifiedCheckpoint, modules: list[str], dtype: torch.dtype) ->
     biases = [_bias(ckpt, m, dtype) for m in modules]
     return Linear(torch.cat([load_float(ckpt, m + ".weight", dtype) for m in modules]),
                   None if all(b is None for b in biases) else torch.cat(biases))
+
+
+def split_rows(lin: Linear, rows: int) -> list[Linear]:
+    """A bias-free fused linear cut into output-row blocks of `rows` (gate_up_proj -> gate, up) that
+    share its input transform and weight scale."""
+    w8s = lin.fp8.data.split(rows) if lin.fp8 is not None else [None] * (lin.weight.shape[0] // rows)
+    return [Linear(w, None, act_quant=lin.act_quant, act_scale=lin.act_scale,
+                   fp8=Fp8Weight(w8.contiguous(), lin.fp8.scale) if w8 is not None else None)
+            for w, w8 in zip(lin.weight.split(rows), w8s)]
 
 
 def kv_quant(ckpt: HfUnifiedCheckpoint) -> KVQuant | None:
@@ -102,8 +113,7 @@ def load_hf_layer(ckpt: HfUnifiedCheckpoint, i: int, dtype: torch.dtype) -> Laye
     a, m = p + "self_attn.", p + "mlp."
     spec = ckpt.spec
     gate_up = linear(ckpt, [m + n for n in GATE_UP], dtype)  # one gate_up_proj, split for run_layers
-    gate, up = (Linear(w, None, act_quant=gate_up.act_quant, act_scale=gate_up.act_scale)
-                for w in gate_up.weight.split(spec.intermediate_size))
+    gate, up = split_rows(gate_up, spec.intermediate_size)
     return LayerWeights(
         input_norm=load_float(ckpt, p + "input_layernorm.weight", dtype),
         qkv=linear(ckpt, [a + n for n in QKV], dtype),

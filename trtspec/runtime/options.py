@@ -5,11 +5,18 @@ pydantic only.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import Field
 
 from ..options import Sampling
+
+# How an FP8 checkpoint's linears multiply (runtime/quant.py): one setting for generate and profile.
+Fp8Gemm = Literal["auto", "scaled_mm", "emulate"]
+FP8_GEMMS = get_args(Fp8Gemm)
+FP8_GEMM_HELP = ("How FP8 checkpoints' linears multiply: auto (FP8 GEMMs, torch._scaled_mm, on CUDA GPUs of compute "
+                 "capability >= 8.9; the quantize-dequantize emulation elsewhere), scaled_mm (FP8 GEMMs on any device "
+                 "torch runs them on), emulate (always the emulation).")
 
 
 class GenerateOptions(Sampling):
@@ -30,6 +37,7 @@ class GenerateOptions(Sampling):
     batch_invariant: bool = Field(False, description="Verify each draft token as a one-token decode (no speedup): "
                                                      "speculation then reproduces greedy bit for bit on FP8/INT8 "
                                                      "checkpoints too.")
+    fp8_gemm: Fp8Gemm = Field("auto", description=FP8_GEMM_HELP)
 
     def sampling(self) -> Sampling:
         """The Sampling part of these options."""

@@ -29,6 +29,17 @@ What TRT-LLM does to the checkpoint at build time is emulated here, because it c
   clamp [-2^(bits-1), 2^(bits-1) - 1], and keeps s in the weight dtype (cutlass_preprocessors.cpp);
 - AWQ scales are cast to the model dtype (`preprocess_perlayer_weights`).
 Activations otherwise stay in the compute dtype (float32 by default), as everywhere in the runtime.
+
+FP8 GEMMs (`fp8_gemm`): an FP8 linear also keeps its FP8 weight, and can run the real FP8 GEMM
+TensorRT-LLM runs: x_fp8 = fp8(clamp(x / s_a, ±448)), y = _scaled_mm(x_fp8, W_fp8^T, s_a, s_w) + b
+(upstream.trtllm, "FP8 GEMMs"). The QDQ emulation above is the same algebra in float arithmetic.
+    emulate    always the QDQ emulation;
+    scaled_mm  torch._scaled_mm wherever it runs (CPU included: torch's CPU kernel is exact float32
+               arithmetic, so it equals the emulation there up to summation order);
+    auto       scaled_mm on CUDA devices of compute capability >= 8.9 (FP8 tensor cores: Ada, Hopper),
+               the emulation elsewhere, so CPU results (and every golden test) stay bit-identical.
+A weight whose dims _scaled_mm's CUDA kernels refuse (not multiples of 16) falls back to the
+emulation whatever the mode, on every device alike.
 """
 
 from __future__ import annotations
@@ -42,26 +53,64 @@ from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..errors import TrtspecError
 from ..upstream import trtllm
+from .options import FP8_GEMMS  # how an FP8 linear multiplies (module docstring)
 
 # The weight formats this runtime implements (a subset of what TRT-LLM accepts).
 QUANT_ALGOS = ("FP8", "W8A8_SQ_PER_CHANNEL", "W8A16", "W4A16", "W4A16_AWQ")
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448: TensorRT's FP8 Quantize saturates here
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MODEL_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# FP8 tensor cores (and so cuBLASLt's FP8 GEMM behind torch._scaled_mm) exist from SM 8.9 on.
+SCALED_MM_MIN_CAPABILITY = (8, 9)
+SCALED_MM_ALIGN = 16  # _scaled_mm (CUDA) wants both dims of the FP8 weight divisible by 16
 
 
 # --- TensorRT Quantize -> Dequantize ------------------------------------------------------------
 
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x / s saturated to ±448, rounded to float8_e4m3fn: the FP8 GEMM's input (and qdq_fp8's)."""
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
 def qdq_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x / s saturated to ±448, rounded to float8_e4m3fn (nearest even), times s."""
-    q = (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return (q.float() * scale).to(x.dtype)
+    return (quantize_fp8(x, scale).float() * scale).to(x.dtype)
 
 
 def qdq_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """round(x / s) (half to even) clamped to [-128, 127], times s."""
     q = torch.round(x.float() / scale).clamp(-128, 127)
     return (q * scale).to(x.dtype)
+
+
+@dataclass
+class Fp8Weight:
+    """An FP8 linear's weight as the FP8 GEMM reads it."""
+    data: torch.Tensor  # [out, in] float8_e4m3fn, row-major: data.t() is the column-major operand
+    scale: torch.Tensor  # [1] float32 (already rounded through the model dtype where TRT-LLM does)
+
+    def fits_scaled_mm(self) -> bool:
+        return all(d % SCALED_MM_ALIGN == 0 for d in self.data.shape)
+
+    def on(self, device: torch.device) -> "Fp8Weight":
+        """Itself on `device` (the runtime may move a model's float tensors without knowing this one)."""
+        return self if self.data.device == device else Fp8Weight(self.data.to(device), self.scale.to(device))
+
+
+def scaled_mm_capable(device: torch.device) -> bool:
+    """Whether `auto` runs FP8 GEMMs on `device`: CUDA with FP8 tensor cores, and a torch with _scaled_mm."""
+    return (device.type == "cuda" and hasattr(torch, "_scaled_mm")
+            and torch.cuda.get_device_capability(device) >= SCALED_MM_MIN_CAPABILITY)
+
+
+def fp8_gemm(x: torch.Tensor, act_scale: torch.Tensor, w: Fp8Weight, bias: torch.Tensor | None) -> torch.Tensor:
+    """y = (fp8(x / s_a) W_fp8^T) s_a s_w (+ b) with torch._scaled_mm: float32 accumulation, output
+    in x's dtype, bias added afterwards as TRT-LLM's FP8QDQLinearMethod does."""
+    lead = x.shape[:-1]
+    q = quantize_fp8(x.reshape(-1, x.shape[-1]), act_scale).contiguous()
+    y = torch._scaled_mm(q, w.data.t(), act_scale.reshape(()), w.scale.reshape(()), out_dtype=x.dtype)
+    y = y.reshape(*lead, y.shape[-1])
+    return y if bias is None else y + bias
 
 
 @dataclass
@@ -72,18 +121,39 @@ class Linear:
     pre_scale: torch.Tensor | None = None  # [in]: SmoothQuant smoothing / AWQ pre-quant scale
     act_quant: str | None = None  # "fp8" | "int8": static per-tensor input quantization
     act_scale: torch.Tensor | None = None  # [1] float32
+    fp8: Fp8Weight | None = None  # FP8 linears: the FP8 weight (weight == fp8.data * fp8.scale)
+    fp8_gemm: str = "auto"  # FP8_GEMMS: how an FP8 linear multiplies
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.pre_scale is not None:
             x = x * self.pre_scale
         if self.act_quant == "fp8":
+            if self._scaled_mm(x.device):
+                self.fp8 = self.fp8.on(x.device)
+                return fp8_gemm(x, self.act_scale, self.fp8, self.bias)
             x = qdq_fp8(x, self.act_scale)
         elif self.act_quant == "int8":
             x = qdq_int8(x, self.act_scale)
         return F.linear(x, self.weight, self.bias)
 
+    def _scaled_mm(self, device: torch.device) -> bool:
+        if self.fp8 is None or self.fp8_gemm == "emulate" or not self.fp8.fits_scaled_mm():
+            return False
+        return self.fp8_gemm == "scaled_mm" or scaled_mm_capable(device)
+
     def tensors(self) -> list[torch.Tensor | None]:
         return [self.weight, self.bias, self.pre_scale, self.act_scale]
+
+
+def set_fp8_gemm(linears, mode: str) -> None:
+    """Make every linear of `linears` multiply its FP8 weight the `mode` way (FP8_GEMMS); linears
+    without an FP8 weight are unaffected. `scaled_mm` needs a torch that has torch._scaled_mm."""
+    if mode not in FP8_GEMMS:
+        raise TrtspecError(f"fp8_gemm: {mode!r} is not one of {', '.join(FP8_GEMMS)}")
+    if mode == "scaled_mm" and not hasattr(torch, "_scaled_mm"):
+        raise TrtspecError(f"fp8_gemm: scaled_mm needs torch._scaled_mm, which torch {torch.__version__} lacks")
+    for lin in linears:
+        lin.fp8_gemm = mode
 
 
 @dataclass
@@ -187,7 +257,8 @@ def _fp8_raw(ckpt: TrtllmCheckpoint, prefix: str) -> tuple[torch.Tensor, torch.T
 
 def _fp8_linear(w8, ws, acts, bias, model: torch.dtype, dtype: torch.dtype) -> Linear:
     ws, acts = ws.to(model).float(), acts.to(model).float()  # FP8Linear: cast(scale, model dtype)
-    return Linear((w8.float() * ws).to(dtype), bias, act_quant="fp8", act_scale=acts)
+    return Linear((w8.float() * ws).to(dtype), bias, act_quant="fp8", act_scale=acts,
+                  fp8=Fp8Weight(w8.contiguous(), ws))
 
 
 def load_linear(ckpt: TrtllmCheckpoint, prefix: str, scheme: QuantScheme, dtype: torch.dtype,

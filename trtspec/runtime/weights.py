@@ -37,8 +37,11 @@ class LayerWeights:
     proj: Linear  # down_proj [H, I]
     kv: KVQuant | None = None  # quantized KV cache: K, V pass through it before they are cached
 
+    def linears(self) -> list[Linear]:
+        return [self.qkv, self.dense, self.fc, self.gate, self.proj]
+
     def tensors(self) -> list[torch.Tensor | None]:
-        linears = [t for lin in (self.qkv, self.dense, self.fc, self.gate, self.proj) for t in lin.tensors()]
+        linears = [t for lin in self.linears() for t in lin.tensors()]
         return [self.input_norm, self.q_norm, self.k_norm, self.post_norm] + linears + \
             (self.kv.tensors() if self.kv is not None else [None, None])
 

@@ -13,6 +13,7 @@ from typing import Optional
 from pydantic import Field, field_validator
 
 from ..options import Sampling, StageOptions
+from ..runtime.options import FP8_GEMM_HELP, Fp8Gemm
 from ..upstream.sampling import ACCEPT_RULES, EXACT_MATCH
 from .gpus import PRESETS
 
@@ -48,6 +49,7 @@ class ProfileOptions(StageOptions):
                              "refused; see trtspec/tuning/sampled.py).")
     samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0 (greedy "
                                     "workloads are decoded once).")
+    fp8_gemm: Fp8Gemm = Field("auto", description=FP8_GEMM_HELP)
     ngram_sizes: Optional[list[int]] = Field(None, description="Profile n-gram drafting (no draft model) at these "
                                              "max_matching_ngram_size values, every K <= max_k each, instead of "
                                              "the checkpoint's drafter. null: the checkpoint's drafter.")

@@ -210,7 +210,7 @@ def _record(p: SampleProfile, key: str, sample, base: Sampling) -> dict:
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
                 progress=None, partial: Path | None = None, sampling: Sampling = GREEDY_SAMPLING,
                 accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1, eagle3_head: Path | None = None,
-                ngram_sizes: list[int] | None = None):
+                ngram_sizes: list[int] | None = None, fp8_gemm: str = "auto"):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
@@ -228,7 +228,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     kind = next(k for k in ("approximate", "unbiased", "exact") if k in kinds | {"exact"})
     if ngram_sizes:
         check_ngram_rule(accept_rule)
-    models = load_models(ckpt, None if ngram_sizes else draft_ckpt, eagle3_head=None if ngram_sizes else eagle3_head)
+    models = load_models(ckpt, None if ngram_sizes else draft_ckpt, eagle3_head=None if ngram_sizes else eagle3_head,
+                         fp8_gemm=fp8_gemm)
     if models.eagle is None and models.draft is None and models.eagle3 is None and not ngram_sizes:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory, "
                            "`draft_ckpt` or `eagle3_head`")
@@ -302,4 +303,4 @@ def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt
     return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress,
                        partial=partial, sampling=options.sampling(), accept_rule=options.accept_rule,
                        samples_per_prompt=options.samples_per_prompt, eagle3_head=eagle3_head,
-                       ngram_sizes=options.ngram_sizes)
+                       ngram_sizes=options.ngram_sizes, fp8_gemm=options.fp8_gemm)

@@ -37,6 +37,7 @@ def profile_command(
                                            help=doc(P, "samples_per_prompt")),
     ngram_sizes: Optional[str] = typer.Option(default(P, "ngram_sizes"), "--ngram-sizes",
                                               help=doc(P, "ngram_sizes") + " Comma-separated."),
+    fp8_gemm: str = typer.Option(default(P, "fp8_gemm"), "--fp8-gemm", help=doc(P, "fp8_gemm")),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -48,7 +49,7 @@ def profile_command(
                        seed=seed, categories=categories.split(",") if categories is not None else None,
                        temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
                        accept_rule=accept_rule, samples_per_prompt=samples_per_prompt,
-                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None)
+                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None, fp8_gemm=fp8_gemm)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
     from .profile_partial import partial_path

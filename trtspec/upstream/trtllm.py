@@ -258,3 +258,17 @@ EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "EAGLE3LlamaForCausalLM")
 # draft forward runs the pairs (token j+1, captured state j) for the accepted tokens, later ones one
 # token each at position + 1. Greedy acceptance: cumprod(draft == target argmax).
 EAGLE3_TREE = False  # "currently Eagle3 only supports linear tree" / "static tree" (is_spec_dec_tree False)
+
+# --- FP8 GEMMs (#16 item 1, runtime/quant.py fp8_gemm) --------------------------------------------
+# Read in the code index (facts only): tensorrt_llm/_torch/modules/linear.py FP8QDQLinearMethod.apply
+# (NVIDIA/TensorRT-LLM, version stored in the index, no commit tied to 1.2): with a static
+# input_scale the input is quantized by torch.ops.tensorrt_llm.static_quantize_e4m3_per_tensor(x,
+# input_scale), then cublas_scaled_mm(q, weight.t(), scale_a=input_scale, scale_b=weight_scale,
+# bias=None, out_dtype=model dtype) (cuda_scaled_mm for M <= 8 where enabled), and the bias is added
+# to the output afterwards. The quantize kernel (cpp/tensorrt_llm/common/cudaFp8Utils.cu @106ff7ce,
+# scaleMatrix / scaleMatrixPerTensorVec, QuantizeMode::PER_TENSOR) computes float(x) * (1 / s) and
+# converts with __NV_SATFINITE, i.e. saturates to ±448 (e4m3's largest finite value). The runtime
+# divides by s instead (x / s, as TensorRT's Quantize layer of the engine flow does); the two round
+# differently only where x / s lies within a float32 ulp of an FP8 rounding boundary.
+# cuBLASLt's FP8 GEMM behind torch._scaled_mm wants both dims of the weight divisible by 16 and the
+# second operand column-major (torch's own checks, not TRT-LLM's); FP8 tensor cores exist from SM 8.9.
