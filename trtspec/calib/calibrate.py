@@ -53,23 +53,42 @@ class QuantState:
     kv: dict[str, KvQuant]
 
 
-def calibrate(model: nn.Module, cfg: dict, prompts: list[list[int]], progress: bool = True) -> float:
+def calib_device(name: str) -> torch.device:
+    """The torch device `quantization.device` names, refused by field name when this torch has no such GPU."""
+    d = torch.device(name)
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise TrtspecError(f"quantization.device: {name!r} but torch sees no CUDA device (torch {torch.__version__})")
+    if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
+        raise TrtspecError(f"quantization.device: {name!r} but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return d
+
+
+def calibrate(model: nn.Module, cfg: dict, prompts: list[list[int]], progress: bool = True,
+              device: str = "cpu") -> float:
     """Quantize `model` in place with ModelOpt config `cfg`, calibrating on `prompts` (token ids,
-    one forward each). Returns the wall time in seconds."""
+    one forward each) on `device`. The model (weights and the quantizers' amax / pre-quant scales)
+    is back on the CPU afterwards: export reads CPU tensors, whatever device calibrated. Returns the
+    wall time in seconds (the moves included)."""
     # lazy: modelopt takes ~7 s to import, and `trtspec run` imports calib even when quantize is skipped
     import modelopt.torch.quantization as mtq
+
+    dev = calib_device(device)
 
     def forward_loop(m: nn.Module) -> None:
         with torch.no_grad():
             for i, ids in enumerate(prompts):
-                run_backbone(m, torch.tensor([ids], dtype=torch.long))
+                run_backbone(m, torch.tensor([ids], dtype=torch.long, device=dev))
                 if progress and (i + 1) % 16 == 0:
                     print(f"  calibrated {i + 1}/{len(prompts)} prompts", flush=True)
 
     start = time.perf_counter()
     model.eval()
     register_nested_attention(model)
-    mtq.quantize(model, cfg, forward_loop)
+    model.to(dev)
+    try:
+        mtq.quantize(model, cfg, forward_loop)
+    finally:
+        model.to("cpu")
     return time.perf_counter() - start
 
 

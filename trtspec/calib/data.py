@@ -28,6 +28,7 @@ class CalibSet:
     sources: list[dict] = field(default_factory=list)  # workload manifests + token counts
     seq_len: int | None = None  # the truncation applied
     seed: int | None = None  # the sampling seed
+    device: str = "cpu"  # where the calibration forward passes run (QuantizeOptions.device)
 
     @property
     def num_tokens(self) -> int:
@@ -35,7 +36,7 @@ class CalibSet:
 
     def manifest(self) -> dict:
         return {"samples": len(self.prompts), "tokens": self.num_tokens, "seq_len": self.seq_len,
-                "seed": self.seed, "batch_size": 1, "sources": self.sources}
+                "seed": self.seed, "batch_size": 1, "device": self.device, "sources": self.sources}
 
 
 def split_evenly(total: int, parts: int) -> list[int]:

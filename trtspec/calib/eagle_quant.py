@@ -50,7 +50,7 @@ def calibrate_eagle(base_hf: Path, head: DecoderSpec, head_weights: WeightSource
     model = BaseWithEagle(base, module.float().eval())
     cfg = modelopt_config(fmt, layout.kv_cache_quant_algo, layout.group_size)
     announce(f"{base_hf.name} + EAGLE head", fmt, layout, calib)
-    return Calibrated(model, cfg, calib, calibrate(model, cfg, calib.prompts))
+    return Calibrated(model, cfg, calib, calibrate(model, cfg, calib.prompts, device=calib.device))
 
 
 def write_quantized_eagle(out: Path, base_hf: Path, head_dir: Path, base: DecoderSpec, head: DecoderSpec,

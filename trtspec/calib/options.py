@@ -5,14 +5,16 @@ and the source of the CLI flags' defaults and help. Light: pydantic only.
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..options import StageOptions
 from ..upstream.trtllm import AWQ_DEFAULT_GROUP_SIZE
 
 Format = Literal["fp8", "int8_sq", "w8a16", "w4a16_awq"]
+DEVICE_NAME = re.compile(r"cpu|cuda(:\d+)?")  # one torch device, as text (no torch import here)
 
 
 class QuantizeOptions(StageOptions):
@@ -38,10 +40,19 @@ class QuantizeOptions(StageOptions):
     sensitivity_samples: int = Field(8, ge=1, description="keep_sensitive: calibration prompts the measurement "
                                                           "runs on.")
     sensitivity_seq_len: int = Field(64, ge=2, description="keep_sensitive: tokens kept per measurement prompt.")
+    device: str = Field("cpu", description="Where ModelOpt's calibration forward passes run: cpu, cuda or cuda:N "
+                        "(the model in float32 on that device; the checkpoint is exported from the CPU).")
     output_format: Literal["trtllm", "hf"] = Field(
         "trtllm", description="trtllm: a TensorRT-LLM engine-flow checkpoint (trtllm-build); hf: ModelOpt's unified "
                               "Hugging Face checkpoint (hf_quant_config.json) for the PyTorch / LLM-API backend "
                               "(fp8 or w4a16_awq, plain decoder).")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not DEVICE_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a device (expected cpu, cuda or cuda:N)")
+        return v
 
     @property
     def mixed(self) -> bool:

@@ -43,8 +43,9 @@ def needs_calibration(layout: QuantScheme) -> bool:
 
 
 def load_hf(hf_dir: Path) -> torch.nn.Module:
-    """The HF model in float32: calibration runs on the CPU, where float32 is both the fast and
-    the accurate choice; the checkpoint's --dtype applies when tensors are written."""
+    """The HF model in float32, on the CPU (calibrate moves it to quantization.device and back): on a
+    CPU float32 is both the fast and the accurate choice, and ModelOpt's amax statistics are float32
+    either way; the checkpoint's --dtype applies when tensors are written."""
     try:
         model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
     except Exception as e:  # the converter's own checks passed, so this is transformers refusing
@@ -110,7 +111,7 @@ def calibrate_decoder(hf_dir: Path, fmt: QuantFormat, layout: QuantScheme, calib
                           exclusion_config(excluded_hf) if excluded_hf else None)
     model = load_hf(hf_dir)
     announce(Path(hf_dir).name, fmt, layout, calib)
-    return Calibrated(model, cfg, calib, calibrate(model, cfg, calib.prompts))
+    return Calibrated(model, cfg, calib, calibrate(model, cfg, calib.prompts, device=calib.device))
 
 
 @dataclass

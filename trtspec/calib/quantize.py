@@ -1,7 +1,8 @@
 """HF model (+ EAGLE head, or + draft) -> quantized TRT-LLM checkpoint(s).
 
 Every request is checked before any work starts (refusals.py); then the prompts are rendered,
-the model is loaded in float32 (CPU calibration), ModelOpt calibrates it, and the exporter writes
+the model is loaded in float32, ModelOpt calibrates it (on `quantization.device`: the CPU by default, or a
+GPU; the calibrated model comes back to the CPU), and the exporter writes
 the checkpoint through the same plans and writer as the plain converter, into a temporary sibling
 directory that is renamed into place only after the offline self-check passed.
 
@@ -54,8 +55,12 @@ class CalibOptions:
     seq_len: int = 512
     seed: int = 0
     prompts: list[list[int]] | None = None  # overrides `calib` (tests, API callers)
+    device: str = "cpu"  # where the calibration forward passes run (calibrate.calib_device)
 
     def load(self, tokenizer_dir: Path) -> CalibSet:
+        return replace(self._load(tokenizer_dir), device=self.device)
+
+    def _load(self, tokenizer_dir: Path) -> CalibSet:
         if self.prompts is not None:
             return token_id_set(self.prompts, self.samples, self.seq_len)
         if not self.calib:
@@ -200,7 +205,7 @@ def quantize(hf: Path, out_dir: Path, options: QuantizeOptions, convert: Convert
         raise TrtspecError("quantization.exclude: mixed precision (exclude, keep_sensitive) is written for a plain "
                            "decoder only, not with an EAGLE head or a draft")
     calib = CalibOptions(calib=[f"{n}={s}" for n, s in options.calib.items()] if options.calib else "mt-bench",
-                         samples=options.samples, seq_len=options.seq_len, seed=options.seed)
+                         samples=options.samples, seq_len=options.seq_len, seed=options.seed, device=options.device)
     if options.output_format == "hf":
         check_hf_request(options, convert, eagle_head, draft_hf)
         args = (calib, options.format, options.kv_cache, convert.dtype, options.awq_group_size, overwrite)

@@ -45,6 +45,7 @@ def quantize_command(
                                             help=doc(Q, "sensitivity_seq_len")),
     awq_group_size: int = typer.Option(default(Q, "awq_group_size"), "--awq-group-size", help=doc(Q, "awq_group_size")),
     output_format: str = typer.Option(default(Q, "output_format"), "--output-format", help=doc(Q, "output_format")),
+    device: str = typer.Option(default(Q, "device"), "--device", help=doc(Q, "device")),
     max_draft_len: int = typer.Option(default(E, "max_draft_len"), help=doc(E, "max_draft_len")),
     num_eagle_layers: int = typer.Option(default(E, "num_eagle_layers"), help=doc(E, "num_eagle_layers")),
     max_non_leaves: int = typer.Option(default(E, "max_non_leaves"), help=doc(E, "max_non_leaves")),
@@ -67,7 +68,7 @@ def quantize_command(
                        seq_len=calib_seq_len, seed=seed, awq_group_size=awq_group_size,
                        exclude=[p for item in exclude or [] for p in item.split(",")], keep_sensitive=keep_sensitive,
                        sensitivity_samples=sensitivity_samples, sensitivity_seq_len=sensitivity_seq_len,
-                       output_format=output_format,
+                       output_format=output_format, device=device,
                        report=dict(workloads=rep, samples=report_samples, max_new_tokens=report_max_new_tokens)
                        if report else False)
     conv = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
