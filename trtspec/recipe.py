@@ -105,7 +105,7 @@ class Build(BuildOptions):
 class Triton(TritonOptions, ServeOptions):
     """trtspec.triton_repo TritonOptions + ServeOptions (the serve stage's ports and start timeout)."""
     section = "triton"
-    flavor: Literal["trtllm", "cpu", "llmapi"]  # required in a recipe (the CLI says so when it is missing)
+    flavor: Literal["trtllm", "pytorch", "cpu", "llmapi"]  # required (the CLI says so when missing); cpu = pytorch
 
 
 class Perf(PerfSettings):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from trtspec.triton_repo.deploy import FLAVORS
+from trtspec.triton_repo.flavors import FLAVORS
 from trtspec.tuning.schema import Profile
 from trtspec.upstream import sampling as s
 from trtspec.upstream import triton

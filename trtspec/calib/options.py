@@ -5,16 +5,14 @@ and the source of the CLI flags' defaults and help. Light: pydantic only.
 
 from __future__ import annotations
 
-import re
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ..options import StageOptions
+from ..options import ONE_DEVICE, StageOptions
 from ..upstream.trtllm import AWQ_DEFAULT_GROUP_SIZE
 
 Format = Literal["fp8", "int8_sq", "w8a16", "w4a16_awq"]
-DEVICE_NAME = re.compile(r"cpu|cuda(:\d+)?")  # one torch device, as text (no torch import here)
 
 
 class QuantizeOptions(StageOptions):
@@ -50,7 +48,7 @@ class QuantizeOptions(StageOptions):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if not DEVICE_NAME.fullmatch(v):
+        if not ONE_DEVICE.fullmatch(v):
             raise ValueError(f"{v!r} is not a device (expected cpu, cuda or cuda:N)")
         return v
 

@@ -35,6 +35,7 @@ from ..perf.runner import PerfOptions, run_perf as perf
 from ..quality.render import print_report
 from ..quality.report import report_or_warning
 from ..recipe import COST_PRESETS, Recipe
+from ..triton_repo.flavors import is_pytorch
 from ..triton_repo.options import TritonOptions
 from ..triton_repo.repo import RepoRequest, make_repository
 from ..triton_repo.serve import CpuServer, free_port
@@ -293,7 +294,7 @@ def serve_not_applicable(ctx: Ctx) -> str | None:
     r = ctx.recipe
     if r.perf is None or r.triton is None:
         return "no perf section (the server is started only for perf)"
-    if r.triton.flavor != "cpu":
+    if not is_pytorch(r.triton.flavor):
         return f"{r.triton.flavor} flavor runs in the TensorRT-LLM container; on the H100 host: " \
                f"trtspec serve {ctx.paths.repo} --exec"
     return None
@@ -350,7 +351,7 @@ def perf_not_applicable(ctx: Ctx) -> str | None:
     r = ctx.recipe
     if r.perf is None:
         return "no perf section"
-    if r.triton.flavor != "cpu":
+    if not is_pytorch(r.triton.flavor):
         return f"served on the H100 host; with the server up there: {perf_command(ctx)}"
     return None
 

@@ -1,4 +1,4 @@
-"""Triton model repositories: generation (trtllm | llmapi | cpu flavors), validation, serving.
+"""Triton model repositories: generation (trtllm | llmapi | pytorch flavors; cpu = pytorch), validation, serving.
 
     trtspec triton --tuning tuning.json --engines build/ --flavor trtllm --out repo/
     trtspec triton --check repo/

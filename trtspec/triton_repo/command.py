@@ -13,6 +13,7 @@ import typer
 
 from ..errors import TrtspecError
 from ..options import default, doc, flag_context
+from .flavors import is_pytorch
 from .options import ServeOptions as S, TritonOptions as T
 
 
@@ -27,6 +28,7 @@ REPO_PARAMS = {"engines": "--engines", "draft_engines": "--draft-engines", "ckpt
 def triton_command(
     tuning: Optional[Path] = typer.Option(None, "--tuning", help="tuning.json from trtspec tune."),
     flavor: Optional[str] = typer.Option(default(T, "flavor"), "--flavor", help=doc(T, "flavor")),
+    device: str = typer.Option(default(T, "device"), "--device", help=doc(T, "device")),
     out: Optional[Path] = typer.Option(None, "--out", help="Repository directory to write (new or empty)."),
     engines: Optional[Path] = typer.Option(None, "--engines", help="trtllm: engine directory, or a trtspec build "
                                                                   "output directory (engines/<name>/)."),
@@ -62,7 +64,7 @@ def triton_command(
     if tuning is None:
         raise TrtspecError("--tuning: needed (or --check REPO)")
     if flavor is None:
-        raise TrtspecError("--flavor: needed (trtllm, llmapi or cpu)")
+        raise TrtspecError("--flavor: needed (trtllm, llmapi or pytorch, formerly cpu)")
     if out is None:
         raise TrtspecError("--out: needed (the repository directory to write)")
     from .repo import RepoRequest, make_repository
@@ -72,7 +74,7 @@ def triton_command(
                                           draft_engines=draft_engines, ckpt=ckpt, draft_ckpt=draft_ckpt,
                                           tokenizer=tokenizer, max_batch_size=max_batch_size, instances=instances,
                                           gpu=gpu, eagle_band=eagle_band, default_workload=default_workload,
-                                          overwrite=overwrite))
+                                          device=device, overwrite=overwrite))
     for w in res.warnings:
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"wrote {res.path} ({res.flavor} flavor, {res.mode}: {', '.join(res.models)}); validated; "
@@ -100,7 +102,7 @@ def serve_command(
         raise TrtspecError(f"{repo}: repository directory not found")
     manifest = s.read_manifest(repo)
     ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
-    if manifest.get("flavor") == "cpu":
+    if is_pytorch(manifest.get("flavor")):
         try:
             with flag_context(S, PORT_FLAGS):
                 code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo, drain_timeout, model_control)

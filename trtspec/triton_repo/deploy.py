@@ -4,7 +4,7 @@ Each flavor serves different artifacts:
 - trtllm: TensorRT-LLM engine directories (`--engines`: one engine dir, or a `trtspec build` output
   directory holding `engines/<name>/`); their `config.json` is read through the builders' engine
   manifest reader, which also checks the rank files exist.
-- cpu: TensorRT-LLM checkpoints (`--ckpt`: a plain/EAGLE checkpoint, or a `target/` + `draft/` pair),
+- pytorch (alias cpu): TensorRT-LLM checkpoints (`--ckpt`: a plain/EAGLE checkpoint, or a `target/` + `draft/` pair),
   or ModelOpt unified HF checkpoints, run by trtspec.runtime inside python-backend models.
 - llmapi: Hugging Face directories (the PyTorch backend loads HF weights; `--ckpt` the target,
   `--draft-ckpt` the EAGLE-3 head or draft model), a ModelOpt unified HF checkpoint
@@ -31,7 +31,6 @@ from ..fsutil import read_json
 from ..upstream import trtllm
 from ..upstream.trtllm import EAGLE_ARCHITECTURE
 
-FLAVORS = ("trtllm", "llmapi", "cpu")
 MANIFEST_FILE = "engine_manifest.json"  # builders.manifest.MANIFEST_FILE
 BUILD_PLAN_FILE = "build_plan.json"
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -178,7 +177,7 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
 
 
 def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """cpu flavor: [target, draft], [eagle], [target] for n-gram, or for eagle3 [target, the EAGLE-3 head]."""
+    """pytorch flavor: [target, draft], [eagle], [target] for n-gram, or for eagle3 [target, the EAGLE-3 head]."""
     root = _dir(ckpt, "ckpt")
     if mode == "eagle3":
         target = _checkpoint(root, "target", "ckpt")

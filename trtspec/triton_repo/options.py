@@ -17,7 +17,8 @@ class TritonOptions(StageOptions):
     """How the repository is written (trtspec.triton_repo.repo.make_repository)."""
     section = "triton"
     flavor: Optional[str] = Field(None, description="trtllm (C++ backend, engines) | llmapi (PyTorch backend, HF "
-                                                    "weights) | cpu (trtspec.runtime on checkpoints).")
+                                                    "weights) | pytorch (trtspec.runtime on checkpoints, CPU or GPU; "
+                                                    "formerly cpu, still accepted).")
     max_batch_size: Optional[int] = Field(None, description="Triton max_batch_size and worker threads (default: the "
                                                             "engine's, 8 on cpu).")
     instances: int = Field(1, description="Instances of preprocessing / postprocessing.")
@@ -26,6 +27,8 @@ class TritonOptions(StageOptions):
                                                         "(default: the smallest).")
     default_workload: Optional[str] = Field(None, description="Route unknown/missing workloads like this one "
                                                               "(default: computed).")
+    device: str = Field("cpu", description="pytorch flavor: where its models run the runtime: cpu, cuda or cuda:N "
+                                           "(KIND_GPU instances on that GPU).")
 
 
 class Ports(StageOptions):

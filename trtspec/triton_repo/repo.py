@@ -27,17 +27,17 @@ from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, sha256_file
 from ..tuning.schema import load_tuning
-from . import contracts as c
-from . import render as r
+from . import contracts as c, llmapi, render as r
 from .configs import render as render_config
 from .memory import plan_memory
 from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
-from .deploy import FLAVORS, Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
+from .flavors import FLAVORS, is_pytorch
+from .runtime_device import place
+from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
 from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
-from . import llmapi
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
@@ -46,8 +46,6 @@ from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 MANIFEST = "trtspec-repo.json"
 MANIFEST_SCHEMA = "trtspec.triton-repo/1"
 DEFAULT_CPU_BATCH = 8
-
-
 _D = TritonOptions()
 
 
@@ -66,6 +64,7 @@ class RepoRequest:
     gpu: str = _D.gpu
     eagle_band: int | None = _D.eagle_band
     default_workload: str | None = _D.default_workload
+    device: str = _D.device  # pytorch flavor: where its runtime models run (runtime_device.py)
     overwrite: bool = False
 
 
@@ -120,7 +119,7 @@ def make_repository(req: RepoRequest) -> RepoResult:
                            "in the TensorRT engine flow)")
     if req.flavor == "trtllm":
         arts = resolve_engines(mode, req.engines, req.draft_engines)
-    elif req.flavor == "cpu":
+    elif is_pytorch(req.flavor):
         arts = resolve_checkpoints(mode, req.ckpt, req.draft_ckpt)
     else:
         arts = resolve_hf(mode, req.ckpt, req.draft_ckpt)
@@ -131,6 +130,7 @@ def make_repository(req: RepoRequest) -> RepoResult:
                                       Path(req.engines).resolve() if req.engines is not None else None)
     builder = _Builder(req, tuning, tuning_path, arts, tokenizer)
     files = builder.build()
+    place(files, req.flavor, req.device)
 
     with atomic_dir(Path(req.out), overwrite=req.overwrite) as tmp:
         for m in files:
@@ -179,7 +179,7 @@ class _Builder:
                 f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
                 f"{worst[2]}, above the target engine's max_draft_len {target.max_draft_len} "
                 f"({target.path / 'config.json'}); rebuild the pair with build.max_draft_len {worst[2]} or re-tune")
-        if self.flavor == "cpu" and target.max_seq_len and worst[2] >= target.max_seq_len:
+        if is_pytorch(self.flavor) and target.max_seq_len and worst[2] >= target.max_seq_len:
             # the cpu flavor has no engine max_draft_len; a chain of drafts must still fit the positions
             raise TrtspecError(
                 f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
@@ -286,7 +286,7 @@ class _Builder:
         routing["limits"] = self._limits()
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
-                               llm_cancel_messages=self.flavor == "cpu")
+                               llm_cancel_messages=is_pytorch(self.flavor))
         gen.files = _python_files("generate")
         files.insert(0, gen)
         self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm",

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import TrtspecError
 from ..options import Sampling, first_problem
+from .flavors import PYTORCH, canonical
 from ..upstream.sampling import (BLS_SAMPLING_INPUTS, EXACT_MATCH, EXACT_MATCH_RESAMPLE, GREEDY, PATH_RULES, REJECTION,
                                 TRTLLM_SAMPLING_INPUTS)
 
@@ -52,8 +53,9 @@ def route_sampling(flavor: str, mode: str, draft_logits: bool = False, eagle3: b
     deployment path it is (upstream.sampling.PATH_RULES), for the manifest's `sampling` entry.
     cpu_rule: the cpu flavor's spec_decode `accept_rule` (draft-target). serving_rules states the
     same per model; this is the repository-level summary the README prints."""
+    flavor = canonical(flavor)
     if mode == "eagle" or (flavor == "llmapi" and eagle3):
-        path = {"trtllm": "engine-eagle-triton", "cpu": "engine-eagle-triton",
+        path = {"trtllm": "engine-eagle-triton", PYTORCH: "engine-eagle-triton",
                 "llmapi": "llmapi-eagle3-one-model"}[flavor]
     elif flavor == "trtllm":
         path = "engine-draft-target-logits" if draft_logits else "engine-draft-target"
@@ -63,7 +65,7 @@ def route_sampling(flavor: str, mode: str, draft_logits: bool = False, eagle3: b
         path = {EXACT_MATCH.name: "llmapi-two-model", EXACT_MATCH_RESAMPLE.name: "engine-draft-target",
                 REJECTION.name: "engine-draft-target-logits"}[cpu_rule or EXACT_MATCH.name]
     rule = next(r for r in PATH_RULES if r.path == path)
-    accept = (cpu_rule or rule.rule) if flavor == "cpu" and mode == "draft-target" else rule.rule
+    accept = (cpu_rule or rule.rule) if flavor == PYTORCH and mode == "draft-target" else rule.rule
     return {"accept_rule": accept, "path": path, "condition": rule.condition, "draft": rule.draft,
             "draft_logits": bool(draft_logits), "sampling_fallback": GREEDY.name if accept == GREEDY.name else None}
 

@@ -1,7 +1,6 @@
 """`trtspec serve REPO`: run a generated repository.
 
-cpu flavor: the `tritonserver` binary shipped in the nvidia-pytriton wheel (server 2.51), run the
-way reference/cpu-stack.md §4 found necessary:
+pytorch (cpu) flavor: nvidia-pytriton's `tritonserver` binary (server 2.51), run as cpu-stack.md §4 found necessary:
 - a backend directory holding `python/{libtriton_python.so, triton_python_backend_utils.py,
   triton_python_backend_stub}` with the stub of *this* interpreter's Python version (the wheel's
   default backend path is a container install path);
@@ -46,6 +45,7 @@ from pathlib import Path
 from ..errors import TrtspecError
 from ..upstream.triton import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
 from .contracts import GENERATE
+from .flavors import is_pytorch
 from .models.serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE
 
 HOST = "127.0.0.1"
@@ -186,9 +186,9 @@ class CpuServer:
 
     def start(self, timeout: float = 300.0) -> "CpuServer":
         manifest = read_manifest(self.repo)
-        if manifest.get("flavor") != "cpu":
-            raise TrtspecError(f"{self.repo}: a {manifest.get('flavor')} repository; only the cpu flavor runs on "
-                               "the bundled tritonserver (the others print their container command)")
+        if not is_pytorch(manifest.get("flavor")):
+            raise TrtspecError(f"{self.repo}: a {manifest.get('flavor')} repository; only the pytorch (cpu) flavor runs "
+                               "on the bundled tritonserver (the others print their container command)")
         check_ports(self.ports)
         self.bundle = find_bundle()
         self.workdir = Path(tempfile.mkdtemp(prefix="trtspec-triton-"))

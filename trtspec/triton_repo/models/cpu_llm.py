@@ -37,7 +37,7 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, parse_braces, stop_ids,
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, load_device, parse_braces, stop_ids,
                            tree_depth)
 from trtspec_triton_common import FINAL, PooledModel, is_true, llm_request, out, scalar
 
@@ -51,6 +51,7 @@ class TritonPythonModel(PooledModel):
         self.choices = eagle_choices(p.get("eagle_choices")) if self.role == "eagle" else None
         self.exclude_default = is_true(p.get("exclude_input_in_output"), False)
         self.torch_threads = int(p.get("torch_threads") or 1)
+        self.device = load_device(p)
         with open(os.path.join(self.path, "config.json")) as f:
             cfg = json.load(f)
         self.positions = int(cfg.get("max_position_embeddings") or 0)
@@ -73,7 +74,7 @@ class TritonPythonModel(PooledModel):
                 # one request per worker thread: no intra-op threads on top (see spec_decode.py)
                 torch.set_num_threads(self.torch_threads)
 
-                self.models = load_models(self.path, tokenizer=False)
+                self.models = load_models(self.path, tokenizer=False, **self.device)
         return self.models
 
     def handle(self, request, sender):

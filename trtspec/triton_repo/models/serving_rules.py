@@ -254,3 +254,9 @@ class Acceptance:
     def rate(self):
         return acceptance_rate(self.accepted, self.drafted)
 
+
+def load_device(params: dict) -> dict:
+    """load_models' keyword arguments for the model's `device` parameter (triton_repo/runtime_device.py):
+    none on the CPU, the runtime's default, so a CPU repository loads exactly as before."""
+    device = params.get("device") or "cpu"
+    return {} if device == "cpu" else {"device": device}

@@ -49,7 +49,7 @@ intra-op threads `torch_threads`, default 1).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import Acceptance, draft_len, is_sampled, ngram_size, spec_decode_rule, stop_ids
+from serving_rules import Acceptance, draft_len, is_sampled, load_device, ngram_size, spec_decode_rule, stop_ids
 from trtspec_triton_common import FINAL, PooledModel, bls, is_true, llm_request, max_positions, out, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
@@ -123,9 +123,11 @@ class TritonPythonModel(PooledModel):
                 torch.set_num_threads(threads)
             self.draft_mode = p.get("draft_mode") or "draft-target"  # eagle3: draft_checkpoint is an EAGLE-3 head
             if self.draft_mode == "eagle3":
-                self.models = load_models(p["target_checkpoint"], tokenizer=False, eagle3_head=p["draft_checkpoint"])
+                self.models = load_models(p["target_checkpoint"], tokenizer=False, eagle3_head=p["draft_checkpoint"],
+                                          **load_device(p))
             else:
-                self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False)
+                self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False,
+                                          **load_device(p))
             self.positions = max_positions(p["target_checkpoint"], p["draft_checkpoint"])
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")

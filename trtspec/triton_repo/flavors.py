@@ -1,0 +1,29 @@
+"""The flavors a repository is written for, by name, and the old name of one of them.
+
+    trtllm    TensorRT-LLM's C++ backend on engines (the H100 host)
+    llmapi    TensorRT-LLM's LLM API (PyTorch backend) on HF weights (the H100 host)
+    pytorch   trtspec's own PyTorch runtime on checkpoints, in Triton's python backend: on the
+              CPU, or on a GPU when `triton.device` names one
+
+`cpu` is what the pytorch flavor was called while it only ran on the CPU; it stays accepted
+wherever a flavor is read (recipes, flags, the manifests of repositories written before), and a
+repository keeps the spelling it was requested with in its manifest, so tools that read `cpu`
+there keep working. Code that branches on the flavor compares `canonical(flavor)`. Light: no imports.
+"""
+
+from __future__ import annotations
+
+TRTLLM, LLMAPI, PYTORCH = "trtllm", "llmapi", "pytorch"
+ALIASES = {"cpu": PYTORCH}
+# Every name a flavor may be given by (the canonical ones first).
+FLAVORS = (TRTLLM, LLMAPI, PYTORCH, *ALIASES)
+
+
+def canonical(flavor: str | None) -> str | None:
+    """The flavor's own name (`cpu` -> `pytorch`)."""
+    return ALIASES.get(flavor, flavor)
+
+
+def is_pytorch(flavor: str | None) -> bool:
+    """Whether `flavor` (either spelling) serves trtspec's runtime in the python backend."""
+    return canonical(flavor) == PYTORCH
