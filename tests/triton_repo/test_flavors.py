@@ -63,5 +63,5 @@ def test_the_manifest_keeps_the_requested_spelling(tmp_path):
 
 
 def test_an_unknown_flavor_is_refused_with_every_name(tmp_path):
-    with pytest.raises(TrtspecError, match="triton.flavor: 'torch' is not one of trtllm, llmapi, pytorch, cpu"):
+    with pytest.raises(TrtspecError, match="triton.flavor: 'torch' is not one of trtllm, llmapi, cpu, pytorch"):
         make_repository(RepoRequest(tuning=tmp_path / "t.json", flavor="torch", out=tmp_path / "r"))

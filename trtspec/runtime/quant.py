@@ -39,7 +39,9 @@ TensorRT-LLM runs: x_fp8 = fp8(clamp(x / s_a, ±448)), y = _scaled_mm(x_fp8, W_f
     auto       scaled_mm on CUDA devices of compute capability >= 8.9 (FP8 tensor cores: Ada, Hopper),
                the emulation elsewhere, so CPU results (and every golden test) stay bit-identical.
 A weight whose dims _scaled_mm's CUDA kernels refuse (not multiples of 16) falls back to the
-emulation whatever the mode, on every device alike.
+emulation whatever the mode, on every device alike. Both forms of the weight are kept (the
+dequantized one for the emulation and the fallback): one byte per parameter more than the
+compute-dtype weight alone, e.g. 8 GB next to 16 GB of bfloat16 for an 8B model.
 """
 
 from __future__ import annotations

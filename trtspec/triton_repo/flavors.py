@@ -15,8 +15,8 @@ from __future__ import annotations
 
 TRTLLM, LLMAPI, PYTORCH = "trtllm", "llmapi", "pytorch"
 ALIASES = {"cpu": PYTORCH}
-# Every name a flavor may be given by (the canonical ones first).
-FLAVORS = (TRTLLM, LLMAPI, PYTORCH, *ALIASES)
+# Every name a flavor may be given by, in the order refusals list them (the long-known names first).
+FLAVORS = (TRTLLM, LLMAPI, *ALIASES, PYTORCH)
 
 
 def canonical(flavor: str | None) -> str | None:
