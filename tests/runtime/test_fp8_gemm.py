@@ -8,6 +8,8 @@ GPU with FP8 tensor cores `auto` picks the GEMM; that variant runs only where on
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -142,3 +144,26 @@ def test_auto_runs_fp8_gemms_on_cuda(dtype, count_scaled_mm):
     assert len(count_scaled_mm) == 1 and gemm.dtype == dtype and gemm.is_cuda
     tol = 1e-3 if dtype == torch.float32 else 5e-2
     assert (gemm.float() - emulated.float()).abs().max().item() < tol
+
+
+def test_generate_flag_reaches_the_linears(fp8_checkpoints, capsys, count_scaled_mm):
+    from cli_helpers import run_cli
+
+    outs = {}
+    for mode in ("emulate", "scaled_mm"):
+        code, out, err = run_cli(capsys, "generate", "--ckpt", fp8_checkpoints / "trtllm", "--prompt-ids", "[5, 9, 13]",
+                                 "--max-new-tokens", 4, "--ignore-eos", "--fp8-gemm", mode, "--json")
+        assert code == 0, err
+        outs[mode] = json.loads(out)["output_ids"]
+        assert bool(count_scaled_mm) == (mode == "scaled_mm")
+    assert outs["emulate"] == outs["scaled_mm"]
+
+
+@pytest.mark.parametrize("command", ["generate", "profile"])
+def test_a_bad_mode_is_refused_by_flag(command, capsys):
+    from cli_helpers import run_cli
+
+    args = ["--ckpt", "x", "--prompt-ids", "[1]"] if command == "generate" else \
+        ["--ckpt", "x", "--workloads", "chat=mt-bench", "--out", "p.json"]
+    code, out, err = run_cli(capsys, command, *args, "--fp8-gemm", "fast")
+    assert code != 0 and "--fp8-gemm: Input should be 'auto', 'scaled_mm' or 'emulate'" in out + err
