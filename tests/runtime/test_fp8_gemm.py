@@ -167,3 +167,17 @@ def test_a_bad_mode_is_refused_by_flag(command, capsys):
         ["--ckpt", "x", "--workloads", "chat=mt-bench", "--out", "p.json"]
     code, out, err = run_cli(capsys, command, *args, "--fp8-gemm", "fast")
     assert code != 0 and "--fp8-gemm: Input should be 'auto', 'scaled_mm' or 'emulate'" in out + err
+
+
+@pytest.mark.skipif(not CUDA_FP8, reason="needs a CUDA GPU with FP8 tensor cores (compute capability >= 8.9)")
+@pytest.mark.parametrize("fmt", ["trtllm", "unified"])
+def test_auto_decodes_fp8_checkpoints_with_fp8_gemms_on_cuda(fp8_checkpoints, fmt, count_scaled_mm):
+    """The runtime on the GPU (load_models(device=...), the runtime's device option) in float32: auto
+    picks the FP8 GEMMs, and they agree with the emulation on the same device."""
+    prompt, runs = [5, 9, 13, 200, 7], {}
+    for mode in ("emulate", "auto"):
+        models = load_models(fp8_checkpoints / fmt, tokenizer=False, device="cuda", fp8_gemm=mode)
+        logits, _ = models.target.forward(torch.tensor([prompt]), models.target.new_cache(1, 16))
+        runs[mode] = logits.float().cpu()
+        assert bool(count_scaled_mm) == (mode == "auto")
+    assert (runs["auto"] - runs["emulate"]).abs().max().item() < 1e-3
