@@ -1,105 +1,83 @@
-"""The analytic step-time model (trtspec/tuning/cost.py, presets h100/h200, unfitted) against the
-published speculative-decoding results of landscape.md §4.1 that state enough to be modelled.
-
-For each setup it prints the reported speedup, the model's predicted speedup (tokens/s with
-speculation / tokens/s without, same batch), their ratio (predicted / reported), and the model's
-baseline tokens/s next to the reported baseline (a check of the step-time scale itself). Where the
-source reports the acceptance length (AL) it is the input. Where it does not, the script says what
-it assumed, and prints the AL (EAGLE) or per-token acceptance rate alpha (draft-target) that the
-model needs to reproduce the reported speedup. No pass/fail: this is a sanity check of the model's
-scale and of its assumptions, not a fit. Plain arithmetic; runs in a second:
+"""The analytic step-time model (trtspec/tuning/cost.py, presets h100/h200 and the serving frameworks
+of trtspec/tuning/gpus.py) against published speculative-decoding results (landscape.md §4.1 and the
+upstream threads named below): what was fitted on what, and the error on every row not fitted.
 
     .venv/bin/python scripts/bench_published_setups.py
 
-What the model computes (cost.py): one forward = overhead + max(bytes / (bandwidth x efficiency),
-FLOPs / (peak x efficiency)) + 2 x layers x all-reduce latency under TP; bytes = weights (+ KV
-read) per GPU, FLOPs = 2 x tokens x parameters (+ attention) per GPU. Baseline step = one target
-forward of 1 token per sequence. Draft-target step = K draft forwards + one target forward of K + 1
-tokens. EAGLE step = one drafter forward per tree level (level_sizes tokens each) + one target
-forward of 1 + nodes tokens. Speedup = AL x baseline step / speculative step.
+Plain arithmetic; runs in a second. For each row it prints the reported number (a speedup, or
+tokens/s where the source gives tokens/s and AL but no baseline), the model's prediction, their
+ratio (predicted / reported), whether the row was fitted or held out, and what the prediction rests
+on; then how many held-out rows land within ±20% and whether A1, A2 and A6 do.
 
-GPU parameters (PRESETS in trtspec/tuning/cost.py; printed below):
-- H100 SXM5: 3.35 TB/s HBM3; dense FP16/BF16 989.4, FP8 1978.9 TFLOPS (NVIDIA H100 datasheet,
-  halving its with-sparsity headline numbers). H200 SXM: 4.8 TB/s HBM3e, the same tensor cores
-  (NVIDIA H200 datasheet).
-- bandwidth_efficiency 0.80 and forward_overhead_s 0.3 ms: chosen in cost.py with anchor A1's
-  baseline in view (Llama-3.1-8B bf16 on one H100, 158.3 tok/s; the model gives 168.8), so A1's
-  baseline is not an independent check of the scale; compute_efficiency 0.60
-  (typical large-GEMM MFU on Hopper), eagle_level_overhead_s 30 us (drafter levels run inside the
-  target's engine step), allreduce_latency_s 10 us (NCCL small-message latency on NVLink): all
-  assumptions stated in cost.py, none fitted to the speedups below.
+What was fitted on what (and nothing else was fitted):
+- SGLang's eagle_step_overhead_s (the host time per EAGLE step, gpus.FITTED_SGLANG_STEP_OVERHEAD_S),
+  by least squares on the relative error of the step time (= AL x batch / tokens/s), to sglang PR
+  4247's two num_steps-8 rows (Llama-3.1-8B-Instruct on MT-Bench: EAGLE-3 AL 5.39 at 378.57 tok/s,
+  EAGLE-2 AL 3.76 at 230.08). Held out: the same PR's num_steps-5 EAGLE-3 row (AL 4.68, 361.70).
+- Not refitted: the plain-decode scale (bandwidth_efficiency 0.80, forward_overhead_s 0.3 ms), as
+  it was before this change, chosen then with A1's baseline in view (so A1's baseline is no
+  independent check; the project's test pins it within 10% of A1). The script prints, as a
+  sensitivity check, the least-squares refit to the baselines of A7, A8, A15 and SafeAILab/EAGLE PR
+  173 (SGLang, Llama-2-7b-chat, 1x H100, 156 tok/s), none of A1/A2/A6: it puts A1's baseline 10%
+  low (outside that test) and is printed with the A1/A2/A6 ratios it would give.
+The other new numbers are derived, not fitted (gpus.py: kernel counts x an assumed 2.5 us kernel
+latency, the logits passes, the TP collectives, SGLang's replicated fc, EAGLE-3's fc on the first
+level only). TRT-LLM has no fitted number: its one-model EAGLE-3 drafts inside the target's CUDA
+graph (no extra host time while the overlap scheduler hides it).
 
-Model shapes (the models' Hugging Face config.json files: layers, hidden, heads/kv heads, head
-size, MLP size, vocab): Llama-3.1-8B 32/4096/32/8/128/14336/128256; Llama-3.2-1B
-16/2048/32/8/64/8192/128256 (tied embedding, still read once per step); Llama-3.2-3B
-28/3072/24/8/128/8192/128256; Llama-3.1/3.3-70B 80/8192/64/8/128/28672/128256; Llama-3.1-405B
-126/16384/128/8/128/53248/128256; Qwen3-8B 36/4096/32/8/128/12288/151936.
-Drafters: EAGLE-1/2 head for Llama-3.1-8B (yuhuili/EAGLE-LLaMA3.1-Instruct-8B, as in
-trtspec.tuning.synthetic): 1 Llama layer at the base's sizes, fc 2H -> H, the base's full-vocab
-lm_head. EAGLE-3 drafters: 1 Llama layer at the target's sizes whose attention reads 2H (embedding
-+ fused feature), fc 3H -> H, lm_head over a 32000-token draft vocabulary (the EAGLE-3 reference
-configs' draft_vocab_size). Assumption for Llama-3.3-70B: sglang PR 4716 says that drafter's
-hidden size differs from the target's without saying what it is; the target's is used, which if
-anything overestimates the drafter's cost.
-
-Setups (landscape.md §4.1 row, what the source states, what is assumed):
+The rows (source; what they state; what is assumed):
 - A1 (docs.sglang.io speculative_decoding): Llama-3.1-8B-Instruct, SGLang, 1x H100, MT-Bench,
-  158.34 -> 373.25 tok/s EAGLE-3 (2.36x), 244.10 tok/s EAGLE-2 (1.54x). Not stated: dtype (bf16
-  assumed: the checkpoint's), batch (1 assumed: 158 tok/s is one stream), tree and AL. Assumed
-  tree: SGLang's documented defaults, num_steps 5, topk 4, num_draft_tokens 8 (drafter levels of
-  1, 4, 4, 4, 4 tokens; verify 8 tokens = root + 7 nodes). The AL needed is printed; for reference
-  A5 (vLLM golden test, same model and data, EAGLE-3 chain K=3) measured AL 2.60, and the EAGLE-3
-  row also shows that K=3 chain with AL 2.60 as an "assumed AL" prediction.
-- A2 (sglang PR 4716): Llama-3.3-70B-Instruct + yuhuili EAGLE3, H100 TP8, fp16, num_steps 8,
-  topk 8, num_draft_tokens 64, cuda-graph-max-bs 1 (batch 1), MT-Bench 80 questions: 88.61 ->
-  234.54 tok/s (2.65x), AL 5.88 (input). Levels 1 + 7 x 8 tokens, verify 64 tokens.
-- A6 (TensorRT-LLM PR 5146): Llama 3.3 70B BF16 + public EAGLE-3, TRT-LLM one-engine (PyTorch
-  backend, a chain), H200 TP8, concurrency 4: AL 1.83 with max_draft_len 4 (input), 1.26x
-  tokens/s per user. Drafter bf16 assumed. (The same PR's Llama 4 Maverick row is a mixture of
-  experts: not modelled.)
-- A7 (NVIDIA blog "TensorRT-LLM Speculative Decoding Boosts Inference Throughput by up to 3.6x"):
-  Llama 3.1 405B target with Llama 3.2 1B / 3.2 3B / 3.1 8B drafts, all FP8 weights + FP8 KV
-  (lm_head kept fp16, TRT-LLM's default exclusion), TP4 each, 4x H200, TRT-LLM v0.14: 33.46 ->
-  111.34 / 120.75 / 101.86 tok/s (3.33x / 3.61x / 3.04x). Not stated: batch (1 assumed), draft
-  length, acceptance. Assumed: i.i.d. acceptance alpha, AL(K) = (1 - alpha^(K+1)) / (1 - alpha)
-  (landscape.md §4.2), K the model's best in 1..10 (TRT-LLM's draft_target_model README: draft_len
-  "from 4 to 10 in common usage"). Printed: predictions at alpha 0.6 / 0.7 / 0.8 / 0.9 (the §4.2
-  grid) and the alpha the model needs.
-- A8 (NVIDIA blog "Boost Llama 3.3 70B Inference Throughput 3x with NVIDIA TensorRT-LLM Speculative
-  Decoding"): Llama 3.3 70B + "draft model", H200: 51.14 -> 181.74 tok/s (3.55x). Not stated in
-  landscape.md: draft, precision, TP, batch. Assumed: one H200, FP8 weights + FP8 KV (70B in bf16
-  does not leave room for a KV cache on one 141 GB H200; the printed baseline check tests this),
-  batch 1, a Llama 3.2 1B or 3B draft in FP8 (both shown), alpha / K as for A7.
-- A15 (SafeAILab/EAGLE issue 211): Qwen3-8B + community EAGLE-3, SGLang, 1x H200: 186 -> 365 tok/s
-  (1.96x). Not stated: dtype (bf16 assumed), batch (1), tree (SGLang defaults as for A1), AL
-  (the AL needed is printed).
+  158.34 -> 373.25 tok/s EAGLE-3 (2.36x), 244.10 EAGLE-2 (1.54x). Not stated: tree, AL, dtype (bf16,
+  the checkpoint's), batch (1: 158 tok/s is one stream). Assumed tree: the early-2025 server_args
+  defaults (num_steps 5, topk 8, 64 draft tokens; the numbers came with the EAGLE-3 integration,
+  sglang PR 4247). AL basis: sglang PR 4247's own measurement on the same model, framework and data
+  with num_steps 5, AL 4.68 (EAGLE-3); for EAGLE-2 that PR measured only num_steps 8 (AL 3.76, an
+  upper bound at 5 steps). These share model, framework and data with A1, so A1 is the weakest of
+  the three checks; the A5-based chain prediction (vLLM, K=3, AL 2.60) is printed beside it.
+  Its baseline is the pre-existing anchor of the decode scale (above).
+- A2 (sglang PR 4716): Llama-3.3-70B-Instruct fp16, H100 TP8, EAGLE-3 num_steps 8, topk 8, 64 draft
+  tokens, batch 1: 88.61 -> 234.54 tok/s (2.65x), AL 5.88 (input). The drafter's hidden size
+  differs from the target's (the PR) and is not stated: the target's is used.
+- A6 (TensorRT-LLM PR 5146): Llama 3.3 70B BF16 + public EAGLE-3, one-model (PyTorch backend),
+  H200 TP8, concurrency 4: AL 1.83 of at most 4 (input), 1.26x tokens/s per user. The PR's recipe:
+  max_draft_len 3 (a chain: 3 drafter levels, a 4-token verify), overlap scheduler off, CUDA graphs
+  for batch 1-4, dataset aa_gen_16k_1k (assumed: 16k-token prompts, 1k outputs, so a mean KV context
+  of 16.9k tokens).
+- PR 4247 rows (sglang PR 4247, Llama-3.1-8B-Instruct, MT-Bench, CUDA graphs; GPU not stated, H100
+  assumed as in A1; tree topk 8 / 64 tokens, the then-defaults): see the fit above.
+- PR 11398 (sglang PR 11398, a later SGLang, Oct 2025): Llama-3.1-8B fp16 + EAGLE-2 chain of 5 (topk
+  1, 6 draft tokens), main path AL 2.99 at 246.80 tok/s; GPU not stated (H100 assumed). Held out;
+  a newer SGLang (draft-extend CUDA graph since PR 6606) is expected to run faster than fitted.
+- A7/A8 draft-target rows: as before (alpha 0.8 assumed, the AL/alpha the model needs printed).
+- A15 (SafeAILab/EAGLE issue 211): Qwen3-8B + EAGLE-3, SGLang, 1x H200, 186 -> 365 tok/s: no tree
+  or AL stated: the AL the model needs is printed (its baseline is in the sensitivity refit).
+Model shapes: the models' Hugging Face config.json files (ARCH). Context: 512 tokens per sequence
+unless stated (MT-Bench-like prompts plus half an answer). vLLM's published EAGLE rows (vllm PR
+16937, issue 20780) are not used: the model has no vLLM framework entry, and they are left for
+held-out checks elsewhere.
 
-Not modelled (§4.1 rows without enough to model, or outside the presets): A5, A13, A14 (AL only,
-no timing), A9 (B200, MoE, n-gram), A10 (RTX 5880), A11/A17/A18 (A100; A11 is HF eager), A12/A19
-(no setup details), A16 (GPU not stated), A20 (no numbers).
-
-Summary table: its "predicted" column is the prediction at the reported AL (A2, A6), at A5's AL
-for A1 EAGLE-3, and at alpha = 0.8 for the draft-target rows (an assumption: the upper middle of
-the §4.2 grid, for a same-family draft); empty where nothing was assumed.
-
-Context (KV length per sequence, all rows): 512 tokens assumed (MT-Bench-like prompts plus about
-half of a 256-512 token answer); at batch 1-4 the KV read is < 2% of the weight bytes, so the
-result hardly depends on it.
+Outcome at this change (tests/tuning/test_eagle_cost.py pins it): 5 of 6 held-out rows within ±20%.
+A1 EAGLE-3 0.90 and EAGLE-2 0.99 pass (weak checks, see above); A2 1.196 passes by a hair and is
+fragile: under the decode-scale refit of the sensitivity check it misses (1.34), and its baseline is
+34% faster in the model than reported, so TP8 per-layer costs are under-modelled; A6 misses (1.35):
+the report implies a step of about 10.4 ms where the model has 7.7, consistent with the host time
+its recipe exposes by disabling the overlap scheduler, for which no published number was found.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from trtspec.tuning.cost import CostModel, ModelShape, StepTime, gpu_preset
+import numpy as np
+
+from trtspec.tuning.cost import CostModel, ModelShape, forward_terms, gpu_preset, with_framework
+from trtspec.upstream.trtllm import EAGLE3_ONE_MODEL_RECIPE_PR5146, SGLANG_EAGLE_DEFAULTS_2025
 
 CONTEXT = 512
-ALPHA_GRID = (0.6, 0.7, 0.8, 0.9)
-MAX_K = 10
-
 LLAMA_VOCAB = 128256
 ARCH = {  # layers, hidden, heads, kv heads, head size, MLP size, vocab
+    "Llama-2-7B": (32, 4096, 32, 32, 128, 11008, 32000),
     "Llama-3.1-8B": (32, 4096, 32, 8, 128, 14336, LLAMA_VOCAB),
     "Llama-3.2-1B": (16, 2048, 32, 8, 64, 8192, LLAMA_VOCAB),
     "Llama-3.2-3B": (28, 3072, 24, 8, 128, 8192, LLAMA_VOCAB),
@@ -122,182 +100,255 @@ def shape(name: str, role: str, precision: str, tp: int = 1) -> ModelShape:
                       **PRECISION[precision])
 
 
-def eagle1_head(base: str, precision: str, tp: int = 1) -> ModelShape:
-    L, H, nh, nkv, hd, inter, vocab = ARCH[base]
-    return ModelShape(name=f"EAGLE-1/2 head of {base}", role="eagle", num_layers=1, hidden_size=H, num_heads=nh,
-                      num_kv_heads=nkv, head_size=hd, intermediate_size=inter, vocab_size=vocab, tp=tp,
-                      extra_linear_params=2 * H * H, **PRECISION[precision])
-
-
-def eagle3_head(base: str, precision: str, tp: int = 1, draft_vocab: int = 32000) -> ModelShape:
-    L, H, nh, nkv, hd, inter, vocab = ARCH[base]
-    wider_qkv = H * (nh + 2 * nkv) * hd  # the first layer's attention reads [embedding, feature] = 2H
-    return ModelShape(name=f"EAGLE-3 head of {base}", role="eagle", num_layers=1, hidden_size=H, num_heads=nh,
-                      num_kv_heads=nkv, head_size=hd, intermediate_size=inter, vocab_size=draft_vocab, tp=tp,
-                      extra_linear_params=3 * H * H + wider_qkv, **PRECISION[precision])
+def eagle_head(base: str, precision: str, version: int, tp: int = 1) -> ModelShape:
+    """EAGLE-1/2: one Llama layer at the base's sizes, fc 2H -> H, the full-vocab lm_head. EAGLE-3: its
+    attention reads 2H ([embedding, feature]), fc 3H -> H, lm_head over the 32000-token draft vocab."""
+    s = shape(base, "eagle", precision, tp)
+    H = s.hidden_size
+    if version == 3:
+        wider_qkv = H * (s.num_heads + 2 * s.num_kv_heads) * s.head_size
+        return s.model_copy(update=dict(name=f"EAGLE-3 head of {base}", num_layers=1, vocab_size=32000,
+                                        extra_linear_params=3 * H * H + wider_qkv, fc_params=3 * H * H,
+                                        fc_first_level_only=True))
+    return s.model_copy(update=dict(name=f"EAGLE-1/2 head of {base}", num_layers=1,
+                                    extra_linear_params=2 * H * H, fc_params=2 * H * H))
 
 
 def sglang_tree(num_steps: int, topk: int, num_draft_tokens: int) -> tuple[list[int], int]:
-    """(drafter level sizes, tree nodes) of an SGLang EAGLE tree: step 0 drafts from the accepted
-    tokens (1 per sequence), each later step expands the topk kept candidates; the verify block is
-    num_draft_tokens tokens, the root (last verified token) included."""
+    """(drafter level sizes, tree nodes) of an SGLang EAGLE step: the draft-extend forward on the
+    accepted tokens (1 per sequence counted), num_steps - 1 forwards of topk tokens, then a verify of
+    num_draft_tokens tokens (the root included)."""
     return [1] + [topk] * (num_steps - 1), num_draft_tokens - 1
 
 
-def chain_al(alpha: float, k: int) -> float:
-    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+def chain(k: int) -> tuple[list[int], int]:
+    return [1] * k, k
 
 
-@dataclass
-class Row:
-    anchor: str
-    setup: str
+@dataclass(frozen=True)
+class Baseline:
+    name: str
     gpu: str
-    reported_base: float | None  # tok/s, None when only the speedup is reported
-    reported_spec: float  # tok/s, or the speedup when reported_base is None
-    lines: list[str] = field(default_factory=list)
-    predicted: float | None = None  # speedup at the reported (or an assumed) AL
-    basis: str = ""  # what `predicted` rests on
-    needed: str = ""  # the AL / alpha the model needs for the reported speedup
+    target: ModelShape
+    tok_s: float
 
 
-def baseline_line(batch: int, base: StepTime, reported: float | None) -> str:
-    model = batch / base.total_s
-    if reported is None:
-        return f"baseline: model {model:.1f} tok/s (not reported)"
-    return f"baseline: model {model:.1f} tok/s vs reported {reported:.2f} (model / reported {model / reported:.2f})"
+@dataclass(frozen=True)
+class Setup:
+    """One EAGLE result. reported: the speedup, or tokens/s when `base_tok_s` is None and `absolute`."""
+    row: str
+    what: str
+    gpu: str
+    framework: str
+    target: ModelShape
+    head: ModelShape
+    tree: tuple
+    al: float
+    basis: str
+    reported: float
+    batch: int = 1
+    context: int = CONTEXT
+    absolute: bool = False  # reported is tokens/s (no baseline in the source)
 
 
-def speedup(al: float, step: StepTime, base: StepTime) -> float:
-    return al * base.total_s / step.total_s
+L8 = shape("Llama-3.1-8B", "target", "bf16")
+BASELINE_REFIT = [
+    Baseline("A7", "h200", shape("Llama-3.1-405B", "target", "fp8", tp=4), 33.46),
+    Baseline("A8", "h200", shape("Llama-3.3-70B", "target", "fp8"), 51.14),
+    Baseline("A15", "h200", shape("Qwen3-8B", "target", "bf16"), 186.0),
+    Baseline("EAGLE PR 173", "h100", shape("Llama-2-7B", "target", "fp16"), 156.0),
+]
+BASELINE_CHECK = [
+    Baseline("A1", "h100", L8, 158.34),
+    Baseline("A2", "h100", shape("Llama-3.3-70B", "target", "fp16", tp=8), 88.61),
+]
+PR4247 = "sglang PR 4247"
+E3_8B, E2_8B = eagle_head("Llama-3.1-8B", "bf16", 3), eagle_head("Llama-3.1-8B", "bf16", 2)
+TREE_8_STEPS = sglang_tree(8, *SGLANG_EAGLE_DEFAULTS_2025[1:])  # num_steps 8, the then-default topk / tokens
+TREE_DEFAULT = sglang_tree(*SGLANG_EAGLE_DEFAULTS_2025)
+SGLANG_FIT = [
+    Setup("PR4247", "Llama-3.1-8B + EAGLE-3, SGLang 8/8/64", "h100", "sglang", L8, E3_8B, TREE_8_STEPS, 5.39,
+          f"{PR4247} AL 5.39", 378.57, absolute=True),
+    Setup("PR4247", "Llama-3.1-8B + EAGLE-2, SGLang 8/8/64", "h100", "sglang", L8, E2_8B, TREE_8_STEPS, 3.76,
+          f"{PR4247} AL 3.76", 230.08, absolute=True),
+]
+A2_TARGET = shape("Llama-3.3-70B", "target", "fp16", tp=8)
+A6_TARGET = shape("Llama-3.3-70B", "target", "bf16", tp=8)
+CHECKS = [
+    Setup("A1", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64", "h100", "sglang", L8, E3_8B, TREE_DEFAULT, 4.68,
+          f"AL 4.68 of {PR4247} num_steps 5", 373.25 / 158.34),
+    Setup("A1", "Llama-3.1-8B + EAGLE-2, SGLang 5/8/64", "h100", "sglang", L8, E2_8B, TREE_DEFAULT, 3.76,
+          f"AL 3.76 of {PR4247} num_steps 8 (upper bound)", 244.10 / 158.34),
+    Setup("A2", "Llama-3.3-70B fp16 TP8 + EAGLE-3, SGLang 8/8/64", "h100", "sglang", A2_TARGET,
+          eagle_head("Llama-3.3-70B", "fp16", 3, tp=8), TREE_8_STEPS, 5.88, "reported AL 5.88",
+          234.54 / 88.61),
+    Setup("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model", "h200", "trtllm", A6_TARGET,
+          eagle_head("Llama-3.3-70B", "bf16", 3, tp=8), chain(EAGLE3_ONE_MODEL_RECIPE_PR5146["max_draft_len"]),
+          1.83, "reported AL 1.83", 1.26, batch=4, context=16384 + 512),
+    Setup("PR4247", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64", "h100", "sglang", L8, E3_8B, TREE_DEFAULT, 4.68,
+          f"{PR4247} AL 4.68", 361.70, absolute=True),
+    Setup("PR11398", "Llama-3.1-8B fp16 + EAGLE-2 chain 5, SGLang (Oct 2025)", "h100", "sglang",
+          shape("Llama-3.1-8B", "target", "fp16"), eagle_head("Llama-3.1-8B", "fp16", 2), chain(5), 2.99,
+          "sglang PR 11398 AL 2.99", 246.80, absolute=True),
+]
+A1_A5_CHAIN = Setup("A1", "Llama-3.1-8B + EAGLE-3 as A5's chain K=3", "h100", "sglang", L8, E3_8B, chain(3), 2.60,
+                    "A5 (vLLM) chain K=3 AL 2.60", 373.25 / 158.34)
 
 
-def eagle_row(anchor, setup, gpu, target, head, batch, base_tps, spec_tps, levels, nodes, al=None,
-              assumed_al=None) -> Row:
-    cm = CostModel(gpu=gpu_preset(gpu), target=target, draft=head)
-    base = cm.baseline_step(batch, CONTEXT)
-    step = cm.eagle_step(batch, levels, nodes, CONTEXT)
-    row = Row(anchor, setup, gpu, base_tps, spec_tps)
-    reported = spec_tps / (base_tps or 1.0)
-    row.lines.append(baseline_line(batch, base, base_tps) + f"; speculative step {step.total_s * 1e3:.2f} ms = "
-                     f"drafter {step.draft_s * 1e3:.2f} + verify {step.target_s * 1e3:.2f} (levels {levels}, "
-                     f"{nodes} nodes)")
-    if al is not None:
-        pred = speedup(al, step, base)
-        row.lines.append(f"AL {al} (reported): predicted {pred:.2f}x vs reported {reported:.2f}x -> ratio "
-                         f"{pred / reported:.2f}")
-        row.predicted, row.basis = pred, f"reported AL {al}"
-        row.lines.append(f"speculative step / baseline step: model {step.total_s / base.total_s:.2f}, implied by "
-                         f"the report (AL / speedup) {al / reported:.2f}")
-    else:
-        need = reported * step.total_s / base.total_s
-        row.needed = f"AL {need:.2f}"
-        row.lines.append(f"AL not reported: the model needs AL {need:.2f} (at most {len(levels) + 1} with this "
-                         f"tree depth) to reach the reported {reported:.2f}x")
-        if assumed_al is not None:
-            al2, levels2, nodes2, why = assumed_al
-            step2 = cm.eagle_step(batch, levels2, nodes2, CONTEXT)
-            pred = speedup(al2, step2, base)
-            row.lines.append(f"assumed AL {al2} ({why}): predicted {pred:.2f}x vs reported {reported:.2f}x -> "
-                             f"ratio {pred / reported:.2f}")
-            row.predicted, row.basis = pred, f"assumed AL {al2} (A5)"
-    return row
+def decode_time(gpu, target: ModelShape, batch: int = 1, context: float = CONTEXT) -> float:
+    return CostModel(gpu=gpu, target=target).baseline_step(batch, context).total_s
 
 
-def best_k(cm: CostModel, alpha: float, batch: int) -> tuple[float, int]:
-    base = cm.baseline_step(batch, CONTEXT)
-    best = max((speedup(chain_al(alpha, k), cm.draft_target_step(batch, k, CONTEXT), base), k)
-               for k in range(1, MAX_K + 1))
-    return best
+def fit_decode_scale(rows: list[Baseline] = BASELINE_REFIT) -> tuple[float, float]:
+    """(bandwidth_efficiency, forward_overhead_s) minimising the relative error of the baselines'
+    step times. At batch 1 every row is memory-bound, so time = overhead + bytes/bandwidth x u + comm
+    is linear in (overhead, u = 1 / efficiency): weighted least squares."""
+    X, y = [], []
+    for r in rows:
+        g = gpu_preset(r.gpu)
+        nbytes, _ = forward_terms(r.target, 1, 1, CONTEXT)
+        comm = 2 * r.target.num_layers * g.allreduce_latency_s if r.target.tp > 1 else 0.0
+        t = 1.0 / r.tok_s
+        X.append([1.0 / t, nbytes / (g.hbm_bandwidth_gbs * 1e9) / t])
+        y.append((t - comm) / t)
+    overhead, u = np.linalg.lstsq(np.array(X), np.array(y), rcond=None)[0]
+    return float(1.0 / u), float(overhead)
 
 
-def draft_target_row(anchor, setup, gpu, target, draft, batch, base_tps, spec_tps) -> Row:
-    cm = CostModel(gpu=gpu_preset(gpu), target=target, draft=draft)
-    base = cm.baseline_step(batch, CONTEXT)
-    d1 = cm.draft_target_step(batch, 1, CONTEXT)
-    row = Row(anchor, setup, gpu, base_tps, spec_tps)
-    reported = spec_tps / base_tps
-    row.lines.append(baseline_line(batch, base, base_tps) + f"; draft forward / target forward c = "
-                     f"{d1.draft_s / base.total_s:.3f}")
-    grid = []
-    for a in ALPHA_GRID:
-        s, k = best_k(cm, a, batch)
-        grid.append(f"alpha {a}: {s:.2f}x (K={k}, AL {chain_al(a, k):.2f}, ratio {s / reported:.2f})")
-        if a == 0.8:
-            row.predicted, row.basis = s, f"assumed alpha 0.8 (K={k})"
-    row.lines.append("AL not reported; predicted at the best K <= 10: " + "; ".join(grid))
-    lo, hi = 0.0, 0.9999
-    if best_k(cm, hi, batch)[0] < reported:
-        row.lines.append(f"no alpha < 1 reaches the reported {reported:.2f}x (at most "
-                         f"{best_k(cm, hi, batch)[0]:.2f}x)")
-    else:
-        for _ in range(60):
+def row_gpu(name: str, framework: str, update: dict | None = None):
+    return with_framework(gpu_preset(name), framework).model_copy(update=update or {})
+
+
+def step_time(s: Setup, gpu) -> float:
+    levels, nodes = s.tree
+    return CostModel(gpu=gpu, target=s.target, draft=s.head).eagle_step(s.batch, levels, nodes, s.context).total_s
+
+
+def fit_sglang_overhead(rows: list[Setup] = SGLANG_FIT, update: dict | None = None) -> float:
+    """SGLang's eagle_step_overhead_s: the constant c minimising sum(((model + c) - y) / y)^2 over the
+    rows' step times y = AL x batch / tokens/s."""
+    y = np.array([s.al * s.batch / s.reported for s in rows])
+    zero = {**(update or {}), "eagle_step_overhead_s": 0.0}
+    model = np.array([step_time(s, row_gpu(s.gpu, s.framework, zero)) for s in rows])
+    return float(np.sum((y - model) / y ** 2) / np.sum(1 / y ** 2))
+
+
+def predict(s: Setup, update: dict | None = None) -> float:
+    """The model's speedup (or tokens/s for an absolute row) at the row's AL; `update`: GPU fields
+    replaced (the sensitivity check)."""
+    gpu = row_gpu(s.gpu, s.framework, update)
+    step = step_time(s, gpu)
+    if s.absolute:
+        return s.al * s.batch / step
+    return s.al * decode_time(gpu, s.target, s.batch, s.context) / step
+
+
+def needed_al(s: Setup) -> float:
+    gpu = row_gpu(s.gpu, s.framework)
+    return s.reported * step_time(s, gpu) / decode_time(gpu, s.target, s.batch, s.context)
+
+
+def draft_target_lines() -> list[str]:
+    """A7/A8 (draft-target, no AL stated): the speedup at alpha 0.8 and the alpha the model needs."""
+    out = []
+    t405, t70 = shape("Llama-3.1-405B", "target", "fp8", tp=4), shape("Llama-3.3-70B", "target", "fp8")
+    rows = [("A7", t405, shape(d, "draft", "fp8", tp=4), tps, d) for d, tps in
+            (("Llama-3.2-1B", 111.34), ("Llama-3.2-3B", 120.75), ("Llama-3.1-8B", 101.86))]
+    rows += [("A8", t70, shape(d, "draft", "fp8"), 181.74, d) for d in ("Llama-3.2-1B", "Llama-3.2-3B")]
+    for row, target, draft, tps, dname in rows:
+        base_tps = 33.46 if row == "A7" else 51.14
+        cm = CostModel(gpu=gpu_preset("h200"), target=target, draft=draft)
+        base = cm.baseline_step(1, CONTEXT).total_s
+
+        def best(a):
+            return max((1 - a ** (k + 1)) / (1 - a) * base / cm.draft_target_step(1, k, CONTEXT).total_s
+                       for k in range(1, 11))
+        lo, hi = 0.0, 0.9999
+        for _ in range(50):
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if best_k(cm, mid, batch)[0] < reported else (lo, mid)
-        s, k = best_k(cm, hi, batch)
-        row.needed = f"alpha {hi:.3f} (AL {chain_al(hi, k):.2f}, K={k})"
-        row.lines.append(f"the model needs alpha {hi:.3f} (K={k}, AL {chain_al(hi, k):.2f}) to reach the reported "
-                         f"{reported:.2f}x")
-    return row
+            lo, hi = (mid, hi) if best(mid) < tps / base_tps else (lo, mid)
+        out.append(f"{row} + {dname} draft: reported {tps / base_tps:.2f}x; at alpha 0.8 (assumed) the model "
+                   f"gives {best(0.8):.2f}x (ratio {best(0.8) / (tps / base_tps):.2f}); it needs alpha {hi:.3f}")
+    return out
 
 
-def gpu_line(name: str) -> str:
-    g = gpu_preset(name)
-    return (f"{name}: {g.name}; HBM {g.hbm_bandwidth_gbs:.0f} GB/s x efficiency {g.bandwidth_efficiency}; dense "
-            f"TFLOPS fp16/bf16 {g.peak_tflops_fp16}, fp8 {g.peak_tflops_fp8} x efficiency {g.compute_efficiency}; "
-            f"forward overhead {g.forward_overhead_s * 1e3:.2f} ms, EAGLE level overhead "
-            f"{g.eagle_level_overhead_s * 1e6:.0f} us, all-reduce {g.allreduce_latency_s * 1e6:.0f} us, "
-            f"max(memory, compute): {g.memory_compute_overlap}")
+def sensitivity() -> list[str]:
+    """The decode scale refitted to BASELINE_REFIT (SGLang's step overhead refitted under it): what it
+    would do to A1's baseline and to the A1/A2/A6 ratios."""
+    bw, overhead = fit_decode_scale()
+    scale = {"bandwidth_efficiency": bw, "forward_overhead_s": overhead}
+    sgl = fit_sglang_overhead(update=scale)
+    a1 = 1 / decode_time(gpu_preset("h100").model_copy(update=scale), L8) / BASELINE_CHECK[0].tok_s
+    ratios = []
+    for s in CHECKS:
+        if s.row in ("A1", "A2", "A6"):
+            upd = {**scale, "eagle_step_overhead_s": sgl} if s.framework == "sglang" else scale
+            ratios.append(f"{s.row} {predict(s, upd) / s.reported:.2f}")
+    return [f"decode scale refitted to the baselines of {', '.join(b.name for b in BASELINE_REFIT)}: "
+            f"bandwidth_efficiency {bw:.3f}, forward_overhead_s {overhead * 1e3:.2f} ms (not adopted);",
+            f"  it puts A1's baseline at {a1:.2f} of the reported; SGLang's step overhead refits to "
+            f"{sgl * 1e3:.2f} ms; predicted / reported: " + ", ".join(ratios)]
+
+
+def print_eagle_rows() -> list[tuple[Setup, float]]:
+    """The EAGLE table; returns the held-out rows with their ratios."""
+    print(f"{'row':<8} {'setup':<57} {'GPU':<4} {'reported':>9} {'predicted':>9} {'ratio':>6}  role; basis")
+    held = []
+    for s in SGLANG_FIT + CHECKS:
+        pred = predict(s)
+        unit = "t" if s.absolute else "x"
+        role = "fitted" if s in SGLANG_FIT else "held out"
+        if s not in SGLANG_FIT:
+            held.append((s, pred / s.reported))
+        print(f"{s.row:<8} {s.what:<57} {s.gpu.upper():<4} {s.reported:>8.2f}{unit} {pred:>8.2f}{unit} "
+              f"{pred / s.reported:>6.2f}  {role}; {s.basis}")
+    for s, r in held:
+        if abs(r - 1) > 0.20 and not s.absolute:
+            gpu = row_gpu(s.gpu, s.framework)
+            implied = s.al * decode_time(gpu, s.target, s.batch, s.context) / s.reported
+            print(f"  {s.row} misses: the model's step is {step_time(s, gpu) * 1e3:.2f} ms, the report implies "
+                  f"{implied * 1e3:.2f} ms (AL x the model's baseline step / the reported speedup)")
+    a5 = predict(A1_A5_CHAIN)
+    print(f"  A1 EAGLE-3 on A5's basis instead (a K=3 chain at AL 2.60): {a5:.2f}x, "
+          f"ratio {a5 / A1_A5_CHAIN.reported:.2f}")
+    a15 = Setup("A15", "", "h200", "sglang", shape("Qwen3-8B", "target", "bf16"), eagle_head("Qwen3-8B", "bf16", 3),
+                TREE_DEFAULT, 0.0, "", 365.0 / 186.0)
+    print(f"  A15 (no AL stated): with SGLang's 5/8/64 tree the model needs AL {needed_al(a15):.2f} for the "
+          f"reported {a15.reported:.2f}x")
+    return held
 
 
 def main() -> int:
-    print("Analytic cost model (trtspec.tuning.cost, unfitted presets) vs published speedups (landscape.md §4.1)")
-    for g in ("h100", "h200"):
-        print("  " + gpu_line(g))
-    print(f"  KV context {CONTEXT} tokens per sequence (assumed); see the docstring for every source and assumption")
-    rows = []
-    l8 = shape("Llama-3.1-8B", "target", "bf16")
-    levels, nodes = sglang_tree(5, 4, 8)
-    rows.append(eagle_row("A1", "Llama-3.1-8B-Instruct bf16 + EAGLE-3, SGLang, bs 1 (tree: SGLang defaults 5/4/8)",
-                          "h100", l8, eagle3_head("Llama-3.1-8B", "bf16"), 1, 158.34, 373.25, levels, nodes,
-                          assumed_al=(2.60, [1, 1, 1], 3, "A5's EAGLE-3 chain K=3 on the same model and data, "
-                                      "modelled as that chain")))
-    rows.append(eagle_row("A1", "Llama-3.1-8B-Instruct bf16 + EAGLE-2, SGLang, bs 1 (tree: SGLang defaults 5/4/8)",
-                          "h100", l8, eagle1_head("Llama-3.1-8B", "bf16"), 1, 158.34, 244.10, levels, nodes))
-    levels, nodes = sglang_tree(8, 8, 64)
-    rows.append(eagle_row("A2", "Llama-3.3-70B-Instruct fp16 TP8 + EAGLE-3, SGLang 8/8/64, bs 1", "h100",
-                          shape("Llama-3.3-70B", "target", "fp16", tp=8), eagle3_head("Llama-3.3-70B", "fp16", tp=8),
-                          1, 88.61, 234.54, levels, nodes, al=5.88))
-    rows.append(eagle_row("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain of 4, TRT-LLM one-engine, conc 4",
-                          "h200", shape("Llama-3.3-70B", "target", "bf16", tp=8),
-                          eagle3_head("Llama-3.3-70B", "bf16", tp=8), 4, None, 1.26, [1, 1, 1, 1], 4, al=1.83))
-    t405 = shape("Llama-3.1-405B", "target", "fp8", tp=4)
-    for draft, tps in (("Llama-3.2-1B", 111.34), ("Llama-3.2-3B", 120.75), ("Llama-3.1-8B", 101.86)):
-        rows.append(draft_target_row("A7", f"Llama-3.1-405B fp8 TP4 + {draft} fp8 TP4 draft, TRT-LLM, bs 1", "h200",
-                                     t405, shape(draft, "draft", "fp8", tp=4), 1, 33.46, tps))
-    t70 = shape("Llama-3.3-70B", "target", "fp8")
-    for draft in ("Llama-3.2-1B", "Llama-3.2-3B"):
-        rows.append(draft_target_row("A8", f"Llama-3.3-70B fp8 + {draft} fp8 draft (assumed), TRT-LLM, 1 GPU, bs 1",
-                                     "h200", t70, shape(draft, "draft", "fp8"), 1, 51.14, 181.74))
-    levels, nodes = sglang_tree(5, 4, 8)
-    rows.append(eagle_row("A15", "Qwen3-8B bf16 + EAGLE-3, SGLang, bs 1 (tree: SGLang defaults 5/4/8)", "h200",
-                          shape("Qwen3-8B", "target", "bf16"), eagle3_head("Qwen3-8B", "bf16"), 1, 186.0, 365.0,
-                          levels, nodes))
-    for r in rows:
-        rep = r.reported_spec / (r.reported_base or 1.0)
-        base = "" if r.reported_base is None else f"{r.reported_base:g} -> {r.reported_spec:g} tok/s, "
-        print(f"\n[{r.anchor}] {r.setup} on {r.gpu.upper()}: reported {base}{rep:.2f}x")
-        for line in r.lines:
-            print("    " + line)
-    print("\nsummary (predicted / reported speedup; 'needs': the AL or alpha at which the model matches the report)")
-    print(f"{'row':<4} {'setup':<52} {'GPU':<4} {'reported':>8} {'predicted':>9} {'ratio':>6}  basis; needs")
-    for r in rows:
-        rep = r.reported_spec / (r.reported_base or 1.0)
-        pred = f"{r.predicted:.2f}x" if r.predicted is not None else "-"
-        ratio = f"{r.predicted / rep:.2f}" if r.predicted is not None else "-"
-        notes = "; ".join(x for x in (r.basis, f"needs {r.needed}" if r.needed else "") if x)
-        name = r.setup.split(",")[0]
-        print(f"{r.anchor:<4} {name:<52} {r.gpu.upper():<4} {rep:>7.2f}x {pred:>9} {ratio:>6}  {notes}")
+    sgl = fit_sglang_overhead()
+    g = gpu_preset("h100")
+    print("Analytic cost model (trtspec.tuning.cost) vs published speculative-decoding results")
+    print(f"fitted: SGLang eagle_step_overhead_s {sgl * 1e3:.3f} ms <- {PR4247} num_steps-8 EAGLE-3 and EAGLE-2 "
+          f"step times (gpus.py holds {with_framework(g, 'sglang').eagle_step_overhead_s * 1e3:.3f} ms)")
+    print(f"kept: bandwidth_efficiency {g.bandwidth_efficiency}, forward_overhead_s "
+          f"{g.forward_overhead_s * 1e3:.2f} ms "
+          f"(the pre-existing decode scale, anchored on A1's baseline); derived: kernel latency "
+          f"{g.kernel_latency_s * 1e6:.1f} us, EAGLE level overhead trtllm {g.eagle_level_overhead_s * 1e6:.1f} us / "
+          f"sglang {with_framework(g, 'sglang').eagle_level_overhead_s * 1e6:.1f} us, "
+          f"{g.tree_verify_kernels} verify kernels, all-reduce {g.allreduce_latency_s * 1e6:.0f} us")
+    print("\nbaselines (plain decode, batch 1): model / reported tokens/s")
+    for b in BASELINE_CHECK + BASELINE_REFIT:
+        model = 1 / decode_time(gpu_preset(b.gpu), b.target)
+        note = "the decode scale's anchor" if b.name == "A1" else "check"
+        print(f"  {b.name:<13} {b.gpu.upper()} {b.target.name:<22} model {model:7.1f}  reported {b.tok_s:7.2f}  "
+              f"ratio {model / b.tok_s:.2f}  ({note})")
+    print("\nEAGLE rows: predicted / reported (x: speedup; t: tokens/s, where the source gives no baseline)")
+    held = print_eagle_rows()
+    print("\ndraft-target rows (AL not stated; unchanged assumptions):")
+    for line in draft_target_lines():
+        print("  " + line)
+    print("\nsensitivity:")
+    for line in sensitivity():
+        print("  " + line)
+    within = [s for s, r in held if abs(r - 1) <= 0.20]
+    print(f"\nheld-out EAGLE rows within ±20%: {len(within)} of {len(held)}")
+    verdict = [f"{s.row} {s.what.split(',')[0].split(' + ')[-1]} {'pass' if abs(r - 1) <= 0.20 else 'MISS'} ({r:.3f})"
+               for s, r in held if s.row in ("A1", "A2", "A6")]
+    print("A1/A2/A6: " + "; ".join(verdict))
     return 0
 
 

@@ -30,6 +30,30 @@ the sum has about half the error of the max (11% vs 24% rms), and unlike the max
 predict that verifying K + 1 tokens costs no more than 1 token, which made the tuner pick
 speculation where greedy was faster (scripts/bench_tuning_quality.py).
 
+A speculative EAGLE step (CostModel.eagle_step) is more than its forwards (issue #16 item 4; the
+numbers are trtspec.tuning.gpus FRAMEWORKS, each with its source there):
+
+    step = sum over drafter levels of level(tokens of the level) + verify(1 + nodes) + eagle_step_overhead_s
+    level = forward_time(drafter)                    its eagle_level_overhead_s = kernels of a level
+                                                     (layer 9 + head 5 + token selection 4 or 8) x kernel_latency_s
+            + logits_passes x batch x tokens x draft vocab x 4 bytes / bandwidth   (softmax, top-k of
+              the fp32 logits: EAGLE-3's 32k draft vocabulary, EAGLE-1/2's full one)
+            + allreduce_latency_s                    (tp > 1: the vocab-sharded lm_head's all-gather;
+                                                      forward_time already has 2 all-reduces per layer)
+            + fc bytes x (1 - 1/tp) / bandwidth      (eagle_fc_replicated: SGLang reads the whole fc per rank)
+            EAGLE-3's fc only on the first level (ModelShape.fc_first_level_only, where the GPU's
+            eagle3_fc_first_level_only says the framework runs it so), EAGLE-1/2's on every one
+    verify = forward_time(target, 1 + nodes) + tree_verify_kernels x kernel_latency_s
+             (the spec-dec mask, the acceptance walk, KV rewind; the tree's attention itself is the
+             plain forward's: its FLOPs grow with the tokens and it reads the KV cache once per
+             sequence, XQA spec-dec in TRT-LLM and flashinfer's custom-mask kernel in SGLang)
+
+eagle_step_overhead_s is the host time a framework does not hide (SGLang: fitted, see gpus.py).
+forward_time itself is unchanged, so trtspec.tuning.fit fits a measured cost table as before, and
+the "cpu" preset (all these extras zero) prices every step exactly as before. The draft-target
+path (draft_target_step with a draft model) is priced as before: two engines, whose per-step host
+work sits in each forward's forward_overhead_s.
+
 Quantization (trtllm.md §3): bytes per linear weight fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8
 SmoothQuant, W8A16) 1, INT4 (W4A16, AWQ/GPTQ) 0.5 + one model-dtype scale per `group_size`
 weights; the GEMMs run in FP8 (FP8, W4A8_AWQ), INT8 (W8A8_SQ_*) or the model dtype (weight-only).
@@ -50,7 +74,7 @@ from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..upstream import trtllm
-from .gpus import PRESETS, ComputeDtype, GpuSpec, gpu_preset  # noqa: F401  (re-exported: the cost model's GPUs)
+from .gpus import FRAMEWORKS, PRESETS, ComputeDtype, GpuSpec, gpu_preset, with_framework  # noqa: F401  (re-exported)
 
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 DTYPE_COMPUTE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -70,6 +94,11 @@ class ModelShape(BaseModel):
     intermediate_size: int
     vocab_size: int
     extra_linear_params: int = Field(0, description="linear weights outside the layers (EAGLE fc: 2H x H)")
+    fc_params: int = Field(0, description="of extra_linear_params, the EAGLE fc's (EAGLE-1/2 2H x H, EAGLE-3 "
+                           "aux layers x H x H): what a framework that replicates fc reads on every TP rank")
+    fc_first_level_only: bool = Field(False, description="EAGLE-3: fc fuses the target's hidden states on the "
+                                      "first drafter pass only (later levels feed back the drafter's own H-wide "
+                                      "state: upstream.trtllm EAGLE3_FC_FIRST_PASS); EAGLE-1/2 apply fc every level")
     weight_bytes: float = Field(description="bytes per weight of the quantized linear layers")
     lm_head_bytes: float = Field(description="bytes per lm_head weight")
     kv_bytes: float = Field(description="bytes per cached K or V element")
@@ -141,7 +170,7 @@ def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> Mod
     return ModelShape(name=name, role=role, num_layers=spec.num_layers, hidden_size=spec.hidden_size,
                       num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
                       intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
-                      extra_linear_params=extra, tp=tp, **qb)
+                      extra_linear_params=extra, fc_params=extra, tp=tp, **qb)
 
 
 def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> ModelShape:
@@ -154,7 +183,8 @@ def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> Model
     shape = shape_from_spec(spec, {"dtype": target_config.get("dtype", "float16")}, "eagle", name, where)
     H = spec.hidden_size
     extra = len(head.aux_layers) * H * H + H * (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_size
-    return shape.model_copy(update={"extra_linear_params": extra})
+    return shape.model_copy(update={"extra_linear_params": extra, "fc_params": len(head.aux_layers) * H * H,
+                                    "fc_first_level_only": True})
 
 
 def shapes_from_checkpoint(ckpt_dir: Path, role: str = "target") -> dict[str, ModelShape]:
@@ -191,14 +221,39 @@ def forward_time(gpu: GpuSpec, m: ModelShape, batch: int, num_tokens: int, conte
     return overhead + busy + comm
 
 
+def drafter_level_time(gpu: GpuSpec, d: ModelShape, batch: int, num_tokens: int, context: float,
+                       first: bool = True) -> float:
+    """Seconds for one EAGLE drafter level of `num_tokens` tokens per sequence (the module docstring);
+    `first`: the level that takes the target's hidden states (the only one with fc for EAGLE-3)."""
+    with_fc = first or not (d.fc_first_level_only and gpu.eagle3_fc_first_level_only)
+    if not with_fc:
+        d = d.model_copy(update={"extra_linear_params": d.extra_linear_params - d.fc_params, "fc_params": 0})
+    nbytes = gpu.logits_passes * batch * num_tokens * d.vocab_size * 4.0
+    gather = 0.0
+    if d.tp > 1:
+        gather = gpu.allreduce_latency_s
+        if gpu.eagle_fc_replicated:
+            nbytes += d.fc_params * d.weight_bytes * (1 - 1 / d.tp)
+    return forward_time(gpu, d, batch, num_tokens, context) + gather + nbytes / (
+        gpu.hbm_bandwidth_gbs * 1e9 * gpu.bandwidth_efficiency)
+
+
+def verify_time(gpu: GpuSpec, target: ModelShape, batch: int, num_nodes: int, context: float) -> float:
+    """Seconds for a speculative verify of root + num_nodes tokens per sequence: the plain forward of
+    as many tokens plus the spec-dec kernels around it (the module docstring)."""
+    return forward_time(gpu, target, batch, num_nodes + 1, context) + gpu.tree_verify_kernels * gpu.kernel_latency_s
+
+
 class StepTime(BaseModel):
-    """One speculative step: the draft/drafter part, the target verify, and their sum."""
+    """One speculative step: the draft/drafter part, the target verify, the framework's host time
+    per speculative step (EAGLE), and their sum."""
     draft_s: float
     target_s: float
+    overhead_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.draft_s + self.target_s
+        return self.draft_s + self.target_s + self.overhead_s
 
 
 class CostModel(BaseModel):
@@ -222,24 +277,28 @@ class CostModel(BaseModel):
         """K draft tokens: K draft-model forwards of one token each (the first also catches up on
         the previous step's 1-2 committed tokens, counted as one), then one target verify of K + 1
         tokens (TRT-LLM draft_tokens_external; trtspec/runtime/draft_target.py does the same). An
-        EAGLE-3 head (role eagle, shape_from_eagle3) drafts its chain the same way: K head forwards.
+        EAGLE-3 head (role eagle, shape_from_eagle3) drafts a chain of K levels: eagle_step([1] * K, K).
         host_draft: the drafts come from the host at no GPU time (n-gram lookup), so the step is the
         verify alone, always K + 1 tokens (upstream pads short drafts to K: upstream.trtllm NGRAM)."""
         if k == 0:
             return self.baseline_step(batch, context)
         if host_draft:
-            draft_s = 0.0
-        else:
-            d = self.draft if self.draft is not None and self.draft.role == "eagle" else self._need_draft("draft")
-            draft_s = k * forward_time(self.gpu, d, batch, 1, context)
+            return StepTime(draft_s=0.0, target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
+        if self.draft is not None and self.draft.role == "eagle":
+            return self.eagle_step(batch, [1] * k, k, context)
+        draft_s = k * forward_time(self.gpu, self._need_draft("draft"), batch, 1, context)
         return StepTime(draft_s=draft_s, target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
 
     def eagle_step(self, batch: int, level_sizes: list[int], num_nodes: int, context: float) -> StepTime:
         """An EAGLE-1 tree step: drafter level 0 on the accepted tokens (counted as one token per
         sequence), then level d on the non-leaf nodes of depth d (level_sizes[d]), then one target
-        verify of root + num_nodes tokens under the tree mask. num_nodes = 0: no speculation."""
+        verify of root + num_nodes tokens under the tree mask, plus the framework's host time per
+        step (drafter_level_time, verify_time, GpuSpec.eagle_step_overhead_s). A chain is the tree
+        of one node per level. num_nodes = 0: no speculation."""
         if num_nodes == 0:
             return self.baseline_step(batch, context)
         d = self._need_draft("eagle")
-        draft = sum(forward_time(self.gpu, d, batch, max(1, n), context) for n in level_sizes)
-        return StepTime(draft_s=draft, target_s=forward_time(self.gpu, self.target, batch, num_nodes + 1, context))
+        draft = sum(drafter_level_time(self.gpu, d, batch, max(1, n), context, first=i == 0)
+                    for i, n in enumerate(level_sizes))
+        return StepTime(draft_s=draft, target_s=verify_time(self.gpu, self.target, batch, num_nodes, context),
+                        overhead_s=self.gpu.eagle_step_overhead_s)

@@ -272,3 +272,32 @@ EAGLE3_TREE = False  # "currently Eagle3 only supports linear tree" / "static tr
 # differently only where x / s lies within a float32 ulp of an FP8 rounding boundary.
 # cuBLASLt's FP8 GEMM behind torch._scaled_mm wants both dims of the weight divisible by 16 and the
 # second operand column-major (torch's own checks, not TRT-LLM's); FP8 tensor cores exist from SM 8.9.
+
+# --- Speculative step costs: what the cost model's EAGLE terms rest on (#16 item 4) -----------------
+# (trtspec/tuning/cost.py, trtspec/tuning/gpus.py FRAMEWORKS, scripts/bench_published_setups.py.)
+# EAGLE-3 fc on the first draft pass only: see "apply_eagle3_fc" in the block above (TensorRT-LLM
+# _torch/models/modeling_speculative.py: "run a matmul to reduce the dimensionality of the hidden
+# states on the first pass through the draft model"). The cost model reads fc on level 0 only.
+EAGLE3_FC_FIRST_PASS = True
+# One-model EAGLE-3 (TensorRT-LLM PR 5146, "Pytorch path add spec dec param to attention op", the
+# recipe behind landscape.md A6): speculative_config {decoding_type: Eagle, max_draft_len: 3,
+# eagle3_one_model: true}, cuda_graph_config batch sizes [1, 2, 3, 4], disable_overlap_scheduler:
+# true ("seeing accuracy drop if false"), trtllm-bench --max_batch_size 4, dataset aa_gen_16k_1k.
+# The drafting loop runs inside the target's forward (and CUDA graph): no separate launch per level.
+EAGLE3_ONE_MODEL_RECIPE_PR5146 = {"max_draft_len": 3, "disable_overlap_scheduler": True,
+                                  "cuda_graph_batch_sizes": (1, 2, 3, 4)}
+# The PyTorch backend's overlap scheduler (docs: torch/features/overlap_scheduler) runs step n's CPU
+# work (stop criteria, responses, scheduling the next batch) while the GPU runs step n + 1; "Enabled
+# by default". With it disabled (A6's speculative run) that host time is exposed in every step.
+OVERLAP_SCHEDULER_DEFAULT = True
+# SGLang (not TensorRT-LLM, but the other framework the published rows ran on; kept here with the
+# other upstream step facts). server_args.py of early 2025: speculative_num_steps 5,
+# speculative_eagle_topk 8, speculative_num_draft_tokens 64, and for EAGLE "the radix cache, chunked
+# prefill, and overlap scheduler are disabled". sglang PR 4716 (EAGLE-3 for Llama-3.3-70B): "It may
+# be worth to shard self.fc, as currently it doesn't get the benefits of TP" (fc replicated per rank).
+# EAGLEWorker (speculative/eagle_worker.py, and PR 21599's walk-through): draft (multi-step, one CUDA
+# graph), verify (target, tree mask), forward_draft_extend_after_decode (drafter on the accepted
+# tokens), each its own replay, with the accepted lengths read on the host in between.
+SGLANG_EAGLE_DEFAULTS_2025 = (5, 8, 64)  # (num_steps, topk, num_draft_tokens)
+SGLANG_EAGLE_OVERLAP_SCHEDULER = False
+SGLANG_EAGLE3_FC_SHARDED = False
