@@ -60,6 +60,7 @@ class RepoRequest:
     draft_engines: Path | None = None
     ckpt: Path | None = None
     draft_ckpt: Path | None = None
+    draft_heads: dict[str, Path] | None = None  # more EAGLE-3 heads by drafter name (tuning.choice.drafters)
     tokenizer: Path | None = None
     max_batch_size: int | None = _D.max_batch_size  # defaults: TritonOptions (the flags and the recipe's)
     instances: int = _D.instances

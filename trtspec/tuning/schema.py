@@ -260,7 +260,8 @@ class BandChoice(BaseModel):
     """The setting served to one workload at one concurrency (batch) band, and its prediction."""
     concurrency: int
     speculate: bool
-    drafter: Literal["ngram"] | None = Field(None, exclude_if=lambda v: v is None)  # who drafts (None: the mode's model)
+    # who drafts: None the mode's model, "ngram", or another EAGLE-3 head's name in choice.drafters (choose.py)
+    drafter: str | None = Field(None, exclude_if=lambda v: v is None)
     draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation); ngram: K
     max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n (None when off)
     eagle_choices: list[list[int]] | None = None  # eagle: the served tree (None = no speculation)
@@ -323,6 +324,7 @@ class OfferedDrafter(BaseModel):
     profile: dict  # {"path", "sha256"} of the profile it was tuned from
     memory_gib: float  # what serving it adds (trtspec/tuning/choose.py)
     served: bool  # some workload x band routes to it
+    head: str | None = Field(None, exclude_if=lambda v: v is None)  # an EAGLE-3 drafter's head directory
 
 
 class DrafterChoice(BaseModel):
