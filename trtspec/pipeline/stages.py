@@ -181,7 +181,9 @@ def run_train(ctx: Ctx) -> str:
 
 
 def heldout_note(head: Path) -> str:
-    """`, held-out AL(3) 1.23` from the head's training.json (its last measurement)."""
+    """`, held-out AL(3) 1.23` from the head's training.json (its last measurement), if it has one."""
+    if not (head / "training.json").is_file():
+        return ""
     history = read_json(head / "training.json", "training summary").get("history", [])
     al = next((h["al"] for h in reversed(history) if h.get("al")), {})
     return "".join(f", held-out AL({k}) {v:.2f}" for k, v in list(al.items())[-1:] if v is not None)
