@@ -28,7 +28,7 @@ from ..checkpoints.derive import truncate_layers
 from ..checkpoints.options import ConvertOptions
 from ..checkpoints.stage import convert
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, read_json, write_text_atomic
+from ..fsutil import atomic_dir, write_text_atomic
 from ..perf.options import PerfSettings
 from ..perf.report import write_report
 from ..perf.runner import PerfOptions, run_perf as perf
@@ -43,6 +43,7 @@ from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, write_plots
 from ..tuning.schema import dump_json
 from ..tuning.tune import tune_drafters
+from .train_stage import train_heads
 
 
 @dataclass
@@ -149,44 +150,10 @@ def missing_inputs(recipe: Recipe) -> list[str]:
 def run_derive(ctx: Ctx) -> str:
     """The draft made from the target: its first layers, or trained EAGLE-3 head(s) (run_train)."""
     if ctx.recipe.draft.train is not None:
-        return run_train(ctx)
+        return train_heads(ctx.recipe, target_hf(ctx), ctx.paths, ctx.console, ctx.log)
     n = ctx.recipe.draft.derive.layers
     truncate_layers(target_hf(ctx), ctx.paths.hf_draft, n, overwrite=True)
     return f"first {n} layers of the target"
-
-
-def run_train(ctx: Ctx) -> str:
-    """Each head of draft.train trained into the cache (drafts.cache: keyed by its inputs, so another
-    output directory or a re-run reuses it) and copied under OUT, where the later stages read it as
-    they read a given `draft.eagle3` head."""
-    from ..drafts.cache import cached_head
-
-    r, notes, copies = ctx.recipe, [], {}
-    for name, entries in r.trained_heads().items():
-        ctx.log(f"{name}: EAGLE-3 head on {entries}")
-        cached, trained = cached_head(target_hf(ctx), r.draft.train.head_options(entries, r.threads), ctx.console)
-        copies[name] = cached
-        notes.append(f"{name} {'trained' if trained else 'from the cache'}{heldout_note(cached)}")
-    for name, cached in copies.items():
-        if name == "eagle3":
-            with atomic_dir(ctx.paths.head, overwrite=True) as tmp:
-                shutil.copytree(cached, tmp, dirs_exist_ok=True)
-    remove_output(ctx.paths.heads)
-    if len(copies) > 1:
-        with atomic_dir(ctx.paths.heads, overwrite=True) as tmp:
-            for name, cached in copies.items():
-                if name != "eagle3":
-                    shutil.copytree(cached, tmp / ctx.paths.head_dir(name).name)
-    return "; ".join(notes)
-
-
-def heldout_note(head: Path) -> str:
-    """`, held-out AL(3) 1.23` from the head's training.json (its last measurement), if it has one."""
-    if not (head / "training.json").is_file():
-        return ""
-    history = read_json(head / "training.json", "training summary").get("history", [])
-    al = next((h["al"] for h in reversed(history) if h.get("al")), {})
-    return "".join(f", held-out AL({k}) {v:.2f}" for k, v in list(al.items())[-1:] if v is not None)
 
 
 def run_convert(ctx: Ctx) -> str:
