@@ -199,7 +199,8 @@ def heads():
     head = lambda rates: tuning("draft-target", rates, model).model_copy(update={"mode": "eagle3"})
     return {"eagle3": head({"chat": 0.8, "code": 0.7, "edit": 0.3}),
             "eagle3-code": head({"chat": 0.1, "code": 0.95, "edit": 0.1}),
-            "ngram": tuning("ngram", {"chat": 0.05, "code": 0.05, "edit": 0.95}, model.model_copy(update={"draft": None}))}
+            "ngram": tuning("ngram", {"chat": 0.05, "code": 0.05, "edit": 0.95},
+                            model.model_copy(update={"draft": None}))}
 
 
 def test_each_workload_goes_to_its_best_head_and_every_served_head_counts_its_memory(heads):
