@@ -273,6 +273,8 @@ def run_tune(ctx: Ctx) -> str:
         what = f"K={band.draft_len}" if band.draft_len is not None else f"tree {band.profile}"
         if band.drafter == "ngram" and band.speculate:
             what = f"n-gram {what} n={band.max_matching_ngram_size}"
+        elif band.drafter is not None and band.speculate:  # another EAGLE-3 head (per workload)
+            what = f"{band.drafter} {what}"
         picks.append(f"{name}@{first}: {what} x{band.speedup:.2f}")
     return "; ".join(picks)
 

@@ -112,7 +112,7 @@ def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
     for w in tuning.workloads.values():
         band = next(b for b in w.bands if b.concurrency == concurrency)
         for p in band.sweep:
-            if p.draft_len is not None:
+            if p.draft_len is not None and p.label is None:  # (a labelled chain: another head's, choose.py)
                 key = (p.draft_len, p.max_matching_ngram_size)
                 score[key] = score.get(key, 0.0) + w.num_tokens * p.tokens_per_s
                 seen[key] = seen.get(key, 0) + 1

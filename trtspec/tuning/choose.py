@@ -155,7 +155,8 @@ def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[st
             name, band = _pick(tunings, chosen, w, c)
             used |= {name} if name is not None else set()
             own = max(_band(t.workloads[w], c).own_best_tokens_per_s for t in tunings.values())  # >= any choice
-            sweep = [p for t in tunings.values() for p in _band(t.workloads[w], c).sweep]
+            sweep = [p if n in (model, "ngram") else p.model_copy(update={"label": n})  # another head's: named
+                     for n, t in tunings.items() for p in _band(t.workloads[w], c).sweep]
             head = {"drafter": name} if name not in (None, model, "ngram") else {}  # another head: named
             bands.append(band.model_copy(update={"own_best_tokens_per_s": own, "sweep": sweep, **head}))
         extra = {"accept_length_by_n_k": next((t.workloads[w].accept_length_by_n_k for t in tunings.values()

@@ -249,7 +249,8 @@ class SweepPoint(BaseModel):
     """One candidate setting: a draft length K, or an EAGLE tree of `num_nodes` nodes (0 = off)."""
     draft_len: int | None = None
     num_nodes: int | None = None
-    label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default
+    label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default;
+    # a chain of another EAGLE-3 head than the general one (choose.py): that head's drafter name
     max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n of this point
     acceptance_length: float
     step_time_s: float
