@@ -258,7 +258,7 @@ class Recipe(ConvertOptions):
             return {}
         entries = t.workloads.split(",") if t.workloads else self.workload_entries()
         heads = {"eagle3": ",".join(entries)}
-        if t.per_workload:
+        if t.per_workload and len(entries) > 1:  # (one workload: its head is the general one)
             heads |= {f"eagle3-{e.partition('=')[0].strip()}": e for e in entries}
         return heads
 
