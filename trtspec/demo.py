@@ -2,9 +2,10 @@
 
 It is `trtspec run` on the recipe shipped in the package (trtspec/recipes/cpu-demo.yaml; the same
 file as examples/cpu-demo.yaml, which a test keeps identical), so the demo and the documented recipe
-can never drift apart: derive a 10-layer draft from SmolLM2 -> FP8 quantization of the pair
-(with a quality report) -> an H100 build plan -> acceptance profile on chat (MT-Bench) and code
-(HumanEval) -> tuning with the cpu cost preset -> a cpu-flavor Triton repository served by the
+can never drift apart: train a small EAGLE-3 head for SmolLM2 (cached after the first run) ->
+FP8 quantization of the target (with a quality report) -> acceptance profiles of the head and of
+n-gram drafting on chat (MT-Bench), code (HumanEval) and edit (code-edit) -> the drafter and K per
+workload with the cpu cost preset -> a cpu-flavor Triton repository served by the
 bundled tritonserver -> perf with a speculation-off baseline -> report.html. A second run skips
 every stage whose inputs did not change.
 """

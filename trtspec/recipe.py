@@ -14,7 +14,7 @@ can be moved together and run from anywhere. `target: default` is the embedded S
 
     name: demo
     target: default                      # or an HF directory
-    draft: {derive: {layers: 10}}        # or {hf: DIR} | {eagle: HEAD_DIR}
+    draft: {derive: {layers: 10}}        # or {hf: DIR} | {eagle: HEAD_DIR} | {eagle3: DIR} | {train: {...}}
     mode: draft-target                   # eagle | draft-target (inferred from the draft if left out)
     quantization: {format: fp8, kv_cache: fp8}   # or none
     build: {gpu: h100}
@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .builders.options import BuildOptions
 from .checkpoints.options import ConvertOptions
+from .drafts.options import TrainDraftStage
 from .errors import TrtspecError
 from .options import field_path, first_problem
 from .perf.options import PerfSettings
@@ -59,18 +60,21 @@ class Derive(_Strict):
     layers: int = Field(ge=1)
 
 
-DRAFT_KINDS = ("hf", "eagle", "eagle3", "derive")
-MODE_OF_DRAFT = {"hf": "draft-target", "derive": "draft-target", "eagle": "eagle", "eagle3": "eagle3"}
+DRAFT_KINDS = ("hf", "eagle", "eagle3", "derive", "train")
+MODE_OF_DRAFT = {"hf": "draft-target", "derive": "draft-target", "eagle": "eagle", "eagle3": "eagle3",
+                 "train": "eagle3"}
 
 
 class Draft(_Strict):
-    """Exactly one of: an HF draft model, an EAGLE-1 head, an EAGLE-3 head, or a draft derived from
-    the target."""
+    """Exactly one of: an HF draft model, an EAGLE-1 head, an EAGLE-3 head, a draft derived from the
+    target, or an EAGLE-3 head trained on the target's answers (trtspec.drafts, cached by its inputs)."""
     hf: Optional[str] = None
     eagle: Optional[str] = None
     eagle3: Optional[str] = Field(None, description="an EAGLE-3 head directory (SafeAILab or ModelOpt layout); "
                                                     "served by the llmapi or cpu flavor")
     derive: Optional[Derive] = None
+    train: Optional[TrainDraftStage] = Field(None, description="train an EAGLE-3 head (or one per workload) on "
+                                                               "the target's answers to the recipe's workloads")
 
     @model_validator(mode="after")
     def _one(self):
@@ -245,12 +249,31 @@ class Recipe(ConvertOptions):
     def workload_entries(self) -> list[str]:
         return [f"{n}={s}" for n, s in self.workloads.items()]
 
+    def trained_heads(self) -> dict[str, str]:
+        """{head name: the NAME=SOURCE list it trains on} for `draft: {train: ...}` (else empty): the
+        general head (named by the mode, as a given `draft.eagle3` head is) on every workload, and
+        with per_workload one head per workload on its prompts alone."""
+        t = self.draft.train if self.draft is not None else None
+        if t is None:
+            return {}
+        entries = t.workloads.split(",") if t.workloads else self.workload_entries()
+        heads = {"eagle3": ",".join(entries)}
+        if t.per_workload and len(entries) > 1:  # (one workload: its head is the general one)
+            heads |= {f"eagle3-{e.partition('=')[0].strip()}": e for e in entries}
+        return heads
+
 
 def _resolve(base: Path, value: str | None) -> str | None:
     if value is None or value in PACKAGED_WORKLOADS or value == DEFAULT_TARGET:
         return value
     p = Path(value).expanduser()
     return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def _resolve_entry(base: Path, entry: str) -> str:
+    """One NAME=SOURCE (or SOURCE) workload entry with its source resolved."""
+    name, eq, source = entry.strip().partition("=")
+    return f"{name}={_resolve(base, source.strip())}" if eq else _resolve(base, name)
 
 
 def resolve_paths(recipe: Recipe, base: Path) -> Recipe:
@@ -261,6 +284,8 @@ def resolve_paths(recipe: Recipe, base: Path) -> Recipe:
         for kind in ("hf", "eagle", "eagle3"):
             setattr(r.draft, kind, _resolve(base, getattr(r.draft, kind)))
     r.workloads = {n: _resolve(base, s) for n, s in r.workloads.items()}
+    if r.draft is not None and r.draft.train is not None and r.draft.train.workloads:
+        r.draft.train.workloads = ",".join(_resolve_entry(base, e) for e in r.draft.train.workloads.split(","))
     if r.quantization is not None and r.quantization.calib is not None:
         r.quantization.calib = {n: _resolve(base, s) for n, s in r.quantization.calib.items()}
     if isinstance(r.quantization and r.quantization.report, QualityReportOptions):

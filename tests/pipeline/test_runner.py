@@ -127,7 +127,8 @@ def test_trtspec_demo_plans_the_packaged_recipe(tmp_path, capsys):
     assert code == 0, err
     assert "trtspec run cpu-demo.yaml" in out and "(dry run)" in out and not (tmp_path / "demo").exists()
     recipe = load_recipe(EXAMPLES / "cpu-demo.yaml")  # what the demo promises, kept true by this test
-    assert recipe.uses_default_target and recipe.draft.derive and recipe.quantization.format == "fp8"
+    assert recipe.uses_default_target and recipe.quantization.format == "fp8"
+    assert recipe.draft.train and recipe.mode == "eagle3"  # a small EAGLE-3 head trained on first use (#17)
     assert recipe.tune.cost == "cpu" and recipe.triton.flavor == "cpu" and recipe.perf.baseline
     assert recipe.ngram and recipe.perf.blocks > 1  # two drafters offered; interleaved speedup intervals
     assert set(recipe.workloads.items()) == {("chat", "mt-bench"), ("code", "humaneval"), ("edit", "code-edit")}

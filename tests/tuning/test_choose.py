@@ -188,3 +188,42 @@ def test_the_plots_draw_one_series_per_drafter_setting(offered, tmp_path):
             assert sum(len(pts) - 1 for pts in series.values()) == sum(p.draft_len > 0 for p in b.sweep)
     paths = write_plots(t, tmp_path)
     assert [p.name for p in paths] == ["chat.png", "edit.png"] and all(p.stat().st_size > 10_000 for p in paths)
+
+
+# ---- several EAGLE-3 heads of one target (a general head, heads per workload) ------------------------
+
+@pytest.fixture(scope="module")
+def heads():
+    """A general head fair everywhere, a code head good on code only, n-gram good on edits."""
+    model = example_cost_model("draft-target")
+    head = lambda rates: tuning("draft-target", rates, model).model_copy(update={"mode": "eagle3"})
+    return {"eagle3": head({"chat": 0.8, "code": 0.7, "edit": 0.3}),
+            "eagle3-code": head({"chat": 0.1, "code": 0.95, "edit": 0.1}),
+            "ngram": tuning("ngram", {"chat": 0.05, "code": 0.05, "edit": 0.95},
+                            model.model_copy(update={"draft": None}))}
+
+
+def test_each_workload_goes_to_its_best_head_and_every_served_head_counts_its_memory(heads):
+    t = choose(heads)
+    at1 = {w: wt.bands[0] for w, wt in t.workloads.items()}
+    assert at1["chat"].speculate and at1["chat"].drafter is None  # the general head
+    assert at1["code"].speculate and at1["code"].drafter == "eagle3-code"
+    assert at1["edit"].drafter == "ngram"
+    assert t.mode == "eagle3" and all(d.served for d in t.choice.drafters.values())
+    head_gib = drafter_memory(heads["eagle3"], separate_instances=False)
+    assert head_gib > 0 and t.choice.memory_gib == pytest.approx(2 * head_gib)  # both heads' weights
+    assert Tuning.model_validate_json(t.model_dump_json(by_alias=True)) == t
+
+    one = choose(heads, memory_budget_gib=1.5 * head_gib)  # room for one head only
+    served = {n for n, d in one.choice.drafters.items() if d.served and d.mode == "eagle3"}
+    assert len(served) == 1 and one.choice.memory_gib == pytest.approx(head_gib)
+    routed = {b.drafter or "eagle3" for w in one.workloads.values() for b in w.bands
+              if b.speculate and b.drafter != "ngram"}
+    assert routed == served
+    assert one.choice.score < t.choice.score
+
+
+def test_model_drafters_of_different_kinds_are_still_refused(heads):
+    model = tuning("draft-target", {"chat": 0.5, "code": 0.5, "edit": 0.5}, example_cost_model("draft-target"))
+    with pytest.raises(TrtspecError, match="unless all are EAGLE-3 heads"):
+        choose({"eagle3": heads["eagle3"], "model": model})

@@ -47,3 +47,19 @@ class TrainDraftOptions(StageOptions):
     @classmethod
     def _eval_k(cls, v: list[int]) -> list[int]:
         return distinct_positive(v, "[1, 2, 3]")
+
+
+class TrainDraftStage(TrainDraftOptions):
+    """The recipe section `draft: {train: {...}}`: TrainDraftOptions, trained on the recipe's own
+    workloads unless `workloads` names others, optionally with one more head per workload."""
+    workloads: Optional[str] = Field(None, min_length=1, description="Prompt sets the target answers (NAME=SOURCE "
+                                     "list); null: the recipe's workloads.")
+    per_workload: bool = Field(False, description="Train a head per workload too (on that workload's prompts "
+                               "alone), besides the general head: each is profiled on every workload and the "
+                               "tuner routes a workload to its best head (tune.memory_budget_gib counts each).")
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null: the recipe's `threads`.")
+
+    def head_options(self, workloads: str, threads: int | None) -> TrainDraftOptions:
+        """The TrainDraftOptions of one head, trained on `workloads` (NAME=SOURCE list)."""
+        base = self.model_dump(exclude={"per_workload", "workloads", "threads"})
+        return TrainDraftOptions(**base, workloads=workloads, threads=self.threads or threads)

@@ -2,6 +2,9 @@
 
     derive -> convert | quantize -> build -> profile -> tune -> triton -> serve -> perf -> report
 
+derive makes the draft from the target: its first layers (draft.derive), or EAGLE-3 head(s) trained
+on the target's answers to the workloads (draft.train; trtspec.drafts, cached by their inputs).
+
 Decisions, per stage: not applicable (the recipe does not ask for it, or it needs a GPU host: the
 note says what to run there), forced (`force` at or before it), or run when its input hash differs
 from the one recorded in OUT/run-manifest.json or its outputs are gone, else skipped. `--dry-run`
@@ -40,7 +43,8 @@ def _ck(r: Recipe) -> str:
 
 
 def _models_section(r: Recipe) -> dict:
-    return {"target": r.target, "draft": r.draft.model_dump() if r.draft else None, "mode": r.mode, "dtype": r.dtype,
+    return {"target": r.target, "draft": r.draft.model_dump(exclude={"train"}) if r.draft else None, "mode": r.mode,
+            "dtype": r.dtype,
             "tp": r.tp,
             "eagle": r.eagle.model_dump() if r.mode == "eagle" else None,
             "allow_pickle": r.allow_pickle if r.mode == "eagle" else None}
@@ -57,32 +61,58 @@ def _triton_section(r: Recipe) -> dict:
     return r.triton.model_dump(exclude={"ports", "start_timeout_s"}) | {"gpu": st.triton_gpu(r)}
 
 
+def _trains(r: Recipe) -> bool:
+    return r.draft is not None and r.draft.train is not None
+
+
+def _derive_section(r: Recipe) -> dict:
+    """The derived draft's inputs; a trained head's also the options of each head and the content of
+    the prompt files it trains on (packaged sets are named: they change with trtspec's version)."""
+    section = {"target": r.target, "derive": r.draft.model_dump(exclude={"train"}) if r.draft else None}
+    if _trains(r):
+        heads = r.trained_heads()
+        files = {src: fingerprint(Path(src)) for entries in heads.values() for e in entries.split(",")
+                 if "/" in (src := e.partition("=")[2] or e)}
+        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads).model_dump(
+            exclude={"device", "threads", "eval_every", "checkpoint_every"}) for n, e in heads.items()},
+            "files": files}
+    return section
+
+
+def _reads_derived(r: Recipe) -> list[str]:
+    """convert / quantize read a derived draft model; a trained head is read where it is, later."""
+    return [] if _trains(r) else ["derive"]
+
+
 def _na(cond, why: str):
     return lambda ctx: None if cond(ctx.recipe) else why
 
 
 STAGES = {s.name: s for s in (
-    st.Stage("derive", lambda r: [], lambda r: {"target": r.target, "derive": r.draft.model_dump() if r.draft else None},
-             lambda p: [p.hf_draft], _na(lambda r: r.draft is not None and r.draft.derive is not None,
-                                         "the draft is given, not derived"),
+    st.Stage("derive", lambda r: [], _derive_section, lambda p: [p.hf_draft, p.head, p.heads],
+             _na(lambda r: r.draft is not None and (r.draft.derive is not None or r.draft.train is not None),
+                 "the draft is given, not derived"),
              st.run_derive),
-    st.Stage("convert", lambda r: ["derive"], _models_section, lambda p: [p.ckpt],
+    st.Stage("convert", _reads_derived, _models_section, lambda p: [p.ckpt],
              _na(lambda r: r.quantization is None, "quantization is set: quantize writes the checkpoint"),
              st.run_convert),
-    st.Stage("quantize", lambda r: ["derive"],
+    st.Stage("quantize", _reads_derived,
              lambda r: _models_section(r) | {"quantization": r.quantization.model_dump(), "workloads": r.workloads},
              lambda p: [p.ckpt], _na(lambda r: r.quantization is not None, "no quantization (convert instead)"),
              st.run_quantize),
     st.Stage("build", lambda r: [_ck(r)], _build_section, lambda p: [p.build],
              _na(lambda r: r.build is not None, "no build section"), st.run_build),
-    st.Stage("profile", lambda r: [_ck(r)], lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads}
+    st.Stage("profile", lambda r: [_ck(r)] + (["derive"] if _trains(r) else []), lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads}
              | ({"workload_sampling": r.workload_sampling} if r.workload_sampling else {})
-             | ({"ngram": r.ngram_sizes()} if r.ngram else {}) | ({"eagle3": r.draft.eagle3} if r.mode == "eagle3" else {}),
-             lambda p: [p.profile, p.profile_ngram], lambda ctx: None, st.run_profile),
+             | ({"ngram": r.ngram_sizes()} if r.ngram else {}) | ({"eagle3": r.draft.eagle3} if r.mode == "eagle3" else {})
+             | ({"heads": sorted(r.trained_heads())} if _trains(r) else {}),
+             lambda p: [p.profile, p.profile_ngram, *p.head_outputs("profile")], lambda ctx: None, st.run_profile),
     st.Stage("tune", lambda r: [_ck(r), "profile"], lambda r: r.tune.model_dump(),
-             lambda p: [p.tuning, p.plots] + [p.drafter_tuning(m) for m in ("draft-target", "eagle3", "ngram")],
+             lambda p: [p.tuning, p.plots, *p.head_outputs("tuning")]
+             + [p.drafter_tuning(m) for m in ("draft-target", "eagle3", "ngram")],
              lambda ctx: None, st.run_tune),
-    st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else []), _triton_section, lambda p: [p.repo],
+    st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else [])
+             + (["derive"] if _trains(r) else []), _triton_section, lambda p: [p.repo],
              lambda ctx: st.triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), st.run_triton),
     st.Stage("serve", lambda r: ["triton"], lambda r: r.triton.ports.model_dump(), lambda p: [],
              st.serve_not_applicable, st.start_server),

@@ -44,6 +44,7 @@ from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, write_plots
 from ..tuning.schema import dump_json
 from ..tuning.tune import tune_drafters
+from .train_stage import train_heads
 
 
 @dataclass
@@ -55,12 +56,21 @@ class Paths:
         self.hf_draft, self.ckpt, self.build = o / "hf-draft", o / "checkpoint", o / "build"
         self.profile, self.tuning, self.plots = o / "profile.json", o / "tuning.json", o / "tuning_plots"
         self.profile_ngram = o / "profile-ngram.json"  # the n-gram drafter's, when the recipe offers it
+        self.head, self.heads = o / "draft-head", o / "draft-heads"  # trained: the general head, per workload
         self.repo, self.server_log, self.perf = o / "triton-repo", o / "tritonserver.log", o / "perf"
         self.report = o / "report" / "report.html"
 
     def drafter_tuning(self, mode: str) -> Path:
         """Each drafter's own tuning when the recipe offers several (tuning.json is the choice)."""
         return self.out / f"tuning-{mode}.json"
+
+    def head_dir(self, name: str) -> Path:
+        """A trained head's directory: `eagle3` (the general head) or `eagle3-WORKLOAD`."""
+        return self.head if name == "eagle3" else self.heads / name.removeprefix("eagle3-")
+
+    def head_outputs(self, kind: str) -> list[Path]:
+        """The per-workload heads' profiles or tunings (kind: profile | tuning) present now."""
+        return sorted(self.out.glob(f"{kind}-eagle3-*.json"))
 
 
 @dataclass
@@ -100,8 +110,16 @@ def draft_hf(ctx: Ctx) -> Path | None:
 
 
 def eagle3_head(ctx: Ctx) -> Path | None:
+    """The EAGLE-3 head: given (draft.eagle3), or the general head the derive stage trained."""
     d = ctx.recipe.draft
+    if d is not None and d.train is not None:
+        return ctx.paths.head
     return Path(d.eagle3) if d is not None and d.eagle3 is not None else None
+
+
+def extra_heads(ctx: Ctx) -> dict[str, Path]:
+    """{drafter name: directory} of the per-workload heads (draft.train.per_workload)."""
+    return {n: ctx.paths.head_dir(n) for n in ctx.recipe.trained_heads() if n != "eagle3"}
 
 
 def external_inputs(recipe: Recipe) -> dict[str, str]:
@@ -131,6 +149,9 @@ def missing_inputs(recipe: Recipe) -> list[str]:
 # ---- stage functions ---------------------------------------------------------------------------------
 
 def run_derive(ctx: Ctx) -> str:
+    """The draft made from the target: its first layers, or trained EAGLE-3 head(s) (run_train)."""
+    if ctx.recipe.draft.train is not None:
+        return train_heads(ctx.recipe, target_hf(ctx), ctx.paths, ctx.console, ctx.log)
     n = ctx.recipe.draft.derive.layers
     truncate_layers(target_hf(ctx), ctx.paths.hf_draft, n, overwrite=True)
     return f"first {n} layers of the target"
@@ -206,24 +227,28 @@ def engines_built(ctx: Ctx) -> bool:
     return (ctx.paths.build / "engine_manifest.json").is_file()
 
 
-def profile_paths(ctx: Ctx) -> list[Path]:
-    """One profile per drafter the recipe offers: the model drafter's, then n-gram's."""
-    r = ctx.recipe
-    return ([ctx.paths.profile] if r.draft is not None else []) + ([ctx.paths.profile_ngram] if r.ngram else [])
+def drafter_profiles(ctx: Ctx) -> dict[str, Path]:
+    """{drafter name: its profile}, one per drafter the recipe offers: the model drafter's (named by
+    its mode), each per-workload head's, then n-gram's."""
+    r, p = ctx.recipe, ctx.paths
+    heads = {n: p.out / f"profile-{n}.json" for n in extra_heads(ctx)}
+    return ({r.mode: p.profile} if r.draft is not None else {}) | heads | ({"ngram": p.profile_ngram} if r.ngram else {})
 
 
 def run_profile(ctx: Ctx) -> str:
-    r = ctx.recipe
+    r, extra = ctx.recipe, extra_heads(ctx)
     notes = []
-    for path in profile_paths(ctx):
-        ngram = path == ctx.paths.profile_ngram
+    for name, path in drafter_profiles(ctx).items():
+        ngram = name == "ngram"
         p = r.profile.model_copy(update={"ngram_sizes": r.ngram_sizes() if ngram else None})
         partial = partial_path(path)  # finished workloads as they finish: a cut run resumes
+        head = None if ngram else extra.get(name, eagle3_head(ctx))
         result = profile_workloads(ctx.paths.ckpt, r.workload_entries(), p, progress=ctx.log, partial=partial,
-                                   sampling=r.workload_sampling, eagle3_head=None if ngram else eagle3_head(ctx))
+                                   sampling=r.workload_sampling, eagle3_head=head)
         write_text_atomic(path, dump_json(result))
         partial.unlink(missing_ok=True)
-        notes += [f"{n}{' n-gram' if ngram else ''}: AL K=1 {_al(w, 1):.2f}, K={p.max_k} {_al(w, p.max_k):.2f}"
+        label = "" if name == r.mode else " n-gram" if ngram else f" {name}"
+        notes += [f"{n}{label}: AL K=1 {_al(w, 1):.2f}, K={p.max_k} {_al(w, p.max_k):.2f}"
                   for n, w in result.workloads.items()]
     return "; ".join(notes)
 
@@ -235,7 +260,7 @@ def _al(w, k: int) -> float:
 def run_tune(ctx: Ctx) -> str:
     """Each offered drafter tuned alone, then (several) the drafter chosen per workload x band."""
     t = ctx.recipe.tune
-    tuning, each = tune_drafters(profile_paths(ctx), t)
+    tuning, each = tune_drafters(drafter_profiles(ctx), t)
     for mode, own in each.items() if len(each) > 1 else ():
         write_text_atomic(ctx.paths.drafter_tuning(mode), dump_json(own))
     write_text_atomic(ctx.paths.tuning, dump_json(tuning))
@@ -249,6 +274,8 @@ def run_tune(ctx: Ctx) -> str:
         what = f"K={band.draft_len}" if band.draft_len is not None else f"tree {band.profile}"
         if band.drafter == "ngram" and band.speculate:
             what = f"n-gram {what} n={band.max_matching_ngram_size}"
+        elif band.drafter is not None and band.speculate:  # another EAGLE-3 head (per workload)
+            what = f"{band.drafter} {what}"
         picks.append(f"{name}@{first}: {what} x{band.speedup:.2f}")
     return "; ".join(picks)
 
@@ -283,7 +310,8 @@ def run_triton(ctx: Ctx) -> str:
     trtllm = t.flavor == "trtllm"
     options = t.model_dump(include=set(TritonOptions.model_fields)) | {"gpu": triton_gpu(r)}
     res = make_repository(RepoRequest(tuning=p.tuning, out=p.repo, engines=p.build if trtllm else None,
-                                      ckpt=None if trtllm else p.ckpt, draft_ckpt=eagle3_head(ctx), overwrite=True,
+                                      ckpt=None if trtllm else p.ckpt, draft_ckpt=eagle3_head(ctx),
+                                      draft_heads=extra_heads(ctx) or None, overwrite=True,
                                       **options))
     for w in res.warnings:
         ctx.log(f"warning: {w}")

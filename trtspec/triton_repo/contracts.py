@@ -99,6 +99,8 @@ _PASS = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id",
 SPEC_INPUTS = _upstream(_PASS, TENSORRT_LLM_INPUTS) + (Tensor("num_draft_tokens", "TYPE_INT32", (1,), ()),)
 # n-gram: the band's max_matching_ngram_size travels with K (optional: absent = upstream's default)
 NGRAM_SPEC_INPUTS = SPEC_INPUTS + (_opt("max_matching_ngram_size", "TYPE_INT32"),)
+# several EAGLE-3 heads: the drafter name of the head a route drafts with (absent: the general head)
+HEAD_SPEC_INPUT = _opt("draft_head", "TYPE_STRING")
 SPEC_OUTPUTS = _upstream(("output_ids", "sequence_length"), TENSORRT_LLM_OUTPUTS) + (
     Tensor("acceptance_length", "TYPE_FP32", (1,)), Tensor("total_accepted_draft_tokens", "TYPE_INT32", (1,)),
     Tensor("total_draft_tokens", "TYPE_INT32", (1,)), Tensor("num_draft_tokens", "TYPE_INT32", (1,)),

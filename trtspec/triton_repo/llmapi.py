@@ -35,8 +35,10 @@ def routing(routes: dict, mode: str) -> dict:
         def entry(bands):
             k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
             n = bands[0].get("max_matching_ngram_size")  # n-gram: and its matching size
-            return {"model": ngram_serving.model_name(k, n), "num_draft_tokens": k,
-                    **({"max_matching_ngram_size": n} if n is not None else {})}
+            h = bands[0].get("draft_head")  # another EAGLE-3 head: a model of its own per K (heads.py)
+            name = ngram_serving.model_name(k, n) + (f"_{c.sanitize(h)}" if h else "")
+            return {"model": name, "num_draft_tokens": k, **({"max_matching_ngram_size": n} if n is not None else {}),
+                    **({"draft_head": h} if h else {})}
         table = {w: entry(bands) for w, bands in routes["workloads"].items()}
         default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
     else:
@@ -50,9 +52,10 @@ def routing(routes: dict, mode: str) -> dict:
     return {"mode": "llmapi", "workloads": table, "default": default, "models": []}
 
 
-def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload: str | None
-          ) -> tuple[dict, list[Spec], bool]:
-    """(routing, one Spec per served model, whether the model drafter is an EAGLE-3 head)."""
+def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload: str | None,
+          heads: dict[str, Artifact] | None = None) -> tuple[dict, list[Spec], bool]:
+    """(routing, one Spec per served model, whether the model drafter is an EAGLE-3 head). heads:
+    the other EAGLE-3 heads routes name (triton_repo/heads.py)."""
     target, draft = arts[0], (arts[1] if len(arts) > 1 else None)
     eagle3 = draft is not None and is_eagle3(draft.config)
     if tuning.mode == "eagle3" and not eagle3:
@@ -71,9 +74,11 @@ def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload
             out.append((name, ngram_serving.speculative_config(k, n),
                         f"n-gram max_draft_len {k}, max_matching_ngram_size {n}"))
         else:
+            head = (heads or {})[e["draft_head"]] if "draft_head" in e else draft
             out.append((name, {"decoding_type": LLMAPI_DECODING_EAGLE3 if eagle3 else LLMAPI_DECODING_DRAFT_TARGET,
-                               "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(draft.path),
-                               **(eagle3_capture(target, draft) if eagle3 else {})}, f"max_draft_len {k}"))
+                               "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(head.path),
+                               **(eagle3_capture(target, head) if eagle3 else {})},
+                        f"max_draft_len {k}" + (f", EAGLE-3 head {e['draft_head']}" if head is not draft else "")))
     return table, out, eagle3
 
 

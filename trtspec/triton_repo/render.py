@@ -21,6 +21,7 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from . import contracts as c
@@ -139,10 +140,12 @@ def postprocessing_model(max_batch_size: int, tokenizer_dir: str, instances: int
 
 def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int, engine: str,
                       target_ckpt: str | None = None, draft_ckpt: str | None = None,
-                      sampling_params: dict[str, str] | None = None, drafter: str = "model") -> ModelFiles:
+                      sampling_params: dict[str, str] | None = None, drafter: str = "model",
+                      heads: dict[str, str] | None = None) -> ModelFiles:
     """sampling_params: `draft_logits` (bls) / `accept_rule` (trtspec.runtime), see spec_decode.py.
     drafter: model (a draft model or head), ngram (drafts from a per-request n-gram pool, no draft
-    model) or model,ngram (each request the one its route names)."""
+    model) or model,ngram (each request the one its route names). heads: more EAGLE-3 heads on the
+    target by drafter name (triton_repo/heads.py), each request drafting with the one it names."""
     params = {"engine": engine, "target_model": c.TENSORRT_LLM, "draft_model": c.TENSORRT_LLM_DRAFT,
               "max_draft_len": str(max_draft_len), "max_concurrency": str(concurrency), **(sampling_params or {})}
     ngram = "ngram" in drafter.split(",")
@@ -152,8 +155,11 @@ def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int,
         params["draft_model"] = ""
     if engine == "trtspec.runtime":
         params.update(target_checkpoint=target_ckpt, draft_checkpoint=draft_ckpt or "", torch_threads="1")
-    cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, c.NGRAM_SPEC_INPUTS if ngram else c.SPEC_INPUTS,
-                       c.SPEC_OUTPUTS, decoupled=True, parameters=params)
+    if heads:
+        params["draft_heads"] = json.dumps(heads, sort_keys=True)
+    inputs = (c.NGRAM_SPEC_INPUTS if ngram else c.SPEC_INPUTS) + ((c.HEAD_SPEC_INPUT,) if heads else ())
+    cfg = model_config(c.SPEC_DECODE, "python", max_batch_size, inputs, c.SPEC_OUTPUTS, decoupled=True,
+                       parameters=params)
     if drafter == "ngram":
         how = "BLS calls to tensorrt_llm" if engine == "bls" else "in-process on the checkpoint with trtspec.runtime"
         return ModelFiles(c.SPEC_DECODE, "spec_decode", cfg, f"n-gram speculative decoding, streamed ({how})")

@@ -35,6 +35,7 @@ from .options import TritonOptions
 from .flavors import FLAVORS, is_pytorch
 from .runtime_device import place
 from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
+from .heads import resolve_heads
 from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
@@ -58,6 +59,7 @@ class RepoRequest:
     draft_engines: Path | None = None
     ckpt: Path | None = None
     draft_ckpt: Path | None = None
+    draft_heads: dict[str, Path] | None = None  # more EAGLE-3 heads by drafter name (tuning.choice.drafters)
     tokenizer: Path | None = None
     max_batch_size: int | None = _D.max_batch_size  # defaults: TritonOptions (the flags and the recipe's)
     instances: int = _D.instances
@@ -152,6 +154,7 @@ class _Builder:
     def __init__(self, req: RepoRequest, tuning, tuning_path: Path, arts: list[Artifact], tokenizer: Path):
         self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer
         self.mode, self.flavor = tuning.mode, req.flavor
+        self.heads = resolve_heads(tuning, req.draft_heads)  # more EAGLE-3 heads the choice routes to
         self.warnings: list[str] = []
         self.memory = None
         self.manifest: dict = {}
@@ -254,7 +257,8 @@ class _Builder:
                                          "EAGLE-3 with allow_advanced_sampling); the llmapi flavor's default decodes "
                                          "greedily")
                 spec = r.spec_decode_model(B, B, limit, "trtspec.runtime", str(target.path), str(draft.path),
-                                           {"accept_rule": rule, **extra}, drafter=drafter)
+                                           {"accept_rule": rule, **extra}, drafter=drafter,
+                                           heads={n: str(a.path) for n, a in self.heads.items()})
             spec.files = _python_files("spec_decode")
             if drafter != "model":
                 spec.files[NGRAM_POOL] = _runtime_source(NGRAM_POOL)
@@ -347,7 +351,8 @@ class _Builder:
         return m.kv_tokens if m and m.kv_tokens > 0 else None
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
-        routing, specs, eagle3 = llmapi.specs(self.tuning, self.arts, self.req.eagle_band, self.req.default_workload)
+        routing, specs, eagle3 = llmapi.specs(self.tuning, self.arts, self.req.eagle_band, self.req.default_workload,
+                                              self.heads)
         files = llmapi.models(self.arts[0], specs)
         self.sampling = route_sampling(self.flavor, self.mode, eagle3=eagle3)
         if self.sampling["sampling_fallback"]:
@@ -368,7 +373,7 @@ class _Builder:
         return {"container": TRITON_CONTAINER, "trtllm_models": llm,
                 "world_size": 1 if orchestrator else (world if self.flavor == "trtllm" else 1),
                 "engine_world_size": world, "orchestrator": orchestrator,
-                "mounts": sorted({str(a.path) for a in self.arts} | {str(self.tokenizer)})}
+                "mounts": sorted({str(a.path) for a in [*self.arts, *self.heads.values()]} | {str(self.tokenizer)})}
 
     def _manifest(self, files, calls) -> dict:
         return {

@@ -7,7 +7,9 @@ tuned band <= in-flight (the smallest band below that; models/serving_rules.py `
 is the batch the engines will see, which is what the tuning's step-time model was evaluated at.
 
 N-gram: the same routes, each band also carrying its max_matching_ngram_size (no draft model; the
-orchestration drafts from a per-request pool, so both settings are per request as K is).
+orchestration drafts from a per-request pool, so both settings are per request as K is). Several
+EAGLE-3 heads (a general head and heads per workload, tuning/choose.py): a band routed to another
+head than the general one names it (`draft_head`); the heads share the one loaded target.
 
 EAGLE: `eagle_choices` is a per-model setting, so each served profile is a whole engine instance
 (weights, activations and KV cache again, see the README's memory table). Serving every band's
@@ -75,7 +77,7 @@ def _check_default(tuning, default_workload: str | None) -> None:
 def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
     _check_default(tuning, default_workload)
     bands = sorted(tuning.concurrency_bands)
-    table = {name: [_entry(b.concurrency, b.draft_len, b.max_matching_ngram_size)
+    table = {name: [_entry(b.concurrency, b.draft_len, b.max_matching_ngram_size, b.drafter)
                     for b in sorted(w.bands, key=lambda b: b.concurrency)]
              for name, w in sorted(tuning.workloads.items())}
     if default_workload is not None:
@@ -86,12 +88,21 @@ def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
     return {"mode": tuning.mode, "bands": bands, "workloads": table, "default": default}
 
 
-def _entry(concurrency: int, k, ngram_size: int | None) -> dict:
-    """One band's route: K, and an n-gram band's max_matching_ngram_size."""
+def _entry(concurrency: int, k, ngram_size: int | None, drafter: str | None = None) -> dict:
+    """One band's route: K, an n-gram band's max_matching_ngram_size, and the EAGLE-3 head of a band
+    the drafter choice gave another head than the general one (`draft_head`: its drafter name)."""
     e = {"concurrency": concurrency, "num_draft_tokens": int(k)}
     if ngram_size is not None:
         e["max_matching_ngram_size"] = int(ngram_size)
+    if drafter not in (None, "ngram") and k:
+        e["draft_head"] = drafter
     return e
+
+
+def routed_heads(routing: dict) -> set[str]:
+    """The drafter names of the extra EAGLE-3 heads some route drafts with."""
+    bands = [b for bs in routing["workloads"].values() for b in bs] + routing["default"]["bands"]
+    return {b["draft_head"] for b in bands if "draft_head" in b}
 
 
 def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
@@ -101,7 +112,7 @@ def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
     for w in tuning.workloads.values():
         band = next(b for b in w.bands if b.concurrency == concurrency)
         for p in band.sweep:
-            if p.draft_len is not None:
+            if p.draft_len is not None and p.label is None:  # (a labelled chain: another head's, choose.py)
                 key = (p.draft_len, p.max_matching_ngram_size)
                 score[key] = score.get(key, 0.0) + w.num_tokens * p.tokens_per_s
                 seen[key] = seen.get(key, 0) + 1

@@ -128,6 +128,8 @@ def check_repository(repo: Path) -> list[str]:
             if p.get("drafter") == "ngram":  # no draft model
                 keys = keys[:1]
             probs += _paths(cfg, where, keys)
+            probs += [f"{where}: parameter draft_heads: {n} = '{d}': directory not found"
+                      for n, d in json.loads(p.get("draft_heads") or "{}").items() if not Path(d).is_dir()]
     probs += _check_wiring(manifest, configs)
     probs += _check_limits(repo, configs, kinds)
     return probs

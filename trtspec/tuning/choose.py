@@ -2,7 +2,9 @@
 
 A recipe may offer several drafters for one target: a draft model or an EAGLE-3 head (the "model"
 drafter, tuned from its own profile) and n-gram drafting (tuned from an n-gram profile), besides
-not speculating at all. Each was tuned alone (tune.py: the same target, cost model, workloads and
+not speculating at all. Several model drafters may be offered when all are EAGLE-3 heads of the
+target (a general head and heads trained per workload, each named): a workload then goes to the
+head that serves it best, and every extra head served counts its weights against the budget. Each was tuned alone (tune.py: the same target, cost model, workloads and
 bands), so their predictions are comparable: each band's tokens/s is b * AL / step time of the same
 target under the same GPU model, and "off" is the same baseline in all of them.
 
@@ -18,7 +20,8 @@ predicted tokens/s wins (ties: less memory, then fewer drafters). The sets are e
 offers a handful of drafters, so 2^n is small, and the answer is exact rather than greedy.
 
 The result is one Tuning (the model drafter's mode, so the repository serves it as it would that
-drafter alone) whose bands each name their `drafter`, with every offered drafter's points in the
+drafter alone) whose bands each name their `drafter` (None: the model drafter, or with several
+heads the general one, named by its mode; "ngram"; or another head's name), with every offered drafter's points in the
 sweep and a `choice` section saying what was offered, what it costs and what is served.
 """
 
@@ -60,8 +63,11 @@ def _check_comparable(tunings: dict[str, Tuning]) -> None:
                                        f"workload '{w}' at concurrency {b.concurrency} ({b.baseline_tokens_per_s:.4g} "
                                        f"vs {other.baseline_tokens_per_s:.4g} tokens/s): tuned with another target, "
                                        "cost model or context length")
-    if sum(t.mode != "ngram" for t in tunings.values()) > 1:
-        raise TrtspecError("tune.profile: at most one model drafter (draft model or EAGLE-3 head) besides n-gram")
+    models = [t.mode for t in tunings.values() if t.mode != "ngram"]
+    if len(models) > 1 and set(models) != {"eagle3"}:
+        raise TrtspecError("tune.profile: at most one model drafter (draft model or EAGLE-3 head) besides n-gram, "
+                           "unless all are EAGLE-3 heads of the target (a general head, heads per workload); got "
+                           f"{', '.join(models)}")
     if any(t.mode == "eagle" for t in tunings.values()) and len(tunings) > 1:
         raise TrtspecError("tune.profile: an EAGLE-1 engine always drafts with its own tree, so it cannot share a "
                            "deployment with other drafters; offer it alone")
@@ -139,7 +145,8 @@ def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
 
 def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[str, float], score: float,
             gib: float, budget: float | None, separate: bool) -> Tuning:
-    model = next((n for n, t in tunings.items() if t.mode != "ngram"), None)
+    models = [n for n, t in tunings.items() if t.mode != "ngram"]
+    model = next((n for n in models if n == tunings[n].mode), models[0] if models else None)  # the general head
     base = tunings[model or next(iter(tunings))]
     workloads, used = {}, set()
     for w, wt in base.workloads.items():
@@ -148,12 +155,15 @@ def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[st
             name, band = _pick(tunings, chosen, w, c)
             used |= {name} if name is not None else set()
             own = max(_band(t.workloads[w], c).own_best_tokens_per_s for t in tunings.values())  # >= any choice
-            sweep = [p for t in tunings.values() for p in _band(t.workloads[w], c).sweep]
-            bands.append(band.model_copy(update={"own_best_tokens_per_s": own, "sweep": sweep}))
+            sweep = [p if n in (model, "ngram") else p.model_copy(update={"label": n})  # another head's: named
+                     for n, t in tunings.items() for p in _band(t.workloads[w], c).sweep]
+            head = {"drafter": name} if name not in (None, model, "ngram") else {}  # another head: named
+            bands.append(band.model_copy(update={"own_best_tokens_per_s": own, "sweep": sweep, **head}))
         extra = {"accept_length_by_n_k": next((t.workloads[w].accept_length_by_n_k for t in tunings.values()
                                                if t.workloads[w].accept_length_by_n_k is not None), None)}
         workloads[w] = wt.model_copy(update={"bands": bands, **extra})
-    offered = {n: OfferedDrafter(mode=t.mode, profile=t.profile, memory_gib=memory[n], served=n in used)
+    offered = {n: OfferedDrafter(mode=t.mode, profile=t.profile, memory_gib=memory[n], served=n in used,
+                                 head=(t.measurement_conditions.get("eagle3_head") if t.mode == "eagle3" else None))
                for n, t in tunings.items()}
     needed = max((b.draft_len or len(b.eagle_choices or [])) for w in workloads.values() for b in w.bands)
     return base.model_copy(update={

@@ -54,7 +54,8 @@ def chain_series(band: BandChoice, mode: str) -> dict[str, list]:
     for p in band.sweep:
         if p.draft_len:
             n = p.max_matching_ngram_size
-            out.setdefault(f"n-gram n={n}" if n is not None else MODEL_DRAFTER.get(mode, "draft"), []).append(p)
+            label = f"n-gram n={n}" if n is not None else p.label or MODEL_DRAFTER.get(mode, "draft")  # label: a head
+            out.setdefault(label, []).append(p)
     head = [off] if off is not None else []
     return {k: head + sorted(v, key=lambda p: p.draft_len) for k, v in out.items()} or {"off": head}
 

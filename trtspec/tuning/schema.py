@@ -249,7 +249,8 @@ class SweepPoint(BaseModel):
     """One candidate setting: a draft length K, or an EAGLE tree of `num_nodes` nodes (0 = off)."""
     draft_len: int | None = None
     num_nodes: int | None = None
-    label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default
+    label: str | None = None  # eagle: none | greedy (best grown tree of that size) | chain | default;
+    # a chain of another EAGLE-3 head than the general one (choose.py): that head's drafter name
     max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n of this point
     acceptance_length: float
     step_time_s: float
@@ -260,7 +261,8 @@ class BandChoice(BaseModel):
     """The setting served to one workload at one concurrency (batch) band, and its prediction."""
     concurrency: int
     speculate: bool
-    drafter: Literal["ngram"] | None = Field(None, exclude_if=lambda v: v is None)  # who drafts (None: the mode's model)
+    # who drafts: None the mode's model, "ngram", or another EAGLE-3 head's name in choice.drafters (choose.py)
+    drafter: str | None = Field(None, exclude_if=lambda v: v is None)
     draft_len: int | None = None  # draft-target: num_draft_tokens per request (0 = no speculation); ngram: K
     max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n (None when off)
     eagle_choices: list[list[int]] | None = None  # eagle: the served tree (None = no speculation)
@@ -323,6 +325,7 @@ class OfferedDrafter(BaseModel):
     profile: dict  # {"path", "sha256"} of the profile it was tuned from
     memory_gib: float  # what serving it adds (trtspec/tuning/choose.py)
     served: bool  # some workload x band routes to it
+    head: str | None = Field(None, exclude_if=lambda v: v is None)  # an EAGLE-3 drafter's head directory
 
 
 class DrafterChoice(BaseModel):

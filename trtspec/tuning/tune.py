@@ -135,18 +135,20 @@ def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | Non
     return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget)
 
 
-def tune_drafters(profile_paths: list[Path], options: TuneOptions, target_ckpt: Path | None = None,
+def tune_drafters(profiles: list[Path] | dict[str, Path], options: TuneOptions, target_ckpt: Path | None = None,
                   draft_ckpt: Path | None = None) -> tuple[Tuning, dict[str, Tuning]]:
-    """Several drafters offered: each profile (one per drafter, named by its mode) tuned alone, then
-    the choice (choose.py). Returns the chosen Tuning and each drafter's own. One profile: its
-    tuning, with the memory options unused."""
+    """Several drafters offered: each profile (one per drafter: {name: profile}, or a list named by
+    their modes) tuned alone, then the choice (choose.py). Several EAGLE-3 heads of one target (a
+    general head and per-workload heads) are several drafters of one mode, each named. Returns the
+    chosen Tuning and each drafter's own. One profile: its tuning, with the memory options unused."""
     tunings: dict[str, Tuning] = {}
-    for path in profile_paths:
+    for given, path in profiles.items() if isinstance(profiles, dict) else ((None, p) for p in profiles):
         mode = load_profile(Path(path), check=False).mode
-        if mode in tunings:
+        name = given or mode
+        if name in tunings:
             raise TrtspecError(f"tune.profile: two {mode} profiles ({Path(path).name} and another); offer one "
                                "profile per drafter")
-        tunings[mode] = tune_stage(path, options, target_ckpt, None if mode == "ngram" else draft_ckpt)
+        tunings[name] = tune_stage(path, options, target_ckpt, None if mode == "ngram" else draft_ckpt)
     if len(tunings) == 1:
         return next(iter(tunings.values())), tunings
     return choose(tunings, options.memory_budget_gib, options.separate_instances), tunings

@@ -92,6 +92,9 @@ class TritonPythonModel(PooledModel):
             if "max_matching_ngram_size" in band:  # n-gram: the band's matching size travels with K
                 route["max_matching_ngram_size"] = int(band["max_matching_ngram_size"])
                 route["label"] += f":ngram:n={band['max_matching_ngram_size']}"  # the drafter, reported
+            if "draft_head" in band:  # another EAGLE-3 head than the general one (per-workload heads)
+                route["draft_head"] = band["draft_head"]
+                route["label"] += f":head={band['draft_head']}"
             return route
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": f"{label}:{entry['model']}"}
@@ -158,6 +161,8 @@ class TritonPythonModel(PooledModel):
             inputs["num_draft_tokens"] = np.array([[route["num_draft_tokens"]]], np.int32)
             if "max_matching_ngram_size" in route:
                 inputs["max_matching_ngram_size"] = np.array([[route["max_matching_ngram_size"]]], np.int32)
+            if "draft_head" in route:
+                inputs["draft_head"] = np.array([[route["draft_head"].encode("utf-8")]], dtype=object)
         else:
             model, outputs = route["model"], LLM_OUTPUTS
             inputs["exclude_input_in_output"] = np.array([[True]], bool)

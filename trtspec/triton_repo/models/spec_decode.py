@@ -25,7 +25,10 @@ Two engines, chosen by the `engine` parameter:
 - "trtspec.runtime" (cpu flavor): the same loop in-process on the two TRT-LLM checkpoints with
   trtspec.runtime (one KV cache per request instead of re-sent prefixes; the tensorrt_llm* models
   of the repository stay as they are, callable directly). With `draft_mode` eagle3 the draft is an
-  EAGLE-3 head on the target (trtspec/runtime/eagle3.py), K its chain length.
+  EAGLE-3 head on the target (trtspec/runtime/eagle3.py), K its chain length. More heads on the
+  same target (`draft_heads`: {drafter name: directory}, per-workload heads; trtspec/triton_repo/
+  heads.py) are loaded beside it, sharing the target, and a request whose route names one in the
+  optional `draft_head` input drafts with it (absent: the general head).
 Sampling (temperature, runtime_top_k, runtime_top_p, seed per request; serving_rules states which
 accept rule each route runs at temperature > 0):
 - trtspec.runtime: the `accept_rule` parameter (default exact_match, the PyTorch backend's rule:
@@ -46,10 +49,13 @@ Concurrency: `max_concurrency` worker threads, one request each (trtspec.runtime
 intra-op threads `torch_threads`, default 1).
 """
 
+import json
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import Acceptance, draft_len, is_sampled, load_device, ngram_size, spec_decode_rule, stop_ids
+from serving_rules import (Acceptance, RequestError, draft_len, is_sampled, load_device, ngram_size, spec_decode_rule,
+                           stop_ids)
 from trtspec_triton_common import FINAL, PooledModel, bls, is_true, llm_request, max_positions, out, scalar
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
@@ -95,6 +101,19 @@ def draft_distribution(logits, temperature, top_k=0, top_p=1.0):
     return np.where(keep, logq, MASKED_LOGIT).astype(np.float32)
 
 
+def with_head(models, head_dir):
+    """`models` drafting with another EAGLE-3 head on the same loaded target (no second copy of the
+    target): heads trained for one target capture the same layers (Eagle3Net refuses one that does not)."""
+    import dataclasses
+    from pathlib import Path
+
+    from trtspec.checkpoints.eagle3 import load_eagle3_head
+    from trtspec.runtime.eagle3 import Eagle3Net
+
+    head = load_eagle3_head(Path(head_dir), models.target.spec)
+    return dataclasses.replace(models, eagle3=Eagle3Net(head, models.target, models.target.dtype))
+
+
 class TritonPythonModel(PooledModel):
     pool_name = "spec_decode"
     drafters = frozenset({"model"})  # setup reads the drafter parameter
@@ -110,6 +129,7 @@ class TritonPythonModel(PooledModel):
             raise ValueError(f"spec_decode: drafter {p.get('drafter')!r} is not 'model', 'ngram' or 'model,ngram'")
         self.accept_rule = spec_decode_rule(p.get("accept_rule"))  # trtspec.runtime's rule at T > 0
         self.positions = 0  # bls: the TensorRT-LLM engines refuse what exceeds their limits themselves
+        self.heads = {}  # drafter name -> models with that EAGLE-3 head (trtspec.runtime, draft_heads)
         if self.engine == "trtspec.runtime":
             # lazy: only the cpu flavor runs trtspec.runtime; the trtllm container (bls) may have no trtspec
             import torch
@@ -128,6 +148,7 @@ class TritonPythonModel(PooledModel):
             else:
                 self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False,
                                           **load_device(p))
+            self.heads = {n: with_head(self.models, d) for n, d in json.loads(p.get("draft_heads") or "{}").items()}
             self.positions = max_positions(p["target_checkpoint"], p["draft_checkpoint"])
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
@@ -136,8 +157,12 @@ class TritonPythonModel(PooledModel):
         prompt, n, end_id, streaming = llm_request(request, self.positions)
         k = draft_len(scalar(request, "num_draft_tokens", 0), self.max_draft_len)
         size = ngram_size(scalar(request, "max_matching_ngram_size"), self.drafters, k)
+        head = scalar(request, "draft_head")
+        if head is not None and head not in self.heads:
+            raise RequestError(f"draft_head: {head!r} is not one of this spec_decode's heads "
+                               f"({', '.join(sorted(self.heads)) or 'none'})")
         stats = Acceptance()
-        steps = self._runtime(request, prompt, n, k, end_id, stats, size) if self.engine == "trtspec.runtime" \
+        steps = self._runtime(request, prompt, n, k, end_id, stats, size, head) if self.engine == "trtspec.runtime" \
             else self._bls(request, prompt, n, k, end_id, stats, size)
         collected = []
         for tokens in steps:
@@ -162,14 +187,14 @@ class TritonPythonModel(PooledModel):
             out("verify_steps", [[stats.steps]], np.int32)])
 
     # ---- cpu flavor: trtspec.runtime in-process ---------------------------------------------
-    def _runtime(self, request, prompt, n, k, end_id, stats, size=None):
+    def _runtime(self, request, prompt, n, k, end_id, stats, size=None, head=None):
         # lazy: cpu flavor only (see setup)
         from trtspec.runtime.generate import stream_request
         from trtspec.triton_repo.sampling import request_sampling
 
         sampling = request_sampling(lambda name: scalar(request, name))
         eos = stop_ids(end_id, self.models.eos_ids)
-        m = self.models
+        m = self.heads[head] if head is not None else self.models
         mode = ("ngram" if size is not None else self.draft_mode) if k else "greedy"
         pieces = stream_request(m, prompt, n, mode, draft_len=k or None, eos_ids=eos, sampling=sampling,
                                 accept=self.accept_rule, ngram_size=size)
