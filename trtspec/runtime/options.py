@@ -5,14 +5,44 @@ pydantic only.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from ..options import Sampling
+from ..options import Sampling, StageOptions
+
+DEVICE_NAME = re.compile(r"cpu|cuda(:\d+)?")
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
 
-class GenerateOptions(Sampling):
+class RuntimeDevice(StageOptions):
+    """Where the PyTorch runtime computes, and in which dtype: the fields of every stage that runs
+    it (generate, profile, measure-cost). Checked here as text (no torch import); runtime/device.py
+    checks the devices against the torch at hand."""
+    device: str = Field("cpu", description="Device of the PyTorch runtime: cpu, cuda, cuda:N, or several "
+                        "comma-separated (cuda:0,cuda:1: the layers are placed over them by weight bytes).")
+    dtype: Optional[str] = Field(None, description="Compute dtype: float32, bfloat16 or float16. null: float32 on "
+                                 "cpu (the reference numerics), bfloat16 on a GPU.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        names = [n.strip() for n in v.split(",")]
+        bad = [n for n in names if not DEVICE_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a device (expected cpu, cuda or cuda:N, comma-separated for several)")
+        return ",".join(names)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and v not in COMPUTE_DTYPES:
+            raise ValueError(f"{v!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+        return v
+
+
+class GenerateOptions(Sampling, RuntimeDevice):
     """How one prompt is decoded: greedy or sampled (the Sampling fields), plain, draft-target, or
     EAGLE tree (static or dynamic), and with which accept rule at temperature > 0."""
     section = "generate"

@@ -37,6 +37,9 @@ def profile_command(
                                            help=doc(P, "samples_per_prompt")),
     ngram_sizes: Optional[str] = typer.Option(default(P, "ngram_sizes"), "--ngram-sizes",
                                               help=doc(P, "ngram_sizes") + " Comma-separated."),
+    device: str = typer.Option(default(P, "device"), "--device", help=doc(P, "device")),
+    dtype: Optional[str] = typer.Option(default(P, "dtype"), "--dtype", help=doc(P, "dtype")),
+    batch_size: Optional[int] = typer.Option(default(P, "batch_size"), "--batch-size", help=doc(P, "batch_size")),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -48,7 +51,8 @@ def profile_command(
                        seed=seed, categories=categories.split(",") if categories is not None else None,
                        temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
                        accept_rule=accept_rule, samples_per_prompt=samples_per_prompt,
-                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None)
+                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None,
+                       device=device, dtype=dtype, batch_size=batch_size)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
     from .profile_partial import partial_path
