@@ -34,9 +34,13 @@ from .device import to_device
 
 class KVCache:
     def __init__(self, num_layers: int, batch: int, capacity: int, kv_heads: int, head_size: int,
-                 dtype: torch.dtype = torch.float32, layer_devices: tuple[torch.device, ...] | None = None):
+                 dtype: torch.dtype = torch.float32, layer_devices: tuple[torch.device, ...] | None = None,
+                 stages: tuple[int, ...] | None = None):
+        """stages: each layer's placement stage (placement.py); a forward moves its activations
+        where the stage changes (default: one stage)."""
         shape = (batch, capacity, kv_heads, head_size)
         devices = layer_devices or (torch.device("cpu"),) * num_layers
+        self.stages = stages or (0,) * num_layers
         self.k = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
         self.v = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
         self.lens = torch.zeros(batch, dtype=torch.long)

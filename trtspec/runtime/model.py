@@ -103,7 +103,7 @@ def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, f
     x and the geometry move when the device changes."""
     geometry = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
     for i, w in enumerate(layers):
-        if cache.k[i].device != x.device:  # a placement boundary
+        if x.device != cache.k[i].device or (i and cache.stages[i] != cache.stages[i - 1]):  # a placement boundary
             x = x.to(cache.k[i].device)
             geometry = tuple(to_device(t, x.device) for t in geometry)
         rows, slots, mask, cos, sin = geometry
@@ -172,7 +172,8 @@ class Decoder:
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         s = self.spec
-        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype, self.placement.layers)
+        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype, self.placement.layers,
+                       self.placement.stages)
 
     @property
     def hidden_width(self) -> int:

@@ -4,6 +4,7 @@ in turn, moving the activations at each boundary).
 
     plan = plan_layers([bytes of layer 0, ...], devices, first_extra=embed bytes, last_extra=head bytes)
     plan.layers[i]   # the device of layer i (its weights and its KV cache)
+    plan.stages[i]   # the index of that device in plan.devices: a forward moves where it changes
 
 Layers are contiguous runs split so that each device holds about the same weight bytes, counting
 the embedding on the first device and the final norm + lm_head on the last, which is where they
@@ -21,7 +22,11 @@ import torch
 @dataclass(frozen=True)
 class Placement:
     devices: tuple[torch.device, ...]  # the devices in forward order
-    layers: tuple[torch.device, ...]  # the device of each decoder layer
+    stages: tuple[int, ...]  # the index in `devices` of each decoder layer's device
+
+    @property
+    def layers(self) -> tuple[torch.device, ...]:  # the device of each decoder layer
+        return tuple(self.devices[s] for s in self.stages)
 
     @property
     def first(self) -> torch.device:  # the embedding, and the forward's inputs
@@ -46,4 +51,4 @@ def plan_layers(layer_bytes: list[int], devices: list[torch.device], first_extra
         mid = before + size / 2
         owner.append(min(n - 1, int(mid * n // total)) if total else 0)
         before += size
-    return Placement(tuple(devices), tuple(devices[o] for o in owner))
+    return Placement(tuple(devices), tuple(owner))
