@@ -1,0 +1,73 @@
+"""Batched profiling (profile.batch_size, tuning/profile_pass.py) records exactly what profiling one
+prompt at a time records: chain match lengths, EAGLE rank paths and EAGLE-3 match lengths, over
+ragged prompts (a 1-token one included) and batches that split them unevenly."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tiny_models import eagle3_dirs, make_eagle_head, make_hf_model, scale_layer_outputs
+from trtspec.checkpoints.convert import convert_hf
+from trtspec.checkpoints.eagle import convert_eagle
+from trtspec.runtime.generate import load_models
+from trtspec.tuning.profile import profile_prompts
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+NEW, MAX_K, BATCHES = 20, 4, (2, 5)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """A near-bigram target, a bigram draft, an EAGLE-1 head and an EAGLE-3 head: partial acceptance."""
+    d = tmp_path_factory.mktemp("profile_batch")
+    base = scale_layer_outputs(make_hf_model("llama", d / "hf"), 0.1)
+    base.save_pretrained(d / "hf")
+    scale_layer_outputs(copy.deepcopy(base), 0.0).save_pretrained(d / "bigram")
+    H, I = base.config.hidden_size, base.config.intermediate_size  # a bigram-ish head, as in test_profile.py
+    make_eagle_head(d / "hf", d / "head", extra={
+        "embed_tokens.weight": base.model.embed_tokens.weight.detach().clone(),
+        "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1), "fc.bias": torch.zeros(H),
+        "layers.0.self_attn.o_proj.weight": torch.zeros(H, H), "layers.0.mlp.down_proj.weight": torch.zeros(H, I)})
+    convert_hf(d / "hf", d / "target", dtype="float32")
+    convert_hf(d / "bigram", d / "draft", dtype="float32")
+    convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
+    eagle3_dirs(d / "e3", 48)
+    return d
+
+
+def prompts(vocab: int) -> list[tuple[str, list[int]]]:
+    g = torch.Generator().manual_seed(3)
+    return [(f"p{i}", torch.randint(3, vocab, (n,), generator=g).tolist()) for i, n in enumerate((5, 11, 1, 8, 2))]
+
+
+def recorded(models, ps, key: str, **kw) -> dict[int, list]:
+    return {b: [getattr(sp, key) for sp in profile_prompts(models, ps, NEW, MAX_K, ignore_eos=True, batch_size=b, **kw)]
+            for b in (1,) + BATCHES}
+
+
+def check(by_batch: dict[int, list], partial) -> None:
+    one = by_batch[1]
+    for b in BATCHES:
+        assert by_batch[b] == one, b
+    assert all(len(x) == NEW for x in one)
+    assert partial(one)  # the lists vary: the comparison is not between constants
+
+
+def test_chain_match_lengths(dirs, device):
+    models = load_models(dirs / "target", dirs / "draft", tokenizer=False, device=device)
+    check(recorded(models, prompts(1001), "match_lengths"), lambda ls: len({m for x in ls for m in x}) > 2)
+
+
+def test_eagle_rank_paths(dirs, device):
+    models = load_models(dirs / "eagle", tokenizer=False, device=device)
+    by_batch = recorded(models, prompts(1001), "rank_paths", tree_top_k=5)
+    check(by_batch, lambda ls: len({tuple(p) for x in ls for p in x}) > 3)
+    assert by_batch[1][2][0] == []  # the 1-token prompt's state 0 has no committed pair
+
+
+def test_eagle3_match_lengths(dirs, device):
+    models = load_models(dirs / "e3" / "ckpt", tokenizer=False, eagle3_head=dirs / "e3" / "bigram_head", device=device)
+    check(recorded(models, prompts(48), "match_lengths"), lambda ls: len({m for x in ls for m in x}) > 2)
