@@ -101,7 +101,7 @@ class EagleProposer:
         for d in range(1, tree.max_depth):
             level = [m for m in tree.level(d) if tree.children[m]]
             region = done + level
-            lg, hd = self.net.forward(tokens[:, [m - 1 for m in level]],
+            lg, hd = self.net.forward(tokens[:, to_device(torch.tensor([m - 1 for m in level]), dev)],
                                       torch.stack([out[tree.parent[m]][0] for m in level], 1), self.cache,
                                       level=d, rows=rows, pos_offsets=torch.full((len(level),), d - 1),
                                       block_mask=self.mask[level][:, region])
