@@ -81,3 +81,19 @@ def test_bad_devices_and_dtypes_name_the_field():
     assert compute_dtype(None, [CPU]) == torch.float32
     assert compute_dtype(None, [torch.device("cuda", 0)]) == torch.bfloat16
     assert compute_dtype("float16", [CPU]) == torch.float16
+
+
+@pytest.mark.parametrize("command", ["generate", "profile", "measure-cost"])
+def test_cli_device_errors_are_one_line_naming_the_flag(ckpt, capsys, tmp_path, command):
+    from cli_helpers import run_cli
+
+    args = {"generate": ["generate", "--ckpt", ckpt, "--prompt-ids", "[5, 7]"],
+            "profile": ["profile", "--ckpt", ckpt, "--workloads", "chat=mt-bench", "--out", tmp_path / "p.json"],
+            "measure-cost": ["measure-cost", "--target-ckpt", ckpt, "--out", tmp_path / "cost.json"]}[command]
+    code, _, err = run_cli(capsys, *args, "--device", "gpu:0")
+    assert code == 2 and err.strip().splitlines() == ["error: --device: 'gpu:0' is not a device (expected cpu, cuda or "
+                                                      "cuda:N, comma-separated for several)"]
+    if not torch.cuda.is_available():
+        code, _, err = run_cli(capsys, *args, "--device", "cuda")
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert err.startswith("error: --device: 'cuda' but torch sees no CUDA device")
