@@ -4,14 +4,10 @@ ragged prompts (a 1-token one included) and batches that split them unevenly."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from tiny_models import eagle3_dirs, make_eagle_head, make_hf_model, scale_layer_outputs
-from trtspec.checkpoints.convert import convert_hf
-from trtspec.checkpoints.eagle import convert_eagle
+from tiny_models import bigram_drafters, eagle3_dirs
 from trtspec.runtime.generate import load_models
 from trtspec.tuning.profile import profile_prompts
 
@@ -23,17 +19,7 @@ NEW, MAX_K, BATCHES = 20, 4, (2, 5)
 def dirs(tmp_path_factory):
     """A near-bigram target, a bigram draft, an EAGLE-1 head and an EAGLE-3 head: partial acceptance."""
     d = tmp_path_factory.mktemp("profile_batch")
-    base = scale_layer_outputs(make_hf_model("llama", d / "hf"), 0.1)
-    base.save_pretrained(d / "hf")
-    scale_layer_outputs(copy.deepcopy(base), 0.0).save_pretrained(d / "bigram")
-    H, I = base.config.hidden_size, base.config.intermediate_size  # a bigram-ish head, as in test_profile.py
-    make_eagle_head(d / "hf", d / "head", extra={
-        "embed_tokens.weight": base.model.embed_tokens.weight.detach().clone(),
-        "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1), "fc.bias": torch.zeros(H),
-        "layers.0.self_attn.o_proj.weight": torch.zeros(H, H), "layers.0.mlp.down_proj.weight": torch.zeros(H, I)})
-    convert_hf(d / "hf", d / "target", dtype="float32")
-    convert_hf(d / "bigram", d / "draft", dtype="float32")
-    convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
+    bigram_drafters(d)
     eagle3_dirs(d / "e3", 48)
     return d
 
