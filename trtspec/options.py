@@ -24,6 +24,9 @@ from pydantic_core import PydanticUndefined
 from .errors import TrtspecError
 
 M = TypeVar("M", bound="StageOptions")
+# One torch device as text, for options checked without importing torch (quantization.device,
+# triton.device): cpu, cuda (the current GPU) or cuda:N (group 2: N).
+ONE_DEVICE = re.compile(r"cpu|cuda(:(\d+))?")
 
 
 class StageOptions(BaseModel):

@@ -5,14 +5,12 @@ pydantic only.
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from pydantic import Field, field_validator
 
-from ..options import Sampling, StageOptions
+from ..options import ONE_DEVICE, Sampling, StageOptions
 
-DEVICE_NAME = re.compile(r"cpu|cuda(:\d+)?")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -29,7 +27,7 @@ class RuntimeDevice(StageOptions):
     @classmethod
     def _device(cls, v: str) -> str:
         names = [n.strip() for n in v.split(",")]
-        bad = [n for n in names if not DEVICE_NAME.fullmatch(n)]
+        bad = [n for n in names if not ONE_DEVICE.fullmatch(n)]
         if bad:
             raise ValueError(f"{bad[0]!r} is not a device (expected cpu, cuda or cuda:N, comma-separated for several)")
         return ",".join(names)
