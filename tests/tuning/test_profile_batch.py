@@ -57,3 +57,26 @@ def test_eagle_rank_paths(dirs, device):
 def test_eagle3_match_lengths(dirs, device):
     models = load_models(dirs / "e3" / "ckpt", tokenizer=False, eagle3_head=dirs / "e3" / "bigram_head", device=device)
     check(recorded(models, prompts(48), "match_lengths"), lambda ls: len({m for x in ls for m in x}) > 2)
+
+
+def test_profile_command_batched_on_placed_models_writes_the_same_samples(dirs, tmp_path, capsys):
+    """`trtspec profile --device cpu,cpu --batch-size 3` (layers placed over two devices, three
+    sequences per forward) writes the samples the defaults write."""
+    import json
+
+    from cli_helpers import run_cli
+    from tiny_models import save_tiny_tokenizer
+
+    for ckpt in ("target", "draft"):
+        save_tiny_tokenizer(dirs / ckpt)
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_text("\n".join(json.dumps({"prompt": " ".join(f"t{i + j}" for j in range(i))}) for i in range(3, 8)))
+    samples = []
+    for flags in ([], ["--device", "cpu,cpu", "--batch-size", "3"]):
+        out = tmp_path / f"profile{len(flags)}.json"
+        code, _, err = run_cli(capsys, "profile", "--ckpt", dirs / "target", "--draft-ckpt", dirs / "draft",
+                               "--workloads", f"logs={traffic}", "--max-k", "3", "--max-new-tokens", "12",
+                               "--out", out, *flags)
+        assert code == 0, err
+        samples.append(json.loads(out.read_text())["workloads"]["logs"]["samples"])
+    assert samples[0] == samples[1] and len(samples[0]) == 5
