@@ -253,3 +253,11 @@ def bigram_drafters(d: Path):
     convert_hf(d / "bigram", d / "draft", dtype="float32")
     convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
     return base
+
+
+def llama_ckpt(d: Path, dtype: str = "float32") -> Path:
+    """A tiny random Llama converted to a TRT-LLM checkpoint at d / 'ckpt' (its HF model at d / 'hf')."""
+    from trtspec.checkpoints.convert import convert_hf
+
+    make_hf_model("llama", d / "hf")
+    return convert_hf(d / "hf", d / "ckpt", dtype=dtype)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_models import make_hf_model
-from trtspec.checkpoints.convert import convert_hf
+from tiny_models import llama_ckpt
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
 from trtspec.errors import TrtspecError
 from trtspec.options import from_cli
@@ -36,10 +35,7 @@ def test_plan_splits_layers_by_bytes_in_contiguous_runs():
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("placement")
-    make_hf_model("llama", d / "hf")
-    convert_hf(d / "hf", d / "ckpt", dtype="float32")
-    return d / "ckpt"
+    return llama_ckpt(tmp_path_factory.mktemp("placement"))
 
 
 def test_a_model_placed_over_two_devices_computes_what_one_device_does(ckpt, device):

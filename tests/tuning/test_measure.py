@@ -7,18 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_models import make_hf_model
-from trtspec.checkpoints.convert import convert_hf
+from tiny_models import llama_ckpt
 from trtspec.tuning import measure
 from trtspec.tuning.options import MeasureConfig
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("measure")
-    make_hf_model("llama", d / "hf")
-    convert_hf(d / "hf", d / "ckpt", dtype="float32")
-    return d / "ckpt"
+    return llama_ckpt(tmp_path_factory.mktemp("measure"))
 
 
 @pytest.mark.parametrize("dtype", [None, "bfloat16"])
