@@ -65,6 +65,12 @@ class Models:
         nets = [self.target, self.draft, self.eagle, self.eagle3]
         return min(m.spec.max_position_embeddings for m in nets if m is not None)
 
+    def compile_layers(self) -> None:
+        """torch.compile the target's and a draft model's layers (RuntimeDevice.compile_layers)."""
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.compile_layers()
+
 
 def resolve_pair(ckpt: Path, draft_ckpt: Path | None) -> tuple[Path, Path | None]:
     """A pair directory (target/ + draft/, no config.json of its own) stands for both checkpoints."""
@@ -232,7 +238,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
                  batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
-                 eagle3_head: Path | None = None, device: str = "cpu", dtype: str | None = None) -> dict:
+                 eagle3_head: Path | None = None, device: str = "cpu", dtype: str | None = None,
+                 compile_layers: bool = False) -> dict:
     """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
@@ -249,6 +256,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     devices = resolve_device(device, "generate.device")
     models = load_models(Path(ckpt), draft_ckpt, compute_dtype(dtype, devices, "generate.dtype"),
                          eagle3_head=eagle3_head, device=devices)
+    if compile_layers:
+        models.compile_layers()
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,

@@ -96,12 +96,21 @@ def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: to
 
 def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
                cache: KVCache, rows: torch.Tensor | None, pos_offsets: torch.Tensor | None,
-               block_mask: torch.Tensor | None, outputs: dict[int, torch.Tensor | None] | None = None) -> torch.Tensor:
+               block_mask: torch.Tensor | None, outputs: dict[int, torch.Tensor | None] | None = None,
+               through=None) -> torch.Tensor:
     """The decoder layers over x [b', T, H] (block_geometry for rows, pos_offsets, block_mask).
     outputs: if given, {layer index: None} receives the output (the residual stream after it) of
-    the layers it names: EAGLE-3 heads read those. Each layer runs where its cache is (placement.py):
-    x and the geometry move when the device changes."""
+    the layers it names: EAGLE-3 heads read those. through: `through_layers`, or a compiled copy
+    of it (Decoder.compile_layers)."""
     geometry = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
+    return (through or through_layers)(x, layers, spec, cache, geometry, outputs)
+
+
+def through_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, cache: KVCache, geometry: tuple,
+                   outputs: dict[int, torch.Tensor | None] | None) -> torch.Tensor:
+    """The layers' arithmetic, given the block's geometry (no host logic: what torch.compile can
+    take whole). Each layer runs where its cache is (placement.py): x and the geometry move when
+    the device changes."""
     for i, w in enumerate(layers):
         if x.device != cache.k[i].device or (i and cache.stages[i] != cache.stages[i - 1]):  # a placement boundary
             x = x.to(cache.k[i].device)
@@ -144,6 +153,13 @@ class Decoder:
             lm_head = load(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else embed
         self._place(resolve(device), embed, layers, ln_f, lm_head)
         self.freq = rope.inv_freq(s.head_size, s.rope_theta, s.rope_scaling).to(self.device)
+        self.through = through_layers
+
+    def compile_layers(self) -> None:
+        """Run the layers through torch.compile (dynamic shapes: ragged batches, any block length).
+        Opt-in (RuntimeDevice.compile_layers) and unmeasured here: whether the fused kernels pay
+        on a GPU, against their compile time and recompiles, is for measure-cost to show."""
+        self.through = torch.compile(through_layers, dynamic=True)
 
     def _place(self, devices: list[torch.device], embed, layers, ln_f, lm_head) -> None:
         """Weights onto the devices (placement.plan_layers over their bytes); a tied lm_head stays
@@ -193,7 +209,8 @@ class Decoder:
         the caller decides what to keep (`cache.advance` / `cache.commit`)."""
         x = F.embedding(to_device(tokens, self.device), self.embed)
         outputs = dict.fromkeys(self.aux_layers) if self.aux_layers else None
-        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask, outputs)
+        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask, outputs,
+                       self.through)
         h = rms_norm(x.to(self.output_device), self.ln_f, self.spec.norm_eps)
         if outputs:
             h = torch.cat([h] + [outputs[i].to(h.device) for i in self.aux_layers], dim=-1)

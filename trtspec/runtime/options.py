@@ -22,6 +22,8 @@ class RuntimeDevice(StageOptions):
                         "comma-separated (cuda:0,cuda:1: the layers are placed over them by weight bytes).")
     dtype: Optional[str] = Field(None, description="Compute dtype: float32, bfloat16 or float16. null: float32 on "
                                  "cpu (the reference numerics), bfloat16 on a GPU.")
+    compile_layers: bool = Field(False, description="Run the decoder layers through torch.compile (opt-in, not "
+                                 "measured yet: check with measure-cost that it pays on your GPU).")
 
     @field_validator("device")
     @classmethod

@@ -72,6 +72,13 @@ def _eagle_rows(net, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
     return rows
 
 
+def _decoder(ckpt, dtype: torch.dtype, devices: list[torch.device], compile_layers: bool) -> Decoder:
+    model = Decoder(ckpt, dtype, device=devices)
+    if compile_layers:  # compiled during the warm-up runs (warmup >= 1 keeps compilation out of the timings)
+        model.compile_layers()
+    return model
+
+
 @torch.inference_mode()
 def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: MeasureConfig | None = None,
                     gpu: str = "cpu") -> CostTable:
@@ -83,10 +90,11 @@ def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: Meas
     devices = resolve(cfg.device, "measure_cost.device")
     dtype = compute_dtype(cfg.dtype, devices, "measure_cost.dtype")
     c = load_checkpoint(Path(target_ckpt))
-    target = Decoder(c, dtype, device=devices)
+    target = _decoder(c, dtype, devices, cfg.compile_layers)
     rows = _decoder_rows(target, "target", cfg, g)
     if draft_ckpt is not None:
-        rows += _decoder_rows(Decoder(load_checkpoint(Path(draft_ckpt)), dtype, device=devices), "draft", cfg, g)
+        rows += _decoder_rows(_decoder(load_checkpoint(Path(draft_ckpt)), dtype, devices, cfg.compile_layers),
+                              "draft", cfg, g)
     if c.is_eagle:
         rows += _eagle_rows(EagleNet(c, dtype, target.output_device), cfg, g)
     text = describe(devices) + ("" if dtype == torch.float32 else f", {str(dtype).removeprefix('torch.')}")

@@ -140,7 +140,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
                 progress=None, partial: Path | None = None, sampling: Sampling = GREEDY_SAMPLING,
                 accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1, eagle3_head: Path | None = None,
                 ngram_sizes: list[int] | None = None, device: str = "cpu", dtype: str | None = None,
-                batch_size: int | None = None):
+                batch_size: int | None = None, compile_layers: bool = False):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
@@ -162,6 +162,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
         check_ngram_rule(accept_rule)
     models = load_models(ckpt, None if ngram_sizes else draft_ckpt, compute_dtype(dtype, devices, "profile.dtype"),
                          eagle3_head=None if ngram_sizes else eagle3_head, device=devices)
+    if compile_layers:
+        models.compile_layers()
     if models.eagle is None and models.draft is None and models.eagle3 is None and not ngram_sizes:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory, "
                            "`draft_ckpt` or `eagle3_head`")
@@ -236,4 +238,4 @@ def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt
                        partial=partial, sampling=options.sampling(), accept_rule=options.accept_rule,
                        samples_per_prompt=options.samples_per_prompt, eagle3_head=eagle3_head,
                        ngram_sizes=options.ngram_sizes, device=options.device, dtype=options.dtype,
-                       batch_size=options.batch_size)
+                       batch_size=options.batch_size, compile_layers=options.compile_layers)
