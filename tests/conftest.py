@@ -37,3 +37,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+CUDA_PENDING = pytest.mark.skipif("not __import__('torch').cuda.is_available()",
+                                  reason="no CUDA device here: the GPU check is pending")
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=CUDA_PENDING)])
+def device(request):
+    """The runtime's device for tests that compare it with an oracle (transformers, ModelOpt):
+    every such test runs on the CPU, and on CUDA where a GPU is present (skipped otherwise), the
+    same code path (trtspec/runtime/device.py)."""
+    return request.param

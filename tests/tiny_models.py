@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -229,3 +230,34 @@ def eagle3_dirs(d: Path, vocab: int = 48, draft_vocab: int = 40):
     modelopt_eagle3(d / "hf", d / "bigram_head", seed=3, draft_vocab=draft_vocab, shape=lambda m: bigram_eagle3(m, base))
     convert_hf(d / "hf", d / "ckpt", dtype="float32")
     return oracle
+
+
+def bigram_drafters(d: Path):
+    """Under `d`: a near-bigram Llama target (`target`, scale 0.1), its pure bigram model as a draft
+    checkpoint (`draft`) and an EAGLE-1 checkpoint (`eagle`, 4 levels) whose head drafts the bigram
+    continuation (fc passes the token embedding, the layer adds nothing): drafters accepted often
+    but not always. Returns the HF target model."""
+    from trtspec.checkpoints.convert import convert_hf
+    from trtspec.checkpoints.eagle import convert_eagle
+
+    base = scale_layer_outputs(make_hf_model("llama", d / "hf"), 0.1)
+    base.save_pretrained(d / "hf")
+    scale_layer_outputs(copy.deepcopy(base), 0.0).save_pretrained(d / "bigram")
+    H, I = base.config.hidden_size, base.config.intermediate_size
+    head = {"embed_tokens.weight": base.model.embed_tokens.weight.detach().clone(),
+            "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1),
+            "fc.bias": torch.zeros(H), "layers.0.self_attn.o_proj.weight": torch.zeros(H, H),
+            "layers.0.mlp.down_proj.weight": torch.zeros(H, I)}
+    make_eagle_head(d / "hf", d / "head", extra=head)
+    convert_hf(d / "hf", d / "target", dtype="float32")
+    convert_hf(d / "bigram", d / "draft", dtype="float32")
+    convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
+    return base
+
+
+def llama_ckpt(d: Path, dtype: str = "float32") -> Path:
+    """A tiny random Llama converted to a TRT-LLM checkpoint at d / 'ckpt' (its HF model at d / 'hf')."""
+    from trtspec.checkpoints.convert import convert_hf
+
+    make_hf_model("llama", d / "hf")
+    return convert_hf(d / "hf", d / "ckpt", dtype=dtype)

@@ -82,6 +82,9 @@ def generate(
     seed: int = typer.Option(default(G, "seed"), help=doc(G, "seed")),
     accept_rule: Optional[str] = typer.Option(default(G, "accept_rule"), "--accept-rule", help=doc(G, "accept_rule")),
     fp8_gemm: str = typer.Option(default(G, "fp8_gemm"), "--fp8-gemm", help=doc(G, "fp8_gemm")),
+    device: str = typer.Option(default(G, "device"), "--device", help=doc(G, "device")),
+    dtype: Optional[str] = typer.Option(default(G, "dtype"), "--dtype", help=doc(G, "dtype")),
+    compile_layers: bool = typer.Option(default(G, "compile_layers"), help=doc(G, "compile_layers")),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
@@ -103,14 +106,15 @@ def generate(
         except json.JSONDecodeError as e:
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
     options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule,
-                       fp8_gemm=fp8_gemm)
+                       fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers)
     with flag_context(G, params={"chat": "--chat", "accept_rule": "--accept-rule"}):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                               draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head else None,
                               eagle3_head=eagle3_head,
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
                               batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule,
-                              fp8_gemm=options.fp8_gemm)
+                              fp8_gemm=options.fp8_gemm, device=options.device, dtype=options.dtype,
+                              compile_layers=options.compile_layers)
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -12,7 +12,7 @@ from trtspec.drafts import head, heldout
 from trtspec.drafts.data import Example
 from trtspec.drafts.options import TrainDraftOptions
 from trtspec.runtime.generate import load_models
-from trtspec.tuning.profile import eagle3_match_lengths
+from trtspec.tuning.profile_pass import eagle3_match_lengths
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -95,6 +95,6 @@ def test_heldout_chains_equal_the_runtimes_profile_of_the_exported_head(eagle, t
     for prompt in torch.randint(3, 1001, (4, 5), generator=torch.Generator().manual_seed(1)).tolist():
         response = greedy(eagle, prompt, 20)
         ours.append(heldout.match_lengths(eagle, prompt, response, 3))
-        runtime.append(eagle3_match_lengths(models, prompt + response, len(prompt), 3))
+        runtime.append(eagle3_match_lengths(models, [prompt + response], [len(prompt)], 3)[0])
     assert ours == runtime
     assert any(map(any, ours)) and not all(map(all, ours))

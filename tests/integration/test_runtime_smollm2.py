@@ -28,15 +28,18 @@ def setup(smollm2_hf, smollm2_draft_hf, tmp_path_factory):
     return d, hf, models, ids
 
 
-def test_logits_and_greedy_match_transformers(setup):
-    _, hf, models, ids = setup
+def test_logits_and_greedy_match_transformers(setup, device):
+    d, hf, models, ids = setup
+    if device != "cpu":  # the same float32 runtime on the GPU, against the CPU reference
+        models = load_models(d / "target", d / "draft", device=device)
     prompt = torch.tensor([ids])
     with torch.no_grad():
         ref = hf(prompt).logits
         expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                max_new_tokens=NEW, eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
     ours, _ = models.target.forward(prompt, models.target.new_cache(1, len(ids)))
-    assert (ours - ref).abs().max().item() < 1e-4
+    assert ours.device.type == device
+    assert (ours.cpu() - ref).abs().max().item() < 1e-4
     got = generate_batch(models, [ids], NEW, mode="greedy", ignore_eos=True)[0]
     assert got.output_ids == expected
     spec = generate_batch(models, [ids], NEW, mode="draft-target", draft_len=3, ignore_eos=True)[0]

@@ -67,20 +67,23 @@ def modelopt_chain(model, ids: torch.Tensor, k: int):
 
 
 @pytest.mark.parametrize("prompt", [[5, 7, 9, 11, 3, 20, 31], [40, 4, 17, 17, 8, 22, 6, 30, 12, 3, 9]])
-def test_draft_logits_equal_modelopts_forward(e3, prompt):
-    models, oracle, k = e3["models"], e3["oracle"], 4
+def test_draft_logits_equal_modelopts_forward(e3, prompt, device):
+    oracle, k = e3["oracle"], 4
+    models = load_models(e3["dir"] / "ckpt", tokenizer=False, eagle3_head=e3["dir"] / "head", device=device)
     target, net, H = models.target, models.eagle3, models.target.spec.hidden_size
     base, aux, steps, drafts = modelopt_chain(oracle, torch.tensor([prompt]), k)
     assert torch.equal(drafts, oracle.pseudo_speculative_generate(torch.tensor([prompt]), k)[1])  # the replica is ModelOpt's
     rows, T = torch.arange(1), len(prompt)
     logits, hidden, _ = prefill(target, target.new_cache(1, 64), rows, [prompt])
     assert int(logits.argmax()) == base
-    assert torch.allclose(hidden[0, :T, H:], aux[0], atol=1e-5)  # captured layers 1, 3, 4
+    assert hidden.device.type == device
+    assert torch.allclose(hidden[0, :T, H:].cpu(), aux[0], atol=1e-5)  # captured layers 1, 3, 4
     # every position of the catch-up (pairs (token j+1, state j)), mapped back through d2t
     ours, _ = net.forward(torch.tensor([prompt[1:] + [base]]), hidden[:, :T, H:], net.new_cache(1, 64))
-    assert torch.allclose(ours[0][:, net.target_ids], steps[0][0], atol=1e-3, rtol=1e-4)
+    ours, ids = ours.cpu(), net.target_ids.cpu()
+    assert torch.allclose(ours[0][:, ids], steps[0][0], atol=1e-3, rtol=1e-4)
     outside = torch.ones(V, dtype=torch.bool)
-    outside[net.target_ids] = False
+    outside[ids] = False
     assert bool(torch.isinf(ours[0][:, outside]).all())  # the head cannot draft other target ids
     # the chain: K levels of the proposer (KV cache) against K full reruns
     (r,) = make_requests([prompt], NEW, (), V, k)
@@ -88,9 +91,9 @@ def test_draft_logits_equal_modelopts_forward(e3, prompt):
     proposer = Eagle3Proposer(net, k, V)
     proposer.start([r], rows, hidden)
     proposal = proposer.propose([r], rows)
-    assert torch.equal(proposal.tokens, drafts)
+    assert torch.equal(proposal.tokens.cpu(), drafts)
     for s in range(k):
-        assert torch.allclose(proposal.logits[0, s, net.target_ids], steps[s][0, -1], atol=1e-3, rtol=1e-4)
+        assert torch.allclose(proposal.logits[0, s, ids].cpu(), steps[s][0, -1], atol=1e-3, rtol=1e-4)
 
 
 def test_modelopt_trains_another_first_layer_norm_than_trtllm_serves(e3):

@@ -32,16 +32,17 @@ def hf_greedy(model, prompt: torch.Tensor, n: int) -> list[int]:
 
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_logits_and_greedy_match_transformers(tmp_path, family, tp):
-    model = make_hf_model(family, tmp_path / "hf", num_key_value_heads=1 if tp == 2 else 2)
+def test_logits_and_greedy_match_transformers(tmp_path, family, tp, device):
+    model = make_hf_model(family, tmp_path / "hf", num_key_value_heads=1 if tp == 2 else 2).to(device)
     convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float32", tp=tp)
-    dec = Decoder(load_checkpoint(tmp_path / "ckpt"))
+    dec = Decoder(load_checkpoint(tmp_path / "ckpt"), device=device)
     torch.manual_seed(0)
-    prompt = torch.randint(3, 1001, (1, 11))
+    prompt = torch.randint(3, 1001, (1, 11)).to(device)
 
     with torch.no_grad():
         ref = model(prompt).logits
     ours, hidden = dec.forward(prompt, dec.new_cache(1, 16))
+    assert ours.device == ref.device and hidden.device == ref.device
     assert ours.shape == ref.shape and hidden.shape == (1, 11, 64)
     assert ref.std() > 0.1  # logits that carry signal, so a 1e-4 bound is meaningful
     assert (ours - ref).abs().max().item() < 1e-4
@@ -52,6 +53,25 @@ def test_logits_and_greedy_match_transformers(tmp_path, family, tp):
     assert got.output_ids == expected
     assert got.stats.target_calls == NEW and got.finish_reason == "length"
     assert got.stats.acceptance_length is None
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_bf16_logits_match_transformers_in_bf16(tmp_path, family, device):
+    """In bfloat16 (the GPU default) rounding dominates: the runtime must be as close to
+    transformers' bf16 forward as that forward is to its own float32 one (x2), and compute in bf16."""
+    model = make_hf_model(family, tmp_path / "hf").to(device)
+    convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float32")
+    prompt = torch.randint(3, 1001, (1, 24), generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.no_grad():
+        ref32 = model(prompt).logits
+        ref = model.to(torch.bfloat16)(prompt).logits.float()
+    dec = Decoder(load_checkpoint(tmp_path / "ckpt"), torch.bfloat16, device=device)
+    ours, hidden = dec.forward(prompt, dec.new_cache(1, 32))
+    assert hidden.dtype == torch.bfloat16 and dec.layers[0].qkv.weight.dtype == torch.bfloat16
+    rounding = (ref32 - ref).abs().max().item()
+    assert 0 < rounding < 0.1 * ref.std().item()  # bf16 visibly rounds, and not wildly
+    assert (ours - ref).abs().max().item() <= 2 * rounding
+    assert (ours.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
 
 
 def test_llama3_rope_scaling_is_observable(tmp_path):

@@ -26,9 +26,9 @@ def warped(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
 @pytest.mark.parametrize("s", [Sampling(temperature=0.7), Sampling(temperature=1.3, top_k=20),
                                Sampling(temperature=0.9, top_p=0.8), Sampling(temperature=1.0, top_k=50, top_p=0.5)],
                          ids=lambda s: s.label())
-def test_probs_equal_transformers_warpers(s):
+def test_probs_equal_transformers_warpers(s, device):
     logits = torch.randn(16, 300, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
-    assert torch.allclose(probs(logits, s), warped(logits, s), atol=1e-12)
+    assert torch.allclose(probs(logits.to(device), s).cpu(), warped(logits, s), atol=1e-12)
 
 
 def test_greedy_is_the_one_hot_argmax():

@@ -163,13 +163,13 @@ def test_default_tree_must_fit_the_checkpoint(m):
         generate_eagle(m["target"], net, m["prompts"], 4, [[i] for i in range(12)] + [[i, 0] for i in range(11)])
 
 
-def test_drafter_matches_a_transformers_reference(m):
+def test_drafter_matches_a_transformers_reference(m, device):
     """The drafter (2 layers, so layer 1's input norm is used) against transformers' LlamaModel with
     layer 0's input norm and the final norm removed, fed fc(cat(embed, feature)) as inputs_embeds."""
     import transformers as tf
 
     ckpt = load_checkpoint(m["dir"] / "eagle_random")
-    net = EagleNet(ckpt)
+    net = EagleNet(ckpt, device=device)
     base_cfg = m["base"].config
     cfg = tf.LlamaConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=1, vocab_size=1001, rms_norm_eps=base_cfg.rms_norm_eps,
@@ -191,6 +191,8 @@ def test_drafter_matches_a_transformers_reference(m):
         want_h = ref(inputs_embeds=x, position_ids=torch.arange(40)[None]).last_hidden_state
     want = want_h @ m["base"].lm_head.weight.T
     logits, hidden = net.forward(tokens, feats, net.new_cache(1, 48))
+    assert hidden.device.type == device
+    logits, hidden = logits.cpu(), hidden.cpu()
     assert (hidden - want_h).abs().max() < 1e-4
     assert (logits - want).abs().max() < 1e-4 and want.std() > 0.1
 

@@ -3,23 +3,18 @@ the speculative loop, for every K of a chain draft and for several EAGLE trees, 
 
 Models: a tiny Llama whose layers write only 10% into the residual stream (close to a bigram
 model), a bigram draft and a bigram-ish EAGLE head, so acceptance is partial (see
-tests/runtime/test_speculative.py for the construction)."""
+tiny_models.bigram_drafters)."""
 
 from __future__ import annotations
-
-import copy
 
 import pytest
 import torch
 
-from tiny_models import make_eagle_head, make_hf_model, scale_layer_outputs
-from trtspec.checkpoints.convert import convert_hf
-from trtspec.checkpoints.eagle import convert_eagle
+from tiny_models import bigram_drafters
 from trtspec.runtime.generate import generate_batch, load_models
 from trtspec.tuning.profile import profile_prompts
 
 NEW, MAX_K = 40, 6
-H, I = 64, 96
 TREES = {
     "chain4": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]],
     "wide": [[0], [1], [2], [0, 0], [1, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
@@ -30,17 +25,7 @@ TREES = {
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     d = tmp_path_factory.mktemp("profile")
-    base = scale_layer_outputs(make_hf_model("llama", d / "hf"), 0.1)
-    base.save_pretrained(d / "hf")
-    scale_layer_outputs(copy.deepcopy(base), 0.0).save_pretrained(d / "bigram")
-    head = {"embed_tokens.weight": base.model.embed_tokens.weight.detach().clone(),
-            "fc.weight": torch.cat([torch.eye(H), torch.zeros(H, H)], 1),
-            "fc.bias": torch.zeros(H), "layers.0.self_attn.o_proj.weight": torch.zeros(H, H),
-            "layers.0.mlp.down_proj.weight": torch.zeros(H, I)}
-    make_eagle_head(d / "hf", d / "head", extra=head)
-    convert_hf(d / "hf", d / "target", dtype="float32")
-    convert_hf(d / "bigram", d / "draft", dtype="float32")
-    convert_eagle(d / "hf", d / "head", d / "eagle", dtype="float32", num_eagle_layers=4)
+    bigram_drafters(d)
     g = torch.Generator().manual_seed(1)
     prompts = [(f"p{i}", torch.randint(3, 1001, (n,), generator=g).tolist()) for i, n in enumerate((5, 11, 2))]
     return d, prompts

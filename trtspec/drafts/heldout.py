@@ -16,7 +16,7 @@ chain depth d, computed at position j + d, predicts x_{t+d+1}. match_lengths[t] 
 hits, cut where the sequence ends; replay_chain then replays the step boundaries exactly as the
 profiler does.
 
-Why ModelOpt's forward rather than the runtime's profile (tuning.profile.eagle3_match_lengths): the
+Why ModelOpt's forward rather than the runtime's profile (tuning.profile_pass.eagle3_match_lengths): the
 runtime needs the target as a TRT-LLM checkpoint and the head exported, at every evaluation; this
 runs on the model being trained. tests/drafts/test_heldout.py checks that the two give the same match
 lengths for the exported head (they do only because head.convert keeps input_layernorm at ones).

@@ -1,6 +1,7 @@
 """PyTorch executor of TensorRT-LLM 1.2 checkpoints, with the decoding loop the engines run.
 
     rope.py, kv_cache.py, model.py   the Llama-family decoder over a ragged, per-row KV cache
+    device.py, placement.py          where it computes: a device (or layers placed over several), the dtype
     weights.py                       checkpoint tensors -> compute-dtype weights
     quant.py                         quantized linears and KV cache (FP8, INT8-SQ, weight-only, AWQ)
     eagle_net.py                     the EAGLE-1 drafter (eagle_nets.{d})

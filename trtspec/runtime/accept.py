@@ -25,6 +25,10 @@ source); the profile must predict that rule, so each is named and selectable (`a
   distribution. LOSSY: the masked tail is never emitted (tests/runtime/test_accept.py measures how
   far the output distribution moves).
 
+Devices: the greedy rule reads only the argmax of each entry off the device; the sampling rules
+read the logits to the host once per step (float64 filtering and keyed draws run there, the same
+arithmetic on every device).
+
 At temperature 0 (or top_k 1) every rule is the greedy rule (the same function), so greedy outputs
 and their golden tests do not depend on the rule named.
 """
@@ -32,7 +36,7 @@ and their golden tests do not depend on the rule named.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -97,7 +101,7 @@ class ExactMatch:
         return sample
 
     def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list[Key]) -> list[Acceptance]:
-        drafted = proposal.tokens.tolist()
+        drafted, target_logits = proposal.tokens.tolist(), target_logits.cpu()
         out = []
         for b, key in enumerate(keys):
             tree = proposal.tree_for(b)
@@ -150,7 +154,9 @@ class RejectionSampling:
         self.sampling = sampling
 
     def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list[Key]) -> list[Acceptance]:
-        drafted = proposal.tokens.tolist()
+        drafted, target_logits = proposal.tokens.tolist(), target_logits.cpu()
+        if proposal.logits is not None:
+            proposal = replace(proposal, logits=proposal.logits.cpu())
         out = []
         for b, key in enumerate(keys):
             tree = proposal.tree_for(b)

@@ -25,6 +25,11 @@ quantized checkpoints too, where a block's different GEMM rounding, through FP8 
 quantization, can flip near-ties (README, "Speculation on FP8 checkpoints"). It costs the
 speedup: K+1 target forwards per step instead of one, and no batching.
 
+On a GPU (device.py) a step reads the device once: the accept rule's read of the target's logits
+(greedy: the argmax of each verified entry; sampled rules: the logits), after the verify forward
+and the proposer's drafts are queued. The proposers' own reads, where they need one, are noted
+in their modules (EAGLE-2 reads each level's top-k to grow its tree).
+
 Also here: `verify_external`, a target step on draft tokens that come from outside (TensorRT-LLM's
 `draft_tokens_external`): prompt + draft in one causal forward, then the same accept rule.
 """
@@ -38,6 +43,7 @@ from typing import Iterator
 import torch
 
 from .batch import Request, active_rows, make_requests
+from .device import to_device
 from .model import Decoder, forward_stepwise, prefill
 from .accept import Key, accept_greedy
 from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, empty_proposal
@@ -101,7 +107,8 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
     while len(rows := active_rows(reqs)):
         proposal = proposer.propose(reqs, rows)
         roots = torch.tensor([[reqs[b].output[-1]] for b in rows.tolist()])
-        logits, hidden = forward(torch.cat([roots, proposal.tokens], dim=1), cache, rows=rows,
+        block = torch.cat([to_device(roots, target.device), to_device(proposal.tokens, target.device)], dim=1)
+        logits, hidden = forward(block, cache, rows=rows,
                                  pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
         accepted = accept(proposal, logits, _keys(reqs, rows))
         for b, a in zip(rows.tolist(), accepted):

@@ -52,7 +52,7 @@ class DraftModelProposer:
         distribution at output position len(output) + i."""
         if self.sampling is None:
             return logits.argmax(-1)
-        p = probs(logits, self.sampling)
+        p = probs(logits.cpu(), self.sampling)  # keyed draws on the host (accept.py)
         return torch.tensor([draw(p[j], uniform(requests[b].seed, len(requests[b].output) + i, DRAFT))
                              for j, b in enumerate(rows.tolist())])
 

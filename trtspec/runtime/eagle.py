@@ -26,6 +26,7 @@ import torch
 from ..upstream import trtllm as upstream
 from ..errors import TrtspecError
 from .batch import Request
+from .device import to_device
 from .eagle_net import EagleNet
 from .speculative import Acceptance, Proposal
 from .tree import Tree, validate_choices
@@ -47,7 +48,7 @@ def _pad_pairs(pairs: list[tuple[list[int], torch.Tensor]]) -> tuple[torch.Tenso
     n = [len(t) for t, _ in pairs]
     T, H = max(n), pairs[0][1].shape[-1]
     tokens = torch.zeros(len(pairs), T, dtype=torch.long)
-    feats = torch.zeros(len(pairs), T, H, dtype=pairs[0][1].dtype)
+    feats = torch.zeros(len(pairs), T, H, dtype=pairs[0][1].dtype, device=pairs[0][1].device)
     for i, (t, f) in enumerate(pairs):
         tokens[i, :len(t)] = torch.tensor(t)
         feats[i, :len(t)] = f
@@ -86,20 +87,21 @@ class EagleProposer:
         tok, feat, n = _pad_pairs([self.pending[b] for b in rows.tolist()])
         logits, hidden = self.net.forward(tok, feat, self.cache, level=0, rows=rows)
         self.cache.advance(rows, torch.tensor(n))
-        last, i = torch.tensor(n) - 1, torch.arange(len(rows))
+        last, i = to_device(torch.tensor(n) - 1, hidden.device), to_device(torch.arange(len(rows)), hidden.device)
         return hidden[i, last], logits[i, last]
 
     def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
         tree, B = self.tree, len(rows)
         out = {0: self.catch_up(rows)}  # drafter output (hidden, logits) per processed node
-        tokens = torch.zeros(B, tree.size, dtype=torch.long)
-        dists = torch.zeros(B, tree.size, out[0][1].shape[-1])
+        dev = out[0][1].device  # drafted on the drafter's device: no per-node copy back to the host
+        tokens = torch.zeros(B, tree.size, dtype=torch.long, device=dev)
+        dists = torch.zeros(B, tree.size, out[0][1].shape[-1], device=dev)
         self._children(0, out[0][1], tokens, dists)
         done: list[int] = []  # uncommitted drafter slots, in write order
         for d in range(1, tree.max_depth):
             level = [m for m in tree.level(d) if tree.children[m]]
             region = done + level
-            lg, hd = self.net.forward(tokens[:, [m - 1 for m in level]],
+            lg, hd = self.net.forward(tokens[:, to_device(torch.tensor([m - 1 for m in level]), dev)],
                                       torch.stack([out[tree.parent[m]][0] for m in level], 1), self.cache,
                                       level=d, rows=rows, pos_offsets=torch.full((len(level),), d - 1),
                                       block_mask=self.mask[level][:, region])
@@ -113,4 +115,4 @@ class EagleProposer:
                target_hidden: torch.Tensor) -> None:
         for i, (b, a) in enumerate(zip(rows.tolist(), accepted)):
             if not requests[b].done:
-                self.pending[b] = (a.tokens, target_hidden[i, a.path])
+                self.pending[b] = (a.tokens, target_hidden[i, to_device(torch.tensor(a.path), target_hidden.device)])

@@ -88,13 +88,14 @@ class DynamicEagleProposer(EagleProposer):
     def _children(self, nodes: list[list[Node]], parents: list[list[int]], logp: torch.Tensor) -> list[list[int]]:
         """Add the top-k children of each parent (logp [B, P, V]); returns the new ids per row."""
         top = logp.topk(self.k, dim=-1)
+        indices, values = top.indices.tolist(), top.values.tolist()  # one read of the GPU per level
         new = []
         for b, row in enumerate(nodes):
             ids = []
             for j, p in enumerate(parents[b]):
                 for r in range(self.k):
-                    row.append(Node(p, row[p].path + (r,), int(top.indices[b, j, r]),
-                                    row[p].score + float(top.values[b, j, r]), row[p].ancestors | {len(row)}))
+                    row.append(Node(p, row[p].path + (r,), indices[b][j][r],
+                                    row[p].score + values[b][j][r], row[p].ancestors | {len(row)}))
                     ids.append(len(row) - 1)
             new.append(ids)
         return new

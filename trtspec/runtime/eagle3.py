@@ -30,6 +30,7 @@ from ..checkpoints.eagle3 import LAYER, Eagle3Head
 from ..errors import TrtspecError
 from . import rope
 from .eagle import EagleProposer
+from .device import move, to_device
 from .kv_cache import KVCache
 from .model import Decoder, attention, block_geometry, mlp, rms_norm
 from .quant import Linear
@@ -46,7 +47,8 @@ def _layer(t: dict[str, torch.Tensor], dtype: torch.dtype) -> LayerWeights:
 
 
 class Eagle3Net:
-    """The head's forward with the net interface EagleProposer drives (level is ignored: one head)."""
+    """The head's forward with the net interface EagleProposer drives (level is ignored: one head).
+    It lives where the target's hidden states come out (Decoder.output_device)."""
 
     def __init__(self, head: Eagle3Head, target: Decoder, dtype: torch.dtype = torch.float32):
         if tuple(target.aux_layers) != head.aux_layers:
@@ -54,21 +56,22 @@ class Eagle3Net:
                                f"needs {list(head.aux_layers)}")
         t = head.tensors
         self.spec, self.dtype, self.path = head.spec, dtype, head.path
+        self.device = dev = target.output_device
         self.aux_layers = head.aux_layers
-        self.fc = Linear(t["fc.weight"].to(dtype), t["fc.bias"].to(dtype) if "fc.bias" in t else None)
-        self.layer = _layer(t, dtype)
-        self.hidden_norm = t[f"{LAYER}hidden_norm.weight"].to(dtype)
-        self.norm = t["norm.weight"].to(dtype)
-        self.embed = target.embed  # shared with the target (same hidden size)
-        self.lm_head = t["lm_head.weight"].to(dtype) if "lm_head.weight" in t else target.lm_head
-        self.target_ids = head.draft_to_target
+        self.fc = move(Linear(t["fc.weight"].to(dtype), t["fc.bias"].to(dtype) if "fc.bias" in t else None), dev)
+        self.layer = move(_layer(t, dtype), dev)
+        self.hidden_norm = t[f"{LAYER}hidden_norm.weight"].to(dev, dtype)
+        self.norm = t["norm.weight"].to(dev, dtype)
+        self.embed = target.embed.to(dev)  # shared with the target (same hidden size; a copy when placed apart)
+        self.lm_head = t["lm_head.weight"].to(dev, dtype) if "lm_head.weight" in t else target.lm_head
+        self.target_ids = head.draft_to_target.to(dev)
         self.target_vocab = target.vocab_size
         self.draft_vocab = head.draft_vocab
-        self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling)
+        self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling).to(dev)
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         s = self.spec
-        return KVCache(1, batch, capacity, s.num_kv_heads, s.head_size, self.dtype)
+        return KVCache(1, batch, capacity, s.num_kv_heads, s.head_size, self.dtype, (self.device,))
 
     def to_target(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """[..., draft_vocab] -> [..., target_vocab], -inf at target ids the head cannot draft."""
@@ -84,12 +87,12 @@ class Eagle3Net:
         [b', T, H]). States: the target's hidden ([ln_f output, n captured layers], (1+n)*H, what
         Decoder.forward returns with aux_layers), the captured layers alone (n*H), or the head's own
         output (H). Cache semantics as Decoder.forward: written after the committed slots, not committed."""
-        s, eps, H = features.to(self.dtype), self.spec.norm_eps, self.spec.hidden_size
+        s, eps, H = features.to(self.device, self.dtype), self.spec.norm_eps, self.spec.hidden_size
         if s.shape[-1] == H * (1 + len(self.aux_layers)):
             s = s[..., H:]
         if s.shape[-1] != H:  # as TensorRT-LLM's apply_eagle3_fc
             s = self.fc(s)
-        e = rms_norm(F.embedding(tokens, self.embed), self.layer.input_norm, eps)
+        e = rms_norm(F.embedding(to_device(tokens, self.device), self.embed), self.layer.input_norm, eps)
         rows, slots, mask, cos, sin = block_geometry(s, self.freq, cache, rows, pos_offsets, block_mask)
         x = torch.cat([e, rms_norm(s, self.hidden_norm, eps)], dim=-1)
         r = s + attention(x, self.layer, self.spec, cache, 0, rows, slots, cos, sin, mask)

@@ -27,6 +27,7 @@ from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..errors import TrtspecError
 from ..upstream import trtllm
 from . import rope
+from .device import move, resolve, to_device
 from .kv_cache import KVCache
 from .model import run_layers
 from .quant import Linear, load_linear, scheme_of
@@ -62,7 +63,8 @@ def load_net(ckpt: TrtllmCheckpoint, i: int, dtype: torch.dtype, scheme: QuantSc
 
 
 class EagleNet:
-    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32):
+    def __init__(self, ckpt: TrtllmCheckpoint, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+        """device: one device, where the target's hidden states come out (Decoder.output_device)."""
         if not ckpt.is_eagle:
             raise TrtspecError(f"{ckpt.path}: not an EagleForCausalLM checkpoint (architecture "
                                f"{ckpt.config.get('architecture')!r})")
@@ -72,12 +74,15 @@ class EagleNet:
         self.num_levels = int(cfg.get("num_eagle_layers", 1))
         self.max_draft_len = int(cfg.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN))
         self.max_non_leaves = int(cfg.get("max_non_leaves_per_layer", trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES))
-        self.nets: list[NetWeights] = []
+        (self.device,) = resolve(device)
+        nets: list[NetWeights] = []
         for i in range(self.num_levels):
             net = load_net(ckpt, i, dtype, scheme)
-            same = next((n for n in self.nets if n.same_as(net)), None)
-            self.nets.append(same if same is not None else net)  # dedupe identical clones
-        self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling)
+            same = next((n for n in nets if n.same_as(net)), None)
+            nets.append(same if same is not None else net)  # dedupe identical clones
+        moved = {id(n): move(n, self.device) for n in nets}
+        self.nets = [moved[id(n)] for n in nets]
+        self.freq = rope.inv_freq(self.spec.head_size, self.spec.rope_theta, self.spec.rope_scaling).to(self.device)
 
     @property
     def draft_vocab(self) -> int:
@@ -89,7 +94,8 @@ class EagleNet:
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         s = self.spec
-        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype)
+        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype,
+                       (self.device,) * s.num_layers)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, level: int = 0,
@@ -99,6 +105,7 @@ class EagleNet:
         (logits [b', T, V] float32, un-normed hidden [b', T, H] = the next features).
         Cache semantics as Decoder.forward: written after the committed slots, not committed."""
         w = self.nets[level]
-        x = w.fc(torch.cat([F.embedding(tokens, w.embed), features.to(self.dtype)], dim=-1))
+        tokens, features = to_device(tokens, self.device), features.to(self.device, self.dtype)
+        x = w.fc(torch.cat([F.embedding(tokens, w.embed), features], dim=-1))
         x = run_layers(x, w.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask)
         return F.linear(x, w.lm_head).float(), x

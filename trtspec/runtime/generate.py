@@ -35,6 +35,7 @@ from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
 from ..upstream.sampling import EXACT_MATCH, REJECTION
 from .accept import accept_rule
 from .decode import RowStep, decode, generate, one_request
+from .device import compute_dtype, resolve as resolve_device
 from .batch import check_positions, over_positions
 from .draft_target import DraftModelProposer
 from .eagle2 import eagle_proposer
@@ -71,6 +72,12 @@ class Models:
         layers = [w for n in [self.target, self.draft, *eagle_nets] if n is not None for w in n.layers]
         return [n.fc for n in eagle_nets] + [lin for w in layers for lin in w.linears()]
 
+    def compile_layers(self) -> None:
+        """torch.compile the target's and a draft model's layers (RuntimeDevice.compile_layers)."""
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.compile_layers()
+
 
 def resolve_pair(ckpt: Path, draft_ckpt: Path | None) -> tuple[Path, Path | None]:
     """A pair directory (target/ + draft/, no config.json of its own) stands for both checkpoints."""
@@ -92,19 +99,23 @@ def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
 
 
 def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32,
-                tokenizer: bool = True, eagle3_head: Path | None = None, fp8_gemm: str = "auto") -> Models:
+                tokenizer: bool = True, eagle3_head: Path | None = None, device: str | list = "cpu",
+                fp8_gemm: str = "auto") -> Models:
     """tokenizer=False: the Triton python models, whose tokenizer belongs to preprocessing /
     postprocessing; not importing transformers saves each model stub about 4 s of start-up.
     eagle3_head: an EAGLE-3 head directory (checkpoints/eagle3.py) drafting for `ckpt`.
-    fp8_gemm: how FP8 linears multiply (quant.FP8_GEMMS: auto, scaled_mm, emulate)."""
+    device: the target's (and a draft model's) device(s), see model.Decoder; drafters sit where
+    the target's hidden states come out. fp8_gemm: how FP8 linears multiply (quant.FP8_GEMMS:
+    auto, scaled_mm, emulate)."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     c = open_checkpoint(ckpt)  # a TRT-LLM checkpoint or a ModelOpt unified HF one
     tok = load_tokenizer(ckpt) if tokenizer else None
     head = load_eagle3_head(Path(eagle3_head), c.spec) if eagle3_head is not None else None
-    target = Decoder(c, dtype, head.aux_layers if head is not None else ())
+    target = Decoder(c, dtype, head.aux_layers if head is not None else (), device)
     models = Models(target=target,
-                    draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype) if draft_ckpt is not None else None,
-                    eagle=EagleNet(c, dtype) if c.is_eagle else None,
+                    draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype, device=device) if draft_ckpt is not None
+                    else None,
+                    eagle=EagleNet(c, dtype, target.output_device) if c.is_eagle else None,
                     eagle3=Eagle3Net(head, target, dtype) if head is not None else None,
                     tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
     set_fp8_gemm(models.linears(), fp8_gemm)
@@ -238,20 +249,26 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
                  max_new_tokens: int = 64, draft_ckpt: Path | None = None, draft_len: int | None = None,
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
                  batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
-                 eagle3_head: Path | None = None, fp8_gemm: str = "auto") -> dict:
+                 eagle3_head: Path | None = None, device: str = "cpu", dtype: str | None = None,
+                 compile_layers: bool = False, fp8_gemm: str = "auto") -> dict:
     """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
     first token (the prefill), seconds in all and generated tokens per second, decoding only (model
     loading and tokenization excluded). A prompt whose length + max_new_tokens exceeds the model's
-    max_position_embeddings is refused (batch.check_positions), never truncated."""
+    max_position_embeddings is refused (batch.check_positions), never truncated. device / dtype:
+    GenerateOptions' (device.resolve, device.compute_dtype; errors name generate.device / .dtype)."""
     if (prompt is None) == (prompt_ids is None):
         raise TrtspecError("give exactly one of prompt or prompt_ids")
     if chat and prompt is None:
         raise TrtspecError("chat formatting needs a text prompt")
     if draft_len is not None and draft_ckpt is None and eagle3_head is None and not resolve_pair(Path(ckpt), None)[1]:
         raise TrtspecError("draft_len needs a draft checkpoint or an EAGLE-3 head")
-    models = load_models(Path(ckpt), draft_ckpt, eagle3_head=eagle3_head, fp8_gemm=fp8_gemm)
+    devices = resolve_device(device, "generate.device")
+    models = load_models(Path(ckpt), draft_ckpt, compute_dtype(dtype, devices, "generate.dtype"),
+                         eagle3_head=eagle3_head, device=devices, fp8_gemm=fp8_gemm)
+    if compile_layers:
+        models.compile_layers()
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,

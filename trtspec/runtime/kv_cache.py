@@ -17,6 +17,11 @@ Stale data beyond `lens[b]` is never visible: `attention_mask` only shows a quer
 plus the uncommitted slots its block mask allows, and later writes overwrite the stale slots. That
 is also why right-padded ragged prefill is safe: pad tokens are written, then `lens` is set to the
 true lengths and the padding is forgotten.
+
+Devices: `k[layer]`, `v[layer]` live on their layer's device (`layer_devices`, one per layer: a
+model placed over several GPUs keeps each layer's cache beside its weights); `lens` is host
+bookkeeping on the CPU, so slot arithmetic and the capacity check never wait for a GPU. The row
+and slot indices a forward writes through are moved to the device by the caller (model.py).
 """
 
 from __future__ import annotations
@@ -24,14 +29,20 @@ from __future__ import annotations
 import torch
 
 from ..errors import TrtspecError
+from .device import to_device
 
 
 class KVCache:
     def __init__(self, num_layers: int, batch: int, capacity: int, kv_heads: int, head_size: int,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, layer_devices: tuple[torch.device, ...] | None = None,
+                 stages: tuple[int, ...] | None = None):
+        """stages: each layer's placement stage (placement.py); a forward moves its activations
+        where the stage changes (default: one stage)."""
         shape = (batch, capacity, kv_heads, head_size)
-        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+        devices = layer_devices or (torch.device("cpu"),) * num_layers
+        self.stages = stages or (0,) * num_layers
+        self.k = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
+        self.v = [torch.zeros(shape, dtype=dtype, device=d) for d in devices]
         self.lens = torch.zeros(batch, dtype=torch.long)
         self.capacity = capacity
 
@@ -65,9 +76,11 @@ class KVCache:
         src = torch.tensor(kept, dtype=torch.long) + base
         dst = torch.arange(len(kept)) + base
         if not torch.equal(src, dst):
+            on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
             for cache in (self.k, self.v):
                 for layer in cache:
-                    layer[b, dst] = layer[b, src]  # gather first (advanced indexing copies): overlap-safe
+                    s, d = on.setdefault(layer.device, (to_device(src, layer.device), to_device(dst, layer.device)))
+                    layer[b, d] = layer[b, s]  # gather first (advanced indexing copies): overlap-safe
         self.lens[b] = base + len(kept)
 
     def rollback(self, b: int, n: int) -> None:
@@ -81,7 +94,7 @@ def attention_mask(lens: torch.Tensor, block_mask: torch.Tensor, length: int) ->
     uncommitted slot lens[b] + j when block_mask[(b,) t, j] (block_mask is [T, W] or [b', T, W], W =
     uncommitted slots written so far including this block)."""
     W = block_mask.shape[-1]
-    slot = torch.arange(length)
+    slot = torch.arange(length, device=lens.device)
     rel = slot[None, :] - lens[:, None]  # [b', length]
     committed = rel < 0
     in_block = (rel >= 0) & (rel < W)

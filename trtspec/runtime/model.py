@@ -10,6 +10,13 @@ sqrt(hd)) v over the cached slots the mask allows; o_proj. mlp: proj(silu(fc(x))
 Every forward is "write T new tokens after the committed cache of each row, attend through a mask":
 that one shape covers prefill (ragged, right-padded), greedy steps (T=1), draft-target chains and
 EAGLE trees (T = 1 + nodes with a tree mask and depth positions). See kv_cache.py for the rules.
+
+Devices (device.py): the weights, caches, masks, RoPE tables and index tensors of a forward are on
+the model's device(s); inputs (tokens, rows, positions, tree masks) may come from the host and are
+moved once per forward without waiting. A forward queues GPU work and returns: nothing here reads a
+GPU value back (the accept rule does, once per step). A model placed over several devices
+(placement.py) runs its layers on theirs, the activations and the forward's geometry moved at each
+boundary; its outputs (logits, hidden) are on the last device.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ from ..checkpoints.hf_unified import HfUnifiedCheckpoint
 from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from . import rope
+from .device import move, resolve, to_device
 from .kv_cache import KVCache, attention_mask, causal
 from .hf_weights import load_hf_decoder
+from .placement import Placement, plan_layers
 from .quant import scheme_of
 from .weights import LayerWeights, load, load_layer
 
@@ -62,8 +71,9 @@ def mlp(x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
 
 def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: torch.Tensor | None,
                    pos_offsets: torch.Tensor | None, block_mask: torch.Tensor | None):
-    """Where a block x [b', T, .] goes for cache rows `rows` (all rows when None): (rows, slots,
-    attention mask, cos, sin).
+    """Where a block x [b', T, .] goes for cache rows `rows` (a host tensor; all rows when None):
+    (rows, slots, attention mask, cos, sin), on x's device. The slot arithmetic runs on the host
+    (cache.lens is host bookkeeping): no GPU value is read.
 
     block_mask [T, W] or [b', T, W] covers the W uncommitted slots after lens (the W - T written by
     earlier uncommitted forwards, then this block); causal [T, T] by default. pos_offsets [T] or
@@ -78,19 +88,34 @@ def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: to
     lens = cache.lens[rows]
     positions = lens[:, None] + pos_offsets  # [b', T]
     slots = cache.write_slots(rows, offset, T)
-    mask = attention_mask(lens, block_mask, int(slots.max()) + 1)
-    cos, sin = rope.cos_sin(freq, positions, x.dtype)
-    return rows, slots, mask, cos, sin
+    dev = x.device
+    mask = attention_mask(to_device(lens, dev), to_device(block_mask, dev), int(slots.max()) + 1)
+    cos, sin = rope.cos_sin(to_device(freq, dev), to_device(positions, dev), x.dtype)
+    return to_device(rows, dev), to_device(slots, dev), mask, cos, sin
 
 
 def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, freq: torch.Tensor,
                cache: KVCache, rows: torch.Tensor | None, pos_offsets: torch.Tensor | None,
-               block_mask: torch.Tensor | None, outputs: dict[int, torch.Tensor | None] | None = None) -> torch.Tensor:
+               block_mask: torch.Tensor | None, outputs: dict[int, torch.Tensor | None] | None = None,
+               through=None) -> torch.Tensor:
     """The decoder layers over x [b', T, H] (block_geometry for rows, pos_offsets, block_mask).
     outputs: if given, {layer index: None} receives the output (the residual stream after it) of
-    the layers it names: EAGLE-3 heads read those."""
-    rows, slots, mask, cos, sin = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
+    the layers it names: EAGLE-3 heads read those. through: `through_layers`, or a compiled copy
+    of it (Decoder.compile_layers)."""
+    geometry = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
+    return (through or through_layers)(x, layers, spec, cache, geometry, outputs)
+
+
+def through_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, cache: KVCache, geometry: tuple,
+                   outputs: dict[int, torch.Tensor | None] | None) -> torch.Tensor:
+    """The layers' arithmetic, given the block's geometry (no host logic: what torch.compile can
+    take whole). Each layer runs where its cache is (placement.py): x and the geometry move when
+    the device changes."""
     for i, w in enumerate(layers):
+        if x.device != cache.k[i].device or (i and cache.stages[i] != cache.stages[i - 1]):  # a placement boundary
+            x = x.to(cache.k[i].device)
+            geometry = tuple(to_device(t, x.device) for t in geometry)
+        rows, slots, mask, cos, sin = geometry
         h = x if w.input_norm is None else rms_norm(x, w.input_norm, spec.norm_eps)
         x = x + attention(h, w, spec, cache, i, rows, slots, cos, sin, mask)
         x = x + mlp(rms_norm(x, w.post_norm, spec.norm_eps), w)
@@ -106,24 +131,56 @@ class Decoder:
 
     aux_layers (EAGLE-3): the forward's hidden is then [ln_f output, output of each aux layer]
     concatenated, width H * (1 + len(aux_layers)), so the decoding loop hands an EAGLE-3 proposer
-    the captured states without knowing about them; `logits` reads the first H."""
+    the captured states without knowing about them; `logits` reads the first H.
+
+    device: one device ('cpu', 'cuda:0'), or several (a list, or 'cuda:0,cuda:1'): the layers are
+    then placed over them by weight bytes (placement.py), each layer's KV cache beside it."""
 
     def __init__(self, ckpt: TrtllmCheckpoint | HfUnifiedCheckpoint, dtype: torch.dtype = torch.float32,
-                 aux_layers: tuple[int, ...] = ()):
+                 aux_layers: tuple[int, ...] = (), device: str | list = "cpu"):
         self.aux_layers = tuple(aux_layers)
         self.spec, self.dtype, self.path = ckpt.spec, dtype, ckpt.path
         s = self.spec
-        self.freq = rope.inv_freq(s.head_size, s.rope_theta, s.rope_scaling)
         if isinstance(ckpt, HfUnifiedCheckpoint):  # the PyTorch backend's numerics (hf_weights.py)
-            self.scheme, self.embed, self.layers, self.ln_f, self.lm_head = load_hf_decoder(ckpt, dtype)
-            return
-        self.scheme = scheme_of(ckpt)
-        self.embed = load(ckpt, "transformer.vocab_embedding.weight", dtype)
-        self.layers = [load_layer(ckpt, f"transformer.layers.{i}.", s, dtype, self.scheme)
-                       for i in range(s.num_layers)]
-        self.ln_f = load(ckpt, "transformer.ln_f.weight", dtype)
-        # TRT-LLM may omit lm_head when the embedding is shared (trtllm.md §2.1).
-        self.lm_head = load(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else self.embed
+            self.scheme, embed, layers, ln_f, lm_head = load_hf_decoder(ckpt, dtype)
+        else:
+            self.scheme = scheme_of(ckpt)
+            embed = load(ckpt, "transformer.vocab_embedding.weight", dtype)
+            layers = [load_layer(ckpt, f"transformer.layers.{i}.", s, dtype, self.scheme)
+                      for i in range(s.num_layers)]
+            ln_f = load(ckpt, "transformer.ln_f.weight", dtype)
+            # TRT-LLM may omit lm_head when the embedding is shared (trtllm.md §2.1).
+            lm_head = load(ckpt, "lm_head.weight", dtype) if "lm_head.weight" in ckpt else embed
+        self._place(resolve(device), embed, layers, ln_f, lm_head)
+        self.freq = rope.inv_freq(s.head_size, s.rope_theta, s.rope_scaling).to(self.device)
+        self.through = through_layers
+
+    def compile_layers(self) -> None:
+        """Run the layers through torch.compile (dynamic shapes: ragged batches, any block length).
+        Opt-in (RuntimeDevice.compile_layers) and unmeasured here: whether the fused kernels pay
+        on a GPU, against their compile time and recompiles, is for measure-cost to show."""
+        self.through = torch.compile(through_layers, dynamic=True)
+
+    def _place(self, devices: list[torch.device], embed, layers, ln_f, lm_head) -> None:
+        """Weights onto the devices (placement.plan_layers over their bytes); a tied lm_head stays
+        the embedding's tensor unless the two ends are on different devices."""
+        head_bytes = _bytes(ln_f) + (0 if lm_head is embed else _bytes(lm_head))
+        self.placement: Placement = plan_layers([sum(map(_bytes, w.tensors())) for w in layers], devices,
+                                                _bytes(embed), head_bytes + (_bytes(embed) if lm_head is embed else 0))
+        self.embed = embed.to(self.device)
+        self.layers = [move(w, d) for w, d in zip(layers, self.placement.layers)]
+        self.ln_f = ln_f.to(self.output_device)
+        self.lm_head = self.embed.to(self.output_device) if lm_head is embed else lm_head.to(self.output_device)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the forward's inputs go (the embedding's device)."""
+        return self.placement.first
+
+    @property
+    def output_device(self) -> torch.device:
+        """Where logits and hidden states come out (the final norm's and lm_head's device)."""
+        return self.placement.last
 
     @property
     def vocab_size(self) -> int:
@@ -131,7 +188,8 @@ class Decoder:
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         s = self.spec
-        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype)
+        return KVCache(s.num_layers, batch, capacity, s.num_kv_heads, s.head_size, self.dtype, self.placement.layers,
+                       self.placement.stages)
 
     @property
     def hidden_width(self) -> int:
@@ -149,13 +207,18 @@ class Decoder:
 
         Writes K/V of the new tokens after each row's committed slots but does not commit them:
         the caller decides what to keep (`cache.advance` / `cache.commit`)."""
-        x = F.embedding(tokens, self.embed)
+        x = F.embedding(to_device(tokens, self.device), self.embed)
         outputs = dict.fromkeys(self.aux_layers) if self.aux_layers else None
-        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask, outputs)
-        h = rms_norm(x, self.ln_f, self.spec.norm_eps)
+        x = run_layers(x, self.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask, outputs,
+                       self.through)
+        h = rms_norm(x.to(self.output_device), self.ln_f, self.spec.norm_eps)
         if outputs:
-            h = torch.cat([h] + [outputs[i] for i in self.aux_layers], dim=-1)
+            h = torch.cat([h] + [outputs[i].to(h.device) for i in self.aux_layers], dim=-1)
         return (self.logits(h) if with_logits else None), h
+
+
+def _bytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
 
 
 def pad_right(seqs: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +267,7 @@ def _prefill_rows(model: Decoder, cache: KVCache, rows: torch.Tensor, tokens: to
     """Batch-invariant prefill: each row alone; a row's first block (its prompt) in one forward, as
     a batch of one computes it, and later tokens (a drafter catching up) one at a time, as the
     target computed them. Returns hidden [b', Tmax, H]."""
-    hidden = torch.zeros(*tokens.shape, model.hidden_width, dtype=model.dtype)
+    hidden = torch.zeros(*tokens.shape, model.hidden_width, dtype=model.dtype, device=model.output_device)
     for i, b in enumerate(rows.tolist()):
         n, row = int(lengths[i]), rows[i:i + 1]
         if int(cache.lens[b]) == 0:
@@ -226,7 +289,7 @@ def prefill(model: Decoder, cache: KVCache, rows: torch.Tensor, seqs: list[list[
     else:
         _, hidden = model.forward(tokens, cache, rows=rows, with_logits=False)
     cache.advance(rows, lengths)
-    last = hidden[torch.arange(len(seqs)), lengths - 1]
+    last = hidden[to_device(torch.arange(len(seqs)), hidden.device), to_device(lengths - 1, hidden.device)]
     if batch_invariant:  # the lm_head GEMM per row as well
         return torch.cat([model.logits(last[i:i + 1]) for i in range(len(seqs))]), hidden, lengths
     return model.logits(last), hidden, lengths

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Literal, Optional, get_args
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from ..options import Sampling
+from ..options import ONE_DEVICE, Sampling, StageOptions
+
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
 # How an FP8 checkpoint's linears multiply (runtime/quant.py): one setting for generate and profile.
 Fp8Gemm = Literal["auto", "scaled_mm", "emulate"]
@@ -19,7 +21,36 @@ FP8_GEMM_HELP = ("How FP8 checkpoints' linears multiply: auto (FP8 GEMMs, torch.
                  "torch runs them on), emulate (always the emulation).")
 
 
-class GenerateOptions(Sampling):
+class RuntimeDevice(StageOptions):
+    """Where the PyTorch runtime computes, and in which dtype: the fields of every stage that runs
+    it (generate, profile, measure-cost). Checked here as text (no torch import); runtime/device.py
+    checks the devices against the torch at hand."""
+    device: str = Field("cpu", description="Device of the PyTorch runtime: cpu, cuda, cuda:N, or several "
+                        "comma-separated (cuda:0,cuda:1: the layers are placed over them by weight bytes).")
+    dtype: Optional[str] = Field(None, description="Compute dtype: float32, bfloat16 or float16. null: float32 on "
+                                 "cpu (the reference numerics), bfloat16 on a GPU.")
+    compile_layers: bool = Field(False, description="Run the decoder layers through torch.compile (opt-in, not "
+                                 "measured yet: check with measure-cost that it pays on your GPU).")
+    fp8_gemm: Fp8Gemm = Field("auto", description=FP8_GEMM_HELP)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        names = [n.strip() for n in v.split(",")]
+        bad = [n for n in names if not ONE_DEVICE.fullmatch(n)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a device (expected cpu, cuda or cuda:N, comma-separated for several)")
+        return ",".join(names)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and v not in COMPUTE_DTYPES:
+            raise ValueError(f"{v!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+        return v
+
+
+class GenerateOptions(Sampling, RuntimeDevice):
     """How one prompt is decoded: greedy or sampled (the Sampling fields), plain, draft-target, or
     EAGLE tree (static or dynamic), and with which accept rule at temperature > 0."""
     section = "generate"
@@ -37,7 +68,6 @@ class GenerateOptions(Sampling):
     batch_invariant: bool = Field(False, description="Verify each draft token as a one-token decode (no speedup): "
                                                      "speculation then reproduces greedy bit for bit on FP8/INT8 "
                                                      "checkpoints too.")
-    fp8_gemm: Fp8Gemm = Field("auto", description=FP8_GEMM_HELP)
 
     def sampling(self) -> Sampling:
         """The Sampling part of these options."""

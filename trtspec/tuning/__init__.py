@@ -1,6 +1,7 @@
 """Tuning: acceptance profiles -> per-workload draft length / EAGLE tree per concurrency band.
 
     profile.py     measure once per workload (match lengths / rank paths per generated position)
+    profile_pass.py  its teacher-forced pass, batch_size finished sequences per forward
     sampled.py     profiles at temperature > 0: the sampled output, the accept rules, the estimator
     acceptance.py  exact replay of step boundaries: AL and per-position rates of any K or tree, SEs
     cost.py        analytic step-time model (H100/H200 roofline from checkpoint sizes + quantization)

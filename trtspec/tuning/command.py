@@ -107,13 +107,19 @@ def measure_cost_command(
                                    " Comma-separated."),
     context: int = typer.Option(default(M, "context"), "--context", help=doc(M, "context")),
     repeats: int = typer.Option(default(M, "repeats"), "--repeats", help=doc(M, "repeats")),
+    device: str = typer.Option(default(M, "device"), "--device", help=doc(M, "device")),
+    dtype: Optional[str] = typer.Option(default(M, "dtype"), "--dtype", help=doc(M, "dtype")),
+    compile_layers: bool = typer.Option(default(M, "compile_layers"), help=doc(M, "compile_layers")),
+    fp8_gemm: str = typer.Option(default(M, "fp8_gemm"), "--fp8-gemm", help=doc(M, "fp8_gemm")),
     out: Path = typer.Option(Path("cost_table.json"), "--out", help="Where to write the cost table."),
 ):
     """Time the PyTorch runtime's forwards on this machine into a cost table for `trtspec tune --cost FILE`."""
     from .measure import measure_runtime
 
     cfg = from_cli(M, batches=parse_ints(batches, "--batches"), num_tokens=parse_ints(num_tokens, "--num-tokens"),
-                   context=context, repeats=repeats)
-    table = measure_runtime(target_ckpt, draft_ckpt, cfg)
+                   context=context, repeats=repeats, device=device, dtype=dtype, compile_layers=compile_layers,
+                   fp8_gemm=fp8_gemm)
+    with flag_context(M):  # measure_cost.device: ... -> --device: ...
+        table = measure_runtime(target_ckpt, draft_ckpt, cfg)
     write_text_atomic(out, table.model_dump_json(by_alias=True, indent=2) + "\n")
     typer.echo(f"wrote {out} ({len(table.rows)} rows)")

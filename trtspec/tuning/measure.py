@@ -1,7 +1,8 @@
 """Time the PyTorch runtime's forwards on this machine and write them as a cost table.
 
-This is the measured side of the cost model for the device at hand (a CPU here; the same code
-times a GPU build of torch): for each network (target, draft model, EAGLE drafter level), batch
+This is the measured side of the cost model for the device at hand (`cfg.device`: the CPU, or a
+GPU, where each timed run ends with torch.cuda.synchronize so that it times the kernels, not their
+launch): for each network (target, draft model, EAGLE drafter level), batch
 size and token count, one forward of `num_tokens` new tokens after `context` committed tokens,
 exactly the call the decoding loops make (`Decoder.forward` / `EagleNet.forward`, cache writes
 not committed, so every repeat sees the same state). The median of `repeats` timed runs after
@@ -18,19 +19,24 @@ from pathlib import Path
 import torch
 
 from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..runtime.device import compute_dtype, describe, resolve, synchronize
 from ..runtime.eagle_net import EagleNet
 from ..runtime.model import Decoder
+from ..runtime.quant import set_fp8_gemm
 from .fit import CostRow, CostTable
 from .options import MeasureConfig
 
 
-def _time(fn, repeats: int, warmup: int) -> float:
+def _time(fn, repeats: int, warmup: int, device: torch.device) -> float:
+    """Median wall time of `fn` with the device's queue drained before and after each run."""
     for _ in range(warmup):
         fn()
     runs = []
     for _ in range(repeats):
+        synchronize(device)
         t0 = time.perf_counter()
         fn()
+        synchronize(device)
         runs.append(time.perf_counter() - t0)
     return statistics.median(runs)
 
@@ -44,8 +50,8 @@ def _decoder_rows(model, role: str, cfg: MeasureConfig, g: torch.Generator) -> l
         model.forward(ctx, cache, with_logits=False)
         cache.advance(torch.arange(b), cfg.context)
         for n in cfg.num_tokens:
-            block = torch.randint(0, vocab, (b, n), generator=g)
-            s = _time(lambda: model.forward(block, cache), cfg.repeats, cfg.warmup)
+            block = torch.randint(0, vocab, (b, n), generator=g).to(model.device)  # inputs in place before timing
+            s = _time(lambda: model.forward(block, cache), cfg.repeats, cfg.warmup, model.output_device)
             rows.append(CostRow(role=role, batch=b, num_tokens=n, context=cfg.context, seconds=s))
     return rows
 
@@ -59,24 +65,39 @@ def _eagle_rows(net, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
                     torch.randn(b, cfg.context, H, generator=g), cache)
         cache.advance(torch.arange(b), cfg.context)
         for n in cfg.num_tokens:
-            tok, feat = torch.randint(0, vocab, (b, n), generator=g), torch.randn(b, n, H, generator=g)
+            tok = torch.randint(0, vocab, (b, n), generator=g).to(net.device)
+            feat = torch.randn(b, n, H, generator=g).to(net.device, net.dtype)
             s = _time(lambda: net.forward(tok, feat, cache, level=min(1, net.num_levels - 1)),
-                      cfg.repeats, cfg.warmup)
+                      cfg.repeats, cfg.warmup, net.device)
             rows.append(CostRow(role="eagle", batch=b, num_tokens=n, context=cfg.context, seconds=s))
     return rows
+
+
+def _decoder(ckpt, dtype: torch.dtype, devices: list[torch.device], cfg: MeasureConfig) -> Decoder:
+    model = Decoder(ckpt, dtype, device=devices)
+    set_fp8_gemm([lin for w in model.layers for lin in w.linears()], cfg.fp8_gemm)  # timed as it would be served
+    if cfg.compile_layers:  # compiled during the warm-up runs (warmup >= 1 keeps compilation out of the timings)
+        model.compile_layers()
+    return model
 
 
 @torch.inference_mode()
 def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: MeasureConfig | None = None,
                     gpu: str = "cpu") -> CostTable:
-    """A cost table of the target (and draft / EAGLE drafter) timed with the PyTorch runtime."""
+    """A cost table of the target (and draft / EAGLE drafter) timed with the PyTorch runtime on
+    cfg.device in cfg.dtype (errors name measure_cost.device / .dtype); the table's `device` text
+    names the GPU (or the CPU and its threads) and the dtype when it is not float32."""
     cfg = cfg or MeasureConfig()
     g = torch.Generator().manual_seed(cfg.seed)
+    devices = resolve(cfg.device, "measure_cost.device")
+    dtype = compute_dtype(cfg.dtype, devices, "measure_cost.dtype")
     c = load_checkpoint(Path(target_ckpt))
-    rows = _decoder_rows(Decoder(c), "target", cfg, g)
+    target = _decoder(c, dtype, devices, cfg)
+    rows = _decoder_rows(target, "target", cfg, g)
     if draft_ckpt is not None:
-        rows += _decoder_rows(Decoder(load_checkpoint(Path(draft_ckpt))), "draft", cfg, g)
+        rows += _decoder_rows(_decoder(load_checkpoint(Path(draft_ckpt)), dtype, devices, cfg),
+                              "draft", cfg, g)
     if c.is_eagle:
-        rows += _eagle_rows(EagleNet(c), cfg, g)
-    device = f"torch {torch.__version__} cpu, {torch.get_num_threads()} threads"
-    return CostTable(gpu=gpu, device=device, rows=rows)
+        rows += _eagle_rows(EagleNet(c, dtype, target.output_device), cfg, g)
+    text = describe(devices) + ("" if dtype == torch.float32 else f", {str(dtype).removeprefix('torch.')}")
+    return CostTable(gpu=gpu, device=text, rows=rows)

@@ -13,7 +13,7 @@ from typing import Optional
 from pydantic import Field, field_validator
 
 from ..options import Sampling, StageOptions
-from ..runtime.options import FP8_GEMM_HELP, Fp8Gemm
+from ..runtime.options import RuntimeDevice
 from ..upstream.sampling import ACCEPT_RULES, EXACT_MATCH
 from .gpus import PRESETS
 
@@ -24,8 +24,8 @@ def distinct_positive(v: list[int], example: str) -> list[int]:
     return sorted(v)
 
 
-class ProfileOptions(StageOptions):
-    """How acceptance is measured (trtspec.tuning.profile)."""
+class ProfileOptions(RuntimeDevice):
+    """How acceptance is measured (trtspec.tuning.profile), and where (device, dtype, batch_size)."""
     section = "profile"
     samples: Optional[int] = Field(None, ge=1, description="Prompts per workload (seeded sample); null: all.")
     max_new_tokens: Optional[int] = Field(None, ge=1, description="Override each workload's default output length.")
@@ -49,10 +49,12 @@ class ProfileOptions(StageOptions):
                              "refused; see trtspec/tuning/sampled.py).")
     samples_per_prompt: int = Field(1, ge=1, description="Sampled outputs (seeds) per prompt at T > 0 (greedy "
                                     "workloads are decoded once).")
-    fp8_gemm: Fp8Gemm = Field("auto", description=FP8_GEMM_HELP)
     ngram_sizes: Optional[list[int]] = Field(None, description="Profile n-gram drafting (no draft model) at these "
                                              "max_matching_ngram_size values, every K <= max_k each, instead of "
                                              "the checkpoint's drafter. null: the checkpoint's drafter.")
+    batch_size: Optional[int] = Field(None, ge=1, description="Prompts per forward in the teacher-forced pass "
+                                      "(ragged, right-padded). null: 1 on cpu (the reference arithmetic), 16 on a "
+                                      "GPU.")
 
     @field_validator("accept_rule")
     @classmethod
@@ -123,8 +125,8 @@ class TuneOptions(StageOptions):
         return distinct_positive(v, "[1, 4, 16, 64]")
 
 
-class MeasureConfig(StageOptions):
-    """Which forwards `trtspec measure-cost` times (trtspec.tuning.measure)."""
+class MeasureConfig(RuntimeDevice):
+    """Which forwards `trtspec measure-cost` times (trtspec.tuning.measure), and on which device."""
     section = "measure_cost"
     batches: list[int] = Field(default_factory=lambda: [1, 2, 4], description="Batch sizes.")
     num_tokens: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Tokens per forward.")

@@ -21,6 +21,9 @@ in one teacher-forced pass over the finished sequence s = prompt + output:
 Replaying step boundaries over these lists (trtspec.tuning.acceptance) gives the exact acceptance
 length of any K <= max_k or any tree within the recorded ranks, from this single pass. Runs near
 the end of a sequence are cut where the sequence ends (nothing is known beyond it).
+
+The pass runs `batch_size` finished sequences per forward (profile_pass.py), on the runtime's
+device (ProfileOptions.device / dtype).
 """
 
 from __future__ import annotations
@@ -28,23 +31,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from .. import __version__
 from ..errors import TrtspecError
 from ..runtime.hf_weights import quantization_record
 from ..options import GREEDY_SAMPLING, Sampling
+from ..runtime.device import compute_dtype, resolve as resolve_device
 from ..runtime.generate import Models, load_models, prompts_within_positions, resolve_pair
 from ..upstream.sampling import EXACT_MATCH
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
 from .profile_partial import conditions_hash, load_partial, save_partial
+from .profile_pass import agreement_runs, chain_match_lengths, eagle3_match_lengths, eagle_rank_paths
 from .ngram_profile import POOL as NGRAM_POOL, check_rule as check_ngram_rule, ngram_steps
 from .sampled import (decode_settings, decode_targets, estimator, rejection_agreement, samples_drafts,
                       with_overrides)
 from .schema import build_profile
 
-ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
+GPU_BATCH = 16  # ProfileOptions.batch_size's default on a GPU (on a CPU: 1, the reference arithmetic)
 
 
 @dataclass
@@ -58,94 +61,10 @@ class SampleProfile:
     seed: int | None = None  # the draw seed of a sampled output; None when greedy
 
 
-@torch.inference_mode()
-def chain_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k: int) -> list[int]:
-    """match_lengths[t] for t = 0..T-1 (T = len(seq) - prompt_len) from one draft forward."""
-    tokens = torch.tensor([seq])
-    logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
-    agree = (logits[0, :-1].argmax(-1) == tokens[0, 1:]).tolist()  # agree[j]: draft at j predicts s[j+1]
-    return agreement_runs(agree, len(seq), prompt_len, max_k)
-
-
-def agreement_runs(agree: list[bool], length: int, prompt_len: int, max_k: int) -> list[int]:
-    """match_lengths[t]: the run of agreements from index prompt_len - 1 + t, capped at max_k."""
-    runs = [0] * (len(agree) + 1)
-    for j in range(len(agree) - 1, -1, -1):
-        runs[j] = runs[j + 1] + 1 if agree[j] else 0
-    return [min(runs[prompt_len - 1 + t], max_k) for t in range(length - prompt_len)]
-
-
-def _rank(logits: torch.Tensor, true: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Rank of each true token among `logits` rows (0 = argmax), -1 when outside the top_k."""
-    true_logit = logits.gather(-1, true[:, None])
-    rank = (logits > true_logit).sum(-1)
-    return torch.where(rank < top_k, rank, torch.full_like(rank, -1))
-
-
-@torch.inference_mode()
-def eagle_rank_paths(models: Models, seq: list[int], prompt_len: int, max_depth: int, top_k: int,
-                     net=None) -> list[list[int]]:
-    """rank_paths[t] for t = 0..T-1 (see the module docstring). net: the drafter (default the
-    EAGLE-1 checkpoint's; an EAGLE-3 head runs the same pass on the target's captured layers)."""
-    target, net = models.target, models.eagle if net is None else net
-    tokens = torch.tensor([seq])
-    L = len(seq)
-    _, feats = target.forward(tokens, target.new_cache(1, L), with_logits=False)
-    # Level 1 for every state at once: pairs (s[j+1], f_j) j = 0..L-2 through clone 0.
-    base = net.new_cache(1, L + max_depth)
-    logits1, hidden1 = net.forward(tokens[:, 1:], feats[:, :-1], base, level=0)
-    base.advance(torch.tensor([0]), L - 1)
-    T = L - prompt_len
-    paths: list[list[int]] = []
-    for start in range(0, T, ROW_CHUNK):
-        states = torch.arange(start, min(start + ROW_CHUNK, T))
-        n = prompt_len + states  # committed length at state t; the root is s[n-1]
-        pair = n - 2  # the last committed pair (s[n-1], f_{n-2}) drafts depth 1
-        ranks = []
-        valid = n < L  # depth d needs the true token s[n-1+d]
-        depth_logits, depth_hidden = logits1[0, pair.clamp(min=0)], hidden1[0, pair.clamp(min=0)]
-        cache = net.new_cache(len(states), L + max_depth)
-        for layer in range(len(base.k)):
-            cache.k[layer][:] = base.k[layer][0]
-            cache.v[layer][:] = base.v[layer][0]
-        cache.lens[:] = (pair + 1).clamp(min=0)
-        for d in range(1, max_depth + 1):
-            idx = (n - 1 + d).clamp(max=L - 1)
-            r = _rank(depth_logits, tokens[0, idx], top_k)
-            ranks.append(torch.where(valid & (n - 1 + d < L), r, torch.full_like(r, -2)))
-            if d == max_depth:
-                break
-            # depth d+1: the node at depth d (the true token) with its parent's drafter output
-            lg, hd = net.forward(tokens[0, idx][:, None], depth_hidden[:, None], cache, level=d,
-                                 pos_offsets=torch.tensor([d - 1]),
-                                 block_mask=torch.ones(1, d, dtype=torch.bool))
-            depth_logits, depth_hidden = lg[:, 0], hd[:, 0]
-        for i in range(len(states)):
-            path = []
-            for r in (int(x[i]) for x in ranks):
-                if r == -2:  # beyond the end of the sequence: unknown, stop here
-                    break
-                path.append(r)
-                if r < 0:
-                    break
-            paths.append(path)
-    if prompt_len < 2:  # state 0 with a 1-token prompt has no committed pair; never a verify state
-        paths[0] = []
-    return paths
-
-
-def eagle3_match_lengths(models: Models, seq: list[int], prompt_len: int, max_k: int) -> list[int]:
-    """match_lengths[t] of the EAGLE-3 head's argmax chain: its rank paths with one candidate per
-    depth (rank 0 or -1), i.e. how many levels in a row the head, run on its own outputs as the
-    proposer runs it, drafts the true token."""
-    paths = eagle_rank_paths(models, seq, prompt_len, max_k, 1, net=models.eagle3)
-    return [next((i for i, r in enumerate(p) if r != 0), len(p)) for p in paths]
-
-
 def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_new_tokens: int, max_k: int,
                     tree_top_k: int = 10, ignore_eos: bool = False,
                     settings: list[Sampling] | None = None, accept_rule: str = EXACT_MATCH.name,
-                    ngram_sizes: list[int] | None = None) -> list[SampleProfile]:
+                    ngram_sizes: list[int] | None = None, batch_size: int = 1) -> list[SampleProfile]:
     """Decode every prompt with the target (greedily, or at `settings[i]`: sampled with its seed,
     see sampled.py), then record match_lengths (draft-target) or rank_paths (EAGLE) along that
     output for the first `max_new_tokens` states (under rejection_sampling at T > 0, the kept
@@ -155,27 +74,37 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
     The target decodes max_k + 1 tokens past max_new_tokens so that the runs of the last states are
     known in full: a speculative run's last step is counted before its output is cut, and the
     replay must count it the same way (keyed draws make the longer sampled output extend the
-    shorter one)."""
+    shorter one). batch_size: finished sequences per forward of the teacher-forced pass."""
     lookahead = max_k + 1
     settings = settings or [GREEDY_SAMPLING] * len(prompts)
     results = decode_targets(models, [p for _, p in prompts], max_new_tokens + lookahead, settings, ignore_eos)
-    out = []
-    for (sample_id, prompt), res, s in zip(prompts, results, settings):
-        seq = list(prompt) + res.output_ids
+    drafter = ("eagle" if models.eagle is not None else "eagle3" if models.eagle3 is not None
+               else "draft" if models.draft is not None else None)
+    out, batched = [], []
+    for i, ((sample_id, prompt), res, s) in enumerate(zip(prompts, results, settings)):
         states = min(len(res.output_ids), max_new_tokens)
         sp = SampleProfile(sample_id, len(prompt), res.output_ids[:states], seed=None if s.greedy else s.seed)
         if ngram_sizes:
             sp.ngram_steps = ngram_steps(prompt, sp.output_ids, ngram_sizes, max_k, max_new_tokens)
-        elif models.eagle is not None:
-            sp.rank_paths = eagle_rank_paths(models, seq, len(prompt), max_k, tree_top_k)[:states]
-        elif models.eagle3 is not None:
-            sp.match_lengths = eagle3_match_lengths(models, seq, len(prompt), max_k)[:states]
-        elif samples_drafts(accept_rule, s):
+        elif drafter == "draft" and samples_drafts(accept_rule, s):
+            seq = list(prompt) + res.output_ids
             agree = rejection_agreement(models, seq, len(prompt), s)
             sp.match_lengths = agreement_runs(agree, len(seq), len(prompt), max_k)[:states]
-        elif models.draft is not None:
-            sp.match_lengths = chain_match_lengths(models, seq, len(prompt), max_k)[:states]
+        elif drafter is not None:
+            batched.append(i)
         out.append(sp)
+    for start in range(0, len(batched), batch_size):
+        chunk = batched[start:start + batch_size]
+        seqs = [list(prompts[i][1]) + results[i].output_ids for i in chunk]
+        plens = [len(prompts[i][1]) for i in chunk]
+        if drafter == "eagle":
+            lists = eagle_rank_paths(models, seqs, plens, max_k, tree_top_k)
+        elif drafter == "eagle3":
+            lists = eagle3_match_lengths(models, seqs, plens, max_k)
+        else:
+            lists = chain_match_lengths(models, seqs, plens, max_k)
+        for i, values in zip(chunk, lists):
+            setattr(out[i], "rank_paths" if drafter == "eagle" else "match_lengths", values[:len(out[i].output_ids)])
     return out
 
 
@@ -210,7 +139,8 @@ def _record(p: SampleProfile, key: str, sample, base: Sampling) -> dict:
 def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None = None, tree_top_k: int = 10,
                 progress=None, partial: Path | None = None, sampling: Sampling = GREEDY_SAMPLING,
                 accept_rule: str = EXACT_MATCH.name, samples_per_prompt: int = 1, eagle3_head: Path | None = None,
-                ngram_sizes: list[int] | None = None, fp8_gemm: str = "auto"):
+                ngram_sizes: list[int] | None = None, device: str = "cpu", dtype: str | None = None,
+                batch_size: int | None = None, compile_layers: bool = False, fp8_gemm: str = "auto"):
     """Profile every workload (trtspec.workloads.Workload) and return the validated `Profile`.
 
     sampling / accept_rule: the settings (a workload's and a request's own fields override them) and
@@ -221,15 +151,20 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     finish and to resume from (trtspec.tuning.profile_partial); the caller removes it once the profile is written. A sample
     whose prompt + decoded tokens exceed the model's positions is skipped with a warning naming it
     (a run over a user's traffic log should not die on one long prompt); a workload with no sample
-    left is an error."""
+    left is an error. device / dtype / batch_size: ProfileOptions' (errors name profile.device, ...)."""
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
+    devices = resolve_device(device, "profile.device")
+    batch_size = batch_size or (GPU_BATCH if any(d.type == "cuda" for d in devices) else 1)
     settings = {w.name: workload_settings(w, sampling, accept_rule, samples_per_prompt) for w in workloads}
     kinds = {estimator(accept_rule, s) for _, ss in settings.values() for s in ss}
     kind = next(k for k in ("approximate", "unbiased", "exact") if k in kinds | {"exact"})
     if ngram_sizes:
         check_ngram_rule(accept_rule)
-    models = load_models(ckpt, None if ngram_sizes else draft_ckpt, eagle3_head=None if ngram_sizes else eagle3_head,
+    models = load_models(ckpt, None if ngram_sizes else draft_ckpt, compute_dtype(dtype, devices, "profile.dtype"),
+                         eagle3_head=None if ngram_sizes else eagle3_head, device=devices,
                          fp8_gemm=fp8_gemm)
+    if compile_layers:
+        models.compile_layers()
     if models.eagle is None and models.draft is None and models.eagle3 is None and not ngram_sizes:
         raise TrtspecError(f"{ckpt}: nothing to profile: give an EagleForCausalLM checkpoint, a pair directory, "
                            "`draft_ckpt` or `eagle3_head`")
@@ -282,7 +217,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
             progress(f"profiling {w.name}: {len(prompts)} samples x {w.max_new_tokens} tokens ({mode}, "
                      f"{base.label()})")
         profiles = profile_prompts(models, prompts, w.max_new_tokens, max_k, tree_top_k, settings=decodes,
-                                   accept_rule=accept_rule, ngram_sizes=ngram_sizes)
+                                   accept_rule=accept_rule, ngram_sizes=ngram_sizes, batch_size=batch_size)
         samples[w.name] = [_record(p, key, s, base) for p, s in zip(profiles, kept * repeats)]
         save_partial(partial, digest, samples)
     return build_profile(mode, max_k, recorded_top_k, conditions, samples,
@@ -303,4 +238,6 @@ def profile_workloads(ckpt: Path, workloads, options: ProfileOptions, draft_ckpt
     return run_profile(ckpt, loaded, options.max_k, draft_ckpt, options.tree_top_k, progress=progress,
                        partial=partial, sampling=options.sampling(), accept_rule=options.accept_rule,
                        samples_per_prompt=options.samples_per_prompt, eagle3_head=eagle3_head,
-                       ngram_sizes=options.ngram_sizes, fp8_gemm=options.fp8_gemm)
+                       ngram_sizes=options.ngram_sizes, device=options.device, dtype=options.dtype,
+                       batch_size=options.batch_size, compile_layers=options.compile_layers,
+                       fp8_gemm=options.fp8_gemm)

@@ -38,6 +38,10 @@ def profile_command(
     ngram_sizes: Optional[str] = typer.Option(default(P, "ngram_sizes"), "--ngram-sizes",
                                               help=doc(P, "ngram_sizes") + " Comma-separated."),
     fp8_gemm: str = typer.Option(default(P, "fp8_gemm"), "--fp8-gemm", help=doc(P, "fp8_gemm")),
+    device: str = typer.Option(default(P, "device"), "--device", help=doc(P, "device")),
+    dtype: Optional[str] = typer.Option(default(P, "dtype"), "--dtype", help=doc(P, "dtype")),
+    batch_size: Optional[int] = typer.Option(default(P, "batch_size"), "--batch-size", help=doc(P, "batch_size")),
+    compile_layers: bool = typer.Option(default(P, "compile_layers"), help=doc(P, "compile_layers")),
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
@@ -49,7 +53,9 @@ def profile_command(
                        seed=seed, categories=categories.split(",") if categories is not None else None,
                        temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
                        accept_rule=accept_rule, samples_per_prompt=samples_per_prompt,
-                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None, fp8_gemm=fp8_gemm)
+                       ngram_sizes=ngram_sizes.split(",") if ngram_sizes is not None else None,
+                       device=device, dtype=dtype, batch_size=batch_size, compile_layers=compile_layers,
+                       fp8_gemm=fp8_gemm)
     specs = parse_workload_specs(workloads)
     from .profile import profile_workloads
     from .profile_partial import partial_path

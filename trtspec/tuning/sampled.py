@@ -133,7 +133,7 @@ def rejection_agreement(models: Models, seq: list[int], prompt_len: int, samplin
     p_logits, _ = models.target.forward(tokens, models.target.new_cache(1, len(seq)))
     q_logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
     vocab = min(p_logits.shape[-1], q_logits.shape[-1])  # the proposer's restriction (draft_target.py)
-    nxt = tokens[0, 1:, None]
+    nxt = tokens[0, 1:, None].to(p_logits.device)
     p = probs(p_logits[0, :-1], sampling).gather(-1, nxt)[:, 0]
     q = probs(q_logits[0, :-1, :vocab], sampling)
     q = torch.where(nxt[:, 0] < vocab, q.gather(-1, nxt.clamp(max=vocab - 1))[:, 0], torch.zeros_like(p))
