@@ -36,7 +36,7 @@ from ..options import first_problem
 
 from .. import __version__
 from ..errors import TrtspecError
-from . import client, load, procs, prompts
+from . import client, load, procs, prompts, sweep
 from .compare import comparisons, load_predictions
 from .parity import word_counts
 from .sampling import request_seed, workload_sampling
@@ -90,7 +90,7 @@ def _settings(o: PerfOptions, sampling: dict) -> Settings:
     return Settings(url=o.url, model=o.model, workloads=dict(o.workloads), concurrency=list(o.concurrency),
                     request_rate=o.request_rate, requests=o.requests, duration_s=o.duration_s, warmup=o.warmup,
                     timeout_s=o.timeout_s, max_tokens=o.max_tokens, baseline=o.baseline, seed=o.seed,
-                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes, blocks=o.blocks,
+                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes, blocks=o.blocks, sweep=o.sweep,
                     sampling={w: s.model_dump() for w, s in sampling.items() if not s.greedy})
 
 
@@ -222,6 +222,11 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
         if o.baseline:
             first = workloads[0].name
             await _probe(o, info, [(first, *rendered[first][0])], channel)
+        if o.sweep:
+            res.sweep = await _sweep(o, res, stub, info, workloads, rendered, sampling)
+            res.completed = True
+            write_results(res, o.out)
+            return res
         with _progress(o) as progress:
             for wl in workloads:
                 texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
@@ -309,6 +314,40 @@ async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload,
             _append_run(res, tuning, workload, on, concurrency, rate, log["clock"]["started_at"], records,
                         [r for r, _ in done], error, sampling)
     _write(o, res, error, workload, None, concurrency, rate)
+
+
+async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, rendered, sampling):
+    """perf.sweep: per workload x concurrency, one run per served setting (trtspec.perf.sweep),
+    results.json rewritten after each; a run cut short is kept and raises PerfRunError."""
+    routing, max_k = await sweep.served(o.url, o.model, o.connect_timeout_s)
+    res.sweep = sweep.new_sweep(routing, max_k)
+    with _progress(o) as progress:
+        for wl in workloads:
+            texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
+            extras = _extras(o, info, texts, sampling[wl.name])
+            for concurrency, _ in load_points(o):
+                for setting in sweep.settings_for(routing, wl.name, max_k):
+                    plan = _plan(o, info, texts, None if setting.speculation else False, concurrency, None, extras)
+                    plan.prompts = [load.Prompt(p.id, sweep.with_setting(p.request, setting))
+                                    for p in plan.prompts]
+                    label = f"{wl.name} sweep {setting.label} c={concurrency}"
+                    task = progress.add_task(label, total=plan.requests) if progress is not None else None
+                    pool, results, clock, error = load.StreamPool(lambda: client.Stream(stub, o.url)), [], {}, None
+                    try:
+                        await _measure(pool, plan, concurrency, None, o.seed, results, o.warmup, progress, task, clock)
+                    except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
+                        error = _reason(e)
+                    finally:
+                        pool.close()
+                    results.sort(key=lambda r: r.start)
+                    records = [to_record(i, r, clock.get("start", 0.0)) for i, r in enumerate(results)]
+                    res.sweep.runs.append(sweep.sweep_run(wl.name, concurrency, setting,
+                                                          clock.get("started_at", _now()), records, error))
+                    if error is not None:
+                        res.error = f"sweep {label}: {error}"
+                        raise PerfRunError(f"{res.error}; partial results in {write_results(res, o.out)}", res)
+                    write_results(res, o.out)
+    return res.sweep
 
 
 def block_schedule(requests: int, blocks: int) -> list[tuple[int, bool, range]]:
