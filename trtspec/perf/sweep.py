@@ -20,6 +20,7 @@ changes), which `generate` honours instead of the workload's tuned route (servin
 from __future__ import annotations
 
 import json
+from html import escape
 from typing import Sequence
 
 import numpy as np
@@ -164,3 +165,27 @@ def sweep_lines(sweep: Sweep) -> list[str]:
         out.append(f"sweep {run.workload:<10} c={run.concurrency:<3} {run.setting.label:<18} {tps} tok/s  "
                    f"AL {al}  ITL {itl}  errors {s.errors} timeouts {s.timeouts}")
     return out
+
+
+def _cell(v: float | None, ci: Interval | None, fmt: str, scale: float = 1.0) -> str:
+    if v is None:
+        return "<td>-</td>"
+    text = fmt.format(v * scale) + (f" [{fmt.format(ci.low * scale)}, {fmt.format(ci.high * scale)}]" if ci else "")
+    return f"<td>{escape(text)}</td>"
+
+
+def sweep_html(sweep: Sweep) -> str:
+    """report.html's sweep table: per point tokens/s, AL and mean ITL with their 95% intervals."""
+    head = ('<tr><th class="l">workload</th><th>conc.</th><th class="l">setting</th><th>ok</th><th>errors</th>'
+            "<th>tok/s [95%]</th><th>AL [95%]</th><th>ITL mean ms [95%]</th></tr>")
+    rows = []
+    for r in sweep.runs:
+        s = r.summary
+        rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td>{r.concurrency}</td>'
+                    f'<td class="l">{escape(r.setting.label)}</td><td>{s.requests_ok}</td><td>{s.errors + s.timeouts}</td>'
+                    + _cell(s.output_tokens_per_s, s.tokens_per_s_ci, "{:.1f}")
+                    + _cell(s.acceptance_length, r.acceptance_length_ci, "{:.2f}")
+                    + _cell(s.itl_s.mean, s.itl_mean_ci_s, "{:.1f}", 1e3) + "</tr>")
+    note = ('<p class="muted">Every setting the repository serves (trtspec/perf/sweep.py); '
+            "<code>trtspec tune --calibrate results.json</code> fits the step-time model to these points.</p>")
+    return '<table id="sweep">' + head + "".join(rows) + "</table>" + note
