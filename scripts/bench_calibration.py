@@ -5,7 +5,8 @@ model fitted to it (`trtspec tune --calibrate`), and how well it predicts tokens
    embedded default model, fp32): spec_decode drafts from a per-request n-gram pool, so K = 0..4
    are all servable per request (n-gram drafting: the step is one verify of K + 1 tokens);
 2. serves it with the bundled tritonserver and runs the sweep: per workload (chat = mt-bench,
-   edit = code-edit, copy-heavy) and concurrency, speculation off and K = 1..4;
+   edit = code-edit, copy-heavy) and concurrency, speculation off and K = 1..4, interleaved one
+   request per block (off, K=1..4 | K=4..1, off | ...: this box is shared, its load drifts);
 3. calibrates the `cpu` preset's four numbers to the sweep (trtspec.tuning.calibrate, as
    `trtspec tune --calibrate` does on the profile written here) and prints, per point, the measured
    tokens/s with its 95% interval, the prediction before calibration and after (with the measured
@@ -81,7 +82,8 @@ def sweep(repo: Path, work: Path, args) -> Path:
     server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=work / "server.log").start(600)
     try:
         run_perf(PerfOptions(url=server.grpc_url, workloads=WORKLOADS, concurrency=args.concurrency,
-                             requests=args.requests, warmup=1, max_tokens=args.max_tokens, timeout_s=600,
+                             requests=args.requests, blocks=args.requests, warmup=1, max_tokens=args.max_tokens,
+                             timeout_s=600,
                              sweep=True, progress=False, out=work / "perf"))
     finally:
         server.stop()
@@ -89,10 +91,11 @@ def sweep(repo: Path, work: Path, args) -> Path:
 
 
 def held_out(results: Path, profile: Path, target: Path, contexts: dict[str, float], console: Console) -> None:
-    """Fit on some points, predict the others (the tuning's own contexts and shapes)."""
+    """Fit on some points, predict the others (the tuning's own contexts, prompt lengths and shapes)."""
     prof = load_profile(profile)
     model, _ = build_cost("cpu", resolve_shapes(prof, target, None)[0], prof.mode)
-    pts, _ = cal.points(cal.load_sweep(results), contexts, cal.role_shapes(model))
+    prompts = {w: p.mean_prompt_len() for w, p in prof.workloads.items()}
+    pts, _ = cal.points(cal.load_sweep(results), contexts, prompts, cal.role_shapes(model))
     splits = {"fit on K in {0, 1, 3}, predict K = 2, 4": lambda p: p.run.setting.num_draft_tokens in (0, 1, 3)}
     for w in WORKLOADS:
         splits[f"fit on workload {w}, predict the other"] = lambda p, w=w: p.run.workload == w
@@ -108,7 +111,7 @@ def held_out(results: Path, profile: Path, target: Path, contexts: dict[str, flo
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("out/bench-calibration"))
-    ap.add_argument("--requests", type=int, default=4, help="measured requests per sweep point")
+    ap.add_argument("--requests", type=int, default=6, help="measured requests per sweep point")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-k", type=int, default=4)
     ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1])

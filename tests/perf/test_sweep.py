@@ -108,3 +108,9 @@ def test_the_sweep_section_round_trips_and_carries_an_al_interval():
 def test_sweep_options_refuse_what_it_cannot_measure(tmp_path, kw, msg):
     with pytest.raises(ValueError, match=msg):
         PerfOptions(workloads={"chat": "mt-bench"}, out=tmp_path, sweep=True, **kw)
+
+
+def test_blocks_interleave_the_settings_and_send_each_the_same_requests(tmp_path):
+    assert [(j, list(r)) for j, r in sweep.schedule(5, 2)] == [(0, [0, 1]), (1, [2, 3, 4])]
+    assert len(sweep.schedule(3, 10)) == 3  # never an empty block
+    assert PerfOptions(workloads={"chat": "mt-bench"}, out=tmp_path, sweep=True, blocks=4).blocks == 4

@@ -18,6 +18,7 @@ from trtspec.tuning.schema import CostInfo
 from trtspec.tuning.synthetic import llama31_8b_shapes
 
 CTX = {"chat": 300.0, "code": 700.0}
+PROMPT = {"chat": 150.0, "code": 500.0}
 TOKENS = 1000
 
 
@@ -30,16 +31,16 @@ def _setting(drafter: str, k: int, tree=None) -> SweepSetting:
 
 
 def write_sweep(path, model: CostModel, points) -> None:
-    """results.json whose sweep's tokens/s are what `model` predicts: one request per point with
-    TOKENS tokens in E2E = TOKENS / tokens/s (the window), AL as given."""
+    """results.json whose requests take what `model` predicts: one request per point, TOKENS tokens
+    in E2E = its prefill + TOKENS / AL steps (the window, so tokens/s = TOKENS / E2E), AL as given."""
     s = perf_sweep.new_sweep({"mode": "draft-target"}, 4)
     shapes = cal.role_shapes(model)
     for w, c, setting, al in points:
-        fw = cal.forwards(cal._Setting(**setting.model_dump()), c, CTX[w], shapes)
-        step = step_seconds(model.gpu, StepRow(fw, 0.0), shapes)
-        tps = c * al / step
-        rec = RequestRecord(index=0, prompt_id="p", start_s=0.0, status="ok", ttft_s=0.0, e2e_s=TOKENS / tps,
-                            output_tokens=TOKENS, acceptance_length=al if setting.speculation else 1.0)
+        al = al if setting.speculation else 1.0
+        fw = cal.request_forwards(cal._Setting(**setting.model_dump()), c, CTX[w], PROMPT[w], TOKENS / al, shapes)
+        e2e = step_seconds(model.gpu, StepRow(fw, 0.0), shapes)
+        rec = RequestRecord(index=0, prompt_id="p", start_s=0.0, status="ok", ttft_s=0.0, e2e_s=e2e,
+                            output_tokens=TOKENS, acceptance_length=al)
         s.runs.append(perf_sweep.sweep_run(w, c, setting, "t", [rec], None))
     res = PerfResults(created="x", trtspec_version="0", completed=True, runs=[], sweep=s,
                       settings=Settings(url="u", model="generate", workloads={w: w for w in CTX}, warmup=0,
@@ -68,7 +69,7 @@ def test_the_fit_recovers_the_parameters_that_generated_the_sweep(tmp_path, pres
     true = _truth(preset, **truth)
     write_sweep(tmp_path / "results.json", true, _chain_points(batches=(1, 4, 16, 64, 256)))
     start = _truth(preset)  # the preset's own numbers: the "before"
-    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, preset)
+    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, PROMPT, preset)
     for name, value in truth.items():
         assert getattr(model.gpu, name) == pytest.approx(value, rel=1e-6), name
     c = info.calibration
@@ -82,7 +83,7 @@ def test_held_out_points_are_predicted_by_a_fit_on_the_others(tmp_path):
     true = _truth("cpu", forward_overhead_s=2e-3, bandwidth_efficiency=0.7, compute_efficiency=0.2)
     write_sweep(tmp_path / "results.json", true, _chain_points())
     start = _truth("cpu")
-    pts, _ = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, cal.role_shapes(start))
+    pts, _ = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, cal.role_shapes(start))
     gpu, _, table = cal.calibrate_points(pts, cal.role_shapes(start), start.gpu,
                                          fit_on=lambda p: p.run.setting.num_draft_tokens in (0, 1, 3))
     held = [p for p in table if not p.fitted]
@@ -101,7 +102,7 @@ def test_eagle_tree_points_fit_the_level_overhead(tmp_path):
            for w in CTX for c in (1, 8, 64) for n in (2, 3, 5)]
     write_sweep(tmp_path / "results.json", true, pts)
     start = CostModel(gpu=gpu_preset("h100"), target=s["target"], draft=s["eagle"])
-    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, "h100")
+    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, PROMPT, "h100")
     assert model.gpu.eagle_level_overhead_s == pytest.approx(2e-4, rel=1e-4)
     assert all(p.predicted_after == pytest.approx(p.tokens_per_s, rel=1e-4) for p in info.calibration.points)
 
@@ -113,12 +114,12 @@ def test_points_that_cannot_be_modelled_are_skipped_with_the_reason(tmp_path):
     data["sweep"]["runs"][1]["summary"]["acceptance_length"] = None
     data["sweep"]["runs"][2]["workload"] = "logs"
     (tmp_path / "results.json").write_text(json.dumps(data))
-    pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, cal.role_shapes(true))
+    pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, cal.role_shapes(true))
     assert len(pts) == len(data["sweep"]["runs"]) - 2
     assert "sweep.runs.1 (chat c=1 K=1): no acceptance length reported" in skipped[0]
     assert "sweep.runs.2" in skipped[1] and "not in the profile" in skipped[1]
     shapes = cal.role_shapes(CostModel(gpu=true.gpu, target=true.target))  # an n-gram profile: no draft network
-    _, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, shapes)
+    _, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, shapes)
     assert any("no draft network" in s for s in skipped)
 
 
@@ -137,6 +138,6 @@ def test_a_bad_results_file_is_one_line_naming_file_and_field(tmp_path, edit, fi
     path.write_text(json.dumps(data))
     start = _truth("cpu")
     with pytest.raises(TrtspecError) as e:
-        cal.calibrate_cost(path, start, _info(start), CTX, "cpu")
+        cal.calibrate_cost(path, start, _info(start), CTX, PROMPT, "cpu")
     msg = str(e.value)
     assert str(path) in msg and field in msg and "\n" not in msg

@@ -51,7 +51,8 @@ class PerfSettings(StageOptions):
     blocks: int = Field(1, ge=1, description="With baseline: send each load point's requests in this many blocks, "
                                              "speculation on and off alternating (on,off|off,on|...), and pair "
                                              "each request with its prompt's in the other mode (drift-proof "
-                                             "speedup intervals; trtspec.perf.stats). 1: two runs in a row.")
+                                             "speedup intervals; trtspec.perf.stats). 1: two runs in a row. "
+                                             "With sweep: the settings alternate the same way, block by block.")
     sweep: bool = Field(False, description="Instead of the tuned routes, measure every draft setting the repository "
                                            "serves (speculation off, each K or served model) per workload and "
                                            "concurrency: the data `trtspec tune --calibrate` fits (trtspec.perf.sweep).")
@@ -83,7 +84,7 @@ class PerfSettings(StageOptions):
 
     def _check_blocks(self) -> None:
         """Interleaving needs a baseline to interleave with, a request count to split, and one client."""
-        if not self.baseline:
+        if not self.baseline and not self.sweep:
             raise ValueError(f"blocks: {self.blocks} interleaves speculation with the baseline; turn baseline on")
         if self.duration_s is not None:
             raise ValueError("blocks: interleaved blocks split a request count; give requests, not duration_s")

@@ -222,7 +222,7 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
         if o.baseline:
             first = workloads[0].name
             await _probe(o, info, [(first, *rendered[first][0])], channel)
-        if o.sweep:
+        if o.sweep:  # progress: none per block (the settings interleave)
             res.sweep = await _sweep(o, res, stub, info, workloads, rendered, sampling)
             res.completed = True
             write_results(res, o.out)
@@ -317,36 +317,49 @@ async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload,
 
 
 async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, rendered, sampling):
-    """perf.sweep: per workload x concurrency, one run per served setting (trtspec.perf.sweep),
-    results.json rewritten after each; a run cut short is kept and raises PerfRunError."""
+    """perf.sweep: per workload x concurrency, every served setting (trtspec.perf.sweep), sent in
+    perf.blocks blocks, the settings in forward then reverse order (a drift of the machine's load
+    costs every setting alike, as the baseline's ABBA blocks); results.json rewritten after each
+    load point; a run cut short is kept and raises PerfRunError."""
     routing, max_k = await sweep.served(o.url, o.model, o.connect_timeout_s)
     res.sweep = sweep.new_sweep(routing, max_k)
-    with _progress(o) as progress:
-        for wl in workloads:
-            texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
-            extras = _extras(o, info, texts, sampling[wl.name])
-            for concurrency, _ in load_points(o):
-                for setting in sweep.settings_for(routing, wl.name, max_k):
-                    plan = _plan(o, info, texts, None if setting.speculation else False, concurrency, None, extras)
-                    plan.prompts = [load.Prompt(p.id, sweep.with_setting(p.request, setting))
-                                    for p in plan.prompts]
-                    label = f"{wl.name} sweep {setting.label} c={concurrency}"
-                    task = progress.add_task(label, total=plan.requests) if progress is not None else None
-                    pool, results, clock, error = load.StreamPool(lambda: client.Stream(stub, o.url)), [], {}, None
-                    try:
-                        await _measure(pool, plan, concurrency, None, o.seed, results, o.warmup, progress, task, clock)
-                    except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
-                        error = _reason(e)
-                    finally:
-                        pool.close()
-                    results.sort(key=lambda r: r.start)
-                    records = [to_record(i, r, clock.get("start", 0.0)) for i, r in enumerate(results)]
-                    res.sweep.runs.append(sweep.sweep_run(wl.name, concurrency, setting,
-                                                          clock.get("started_at", _now()), records, error))
-                    if error is not None:
-                        res.error = f"sweep {label}: {error}"
-                        raise PerfRunError(f"{res.error}; partial results in {write_results(res, o.out)}", res)
-                    write_results(res, o.out)
+    for wl in workloads:
+        texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
+        extras = _extras(o, info, texts, sampling[wl.name])
+        for concurrency, _ in load_points(o):
+            settings = sweep.settings_for(routing, wl.name, max_k)
+            plans = [_plan(o, info, texts, None if st.speculation else False, concurrency, None, extras)
+                     for st in settings]
+            for st, p in zip(settings, plans):
+                p.prompts = [load.Prompt(q.id, sweep.with_setting(q.request, st)) for q in p.prompts]
+            logs = [{"results": [], "blocks": [], "clock": {}} for _ in settings]
+            pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
+            try:
+                for j, sent in sweep.schedule(plans[0].requests, o.blocks):
+                    for i in (range(len(settings)) if j % 2 == 0 else reversed(range(len(settings)))):
+                        p, log, got, clock = plans[i], logs[i], [], {}
+                        block = load.Plan([p.prompts[k % len(p.prompts)] for k in sent], len(sent), None,
+                                          p.timeout_s, p.counted)
+                        try:
+                            await _measure(pool, block, concurrency, None, o.seed + j, got,
+                                           o.warmup if j == 0 else 0, None, None, clock)
+                        finally:
+                            log["clock"] = log["clock"] or clock
+                            log["results"] += got
+                            log["blocks"] += [j] * len(got)
+            except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
+                error = _reason(e)
+            finally:
+                pool.close()
+            for st, log in zip(settings, logs):
+                done = sorted(zip(log["results"], log["blocks"]), key=lambda rb: rb[0].start)
+                records = [to_record(i, r, log["clock"].get("start", 0.0), b) for i, (r, b) in enumerate(done)]
+                res.sweep.runs.append(sweep.sweep_run(wl.name, concurrency, st, log["clock"].get("started_at", _now()),
+                                                      records, error))
+            if error is not None:
+                res.error = f"sweep {wl.name} c={concurrency}: {error}"
+                raise PerfRunError(f"{res.error}; partial results in {write_results(res, o.out)}", res)
+            write_results(res, o.out)
     return res.sweep
 
 

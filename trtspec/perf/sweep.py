@@ -83,6 +83,14 @@ def settings_for(routing: dict, workload: str, max_draft_len: int | None = None)
                          max_matching_ngram_size=ngram.get(name), route_model=name) for name, k in models]
 
 
+def schedule(requests: int, blocks: int) -> list[tuple[int, range]]:
+    """(block, indices of the requests it sends per setting): near-equal blocks, the same requests
+    for every setting of a block (runner._sweep sends the settings forward, then reversed)."""
+    blocks = max(1, min(blocks, requests))
+    edges = [round(j * requests / blocks) for j in range(blocks + 1)]
+    return [(j, range(edges[j], edges[j + 1])) for j in range(blocks)]
+
+
 def with_setting(request, setting: SweepSetting):
     """A copy of a prompt's request message carrying the setting's sweep parameters."""
     req = type(request)()

@@ -3,24 +3,31 @@
 Why: the analytic cost (tuning/cost.py, a GPU preset) or a cost table timed outside the server
 (tuning/measure.py) misses what the deployment adds: the serving framework's per-step work, the
 real kernels' efficiencies. `trtspec perf --sweep` measures every setting the repository serves
-(trtspec/perf/sweep.py); each point gives, with its measured acceptance length AL and output
-tokens/s at concurrency c (the batch the engine steps),
+(trtspec/perf/sweep.py); each point is a run of requests at concurrency c (the batch the engine
+steps) with measured mean end-to-end time E2E, output tokens T and acceptance length AL, and the
+cost model writes a request as a sum of forwards (cost.py's own terms):
 
-    measured step time = c * AL / tokens/s            (one speculative step per AL tokens per sequence)
+    E2E = prefill (one target forward of the prompt; a draft model prefills too) + (T / AL) * step
+    step, off (K = 0):      one target forward of 1 token
+          draft model, K:   K draft forwards of 1 token + one target verify of K + 1 tokens
+          n-gram, K:        one target verify of K + 1 tokens (the drafts cost no device time)
+          EAGLE tree:       one drafter level per depth (level_sizes) + a verify of nodes + 1 tokens
 
-and the cost model's step for that setting is a sum of forwards (cost.py's own terms):
-    off (K = 0):          one target forward of 1 token
-    draft model, K:       K draft forwards of 1 token + one target verify of K + 1 tokens
-    n-gram, K:            one target verify of K + 1 tokens (the drafts cost no device time)
-    EAGLE tree:           one drafter level per depth (level_sizes) + a verify of nodes + 1 tokens
-fit.fit_steps solves for the preset's four numbers (forward and EAGLE-level overheads, bandwidth
-and compute efficiencies) by the same weighted least squares as a cost table. The per-step serving
-overhead has no term of its own: it lands in forward_overhead_s (per forward), exact for n-gram
-and off points (one forward per step), spread over the K + 1 forwards of a draft-model step.
+at batch c and the workload's KV context (the profile's prompt length + half the output, as the
+tuner evaluates steps). fit.fit_steps solves for the preset's four numbers (forward and EAGLE-level
+overheads, bandwidth and compute efficiencies) by the same weighted least squares as a cost table;
+the prefill rows are what pins the compute efficiency down, the decode steps the rest. The per-step
+serving overhead has no term of its own: it lands in forward_overhead_s (per forward), exact for
+n-gram and off points (one forward per step), spread over the K + 1 forwards of a draft-model step.
+Why whole requests and not "step = c * AL / tokens/s": tokens/s includes each request's prefill, a
+fixed cost per request that such a step would scale with AL (a copy-heavy workload with long prompts
+then looks as if longer drafts made its steps slower). Predicted tokens/s = the measured tokens/s x
+measured E2E / modelled E2E (the run's window scales with its requests' E2E).
 
 Honest limits: tokens/s includes prefill and request turnaround, so the fitted numbers are those
-that reproduce the deployment's throughput at its prompt/output lengths, not kernel times; points
-are predicted with the *measured* AL (this checks the cost model, not the profile's AL). Which
+that reproduce the deployment's throughput at its prompt/output lengths, not kernel times; the
+prompt length is the profile's (perf does not count prompt tokens); points are predicted with the
+*measured* AL (this checks the cost model, not the profile's AL). Which
 points the fit used is recorded per point (`fitted`), so a held-out check (fit on some, predict the
 rest) reads from the same file (scripts/bench_calibration.py).
 
@@ -55,9 +62,16 @@ class _Setting(BaseModel):
     eagle_choices: list[list[int]] | None = None
 
 
+class _Mean(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    mean: float | None = Field(None, gt=0)
+
+
 class _Summary(BaseModel):
     model_config = ConfigDict(extra="ignore")
     requests_ok: int
+    output_tokens: int = Field(ge=0)
+    e2e_s: _Mean
     output_tokens_per_s: float = Field(ge=0)
     acceptance_length: float | None = Field(None, gt=0)
     tokens_per_s_ci: dict | None = None
@@ -93,17 +107,17 @@ def load_sweep(path: Path) -> _Sweep:
 
 
 class Point(BaseModel):
-    """A usable sweep point: what was measured and the forwards its step is made of."""
+    """A usable sweep point: what was measured and the forwards of its mean request."""
     run: _Run
     al: float
-    row: StepRow
+    row: StepRow  # seconds: the measured mean E2E
 
     @property
     def tokens_per_s(self) -> float:
         return self.run.summary.output_tokens_per_s
 
 
-def forwards(s: _Setting, c: int, ctx: float, shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
+def step_forwards(s: _Setting, c: int, ctx: float, shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
     """The forwards of one step of setting `s` at batch c (module docstring), or why there are none."""
     k = s.num_draft_tokens
     if not s.speculation or k == 0 or s.drafter == "off":
@@ -122,31 +136,48 @@ def forwards(s: _Setting, c: int, ctx: float, shapes: dict[str, ModelShape]) -> 
     return (Forward(draft.role, c, 1, ctx, k), Forward("target", c, k + 1, ctx))
 
 
-def points(sweep: _Sweep, contexts: dict[str, float], shapes: dict[str, ModelShape]) -> tuple[list[Point], list[str]]:
+def request_forwards(s: _Setting, c: int, ctx: float, prompt: float, steps: float,
+                     shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
+    """One request: the prefill of the prompt (by every network that drafts from it) and `steps`
+    steps (T / AL); float counts are fine, the fit weighs each forward's terms by them."""
+    step = step_forwards(s, c, ctx, shapes)
+    if isinstance(step, str):
+        return step
+    n = max(1, round(prompt))
+    drafters = sorted({f.role for f in step if f.role != "target"})
+    prefill = tuple(Forward(role, 1, n, 0.0) for role in ["target", *drafters])
+    return prefill + tuple(f._replace(count=f.count * steps) for f in step)
+
+
+def points(sweep: _Sweep, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape]
+           ) -> tuple[list[Point], list[str]]:
     """The sweep's usable points and a note for each one skipped."""
     out, skipped = [], []
     for i, run in enumerate(sweep.runs):
         where = f"sweep.runs.{i} ({run.workload} c={run.concurrency} {run.setting.label})"
-        al = run.summary.acceptance_length if run.setting.speculation else 1.0
+        sm = run.summary
+        al = sm.acceptance_length if run.setting.speculation else 1.0
         why = None
-        if not run.completed or run.summary.requests_ok == 0 or run.summary.output_tokens_per_s <= 0:
+        if not run.completed or sm.requests_ok == 0 or sm.output_tokens_per_s <= 0 or sm.e2e_s.mean is None:
             why = "not completed or no successful request"
         elif al is None:
             why = "no acceptance length reported"
-        elif run.workload not in contexts:
-            why = "workload not in the profile (its context length is unknown)"
-        fw = None if why else forwards(run.setting, run.concurrency, contexts[run.workload], shapes)
+        elif run.workload not in contexts or prompts.get(run.workload) is None:
+            why = "workload not in the profile (its prompt and context lengths are unknown)"
+        fw = None if why else request_forwards(run.setting, run.concurrency, contexts[run.workload],
+                                               prompts[run.workload], sm.output_tokens / sm.requests_ok / al, shapes)
         if why is None and isinstance(fw, str):
             why = fw
         if why is not None:
             skipped.append(f"{where}: {why}")
             continue
-        out.append(Point(run=run, al=al, row=StepRow(fw, run.concurrency * al / run.summary.output_tokens_per_s)))
+        out.append(Point(run=run, al=al, row=StepRow(fw, sm.e2e_s.mean)))
     return out, skipped
 
 
 def predicted_tps(gpu: GpuSpec, p: Point, shapes: dict[str, ModelShape]) -> float:
-    return p.run.concurrency * p.al / step_seconds(gpu, p.row, shapes)
+    """The measured tokens/s scaled by measured / modelled request time (module docstring)."""
+    return p.tokens_per_s * p.row.seconds / step_seconds(gpu, p.row, shapes)
 
 
 def calibrate_points(pts: list[Point], shapes: dict[str, ModelShape], base: GpuSpec, fit_on=None
@@ -164,7 +195,7 @@ def calibrate_points(pts: list[Point], shapes: dict[str, ModelShape], base: GpuS
             workload=p.run.workload, concurrency=p.run.concurrency, label=p.run.setting.label,
             drafter=p.run.setting.drafter, num_draft_tokens=p.run.setting.num_draft_tokens, acceptance_length=p.al,
             tokens_per_s=p.tokens_per_s, tokens_per_s_ci=[ci["low"], ci["high"]] if ci else None,
-            step_time_s=p.row.seconds, predicted_before=predicted_tps(base, p, shapes),
+            request_s=p.row.seconds, predicted_before=predicted_tps(base, p, shapes),
             predicted_after=predicted_tps(gpu, p, shapes), fitted=fit_on is None or bool(fit_on(p))))
     return gpu, report, table
 
@@ -186,11 +217,13 @@ def role_shapes(model: CostModel) -> dict[str, ModelShape]:
     return out
 
 
-def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, float], before: str):
-    """(calibrated CostModel, CostInfo recording the calibration) from results.json's sweep."""
+def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, float], prompts: dict[str, float],
+                   before: str):
+    """(calibrated CostModel, CostInfo recording the calibration) from results.json's sweep;
+    contexts / prompts: per workload, the KV length steps are costed at and the prompt length."""
     sweep = load_sweep(results)
     shapes = role_shapes(model)
-    pts, skipped = points(sweep, contexts, shapes)
+    pts, skipped = points(sweep, contexts, prompts, shapes)
     if not pts:
         raise TrtspecError(f"tune.calibrate: {results}: no usable sweep point ({skipped[0] if skipped else 'none'})")
     gpu, report, table = calibrate_points(pts, shapes, model.gpu)

@@ -99,7 +99,7 @@ class CalibrationPoint(BaseModel):
     acceptance_length: float  # measured
     tokens_per_s: float  # measured
     tokens_per_s_ci: list[float] | None = None  # its 95% interval [low, high]
-    step_time_s: float  # measured: concurrency * AL / tokens_per_s
+    request_s: float  # measured mean E2E of its requests (what the fit models: prefill + T / AL steps)
     predicted_before: float  # tokens/s: concurrency * AL / modelled step, the uncalibrated cost
     predicted_after: float  # the same with the calibrated cost
     fitted: bool = True  # the fit used this point (False: held out)
@@ -121,12 +121,12 @@ class Forward(NamedTuple):
     batch: int
     num_tokens: int
     context: float
-    count: int = 1
+    count: float = 1  # a request's T / AL steps need not be whole
 
 
 class StepRow(NamedTuple):
-    """A measured time that is a sum of forwards: one speculative step (K draft forwards + one
-    verify) measured on a deployment (trtspec.tuning.calibrate); a cost-table row is one forward."""
+    """A measured time that is a sum of forwards: a request on a deployment (its prefill and T / AL
+    speculative steps; trtspec.tuning.calibrate); a cost-table row is one forward."""
     forwards: tuple[Forward, ...]
     seconds: float
 

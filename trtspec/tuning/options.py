@@ -116,7 +116,7 @@ class TuneOptions(StageOptions):
     separate_instances: bool = Field(False, description="Several drafters offered: each is its own model instance "
                                      "holding the target again (the llmapi flavor; a recipe sets it from triton).")
     calibrate: Optional[Path] = Field(None, description="results.json of `trtspec perf --sweep` on the deployment: "
-                                      "fit the cost model to its measured steps, then tune (trtspec.tuning.calibrate).")
+                                      "fit the cost model to its measured requests, then tune (trtspec.tuning.calibrate).")
 
     @field_validator("concurrency_bands")
     @classmethod

@@ -217,9 +217,10 @@ def calibration_lines(cal: Calibration) -> list[str]:
         v = within_share(cal.points, after, fitted)
         return "-" if v is None else f"{v:.0%}"
     f = cal.fit
-    out = [f"within {WITHIN:.0%} of the measured tokens/s: before {share(False)}, after {share(True)} of "
-           f"{len(cal.points)} points (in-sample: the fit used them)",
-           f"calibration fit: {f.num_rows} steps, rms relative step-time error {f.rms_relative_error:.1%}, max "
+    fitted = sum(p.fitted for p in cal.points)
+    out = [f"within {WITHIN:.0%} of the measured tokens/s: before {share(False, True)}, after {share(True, True)} of "
+           f"the {fitted} points the fit used (in-sample)",
+           f"calibration fit: {f.num_rows} requests, rms relative request-time error {f.rms_relative_error:.1%}, max "
            f"{f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}"]
     if any(not p.fitted for p in cal.points):
         out.append(f"held out: after {share(True, False)} within {WITHIN:.0%}")

@@ -112,7 +112,8 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
     model, info = build_cost(cost, shapes, profile.mode)
     if calibrate is not None:  # the deployment's sweep refits `cost` (calibrate.py)
         contexts = {name: context_of(w, cfg) for name, w in profile.workloads.items()}
-        model, info = calibrate_cost(Path(calibrate), model, info, contexts, cost)
+        prompts = {name: w.mean_prompt_len() or cfg.default_prompt_tokens for name, w in profile.workloads.items()}
+        model, info = calibrate_cost(Path(calibrate), model, info, contexts, prompts, cost)
     served, limits = None, None
     if profile.mode == "eagle":
         cfg = eagle_limits(profile, config, cfg, eagle_node_budget)
