@@ -141,3 +141,15 @@ def test_a_bad_results_file_is_one_line_naming_file_and_field(tmp_path, edit, fi
         cal.calibrate_cost(path, start, _info(start), CTX, PROMPT, "cpu")
     msg = str(e.value)
     assert str(path) in msg and field in msg and "\n" not in msg
+
+
+def test_a_recipes_calibrate_path_is_resolved_and_is_an_input_of_the_tune_stage(tmp_path):
+    from trtspec.pipeline.stages import external_inputs
+    from trtspec.recipe import load_recipe
+
+    (tmp_path / "r.yaml").write_text("name: r\ntarget: /t\nngram: true\nworkloads: {chat: mt-bench}\n"
+                                     "tune: {cost: cpu, calibrate: perf/results.json}\ntriton: {flavor: cpu}\n"
+                                     "perf: {sweep: true, baseline: false}\n")
+    recipe = load_recipe(tmp_path / "r.yaml")
+    assert recipe.tune.calibrate == (tmp_path / "perf" / "results.json").resolve() and recipe.perf.sweep
+    assert external_inputs(recipe)["tune.calibrate"] == str((tmp_path / "perf" / "results.json").resolve())

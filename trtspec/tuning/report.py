@@ -222,6 +222,10 @@ def calibration_lines(cal: Calibration) -> list[str]:
            f"the {fitted} points the fit used (in-sample)",
            f"calibration fit: {f.num_rows} requests, rms relative request-time error {f.rms_relative_error:.1%}, max "
            f"{f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}"]
+    inside = [p for p in cal.points if p.tokens_per_s_ci and p.tokens_per_s_ci[0] <= p.predicted_after
+              <= p.tokens_per_s_ci[1]]
+    out.append(f"after calibration {len(inside)} of {len(cal.points)} predictions lie inside the measured tokens/s "
+               "95% interval (the rest differ by more than the measurement's own noise)")
     if any(not p.fitted for p in cal.points):
         out.append(f"held out: after {share(True, False)} within {WITHIN:.0%}")
     out += [f"skipped {s}" for s in cal.skipped]
