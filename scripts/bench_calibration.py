@@ -111,7 +111,7 @@ def held_out(results: Path, profile: Path, target: Path, contexts: dict[str, flo
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("out/bench-calibration"))
-    ap.add_argument("--requests", type=int, default=6, help="measured requests per sweep point")
+    ap.add_argument("--requests", type=int, default=8, help="measured requests per sweep point")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-k", type=int, default=4)
     ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1])

@@ -14,6 +14,7 @@ from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetti
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.cost import CostModel, gpu_preset
 from trtspec.tuning.fit import StepRow, step_seconds
+from trtspec.tuning.report import calibration_lines, calibration_table
 from trtspec.tuning.schema import CostInfo
 from trtspec.tuning.synthetic import llama31_8b_shapes
 
@@ -77,6 +78,9 @@ def test_the_fit_recovers_the_parameters_that_generated_the_sweep(tmp_path, pres
     assert all(p.predicted_after == pytest.approx(p.tokens_per_s, rel=1e-6) for p in c.points)
     assert cal.within_share(c.points, after=True) == 1.0
     assert cal.within_share(c.points, after=False) < 0.5  # the preset was wrong, and it shows
+    lines = calibration_lines(c)
+    assert f"after 100% of the {len(c.points)} points the fit used" in lines[0]
+    assert calibration_table(c).row_count == len(c.points)
 
 
 def test_held_out_points_are_predicted_by_a_fit_on_the_others(tmp_path):
