@@ -38,7 +38,7 @@ def write_sweep(path, model: CostModel, points) -> None:
     shapes = cal.role_shapes(model)
     for w, c, setting, al in points:
         al = al if setting.speculation else 1.0
-        fw = cal.request_forwards(cal._Setting(**setting.model_dump()), c, CTX[w], PROMPT[w], TOKENS / al, shapes)
+        fw = cal.request_forwards(cal.SettingView(**setting.model_dump()), c, CTX[w], PROMPT[w], TOKENS / al, shapes)
         e2e = step_seconds(model.gpu, StepRow(fw, 0.0), shapes)
         rec = RequestRecord(index=0, prompt_id="p", start_s=0.0, status="ok", ttft_s=0.0, e2e_s=e2e,
                             output_tokens=TOKENS, acceptance_length=al)

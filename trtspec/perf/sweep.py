@@ -15,6 +15,9 @@ same table the repository routes by; spec_decode's `max_draft_len`):
   model, one point each. An EAGLE engine always drafts, so there is no off point there.
 Each request carries the setting as request parameters (serving_rules.SWEEP_*: no model config
 changes), which `generate` honours instead of the workload's tuned route (serving_rules.swept_route).
+With perf.blocks > 1 the settings of a load point are sent block by block, forward then reverse
+order (runner._sweep, `schedule`): a drift of the machine's load then costs every setting alike.
+A point whose server reports no acceptance (llmapi) is kept; the calibration skips it and says so.
 """
 
 from __future__ import annotations
@@ -150,13 +153,6 @@ def sweep_run(workload: str, concurrency: int, setting: SweepSetting, started_at
 
 def new_sweep(routing: dict, max_k: int | None) -> Sweep:
     return Sweep(mode=routing["mode"], max_draft_len=max_k)
-
-
-def check_acceptance(run: SweepRun) -> str | None:
-    """A note when a speculative point reported no acceptance (llmapi reports none): it cannot be calibrated."""
-    if run.setting.speculation and run.summary.requests_ok and run.summary.acceptance_length is None:
-        return f"{run.workload} c={run.concurrency} {run.setting.label}: the server reported no acceptance length"
-    return None
 
 
 def sweep_lines(sweep: Sweep) -> list[str]:

@@ -52,7 +52,10 @@ from .trees import level_sizes
 WITHIN = 0.10  # the acceptance bar's tolerance: a prediction within 10% of the measured tokens/s
 
 
-class _Setting(BaseModel):
+# What calibration reads of results.json: a view of trtspec.perf.schema's Sweep / SweepRun (extra
+# fields ignored, so perf may add to them without breaking this reader).
+
+class SettingView(BaseModel):
     model_config = ConfigDict(extra="ignore")
     label: str
     speculation: bool
@@ -62,45 +65,45 @@ class _Setting(BaseModel):
     eagle_choices: list[list[int]] | None = None
 
 
-class _Mean(BaseModel):
+class MeanView(BaseModel):
     model_config = ConfigDict(extra="ignore")
     mean: float | None = Field(None, gt=0)
 
 
-class _Summary(BaseModel):
+class SummaryView(BaseModel):
     model_config = ConfigDict(extra="ignore")
     requests_ok: int
     output_tokens: int = Field(ge=0)
-    e2e_s: _Mean
+    e2e_s: MeanView
     output_tokens_per_s: float = Field(ge=0)
     acceptance_length: float | None = Field(None, gt=0)
     tokens_per_s_ci: dict | None = None
 
 
-class _Run(BaseModel):
+class RunView(BaseModel):
     model_config = ConfigDict(extra="ignore")
     workload: str
     concurrency: int = Field(ge=1)
-    setting: _Setting
+    setting: SettingView
     completed: bool
-    summary: _Summary
+    summary: SummaryView
 
 
-class _Sweep(BaseModel):
+class SweepView(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
     schema_id: Literal["trtspec.perf-sweep/1"] = Field(alias="schema")
     mode: str
-    runs: list[_Run]
+    runs: list[RunView]
 
 
-class _Results(BaseModel):
+class ResultsView(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    sweep: _Sweep | None = None
+    sweep: SweepView | None = None
 
 
-def load_sweep(path: Path) -> _Sweep:
+def load_sweep(path: Path) -> SweepView:
     """The sweep section of a perf results.json; errors are one line naming the file and field."""
-    res = load_versioned(Path(path), _Results, "trtspec.perf/1", "perf results")
+    res = load_versioned(Path(path), ResultsView, "trtspec.perf/1", "perf results")
     if res.sweep is None or not res.sweep.runs:
         raise TrtspecError(f"{path}: field 'sweep': no sweep measured (results of a perf run without perf.sweep)")
     return res.sweep
@@ -108,7 +111,7 @@ def load_sweep(path: Path) -> _Sweep:
 
 class Point(BaseModel):
     """A usable sweep point: what was measured and the forwards of its mean request."""
-    run: _Run
+    run: RunView
     al: float
     row: StepRow  # seconds: the measured mean E2E
 
@@ -117,7 +120,7 @@ class Point(BaseModel):
         return self.run.summary.output_tokens_per_s
 
 
-def step_forwards(s: _Setting, c: int, ctx: float, shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
+def step_forwards(s: SettingView, c: int, ctx: float, shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
     """The forwards of one step of setting `s` at batch c (module docstring), or why there are none."""
     k = s.num_draft_tokens
     if not s.speculation or k == 0 or s.drafter == "off":
@@ -136,7 +139,7 @@ def step_forwards(s: _Setting, c: int, ctx: float, shapes: dict[str, ModelShape]
     return (Forward(draft.role, c, 1, ctx, k), Forward("target", c, k + 1, ctx))
 
 
-def request_forwards(s: _Setting, c: int, ctx: float, prompt: float, steps: float,
+def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: float,
                      shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
     """One request: the prefill of the prompt (by every network that drafts from it) and `steps`
     steps (T / AL); float counts are fine, the fit weighs each forward's terms by them."""
@@ -149,7 +152,7 @@ def request_forwards(s: _Setting, c: int, ctx: float, prompt: float, steps: floa
     return prefill + tuple(f._replace(count=f.count * steps) for f in step)
 
 
-def points(sweep: _Sweep, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape]
+def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape]
            ) -> tuple[list[Point], list[str]]:
     """The sweep's usable points and a note for each one skipped."""
     out, skipped = [], []
