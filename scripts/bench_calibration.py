@@ -133,9 +133,10 @@ def kernel_check(results: Path, profile: Path, target: Path, contexts: dict[str,
     prompts = {w: p.mean_prompt_len() for w, p in prof.workloads.items()}
     pts, _ = cal.points(cal.load_sweep(results), contexts, prompts, shapes)
     _, _, rows = cal.calibrate_points(pts, shapes, base)
-    console.print(f"with the measure-cost table (fit_gpu) as 'before' instead of the preset: {cal.within_share(rows, False):.0%} "
-                  f"within {cal.WITHIN:.0%} before, {cal.within_share(rows, True):.0%} after calibrating from it (a number the sweep "
-                  "cannot pin down keeps its starting value)", highlight=False)
+    before, after = cal.within_share(rows, False), cal.within_share(rows, True)
+    console.print(f"with the measure-cost table (fit_gpu) as 'before' instead of the preset: {before:.0%} within "
+                  f"{cal.WITHIN:.0%} before, {after:.0%} after calibrating from it (a number the sweep cannot pin "
+                  "down keeps its starting value)", highlight=False)
 
 
 def main() -> int:
