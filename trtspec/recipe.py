@@ -293,6 +293,8 @@ def resolve_paths(recipe: Recipe, base: Path) -> Recipe:
         rep.workloads = {n: _resolve(base, s) for n, s in rep.workloads.items()}
     if r.tune.cost not in COST_PRESETS:
         r.tune.cost = _resolve(base, r.tune.cost)
+    if r.tune.calibrate is not None:  # a perf --sweep results.json (trtspec.tuning.calibrate)
+        r.tune.calibrate = Path(_resolve(base, str(r.tune.calibrate)))
     return r
 
 

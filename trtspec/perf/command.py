@@ -57,6 +57,7 @@ def perf_command(
     progress: bool = typer.Option(default(P, "progress"), "--progress/--no-progress", help=doc(P, "progress")),
     processes: int = typer.Option(default(P, "processes"), "--processes", help=doc(P, "processes")),
     blocks: int = typer.Option(default(P, "blocks"), "--blocks", help=doc(P, "blocks")),
+    sweep: bool = typer.Option(default(P, "sweep"), "--sweep", help=doc(P, "sweep")),
     export_genai_perf: Optional[Path] = typer.Option(
         None, "--export-genai-perf", help="Also write genai-perf 0.0.16 inputs and commands reproducing these runs "
                                           "into this directory (trtspec.perf.genai_perf)."),
@@ -73,7 +74,7 @@ def perf_command(
             requests=requests, duration_s=duration, warmup=warmup, baseline=baseline, timeout_s=timeout,
             connect_timeout_s=connect_timeout, max_tokens=max_tokens, seed=seed, temperature=temperature,
             top_k=top_k, top_p=top_p, tuning=tuning, out=out,
-            tokenizer=tokenizer, chat=chat, progress=progress, processes=processes, blocks=blocks))
+            tokenizer=tokenizer, chat=chat, progress=progress, processes=processes, blocks=blocks, sweep=sweep))
     if export_genai_perf is not None:
         from .genai_perf import export_for_options
 
@@ -97,6 +98,11 @@ def perf_command(
         typer.echo(f"{run.workload:<12} {'spec' if run.speculation else 'base'} {point:<8} "
                    f"{s.requests_per_s:8.2f} req/s {s.output_tokens_per_s:9.1f} tok/s  AL {al}  "
                    f"TTFT p50 {ttft} ms  errors {s.errors} timeouts {s.timeouts}")
+    if results.sweep is not None:
+        from .sweep import sweep_lines
+
+        for line in sweep_lines(results.sweep):
+            typer.echo(line)
     for c in results.comparisons:
         pred = f" (predicted {c.predicted_speedup:.2f}x)" if c.predicted_speedup is not None else ""
         point = f"c={c.concurrency}" if c.concurrency else f"r={c.request_rate:g}/s"

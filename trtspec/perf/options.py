@@ -51,7 +51,11 @@ class PerfSettings(StageOptions):
     blocks: int = Field(1, ge=1, description="With baseline: send each load point's requests in this many blocks, "
                                              "speculation on and off alternating (on,off|off,on|...), and pair "
                                              "each request with its prompt's in the other mode (drift-proof "
-                                             "speedup intervals; trtspec.perf.stats). 1: two runs in a row.")
+                                             "speedup intervals; trtspec.perf.stats). 1: two runs in a row. "
+                                             "With sweep: the settings alternate the same way, block by block.")
+    sweep: bool = Field(False, description="Instead of the tuned routes, measure every draft setting the repository "
+                                           "serves (speculation off, each K or served model) per workload and "
+                                           "concurrency: the data `trtspec tune --calibrate` fits (trtspec.perf.sweep).")
 
     @model_validator(mode="after")
     def _check(self):
@@ -63,11 +67,24 @@ class PerfSettings(StageOptions):
             raise ValueError("top_k / top_p need a temperature (they filter what the temperature samples)")
         if self.blocks > 1:
             self._check_blocks()
+        if self.sweep:
+            self._check_sweep()
         return self
+
+    def _check_sweep(self) -> None:
+        """The sweep's own off point is the baseline; its load points are batches (concurrency), each
+        setting measured by one client."""
+        if self.baseline:
+            raise ValueError("sweep: the sweep measures speculation off as one of its settings; turn baseline off")
+        if self.request_rate is not None:
+            raise ValueError("sweep: measures closed-loop concurrency points (the batch a step time is fitted at); "
+                             "give concurrency, not request_rate")
+        if self.processes > 1:
+            raise ValueError("sweep: each setting is measured by one client process (processes: 1)")
 
     def _check_blocks(self) -> None:
         """Interleaving needs a baseline to interleave with, a request count to split, and one client."""
-        if not self.baseline:
+        if not self.baseline and not self.sweep:
             raise ValueError(f"blocks: {self.blocks} interleaves speculation with the baseline; turn baseline on")
         if self.duration_s is not None:
             raise ValueError("blocks: interleaved blocks split a request count; give requests, not duration_s")

@@ -22,6 +22,7 @@ from ..fsutil import write_text_atomic
 from ..triton_repo.models.serving_rules import pick_band
 from . import plots
 from .compare import load_predictions
+from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
 from .stats import prediction_fit, rate_ci, requests_for, speedup_ci, verdict
 
@@ -351,7 +352,7 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         why = results.error or next((r.error for r in results.runs if r.error), None) or "no reason recorded"
         banner = (f'<div class="banner" id="partial">Partial results: not every planned run finished '
                   f'({escape(why)}). Figures show what was measured.</div>')
-    if not results.runs:
+    if not results.runs and results.sweep is None:
         banner += '<div class="banner" id="no-runs">results.json holds no runs.</div>'
     figures = figure_data(results, heads)
     body = [
@@ -369,6 +370,7 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         *(_figure(fid, draw) for fid, draw in figures.items()),
         _parity(results),
         "<h2>Runs</h2>", _run_table(results),
+        *(["<h2>Sweep</h2>", sweep_html(results.sweep)] if results.sweep is not None else []),
         "<h2>Errors</h2>", _errors(results),
         "<h2>Settings</h2>", _settings(results, tuning_path),
     ]

@@ -36,7 +36,7 @@ from ..options import first_problem
 
 from .. import __version__
 from ..errors import TrtspecError
-from . import client, load, procs, prompts
+from . import client, load, procs, prompts, sweep
 from .compare import comparisons, load_predictions
 from .parity import word_counts
 from .sampling import request_seed, workload_sampling
@@ -90,7 +90,7 @@ def _settings(o: PerfOptions, sampling: dict) -> Settings:
     return Settings(url=o.url, model=o.model, workloads=dict(o.workloads), concurrency=list(o.concurrency),
                     request_rate=o.request_rate, requests=o.requests, duration_s=o.duration_s, warmup=o.warmup,
                     timeout_s=o.timeout_s, max_tokens=o.max_tokens, baseline=o.baseline, seed=o.seed,
-                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes, blocks=o.blocks,
+                    tuning=str(o.tuning) if o.tuning else None, processes=o.processes, blocks=o.blocks, sweep=o.sweep,
                     sampling={w: s.model_dump() for w, s in sampling.items() if not s.greedy})
 
 
@@ -222,6 +222,11 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
         if o.baseline:
             first = workloads[0].name
             await _probe(o, info, [(first, *rendered[first][0])], channel)
+        if o.sweep:  # progress: none per block (the settings interleave)
+            res.sweep = await _sweep(o, res, stub, info, workloads, rendered, sampling)
+            res.completed = True
+            write_results(res, o.out)
+            return res
         with _progress(o) as progress:
             for wl in workloads:
                 texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
@@ -309,6 +314,53 @@ async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload,
             _append_run(res, tuning, workload, on, concurrency, rate, log["clock"]["started_at"], records,
                         [r for r, _ in done], error, sampling)
     _write(o, res, error, workload, None, concurrency, rate)
+
+
+async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, rendered, sampling):
+    """perf.sweep: per workload x concurrency, every served setting (trtspec.perf.sweep), sent in
+    perf.blocks blocks, the settings in forward then reverse order (a drift of the machine's load
+    costs every setting alike, as the baseline's ABBA blocks); results.json rewritten after each
+    load point; a run cut short is kept and raises PerfRunError."""
+    routing, max_k = await sweep.served(o.url, o.model, o.connect_timeout_s)
+    res.sweep = sweep.new_sweep(routing, max_k)
+    for wl in workloads:
+        texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
+        extras = _extras(o, info, texts, sampling[wl.name])
+        for concurrency, _ in load_points(o):
+            settings = sweep.settings_for(routing, wl.name, max_k)
+            plans = [_plan(o, info, texts, None if st.speculation else False, concurrency, None, extras)
+                     for st in settings]
+            for st, p in zip(settings, plans):
+                p.prompts = [load.Prompt(q.id, sweep.with_setting(q.request, st)) for q in p.prompts]
+            logs = [{"results": [], "blocks": [], "clock": {}} for _ in settings]
+            pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
+            try:
+                for j, sent in sweep.schedule(plans[0].requests, o.blocks):
+                    for i in (range(len(settings)) if j % 2 == 0 else reversed(range(len(settings)))):
+                        p, log, got, clock = plans[i], logs[i], [], {}
+                        block = load.Plan([p.prompts[k % len(p.prompts)] for k in sent], len(sent), None,
+                                          p.timeout_s, p.counted)
+                        try:
+                            await _measure(pool, block, concurrency, None, o.seed + j, got,
+                                           o.warmup if j == 0 else 0, None, None, clock)
+                        finally:
+                            log["clock"] = log["clock"] or clock
+                            log["results"] += got
+                            log["blocks"] += [j] * len(got)
+            except (TrtspecError, KeyboardInterrupt, asyncio.CancelledError) as e:
+                error = _reason(e)
+            finally:
+                pool.close()
+            for st, log in zip(settings, logs):
+                done = sorted(zip(log["results"], log["blocks"]), key=lambda rb: rb[0].start)
+                records = [to_record(i, r, log["clock"].get("start", 0.0), b) for i, (r, b) in enumerate(done)]
+                res.sweep.runs.append(sweep.sweep_run(wl.name, concurrency, st, log["clock"].get("started_at", _now()),
+                                                      records, error))
+            if error is not None:
+                res.error = f"sweep {wl.name} c={concurrency}: {error}"
+                raise PerfRunError(f"{res.error}; partial results in {write_results(res, o.out)}", res)
+            write_results(res, o.out)
+    return res.sweep
 
 
 def block_schedule(requests: int, blocks: int) -> list[tuple[int, bool, range]]:

@@ -23,6 +23,9 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
 - sampling: the settings every request of a run carried (trtspec.perf.sampling; none = greedy), the
   same for its baseline; at temperature > 0 a Comparison's `parity` is the distribution check of
   trtspec.perf.parity (output lengths and word frequencies, two-sample tests), not token equality.
+- sweep (perf.sweep, its own schema "trtspec.perf-sweep/1"): instead of the tuned routes, every
+  draft setting the repository serves per workload x concurrency (trtspec.perf.sweep), each a run
+  with the summary above and an acceptance-length interval; `trtspec tune --calibrate` reads it.
 """
 
 from __future__ import annotations
@@ -151,6 +154,48 @@ class Comparison(BaseModel):
     paired_requests: int | None = None  # interleaved blocks: spec/baseline request pairs the interval resampled
 
 
+SWEEP_SCHEMA = "trtspec.perf-sweep/1"
+
+
+class SweepSetting(BaseModel):
+    """One draft setting the repository serves (trtspec.perf.sweep enumerates them): speculation off,
+    a chain of K drafts (draft-target / EAGLE-3 model drafter, or n-gram drafting of size n), or a
+    served model (an EAGLE profile's tree, an llmapi setting)."""
+    model_config = ConfigDict(extra="forbid")
+    label: str  # off | K=3 | K=3:ngram:n=2 | tensorrt_llm_c1_p0
+    speculation: bool  # False: the request carried speculation=false (the K=0 point)
+    drafter: Literal["off", "model", "ngram", "eagle", "llmapi"]
+    num_draft_tokens: int  # K (an EAGLE tree: its node count)
+    max_matching_ngram_size: int | None = None
+    route_model: str | None = None  # EAGLE / llmapi: the served model the request was routed to
+    eagle_choices: list[list[int]] | None = None  # EAGLE: that model's tree
+
+
+class SweepRun(BaseModel):
+    """One (workload, concurrency, setting) measurement of the sweep; the summary as a Run's, plus
+    the 95% interval of the token-weighted acceptance length (bootstrap over requests)."""
+    model_config = ConfigDict(extra="forbid")
+    workload: str
+    concurrency: int
+    setting: SweepSetting
+    started_at: str
+    completed: bool
+    error: str | None = None
+    requests: list[RequestRecord]
+    summary: RunSummary
+    acceptance_length_ci: Interval | None = None
+
+
+class Sweep(BaseModel):
+    """`trtspec perf --sweep`: every served setting per workload x concurrency, the data that
+    `trtspec tune --calibrate` fits the step-time model to (schema "trtspec.perf-sweep/1")."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_id: Literal["trtspec.perf-sweep/1"] = Field(SWEEP_SCHEMA, alias="schema")
+    mode: str  # the repository's routing mode: draft-target | ngram | eagle3 | eagle | llmapi
+    max_draft_len: int | None = None  # chain repositories: the largest K its spec_decode takes
+    runs: list[SweepRun] = Field(default_factory=list)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str
@@ -169,6 +214,7 @@ class Settings(BaseModel):
     processes: int = 1  # client processes that shared each run's load (trtspec perf --processes)
     blocks: int = 1  # speculation on/off interleaved in this many blocks per load point (1: two runs)
     sampling: dict[str, dict] = Field(default_factory=dict)  # workload -> Sampling sent (absent: greedy)
+    sweep: bool = Field(False, exclude_if=lambda v: not v)  # runs are the sweep's (PerfResults.sweep)
 
 
 class PerfResults(BaseModel):
@@ -181,6 +227,7 @@ class PerfResults(BaseModel):
     error: str | None = None  # why not
     runs: list[Run]
     comparisons: list[Comparison] = Field(default_factory=list)
+    sweep: Sweep | None = Field(None, exclude_if=lambda v: v is None)  # perf.sweep
 
 
 def load_results(path: Path) -> PerfResults:

@@ -139,6 +139,8 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
                 found[f"quantization.calib.{n}"] = s
     if recipe.tune.cost not in COST_PRESETS:
         found["tune.cost"] = recipe.tune.cost
+    if recipe.tune.calibrate is not None:
+        found["tune.calibrate"] = str(recipe.tune.calibrate)
     return found
 
 

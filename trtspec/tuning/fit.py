@@ -22,12 +22,17 @@ A parameter no row informs (say v when every row is memory-bound) keeps the pres
 reported as not fitted. Without overlap (`GpuSpec.memory_compute_overlap` False, the "cpu" preset)
 the model is seconds = o_role + u * M + v * C + comm, linear as it stands: every row informs both
 u and v and the bound assignment plays no part.
+
+Rows that are sums of forwards (`fit_steps`: one speculative step measured on a deployment, K draft
+forwards + one verify of K + 1 tokens; trtspec.tuning.calibrate) are the same least squares: each
+column is the count-weighted sum of the row's forwards' terms, each forward on its own side of the
+max. A cost-table row is the one-forward case (fit_gpu).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -83,28 +88,90 @@ class FitReport(BaseModel):
     memory_bound_rows: int
 
 
-def _terms(gpu: GpuSpec, row: CostRow, shapes: dict[str, ModelShape]) -> tuple[float, float, float]:
-    m = shapes.get(row.role)
+class CalibrationPoint(BaseModel):
+    """One sweep point of `trtspec perf --sweep` and the step-time model's tokens/s for it, with the
+    measured AL, before and after calibration (trtspec.tuning.calibrate)."""
+    workload: str
+    concurrency: int
+    label: str  # the sweep setting: off | K=3 | K=3:ngram:n=2 | a served model
+    drafter: str
+    num_draft_tokens: int
+    acceptance_length: float  # measured
+    tokens_per_s: float  # measured
+    tokens_per_s_ci: list[float] | None = None  # its 95% interval [low, high]
+    request_s: float  # measured mean E2E of its requests (what the fit models: prefill + T / AL steps)
+    predicted_before: float  # tokens/s: concurrency * AL / modelled step, the uncalibrated cost
+    predicted_after: float  # the same with the calibrated cost
+    fitted: bool = True  # the fit used this point (False: held out)
+
+
+class Calibration(BaseModel):
+    """tuning.json `cost.calibration`: the deployment's sweep the cost model was fitted to."""
+    results: str  # the perf results.json
+    sha256: str
+    before: str  # what the cost was before: a preset name or a cost table path
+    fit: FitReport
+    points: list[CalibrationPoint]
+    skipped: list[str] = Field(default_factory=list)  # sweep points not used, each with why
+
+
+class Forward(NamedTuple):
+    """`count` forwards of one network: a term of a step row (fit_steps)."""
+    role: str
+    batch: int
+    num_tokens: int
+    context: float
+    count: float = 1  # a request's T / AL steps need not be whole
+
+
+class StepRow(NamedTuple):
+    """A measured time that is a sum of forwards: a request on a deployment (its prefill and T / AL
+    speculative steps; trtspec.tuning.calibrate); a cost-table row is one forward."""
+    forwards: tuple[Forward, ...]
+    seconds: float
+
+
+def _terms(gpu: GpuSpec, f: Forward, shapes: dict[str, ModelShape]) -> tuple[float, float, float]:
+    m = shapes.get(f.role)
     if m is None:
-        raise TrtspecError(f"cost table: rows of role '{row.role}' but no {row.role} checkpoint to size them")
-    nbytes, flops = forward_terms(m, row.batch, row.num_tokens, row.context)
+        raise TrtspecError(f"cost table: rows of role '{f.role}' but no {f.role} checkpoint to size them")
+    nbytes, flops = forward_terms(m, f.batch, f.num_tokens, f.context)
     comm = 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
     return nbytes / (gpu.hbm_bandwidth_gbs * 1e9), flops / (gpu.peak_tflops(m.compute_dtype) * 1e12), comm
 
 
-def _solve(rows, M, C, comm, y, mem_bound, base: GpuSpec):
+class _Parts:
+    """Every forward of every row, flattened: row index, count, role and terms, so that a row's
+    column of the least squares is the count-weighted sum of its forwards' (linear in the params)."""
+
+    def __init__(self, rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec):
+        fs = [(i, f) for i, r in enumerate(rows) for f in r.forwards]
+        self.n = len(rows)
+        self.row = np.array([i for i, _ in fs], int)
+        self.count = np.array([f.count for _, f in fs], float)
+        self.eagle = np.array([f.role == "eagle" for _, f in fs], bool)
+        terms = np.array([_terms(base, f, shapes) for _, f in fs]).reshape(-1, 3)
+        self.M, self.C, comm = terms[:, 0], terms[:, 1], terms[:, 2]
+        self.comm = self.sum(comm)
+
+    def sum(self, x) -> np.ndarray:
+        return np.bincount(self.row, weights=self.count * np.asarray(x, float), minlength=self.n)
+
+
+def _solve(parts: _Parts, y, mem_bound, base: GpuSpec):
     """Weighted least squares for one bound assignment -> (params, names of the fitted ones)."""
+    overlap = base.memory_compute_overlap
     cols = {
-        "forward_overhead_s": np.array([r.role != "eagle" for r in rows], float),
-        "eagle_level_overhead_s": np.array([r.role == "eagle" for r in rows], float),
-        "u": np.where(mem_bound, M, 0.0) if base.memory_compute_overlap else M,
-        "v": np.where(mem_bound, 0.0, C) if base.memory_compute_overlap else C,
+        "forward_overhead_s": parts.sum(~parts.eagle),
+        "eagle_level_overhead_s": parts.sum(parts.eagle),
+        "u": parts.sum(np.where(mem_bound, parts.M, 0.0) if overlap else parts.M),
+        "v": parts.sum(np.where(mem_bound, 0.0, parts.C) if overlap else parts.C),
     }
     informed = [n for n, c in cols.items() if c.any()]
     names, w = list(informed), 1.0 / y
     while names:
         X = np.stack([cols[n] for n in names], 1) * w[:, None]
-        sol = dict(zip(names, np.linalg.lstsq(X, (y - comm) * w, rcond=None)[0]))
+        sol = dict(zip(names, np.linalg.lstsq(X, (y - parts.comm) * w, rcond=None)[0]))
         negative = [n for n, s in sol.items() if s <= 0]
         if not negative:
             break
@@ -131,32 +198,43 @@ def _apply(base: GpuSpec, params: dict) -> GpuSpec:
                                    "compute_efficiency": 1.0 / params["v"]})
 
 
-def _errors(gpu: GpuSpec, table: CostTable, shapes: dict[str, ModelShape]) -> np.ndarray:
-    pred = np.array([forward_time(gpu, shapes[r.role], r.batch, r.num_tokens, r.context) for r in table.rows])
-    y = np.array([r.seconds for r in table.rows])
+def step_seconds(gpu: GpuSpec, row: StepRow, shapes: dict[str, ModelShape]) -> float:
+    """The model's time of a row: the sum of its forwards (cost.forward_time each)."""
+    return sum(f.count * forward_time(gpu, shapes[f.role], f.batch, f.num_tokens, f.context) for f in row.forwards)
+
+
+def _errors(gpu: GpuSpec, rows: list[StepRow], shapes: dict[str, ModelShape]) -> np.ndarray:
+    pred = np.array([step_seconds(gpu, r, shapes) for r in rows])
+    y = np.array([r.seconds for r in rows])
     return (pred - y) / y
 
 
 def fit_gpu(table: CostTable, shapes: dict[str, ModelShape], base: GpuSpec | None = None,
             max_iter: int = 50) -> tuple[GpuSpec, FitReport]:
     """Fit the efficiencies and overheads of `base` (default: the table's preset) to the table."""
-    base = base if base is not None else gpu_preset(table.gpu)
-    rows = table.rows
-    terms = np.array([_terms(base, r, shapes) for r in rows])
-    M, C, comm = terms[:, 0], terms[:, 1], terms[:, 2]
+    rows = [StepRow((Forward(r.role, r.batch, r.num_tokens, r.context),), r.seconds) for r in table.rows]
+    return fit_steps(rows, shapes, base if base is not None else gpu_preset(table.gpu), max_iter)
+
+
+def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
+              max_iter: int = 50) -> tuple[GpuSpec, FitReport]:
+    """Fit the efficiencies and overheads of `base` to rows that are sums of forwards (module
+    docstring; a forward's bound side is its own, so the max stays per forward)."""
+    parts = _Parts(rows, shapes, base)
+    M, C = parts.M, parts.C
     y = np.array([r.seconds for r in rows])
-    starts = [M / base.bandwidth_efficiency >= C / base.compute_efficiency, np.ones(len(rows), bool),
-              np.zeros(len(rows), bool)]
+    starts = [M / base.bandwidth_efficiency >= C / base.compute_efficiency, np.ones(len(M), bool),
+              np.zeros(len(M), bool)]
     best = None
     for mem_bound in starts:
         for _ in range(max_iter):
-            params, fitted = _solve(rows, M, C, comm, y, mem_bound, base)
+            params, fitted = _solve(parts, y, mem_bound, base)
             new = params["u"] * M >= params["v"] * C
             if np.array_equal(new, mem_bound):
                 break
             mem_bound = new
         gpu = _apply(base, params)
-        err = _errors(gpu, table, shapes)
+        err = _errors(gpu, rows, shapes)
         score = float(np.sqrt(np.mean(err ** 2)))
         if best is None or score < best[0] - 1e-15:
             best = (score, gpu, err, fitted, mem_bound)

@@ -8,6 +8,7 @@ source of the CLI flags' defaults and help (see trtspec/options.py). Light: pyda
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Optional
 
 from pydantic import Field, field_validator
@@ -118,6 +119,8 @@ class TuneOptions(StageOptions):
                                                "the served drafters may add beyond one target (default: no limit).")
     separate_instances: bool = Field(False, description="Several drafters offered: each is its own model instance "
                                      "holding the target again (the llmapi flavor; a recipe sets it from triton).")
+    calibrate: Optional[Path] = Field(None, description="results.json of `trtspec perf --sweep` on the deployment: "
+                                      "fit the cost model to its measured requests, then tune (trtspec.tuning.calibrate).")
 
     @field_validator("concurrency_bands")
     @classmethod

@@ -29,6 +29,8 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
+from .calibrate import WITHIN, within_share
+from .fit import Calibration
 from .schema import BandChoice, Profile, Tuning, WorkloadTuning
 from .select import indistinguishable
 
@@ -190,6 +192,47 @@ def summary_table(tuning: Tuning) -> Table:
     return t
 
 
+def _err(pred: float, measured: float) -> str:
+    return f"{pred:,.1f} ({pred / measured - 1:+.0%})"
+
+
+def calibration_table(cal: Calibration, title: str | None = None) -> Table:
+    """Predicted vs measured tokens/s per workload x setting x concurrency, before and after
+    calibration (tuning/calibrate.py), with the measured 95% interval; held-out points marked."""
+    t = Table(title=title or f"calibration on {cal.results} (cost before: {cal.before})")
+    for col, just in (("workload", "left"), ("conc.", "right"), ("setting", "left"), ("AL", "right"),
+                      ("measured tok/s [95%]", "right"), ("before (err)", "right"), ("after (err)", "right"),
+                      ("", "left")):
+        t.add_column(col, justify=just)
+    for p in cal.points:
+        ci = f" [{p.tokens_per_s_ci[0]:,.1f}, {p.tokens_per_s_ci[1]:,.1f}]" if p.tokens_per_s_ci else ""
+        t.add_row(p.workload, str(p.concurrency), p.label, f"{p.acceptance_length:.2f}", f"{p.tokens_per_s:,.1f}{ci}",
+                  _err(p.predicted_before, p.tokens_per_s), _err(p.predicted_after, p.tokens_per_s),
+                  "" if p.fitted else "held out")
+    return t
+
+
+def calibration_lines(cal: Calibration) -> list[str]:
+    """The shares within 10% before and after, the fit's error, and the skipped points."""
+    def share(after, fitted=None):
+        v = within_share(cal.points, after, fitted)
+        return "-" if v is None else f"{v:.0%}"
+    f = cal.fit
+    fitted = sum(p.fitted for p in cal.points)
+    out = [f"within {WITHIN:.0%} of the measured tokens/s: before {share(False, True)}, after {share(True, True)} of "
+           f"the {fitted} points the fit used (in-sample)",
+           f"calibration fit: {f.num_rows} requests, rms relative request-time error {f.rms_relative_error:.1%}, max "
+           f"{f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}"]
+    inside = [p for p in cal.points if p.tokens_per_s_ci and p.tokens_per_s_ci[0] <= p.predicted_after
+              <= p.tokens_per_s_ci[1]]
+    out.append(f"after calibration {len(inside)} of {len(cal.points)} predictions lie inside the measured tokens/s "
+               "95% interval (the rest differ by more than the measurement's own noise)")
+    if any(not p.fitted for p in cal.points):
+        out.append(f"held out: after {share(True, False)} within {WITHIN:.0%}")
+    out += [f"skipped {s}" for s in cal.skipped]
+    return out
+
+
 def print_summary(tuning: Tuning, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(tuning))
@@ -199,3 +242,7 @@ def print_summary(tuning: Tuning, console: Console | None = None) -> None:
         f = tuning.cost.fit
         console.print(f"cost fit: {f.num_rows} rows, rms relative error {f.rms_relative_error:.1%}, "
                       f"max {f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}")
+    if tuning.cost.calibration is not None:
+        console.print(calibration_table(tuning.cost.calibration))
+        for line in calibration_lines(tuning.cost.calibration):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)

@@ -30,7 +30,7 @@ from ..options import Sampling
 from ..schema_io import load_versioned
 from .acceptance import summarize
 from .cost import GpuSpec, ModelShape
-from .fit import FitReport
+from .fit import Calibration, FitReport
 from .ngram_acceptance import summarize_ngram
 
 PROFILE_SCHEMA = "trtspec.profile/1"
@@ -311,12 +311,13 @@ class EagleLimits(BaseModel):
 
 
 class CostInfo(BaseModel):
-    source: Literal["analytic", "measured"]
+    source: Literal["analytic", "measured", "calibrated"]
     table: str | None = None
     gpu: GpuSpec
     fit: FitReport | None = None
     target: ModelShape
     draft: ModelShape | None = None
+    calibration: Calibration | None = Field(None, exclude_if=lambda v: v is None)  # source "calibrated"
 
 
 class OfferedDrafter(BaseModel):

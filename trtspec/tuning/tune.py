@@ -24,7 +24,8 @@ from .fit import fit_gpu, load_cost_table
 from .options import TuneOptions
 from .schema import CostInfo, EagleLimits, Profile, Tuning, load_profile
 from .ngram_select import tune_ngram
-from .select import SelectConfig, tune_draft_target, tune_eagle
+from .select import SelectConfig, context_of, tune_draft_target, tune_eagle
+from .calibrate import calibrate_cost
 from .choose import choose
 
 
@@ -103,11 +104,16 @@ def eagle_limits(profile: Profile, config: dict, cfg: SelectConfig, budget: int 
 
 
 def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = None, draft_ckpt: Path | None = None,
-             cfg: SelectConfig | None = None, eagle_node_budget: int | None = None) -> Tuning:
+             cfg: SelectConfig | None = None, eagle_node_budget: int | None = None,
+             calibrate: Path | None = None) -> Tuning:
     cfg = cfg or SelectConfig()
     profile = load_profile(Path(profile_path))
     shapes, config = resolve_shapes(profile, target_ckpt, draft_ckpt, Path(profile_path).parent)
     model, info = build_cost(cost, shapes, profile.mode)
+    if calibrate is not None:  # the deployment's sweep refits `cost` (calibrate.py)
+        contexts = {name: context_of(w, cfg) for name, w in profile.workloads.items()}
+        prompts = {name: w.mean_prompt_len() or cfg.default_prompt_tokens for name, w in profile.workloads.items()}
+        model, info = calibrate_cost(Path(calibrate), model, info, contexts, prompts, cost)
     served, limits = None, None
     if profile.mode == "eagle":
         cfg = eagle_limits(profile, config, cfg, eagle_node_budget)
@@ -132,7 +138,8 @@ def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | Non
     """The tune stage: `options` is the recipe's `tune:` section / the `trtspec tune` flags."""
     cfg = SelectConfig(concurrency_bands=options.concurrency_bands, max_profiles=options.max_profiles,
                        context_tokens=options.context_tokens)
-    return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget)
+    return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget,
+                    options.calibrate)
 
 
 def tune_drafters(profiles: list[Path] | dict[str, Path], options: TuneOptions, target_ckpt: Path | None = None,

@@ -11,6 +11,9 @@ Outputs: text_output (one piece per response when streaming, the whole text othe
 request acceptance_length, num_draft_tokens, total_accepted_draft_tokens, total_draft_tokens,
 num_output_tokens, route (which tuned setting served it) and sampling_fallback; the statistics
 are running totals in every streamed response and final in the last one.
+Request parameters trtspec_num_draft_tokens / trtspec_max_matching_ngram_size / trtspec_route_model
+replace the tuned route's setting for one request (serving_rules.swept_route): `trtspec perf --sweep`
+measures every setting the repository serves with them, the data `trtspec tune --calibrate` fits.
 
 Sampling: temperature / top_k / top_p / seed go to the engines as they are (serving_rules says
 which accept rule each route runs at temperature > 0). An EAGLE route (and an llmapi EAGLE-3
@@ -49,9 +52,10 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (CHAIN_MODES, RequestError, acceptance_length, check_limits, output_len, pick_band,
-                           sampling_fallback, tree_depth, trtllm_steps)
-from trtspec_triton_common import FINAL, PooledModel, bls, out, scalar
+from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
+                           check_limits, output_len, pick_band, sampling_fallback, swept_route, tree_depth,
+                           trtllm_steps)
+from trtspec_triton_common import FINAL, PooledModel, bls, out, request_parameter, scalar
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -132,6 +136,8 @@ class TritonPythonModel(PooledModel):
                                "(text_output never includes the prompt)")
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
+        route = swept_route(self.routing, route, *(request_parameter(request, p) for p in (SWEEP_K, SWEEP_NGRAM,
+                                                                                           SWEEP_MODEL)))
         if not bool(scalar(request, "speculation", True)):
             route = self._speculation_off(route)
         route["fallback"] = self._fallback(request)

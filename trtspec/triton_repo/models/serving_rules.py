@@ -156,6 +156,50 @@ def ngram_size(value, drafters, k):
     return n if k else None
 
 
+# ---- the calibration sweep (`trtspec perf --sweep`, trtspec/perf/sweep.py) ------------------------
+# Request parameters (not inputs: no model config changes, so every repository serves them) that
+# replace the route's tuned setting for one request, so a client can measure every setting the
+# repository serves: K (and an n-gram route's matching size) where K is a per-request setting
+# (draft-target, n-gram, EAGLE-3 chains), else the name of a served model (EAGLE profiles, llmapi).
+SWEEP_K = "trtspec_num_draft_tokens"
+SWEEP_NGRAM = "trtspec_max_matching_ngram_size"
+SWEEP_MODEL = "trtspec_route_model"
+
+
+def served_models(routing):
+    """{model name: its num_draft_tokens} of every model generate can route to (EAGLE profiles,
+    llmapi settings); empty for chain repositories (one spec_decode serves every K)."""
+    models = {m["model"]: int(m["num_draft_tokens"]) for m in routing.get("models") or []}
+    for e in list(routing.get("workloads", {}).values()) + [routing.get("default", {})]:
+        if isinstance(e, dict) and "model" in e:
+            models.setdefault(e["model"], int(e["num_draft_tokens"]))
+    return models
+
+
+def swept_route(routing, route, k=None, ngram=None, model=None):
+    """The route of a request that carries sweep parameters (strings or None, as request
+    parameters arrive); the route unchanged without them. K is range-checked by spec_decode
+    (draft_len), the model against the served ones."""
+    chain = routing["mode"] in CHAIN_MODES
+    if k is not None or ngram is not None:
+        if not chain:
+            raise RequestError(f"{SWEEP_K}: this {routing['mode']} repository serves its settings as models; "
+                               f"choose one with {SWEEP_MODEL}")
+        k = int(k) if k is not None else route["num_draft_tokens"]
+        n = int(ngram) if ngram is not None else route.get("max_matching_ngram_size")
+        new = {"num_draft_tokens": k, "label": route["label"].split("@")[0] + f":sweep:K={k}"}
+        if n is not None:
+            new["max_matching_ngram_size"] = n
+            new["label"] += f":ngram:n={n}"
+        return new
+    if model is not None:
+        models = served_models(routing)
+        if model not in models:
+            raise RequestError(f"{SWEEP_MODEL}: {model!r} is not served here ({', '.join(sorted(models)) or 'none'})")
+        return {"model": model, "num_draft_tokens": models[model], "label": f"sweep:{model}"}
+    return route
+
+
 def stop_ids(end_id, default):
     """The token ids that end a request: its end_id, else (absent, or negative as TRT-LLM's -1)
     the model's eos ids `default`."""

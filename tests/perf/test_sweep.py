@@ -1,0 +1,116 @@
+"""`trtspec perf --sweep` without a server: which settings each kind of repository serves (from the
+routing tables `trtspec triton` writes), how a request carries one and how generate's rule reads
+it back, the results.json section and the AL interval. The live sweep through a cpu-flavor server
+is tests/integration/test_calibration_cpu.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from triton_fixtures import TREE_A, TREE_B, tuning_file
+from trtspec.perf import sweep
+from trtspec.perf.client import ModelInfo, build_request
+from trtspec.perf.options import PerfOptions
+from trtspec.perf.schema import PerfResults, RequestRecord, Settings, dump_results
+from trtspec.triton_repo import llmapi
+from trtspec.triton_repo.models import serving_rules as r
+from trtspec.triton_repo.routing import draft_target_routes, eagle_routes
+from trtspec.tuning.schema import load_tuning
+
+
+@pytest.fixture(scope="module")
+def routes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep_routes")
+    dt = load_tuning(tuning_file(d / "dt" / "tuning.json", "draft-target", {"chat": 3, "code": [2, 5]}))
+    ng = load_tuning(tuning_file(d / "ng" / "tuning.json", "ngram", {"chat": (3, 2), "code": (4, 2), "off": (0, None)}))
+    eg = load_tuning(tuning_file(d / "eg" / "tuning.json", "eagle", {"chat": TREE_A, "code": TREE_B}))
+    return {"draft-target": draft_target_routes(dt), "ngram": draft_target_routes(ng), "eagle": eagle_routes(eg),
+            "llmapi": llmapi.routing(draft_target_routes(ng), "ngram")}
+
+
+def test_a_draft_target_repository_serves_off_and_every_k_up_to_spec_decodes_bound(routes):
+    got = sweep.settings_for(routes["draft-target"], "chat", max_draft_len=5)
+    assert [s.label for s in got] == ["off", "K=1", "K=2", "K=3", "K=4", "K=5"]
+    assert got[0].speculation is False and got[0].num_draft_tokens == 0
+    assert {s.drafter for s in got[1:]} == {"model"} and all(s.max_matching_ngram_size is None for s in got)
+    # spec_decode's bound 0 means unbounded: the largest K any route serves
+    assert sweep.settings_for(routes["draft-target"], "chat", 0)[-1].num_draft_tokens == 5
+
+
+def test_an_ngram_repository_sweeps_k_at_the_workloads_matching_size(routes):
+    chat = sweep.settings_for(routes["ngram"], "chat", 4)
+    assert [s.label for s in chat] == ["off", "K=1:ngram:n=2", "K=2:ngram:n=2", "K=3:ngram:n=2", "K=4:ngram:n=2"]
+    assert {s.drafter for s in chat[1:]} == {"ngram"}
+    # a workload routed off still drafts in the sweep, at the size the other routes use
+    assert [s.max_matching_ngram_size for s in sweep.settings_for(routes["ngram"], "off", 4)[1:]] == [2] * 4
+
+
+def test_eagle_and_llmapi_repositories_sweep_their_served_models(routes):
+    eagle = sweep.settings_for(routes["eagle"], "chat")
+    assert sorted(s.route_model for s in eagle) == sorted(m["model"] for m in routes["eagle"]["models"])
+    assert all(s.drafter == "eagle" and s.speculation for s in eagle)  # an EAGLE engine always drafts: no off
+    assert sorted(map(len, [s.eagle_choices for s in eagle])) == sorted([len(TREE_A), len(TREE_B)])
+    assert [s.num_draft_tokens for s in eagle] == sorted(s.num_draft_tokens for s in eagle)
+    llm = sweep.settings_for(routes["llmapi"], "chat")
+    default = routes["llmapi"]["default"]  # the default route's model is served too
+    want = [("tensorrt_llm_k0", 0, "off"), ("tensorrt_llm_k3_n2", 3, "llmapi"), ("tensorrt_llm_k4_n2", 4, "llmapi"),
+            (default["model"], default["num_draft_tokens"], "llmapi")]
+    assert [(s.route_model, s.num_draft_tokens, s.drafter) for s in llm] == sorted(set(want), key=lambda m: m[1])
+
+
+def test_a_request_carries_its_setting_and_generates_rule_reads_it_back(routes):
+    info = ModelInfo("generate", {"text_input", "max_tokens", "stream", "workload", "speculation"}, [], True)
+    base = build_request("generate", info, "hi", 8, "chat", None)
+    k3 = sweep.settings_for(routes["ngram"], "chat", 4)[3]
+    req = sweep.with_setting(base, k3)
+    assert not base.parameters.get(r.SWEEP_K) and req.parameters[r.SWEEP_K].int64_param == 3
+    params = {k: str(v.int64_param or v.string_param) for k, v in req.parameters.items() if k.startswith("trtspec_")}
+    route = {"num_draft_tokens": 4, "label": "chat@1:K=4:ngram:n=2", "max_matching_ngram_size": 2}
+    got = r.swept_route(routes["ngram"], route, params.get(r.SWEEP_K), params.get(r.SWEEP_NGRAM))
+    assert got == {"num_draft_tokens": 3, "max_matching_ngram_size": 2, "label": "chat:sweep:K=3:ngram:n=2"}
+    assert r.swept_route(routes["ngram"], route) is route  # no parameters: the tuned route
+    model = routes["eagle"]["models"][0]["model"]
+    assert r.swept_route(routes["eagle"], {}, model=model)["model"] == model
+    with pytest.raises(r.RequestError, match="trtspec_route_model: 'nope' is not served"):
+        r.swept_route(routes["eagle"], {}, model="nope")
+    with pytest.raises(r.RequestError, match="trtspec_num_draft_tokens: this eagle repository"):
+        r.swept_route(routes["eagle"], {}, k="2")
+
+
+def _record(i, tokens, al):
+    return RequestRecord(index=i, prompt_id=f"p{i}", start_s=float(i), status="ok", ttft_s=0.1, e2e_s=1.0 + i,
+                         itl_s=0.05, output_tokens=tokens, acceptance_length=al)
+
+
+def test_the_sweep_section_round_trips_and_carries_an_al_interval():
+    recs = [_record(i, t, a) for i, (t, a) in enumerate([(20, 1.5), (30, 2.5), (10, 1.2), (25, 2.0)])]
+    run = sweep.sweep_run("chat", 1, sweep.OFF.model_copy(update={"label": "K=2", "speculation": True,
+                                                                   "drafter": "model", "num_draft_tokens": 2}),
+                          "2026-01-01T00:00:00+00:00", recs, None)
+    ci, al = run.acceptance_length_ci, run.summary.acceptance_length
+    assert al == pytest.approx(85 / (20 / 1.5 + 30 / 2.5 + 10 / 1.2 + 25 / 2.0))
+    assert ci.low < al < ci.high and 1.2 <= ci.low and ci.high <= 2.5
+    assert sweep.al_ci(recs[:1]) is None
+    s = sweep.new_sweep({"mode": "draft-target"}, 4)
+    s.runs.append(run)
+    res = PerfResults(created="x", trtspec_version="0", completed=True, runs=[], sweep=s,
+                      settings=Settings(url="u", model="generate", workloads={"chat": "mt-bench"}, warmup=0,
+                                        timeout_s=1, max_tokens=8, baseline=False, seed=0, sweep=True))
+    back = PerfResults.model_validate_json(dump_results(res))
+    assert back.sweep.schema_id == "trtspec.perf-sweep/1" and back.sweep.runs[0] == run and back.settings.sweep
+    plain = res.model_copy(update={"sweep": None, "settings": res.settings.model_copy(update={"sweep": False})})
+    assert '"sweep"' not in dump_results(plain)  # a run without the sweep writes no new key
+
+
+@pytest.mark.parametrize("kw, msg", [({"baseline": True}, "turn baseline off"),
+                                     ({"request_rate": 2.0}, "not request_rate"),
+                                     ({"processes": 2}, "one client process")])
+def test_sweep_options_refuse_what_it_cannot_measure(tmp_path, kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        PerfOptions(workloads={"chat": "mt-bench"}, out=tmp_path, sweep=True, **kw)
+
+
+def test_blocks_interleave_the_settings_and_send_each_the_same_requests(tmp_path):
+    assert [(j, list(r)) for j, r in sweep.schedule(5, 2)] == [(0, [0, 1]), (1, [2, 3, 4])]
+    assert len(sweep.schedule(3, 10)) == 3  # never an empty block
+    assert PerfOptions(workloads={"chat": "mt-bench"}, out=tmp_path, sweep=True, blocks=4).blocks == 4

@@ -1,0 +1,159 @@
+"""`trtspec tune --calibrate`: the step-time fit recovers the parameters that generated a sweep,
+written by perf's own schema (a sweep whose tokens/s the cost model computed from known numbers),
+and a bad results.json is one line naming the file and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trtspec.errors import TrtspecError
+from trtspec.perf import sweep as perf_sweep
+from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetting, dump_results
+from trtspec.tuning import calibrate as cal
+from trtspec.tuning.cost import CostModel, gpu_preset
+from trtspec.tuning.fit import StepRow, step_seconds
+from trtspec.tuning.report import calibration_lines, calibration_table
+from trtspec.tuning.schema import CostInfo
+from trtspec.tuning.synthetic import llama31_8b_shapes
+
+CTX = {"chat": 300.0, "code": 700.0}
+PROMPT = {"chat": 150.0, "code": 500.0}
+TOKENS = 1000
+
+
+def _setting(drafter: str, k: int, tree=None) -> SweepSetting:
+    if k == 0 and tree is None:
+        return perf_sweep.OFF
+    return SweepSetting(label=f"K={k}" if tree is None else f"tree{k}", speculation=True, drafter=drafter,
+                        num_draft_tokens=k, max_matching_ngram_size=2 if drafter == "ngram" else None,
+                        route_model=None if tree is None else f"m{k}", eagle_choices=tree)
+
+
+def write_sweep(path, model: CostModel, points) -> None:
+    """results.json whose requests take what `model` predicts: one request per point, TOKENS tokens
+    in E2E = its prefill + TOKENS / AL steps (the window, so tokens/s = TOKENS / E2E), AL as given."""
+    s = perf_sweep.new_sweep({"mode": "draft-target"}, 4)
+    shapes = cal.role_shapes(model)
+    for w, c, setting, al in points:
+        al = al if setting.speculation else 1.0
+        fw = cal.request_forwards(cal.SettingView(**setting.model_dump()), c, CTX[w], PROMPT[w], TOKENS / al, shapes)
+        e2e = step_seconds(model.gpu, StepRow(fw, 0.0), shapes)
+        rec = RequestRecord(index=0, prompt_id="p", start_s=0.0, status="ok", ttft_s=0.0, e2e_s=e2e,
+                            output_tokens=TOKENS, acceptance_length=al)
+        s.runs.append(perf_sweep.sweep_run(w, c, setting, "t", [rec], None))
+    res = PerfResults(created="x", trtspec_version="0", completed=True, runs=[], sweep=s,
+                      settings=Settings(url="u", model="generate", workloads={w: w for w in CTX}, warmup=0,
+                                        timeout_s=1, max_tokens=8, baseline=False, seed=0, sweep=True))
+    path.write_text(dump_results(res))
+
+
+def _truth(preset: str, **params) -> CostModel:
+    s = llama31_8b_shapes()
+    return CostModel(gpu=gpu_preset(preset).model_copy(update=params), target=s["target"], draft=s["draft"])
+
+
+def _info(model: CostModel) -> CostInfo:
+    return CostInfo(source="analytic", gpu=model.gpu, target=model.target, draft=model.draft)
+
+
+def _chain_points(drafters=("model", "ngram"), batches=(1, 4, 16, 64)):
+    return [(w, c, _setting(d, k), 1.0 + 0.45 * k) for w in CTX for c in batches for d in drafters for k in range(5)]
+
+
+@pytest.mark.parametrize("preset, truth", [
+    ("cpu", dict(forward_overhead_s=4e-3, bandwidth_efficiency=0.5, compute_efficiency=0.3)),
+    ("h100", dict(forward_overhead_s=9e-4, bandwidth_efficiency=0.62, compute_efficiency=0.41)),
+])
+def test_the_fit_recovers_the_parameters_that_generated_the_sweep(tmp_path, preset, truth):
+    true = _truth(preset, **truth)
+    write_sweep(tmp_path / "results.json", true, _chain_points(batches=(1, 4, 16, 64, 256)))
+    start = _truth(preset)  # the preset's own numbers: the "before"
+    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, PROMPT, preset)
+    for name, value in truth.items():
+        assert getattr(model.gpu, name) == pytest.approx(value, rel=1e-6), name
+    c = info.calibration
+    assert info.source == "calibrated" and c.before == preset and c.skipped == [] and len(c.points) == 2 * 5 * 2 * 5
+    assert all(p.predicted_after == pytest.approx(p.tokens_per_s, rel=1e-6) for p in c.points)
+    assert cal.within_share(c.points, after=True) == 1.0
+    assert cal.within_share(c.points, after=False) < 0.5  # the preset was wrong, and it shows
+    lines = calibration_lines(c)
+    assert f"after 100% of the {len(c.points)} points the fit used" in lines[0]
+    assert calibration_table(c).row_count == len(c.points)
+
+
+def test_held_out_points_are_predicted_by_a_fit_on_the_others(tmp_path):
+    true = _truth("cpu", forward_overhead_s=2e-3, bandwidth_efficiency=0.7, compute_efficiency=0.2)
+    write_sweep(tmp_path / "results.json", true, _chain_points())
+    start = _truth("cpu")
+    pts, _ = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, cal.role_shapes(start))
+    gpu, _, table = cal.calibrate_points(pts, cal.role_shapes(start), start.gpu,
+                                         fit_on=lambda p: p.run.setting.num_draft_tokens in (0, 1, 3))
+    held = [p for p in table if not p.fitted]
+    assert {p.num_draft_tokens for p in held} == {2, 4}
+    assert all(p.predicted_after == pytest.approx(p.tokens_per_s, rel=1e-6) for p in held)
+    assert cal.within_share(table, True, fitted=False) == 1.0
+
+
+def test_eagle_tree_points_fit_the_level_overhead(tmp_path):
+    s = llama31_8b_shapes()
+    tree = [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
+    true = CostModel(gpu=gpu_preset("h100").model_copy(update={"eagle_level_overhead_s": 2e-4,
+                                                                 "forward_overhead_s": 6e-4}),
+                     target=s["target"], draft=s["eagle"])
+    pts = [(w, c, _setting("eagle", n, tree[:n] if n != 2 else [[0], [0, 0]]), 1.0 + 0.5 * n)
+           for w in CTX for c in (1, 8, 64) for n in (2, 3, 5)]
+    write_sweep(tmp_path / "results.json", true, pts)
+    start = CostModel(gpu=gpu_preset("h100"), target=s["target"], draft=s["eagle"])
+    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, PROMPT, "h100")
+    assert model.gpu.eagle_level_overhead_s == pytest.approx(2e-4, rel=1e-4)
+    assert all(p.predicted_after == pytest.approx(p.tokens_per_s, rel=1e-4) for p in info.calibration.points)
+
+
+def test_points_that_cannot_be_modelled_are_skipped_with_the_reason(tmp_path):
+    true = _truth("cpu")
+    write_sweep(tmp_path / "results.json", true, _chain_points(batches=(1,)))
+    data = json.loads((tmp_path / "results.json").read_text())
+    data["sweep"]["runs"][1]["summary"]["acceptance_length"] = None
+    data["sweep"]["runs"][2]["workload"] = "logs"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, cal.role_shapes(true))
+    assert len(pts) == len(data["sweep"]["runs"]) - 2
+    assert "sweep.runs.1 (chat c=1 K=1): no acceptance length reported" in skipped[0]
+    assert "sweep.runs.2" in skipped[1] and "not in the profile" in skipped[1]
+    shapes = cal.role_shapes(CostModel(gpu=true.gpu, target=true.target))  # an n-gram profile: no draft network
+    _, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, shapes)
+    assert any("no draft network" in s for s in skipped)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.pop("sweep"), "field 'sweep': no sweep measured"),
+    (lambda d: d.update(schema="trtspec.perf/0"), "field 'schema'"),
+    (lambda d: d["sweep"].update(schema="trtspec.perf-sweep/9"), "sweep.schema"),
+    (lambda d: d["sweep"]["runs"][0].update(concurrency=0), "sweep.runs.0.concurrency"),
+    (lambda d: d["sweep"]["runs"][0]["setting"].pop("num_draft_tokens"), "sweep.runs.0.setting.num_draft_tokens"),
+])
+def test_a_bad_results_file_is_one_line_naming_file_and_field(tmp_path, edit, field):
+    path = tmp_path / "results.json"
+    write_sweep(path, _truth("cpu"), _chain_points(batches=(1,)))
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    start = _truth("cpu")
+    with pytest.raises(TrtspecError) as e:
+        cal.calibrate_cost(path, start, _info(start), CTX, PROMPT, "cpu")
+    msg = str(e.value)
+    assert str(path) in msg and field in msg and "\n" not in msg
+
+
+def test_a_recipes_calibrate_path_is_resolved_and_is_an_input_of_the_tune_stage(tmp_path):
+    from trtspec.pipeline.stages import external_inputs
+    from trtspec.recipe import load_recipe
+
+    (tmp_path / "r.yaml").write_text("name: r\ntarget: /t\nngram: true\nworkloads: {chat: mt-bench}\n"
+                                     "tune: {cost: cpu, calibrate: perf/results.json}\ntriton: {flavor: cpu}\n"
+                                     "perf: {sweep: true, baseline: false}\n")
+    recipe = load_recipe(tmp_path / "r.yaml")
+    assert recipe.tune.calibrate == (tmp_path / "perf" / "results.json").resolve() and recipe.perf.sweep
+    assert external_inputs(recipe)["tune.calibrate"] == str((tmp_path / "perf" / "results.json").resolve())

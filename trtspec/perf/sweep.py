@@ -1,0 +1,195 @@
+"""`trtspec perf --sweep`: every draft setting a repository serves, measured per workload x concurrency.
+
+Why: the tuner predicts tokens/s from a step-time model (trtspec.tuning.cost) whose numbers are
+nominal until fitted; the deployment itself (TensorRT-LLM's kernels on the user's GPU, or the cpu
+flavor here) is the only ground truth. Measuring every setting it can serve gives, per point, the
+acceptance length (AL) and tokens/s the calibration needs (`trtspec tune --calibrate`, which reads
+results.json's `sweep` section: trtspec.tuning.calibrate).
+
+What "can serve" means, read from the running server (the `routing` parameter of `generate`, the
+same table the repository routes by; spec_decode's `max_draft_len`):
+- chain repositories (draft-target, n-gram, EAGLE-3 chains: K is a per-request setting of
+  spec_decode): speculation off (speculation=false, the K=0 point), then K = 1..max_draft_len of the
+  workload's drafter: the draft model, or n-gram drafting at the workload's route's matching size;
+- EAGLE (eagle_choices is per model) and llmapi (max_draft_len is per LLM instance): each served
+  model, one point each. An EAGLE engine always drafts, so there is no off point there.
+Each request carries the setting as request parameters (serving_rules.SWEEP_*: no model config
+changes), which `generate` honours instead of the workload's tuned route (serving_rules.swept_route).
+With perf.blocks > 1 the settings of a load point are sent block by block, forward then reverse
+order (runner._sweep, `schedule`): a drift of the machine's load then costs every setting alike.
+A point whose server reports no acceptance (llmapi) is kept; the calibration skips it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Sequence
+
+import numpy as np
+from tritonclient.grpc.aio import InferenceServerClient
+from tritonclient.utils import InferenceServerException
+
+from ..errors import TrtspecError
+from ..triton_repo.models.serving_rules import CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, served_models
+from ..upstream.trtllm import NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE
+from .schema import Interval, RequestRecord, Sweep, SweepRun, SweepSetting
+from .stats import BOOT_REPS, BOOT_SEED, LEVEL, _resample, summarize
+
+OFF = SweepSetting(label="off", speculation=False, drafter="off", num_draft_tokens=0)
+
+
+def _route_bands(routing: dict, workload: str) -> list[dict]:
+    """The chain bands serving `workload` (its own, else the default route's)."""
+    own = routing.get("workloads", {}).get(workload)
+    return own if own is not None else routing.get("default", {}).get("bands", [])
+
+
+def _ngram_size(routing: dict, workload: str) -> int | None:
+    """The matching size n-gram drafting runs at for this workload: its route's, else (an n-gram
+    repository whose route for it is off) the one most routes use, else upstream's default."""
+    own = [b["max_matching_ngram_size"] for b in _route_bands(routing, workload) if "max_matching_ngram_size" in b]
+    if own:
+        return int(own[0])
+    if routing["mode"] != "ngram":
+        return None
+    every = [b["max_matching_ngram_size"] for bands in routing.get("workloads", {}).values() for b in bands
+             if "max_matching_ngram_size" in b]
+    return int(max(set(every), key=every.count)) if every else NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE
+
+
+def chain_max_k(routing: dict, max_draft_len: int | None) -> int:
+    """The largest K to sweep: spec_decode's bound (0 there means unbounded: then the largest K routed)."""
+    if max_draft_len:
+        return int(max_draft_len)
+    bands = [b for bs in routing.get("workloads", {}).values() for b in bs] + routing.get("default", {}).get("bands", [])
+    return max((int(b["num_draft_tokens"]) for b in bands), default=0)
+
+
+def settings_for(routing: dict, workload: str, max_draft_len: int | None = None) -> list[SweepSetting]:
+    """Every setting the repository serves to `workload`, cheapest first (module docstring)."""
+    mode = routing["mode"]
+    if mode in CHAIN_MODES:
+        n = _ngram_size(routing, workload)
+        drafter = "ngram" if n is not None else "model"
+        return [OFF] + [SweepSetting(label=f"K={k}" + (f":ngram:n={n}" if n is not None else ""), speculation=True,
+                                     drafter=drafter, num_draft_tokens=k, max_matching_ngram_size=n)
+                        for k in range(1, chain_max_k(routing, max_draft_len) + 1)]
+    if mode == "eagle":
+        return [SweepSetting(label=m["model"], speculation=True, drafter="eagle", num_draft_tokens=len(m["eagle_choices"]),
+                             route_model=m["model"], eagle_choices=m["eagle_choices"])
+                for m in sorted(routing.get("models", []), key=lambda m: (len(m["eagle_choices"]), m["model"]))]
+    ngram = {e["model"]: e.get("max_matching_ngram_size") for e in
+             list(routing.get("workloads", {}).values()) + [routing.get("default", {})] if "model" in e}
+    models = sorted(served_models(routing).items(), key=lambda mk: (mk[1], mk[0]))
+    return [SweepSetting(label=name, speculation=True, drafter="llmapi" if k else "off", num_draft_tokens=k,
+                         max_matching_ngram_size=ngram.get(name), route_model=name) for name, k in models]
+
+
+def schedule(requests: int, blocks: int) -> list[tuple[int, range]]:
+    """(block, indices of the requests it sends per setting): near-equal blocks, the same requests
+    for every setting of a block (runner._sweep sends the settings forward, then reversed)."""
+    blocks = max(1, min(blocks, requests))
+    edges = [round(j * requests / blocks) for j in range(blocks + 1)]
+    return [(j, range(edges[j], edges[j + 1])) for j in range(blocks)]
+
+
+def with_setting(request, setting: SweepSetting):
+    """A copy of a prompt's request message carrying the setting's sweep parameters."""
+    req = type(request)()
+    req.CopyFrom(request)
+    if setting.route_model is not None:
+        req.parameters[SWEEP_MODEL].string_param = setting.route_model
+    elif setting.speculation:
+        req.parameters[SWEEP_K].int64_param = setting.num_draft_tokens
+        if setting.max_matching_ngram_size is not None:
+            req.parameters[SWEEP_NGRAM].int64_param = setting.max_matching_ngram_size
+    return req
+
+
+async def served(url: str, model: str, timeout_s: float) -> tuple[dict, int | None]:
+    """(generate's routing table, spec_decode's max_draft_len or None) of the server at `url`."""
+    client = InferenceServerClient(url)
+    try:
+        cfg = (await client.get_model_config(model, as_json=True, client_timeout=timeout_s))["config"]
+        text = ((cfg.get("parameters") or {}).get("routing") or {}).get("string_value")
+        if not text:
+            raise TrtspecError(f"perf.sweep: model {model!r} at {url} has no 'routing' parameter (not a trtspec "
+                               "repository's generate), so its served settings are unknown")
+        routing = json.loads(text)
+        max_k = None
+        if routing["mode"] in CHAIN_MODES:
+            try:
+                spec = (await client.get_model_config("spec_decode", as_json=True, client_timeout=timeout_s))["config"]
+                max_k = int(((spec.get("parameters") or {}).get("max_draft_len") or {}).get("string_value") or 0)
+            except InferenceServerException:
+                max_k = None
+        return routing, max_k
+    finally:
+        await client.close()
+
+
+def al_ci(records: Sequence[RequestRecord], seed: int = BOOT_SEED, reps: int = BOOT_REPS) -> Interval | None:
+    """95% interval of the run's token-weighted AL (total tokens / total verify steps): a seeded
+    bootstrap over the successful requests that reported one (the ratio recomputed per resample)."""
+    pairs = [(r.output_tokens, r.acceptance_length) for r in records
+             if r.status == "ok" and r.acceptance_length and r.output_tokens > 0]
+    if len(pairs) < 2:
+        return None
+    tokens = np.array([t for t, _ in pairs], float)
+    steps = tokens / np.array([a for _, a in pairs], float)
+    idx = _resample(len(pairs), reps, np.random.default_rng(seed))
+    ratios = tokens[idx].sum(1) / steps[idx].sum(1)
+    lo, hi = np.quantile(ratios, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return Interval(low=float(lo), high=float(hi))
+
+
+def sweep_run(workload: str, concurrency: int, setting: SweepSetting, started_at: str, records: list[RequestRecord],
+              error: str | None) -> SweepRun:
+    return SweepRun(workload=workload, concurrency=concurrency, setting=setting, started_at=started_at,
+                    completed=error is None, error=error, requests=records, summary=summarize(records),
+                    acceptance_length_ci=al_ci(records))
+
+
+def new_sweep(routing: dict, max_k: int | None) -> Sweep:
+    return Sweep(mode=routing["mode"], max_draft_len=max_k)
+
+
+def sweep_lines(sweep: Sweep) -> list[str]:
+    """One line per sweep point for the terminal: tokens/s and AL with their intervals, ITL."""
+    out = []
+    for run in sweep.runs:
+        s = run.summary
+        tci = s.tokens_per_s_ci
+        aci = run.acceptance_length_ci
+        al = f"{s.acceptance_length:.2f}" if s.acceptance_length else "-"
+        al += f" [{aci.low:.2f}, {aci.high:.2f}]" if aci else ""
+        itl = f"{s.itl_s.mean * 1e3:.1f} ms" if s.itl_s.mean is not None else "-"
+        tps = f"{s.output_tokens_per_s:8.1f}" + (f" [{tci.low:.1f}, {tci.high:.1f}]" if tci else "")
+        out.append(f"sweep {run.workload:<10} c={run.concurrency:<3} {run.setting.label:<18} {tps} tok/s  "
+                   f"AL {al}  ITL {itl}  errors {s.errors} timeouts {s.timeouts}")
+    return out
+
+
+def _cell(v: float | None, ci: Interval | None, fmt: str, scale: float = 1.0) -> str:
+    if v is None:
+        return "<td>-</td>"
+    text = fmt.format(v * scale) + (f" [{fmt.format(ci.low * scale)}, {fmt.format(ci.high * scale)}]" if ci else "")
+    return f"<td>{escape(text)}</td>"
+
+
+def sweep_html(sweep: Sweep) -> str:
+    """report.html's sweep table: per point tokens/s, AL and mean ITL with their 95% intervals."""
+    head = ('<tr><th class="l">workload</th><th>conc.</th><th class="l">setting</th><th>ok</th><th>errors</th>'
+            "<th>tok/s [95%]</th><th>AL [95%]</th><th>ITL mean ms [95%]</th></tr>")
+    rows = []
+    for r in sweep.runs:
+        s = r.summary
+        rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td>{r.concurrency}</td>'
+                    f'<td class="l">{escape(r.setting.label)}</td><td>{s.requests_ok}</td><td>{s.errors + s.timeouts}</td>'
+                    + _cell(s.output_tokens_per_s, s.tokens_per_s_ci, "{:.1f}")
+                    + _cell(s.acceptance_length, r.acceptance_length_ci, "{:.2f}")
+                    + _cell(s.itl_s.mean, s.itl_mean_ci_s, "{:.1f}", 1e3) + "</tr>")
+    note = ('<p class="muted">Every setting the repository serves (trtspec/perf/sweep.py); '
+            "<code>trtspec tune --calibrate results.json</code> fits the step-time model to these points.</p>")
+    return '<table id="sweep">' + head + "".join(rows) + "</table>" + note
