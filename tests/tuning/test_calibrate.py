@@ -13,6 +13,7 @@ from trtspec.perf import sweep as perf_sweep
 from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetting, dump_results
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.cost import CostModel, gpu_preset
+from trtspec.tuning.cost import forward_time as cost_forward
 from trtspec.tuning.fit import StepRow, step_seconds
 from trtspec.tuning.report import calibration_lines, calibration_table
 from trtspec.tuning.schema import CostInfo
@@ -157,3 +158,43 @@ def test_a_recipes_calibrate_path_is_resolved_and_is_an_input_of_the_tune_stage(
     recipe = load_recipe(tmp_path / "r.yaml")
     assert recipe.tune.calibrate == (tmp_path / "perf" / "results.json").resolve() and recipe.perf.sweep
     assert external_inputs(recipe)["tune.calibrate"] == str((tmp_path / "perf" / "results.json").resolve())
+
+
+def test_per_step_length_corrections_are_recovered_with_the_model(tmp_path):
+    """A deployment whose steps of n tokens take a fixed extra time the roofline has no term for
+    (a CPU's GEMM kernels: 3 tokens slower than 4): the fit finds those times and the model's own
+    numbers, exactly, from n-gram points at every K."""
+    extra = {2: 0.03, 3: 0.06, 4: 0.02, 5: -0.004}
+    true = _truth("cpu", forward_overhead_s=4e-3, bandwidth_efficiency=0.5, compute_efficiency=0.3,
+                  step_tokens_s=extra)
+    write_sweep(tmp_path / "results.json", true, _chain_points(drafters=("ngram",), batches=(1, 2, 4)))
+    start = _truth("cpu")
+    model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, PROMPT, "cpu")
+    assert model.gpu.step_tokens_s == pytest.approx(extra, abs=1e-5)  # alternating fits converge linearly
+    assert model.gpu.compute_efficiency == pytest.approx(0.3, rel=1e-3)
+    assert "step_tokens_s" in info.calibration.fit.fitted
+    assert cal.within_share(info.calibration.points) == 1.0
+    # a prefill (context 0) and the draft network get no correction, a 1-token step neither
+    assert cost_forward(model.gpu, model.target, 1, 3, 0.0) == cost_forward(start.gpu.model_copy(
+        update={k: getattr(model.gpu, k) for k in ("forward_overhead_s", "bandwidth_efficiency",
+                                                     "compute_efficiency")}), model.target, 1, 3, 0.0)
+
+
+def test_an_ngram_step_without_a_match_is_a_one_token_forward():
+    """The pytorch flavor does not pad n-gram drafts: with d draft tokens per step on average, d / K
+    of the steps verify K + 1 tokens and the rest decode one."""
+    full, plain = cal.ngram_step(2, 4, 100.0, drafted=1.0)
+    assert (full.num_tokens, full.count, plain.num_tokens, plain.count) == (5, 0.25, 1, 0.75)
+    assert full.batch == plain.batch == 2 and full.context == plain.context == 100.0
+    assert [(f.num_tokens, f.count) for f in cal.ngram_step(1, 4, 100.0, None)] == [(5, 1.0)]  # padded, as TRT-LLM
+    assert [(f.num_tokens, f.count) for f in cal.ngram_step(1, 3, 100.0, 3.0)] == [(4, 1.0)]
+
+
+def test_draft_tokens_per_step_counts_the_verified_drafts_over_the_steps():
+    recs = [RequestRecord(index=i, prompt_id="p", start_s=0.0, status="ok", e2e_s=1.0, output_tokens=t,
+                          acceptance_length=al, draft_tokens=d) for i, (t, al, d) in enumerate([(30, 1.5, 12),
+                                                                                               (20, 2.0, 30)])]
+    assert perf_sweep.draft_tokens_per_step(recs) == pytest.approx(42 / (20 + 10))
+    recs.append(RequestRecord(index=2, prompt_id="q", start_s=0.0, status="error", output_tokens=0))
+    assert perf_sweep.draft_tokens_per_step(recs) == pytest.approx(42 / 30)
+    assert perf_sweep.draft_tokens_per_step(recs[2:]) is None

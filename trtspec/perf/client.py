@@ -32,7 +32,7 @@ from ..errors import TrtspecError
 
 # What the load generator reads from a response, when the model has it (see contracts.GENERATE_OUTPUTS).
 WANTED_OUTPUTS = ("text_output", "num_output_tokens", "acceptance_length", "num_draft_tokens", "route",
-                  "sampling_fallback")
+                  "sampling_fallback", "total_draft_tokens")
 MAX_MESSAGE = 2**31 - 1
 _F32 = struct.Struct("<f")
 _I32 = struct.Struct("<i")
@@ -67,6 +67,7 @@ class Result:
     output_tokens: int = 0
     acceptance_length: float | None = None
     num_draft_tokens: int | None = None
+    draft_tokens: int | None = None  # total_draft_tokens: the draft tokens the request's steps verified
     route: str | None = None
     output_sha256: str | None = None  # of the streamed text, whole (set when the final response arrives)
     output_text: str | None = None  # the streamed text, whole (for the sampled-output distribution checks)
@@ -148,6 +149,8 @@ def _read_stats(resp, result: Result, counted: bool) -> None:
             result.acceptance_length = float(al) if al > 0 else None  # llmapi reports 0 = unknown
         elif o.name == "num_draft_tokens" and len(raw) >= 4:
             result.num_draft_tokens = _I32.unpack_from(raw)[0]
+        elif o.name == "total_draft_tokens" and len(raw) >= 4:
+            result.draft_tokens = _I32.unpack_from(raw)[0]
         elif o.name == "route":
             result.route = _first_bytes(raw)
         elif o.name == "sampling_fallback":

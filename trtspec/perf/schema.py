@@ -56,6 +56,9 @@ class RequestRecord(BaseModel):
     output_tokens: int = 0
     acceptance_length: float | None = None
     num_draft_tokens: int | None = None  # the K the repository used (draft-target), from its outputs
+    # total_draft_tokens: draft tokens the request's steps offered for verification (n-gram drafts
+    # vary in length, and an empty one makes a plain one-token step; trtspec.tuning.calibrate)
+    draft_tokens: int | None = Field(None, exclude_if=lambda v: v is None)
     route: str | None = None  # the repository's route label (which tuned setting served it)
     # sha256 of the streamed text_output, concatenated: equal digests for the same prompt show that the
     # server's output does not depend on load (greedy decoding; scripts/bench_soak.py checks it)
@@ -184,6 +187,9 @@ class SweepRun(BaseModel):
     requests: list[RequestRecord]
     summary: RunSummary
     acceptance_length_ci: Interval | None = None
+    # mean draft tokens verified per target step (sum of draft_tokens / sum of output tokens / AL):
+    # below K where drafts were shorter or empty (n-gram); None when the server reports none
+    draft_tokens_per_step: float | None = None
 
 
 class Sweep(BaseModel):

@@ -104,7 +104,7 @@ def to_record(index: int, r: Result, run_start: float, block: int | None = None)
         ttft_s=r.ttft if ok else None, e2e_s=r.e2e if ok else None,
         itl_s=itl(r.e2e, r.ttft, r.output_tokens) if ok else None, chunk_gaps_s=gaps if ok else [],
         responses=len(r.token_times), output_tokens=r.output_tokens, acceptance_length=r.acceptance_length,
-        num_draft_tokens=r.num_draft_tokens, route=r.route, output_sha256=r.output_sha256 if ok else None,
+        num_draft_tokens=r.num_draft_tokens, draft_tokens=r.draft_tokens, route=r.route, output_sha256=r.output_sha256 if ok else None,
         block=block)
 
 

@@ -144,11 +144,19 @@ def al_ci(records: Sequence[RequestRecord], seed: int = BOOT_SEED, reps: int = B
     return Interval(low=float(lo), high=float(hi))
 
 
+def draft_tokens_per_step(records: Sequence[RequestRecord]) -> float | None:
+    """Draft tokens verified per target step over the successful requests that report both."""
+    rs = [r for r in records if r.status == "ok" and r.draft_tokens is not None and r.acceptance_length
+          and r.output_tokens > 0]
+    steps = sum(r.output_tokens / r.acceptance_length for r in rs)
+    return sum(r.draft_tokens for r in rs) / steps if steps else None
+
+
 def sweep_run(workload: str, concurrency: int, setting: SweepSetting, started_at: str, records: list[RequestRecord],
               error: str | None) -> SweepRun:
     return SweepRun(workload=workload, concurrency=concurrency, setting=setting, started_at=started_at,
                     completed=error is None, error=error, requests=records, summary=summarize(records),
-                    acceptance_length_ci=al_ci(records))
+                    acceptance_length_ci=al_ci(records), draft_tokens_per_step=draft_tokens_per_step(records))
 
 
 def new_sweep(routing: dict, max_k: int | None) -> Sweep:

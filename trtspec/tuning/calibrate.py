@@ -10,15 +10,20 @@ cost model writes a request as a sum of forwards (cost.py's own terms):
     E2E = prefill (one target forward of the prompt; a draft model prefills too) + (T / AL) * step
     step, off (K = 0):      one target forward of 1 token
           draft model, K:   K draft forwards of 1 token + one target verify of K + 1 tokens
-          n-gram, K:        one target verify of K + 1 tokens (the drafts cost no device time)
+          n-gram, K:        one target verify of K + 1 tokens (the drafts cost no device time), or
+                            of 1 token where the pool had no match (ngram_step: the pytorch flavor
+                            does not pad; the server's total_draft_tokens per step says how often)
           EAGLE tree:       one drafter level per depth (level_sizes) + a verify of nodes + 1 tokens
 
 at batch c and the workload's KV context (the profile's prompt length + half the output, as the
 tuner evaluates steps). fit.fit_steps solves for the preset's four numbers (forward and EAGLE-level
-overheads, bandwidth and compute efficiencies) by the same weighted least squares as a cost table;
-the prefill rows are what pins the compute efficiency down, the decode steps the rest. The per-step
-serving overhead has no term of its own: it lands in forward_overhead_s (per forward), exact for
-n-gram and off points (one forward per step), spread over the K + 1 forwards of a draft-model step.
+overheads, bandwidth and compute efficiencies) by the same weighted least squares as a cost table,
+plus one signed time per target step length n = K + 1 >= 2 (GpuSpec.step_tokens_s, per_step): the
+prefill rows pin the compute efficiency down, the plain steps the rest. Why the per-length times:
+the model's forward grows smoothly with a step's tokens, the deployment's need not (this project's
+2-core CPU: a 3-token forward 114 ms, a 4-token one 78 ms, as the GEMM kernels change with the row
+count), and the speculative path's per-step serving work has no term of its own. A length the sweep
+did not measure gets no correction (scripts/bench_calibration.py's held-out-K check shows the cost).
 Why whole requests and not "step = c * AL / tokens/s": tokens/s includes each request's prefill, a
 fixed cost per request that such a step would scale with AL (a copy-heavy workload with long prompts
 then looks as if longer drafts made its steps slower). Predicted tokens/s = the measured tokens/s x
@@ -87,6 +92,7 @@ class RunView(BaseModel):
     setting: SettingView
     completed: bool
     summary: SummaryView
+    draft_tokens_per_step: float | None = Field(None, ge=0)
 
 
 class SweepView(BaseModel):
@@ -120,8 +126,11 @@ class Point(BaseModel):
         return self.run.summary.output_tokens_per_s
 
 
-def step_forwards(s: SettingView, c: int, ctx: float, shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
-    """The forwards of one step of setting `s` at batch c (module docstring), or why there are none."""
+def step_forwards(s: SettingView, c: int, ctx: float, shapes: dict[str, ModelShape],
+                  drafted: float | None = None) -> tuple[Forward, ...] | str:
+    """The forwards of one step of setting `s` at batch c (module docstring), or why there are none.
+    drafted: the draft tokens a step verified on average (the server's total_draft_tokens per step;
+    n-gram only, see ngram_step)."""
     k = s.num_draft_tokens
     if not s.speculation or k == 0 or s.drafter == "off":
         return (Forward("target", c, 1, ctx),)
@@ -132,18 +141,30 @@ def step_forwards(s: SettingView, c: int, ctx: float, shapes: dict[str, ModelSha
         return tuple(Forward("eagle", c, max(1, n), ctx) for n in level_sizes(s.eagle_choices, depth)) + (
             Forward("target", c, len(s.eagle_choices) + 1, ctx),)
     if s.drafter == "ngram" or s.max_matching_ngram_size is not None:
-        return (Forward("target", c, k + 1, ctx),)
+        return ngram_step(c, k, ctx, drafted)
     draft = next((shapes[r] for r in ("draft", "eagle") if r in shapes), None)
     if draft is None:
         return "a draft-model point, but the profile's cost model has no draft network"
     return (Forward(draft.role, c, 1, ctx, k), Forward("target", c, k + 1, ctx))
 
 
+def ngram_step(c: int, k: int, ctx: float, drafted: float | None) -> tuple[Forward, ...]:
+    """An n-gram step verifies K + 1 tokens where the pool had a full match, but the runtime (the
+    pytorch flavor) does not pad: a step without a match is a plain one-token decode (TensorRT-LLM
+    pads every draft to K, cost.draft_target_step). With the server's mean draft tokens per step d,
+    a fraction d / K of the steps is priced at K + 1 tokens and the rest at 1 (exact when drafts are
+    all or nothing, as n-gram matches mostly are; measured on this project's CPU sweep: chat steps
+    averaged 72 ms at K = 4 where a 5-token forward takes 94 ms, because most chat steps found no match)."""
+    full = 1.0 if drafted is None else min(1.0, drafted / k)
+    return tuple(f for f in (Forward("target", c, k + 1, ctx, full), Forward("target", c, 1, ctx, 1.0 - full))
+                 if f.count > 0)
+
+
 def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: float,
-                     shapes: dict[str, ModelShape]) -> tuple[Forward, ...] | str:
+                     shapes: dict[str, ModelShape], drafted: float | None = None) -> tuple[Forward, ...] | str:
     """One request: the prefill of the prompt (by every network that drafts from it) and `steps`
     steps (T / AL); float counts are fine, the fit weighs each forward's terms by them."""
-    step = step_forwards(s, c, ctx, shapes)
+    step = step_forwards(s, c, ctx, shapes, drafted)
     if isinstance(step, str):
         return step
     n = max(1, round(prompt))
@@ -168,7 +189,8 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
         elif run.workload not in contexts or prompts.get(run.workload) is None:
             why = "workload not in the profile (its prompt and context lengths are unknown)"
         fw = None if why else request_forwards(run.setting, run.concurrency, contexts[run.workload],
-                                               prompts[run.workload], sm.output_tokens / sm.requests_ok / al, shapes)
+                                               prompts[run.workload], sm.output_tokens / sm.requests_ok / al, shapes,
+                                               run.draft_tokens_per_step)
         if why is None and isinstance(fw, str):
             why = fw
         if why is not None:
@@ -190,7 +212,7 @@ def calibrate_points(pts: list[Point], shapes: dict[str, ModelShape], base: GpuS
     train = [p for p in pts if fit_on is None or fit_on(p)]
     if not train:
         raise TrtspecError("tune.calibrate: no sweep point to fit (every point skipped or held out)")
-    gpu, report = fit_steps([p.row for p in train], shapes, base)
+    gpu, report = fit_steps([p.row for p in train], shapes, base, per_step=True)
     table = []
     for p in pts:
         ci = p.run.summary.tokens_per_s_ci

@@ -218,7 +218,14 @@ def forward_time(gpu: GpuSpec, m: ModelShape, batch: int, num_tokens: int, conte
     overhead = gpu.eagle_level_overhead_s if m.role == "eagle" else gpu.forward_overhead_s
     comm = 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
     busy = max(t_mem, t_comp) if gpu.memory_compute_overlap else t_mem + t_comp
-    return overhead + busy + comm
+    return overhead + busy + comm + step_correction(gpu, m, num_tokens, context)
+
+
+def step_correction(gpu: GpuSpec, m: ModelShape, num_tokens: int, context: float) -> float:
+    """GpuSpec.step_tokens_s of a target decode/verify step (context > 0; a prefill has none)."""
+    if m.role != "target" or context <= 0 or not gpu.step_tokens_s:
+        return 0.0
+    return gpu.step_tokens_s.get(num_tokens, 0.0)
 
 
 def drafter_level_time(gpu: GpuSpec, d: ModelShape, batch: int, num_tokens: int, context: float,

@@ -150,6 +150,9 @@ class _Parts:
         self.row = np.array([i for i, _ in fs], int)
         self.count = np.array([f.count for _, f in fs], float)
         self.eagle = np.array([f.role == "eagle" for _, f in fs], bool)
+        # each row's count of target decode/verify steps of n tokens, n >= 2 (GpuSpec.step_tokens_s)
+        lengths = np.array([f.num_tokens if f.role == "target" and f.context > 0 else 0 for _, f in fs])
+        self.steps = {int(n): self.sum(lengths == n) for n in sorted(set(lengths.tolist()) - {0, 1})}
         terms = np.array([_terms(base, f, shapes) for _, f in fs]).reshape(-1, 3)
         self.M, self.C, comm = terms[:, 0], terms[:, 1], terms[:, 2]
         self.comm = self.sum(comm)
@@ -168,18 +171,20 @@ def _solve(parts: _Parts, y, mem_bound, base: GpuSpec):
         "v": parts.sum(np.where(mem_bound, 0.0, parts.C) if overlap else parts.C),
     }
     informed = [n for n, c in cols.items() if c.any()]
+    params = {"forward_overhead_s": base.forward_overhead_s, "eagle_level_overhead_s": base.eagle_level_overhead_s,
+              "u": 1.0 / base.bandwidth_efficiency, "v": 1.0 / base.compute_efficiency}
     names, w = list(informed), 1.0 / y
     while names:
+        # a dropped overhead is zero; a dropped u or v keeps the base's value, whose time is then known
+        known = sum(params[n] * cols[n] for n in informed if n not in names and not n.endswith("_s"))
         X = np.stack([cols[n] for n in names], 1) * w[:, None]
-        sol = dict(zip(names, np.linalg.lstsq(X, (y - parts.comm) * w, rcond=None)[0]))
+        sol = dict(zip(names, np.linalg.lstsq(X, (y - parts.comm - known) * w, rcond=None)[0]))
         negative = [n for n, s in sol.items() if s <= 0]
         if not negative:
             break
         names = [n for n in names if n not in negative]  # clip at zero (overheads) / keep (u, v); refit
     else:
         sol = {}
-    params = {"forward_overhead_s": base.forward_overhead_s, "eagle_level_overhead_s": base.eagle_level_overhead_s,
-              "u": 1.0 / base.bandwidth_efficiency, "v": 1.0 / base.compute_efficiency}
     fitted = set()
     for n in informed:
         if n in sol:
@@ -217,12 +222,42 @@ def fit_gpu(table: CostTable, shapes: dict[str, ModelShape], base: GpuSpec | Non
 
 
 def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
-              max_iter: int = 50) -> tuple[GpuSpec, FitReport]:
+              max_iter: int = 50, per_step: bool = False) -> tuple[GpuSpec, FitReport]:
     """Fit the efficiencies and overheads of `base` to rows that are sums of forwards (module
-    docstring; a forward's bound side is its own, so the max stays per forward)."""
+    docstring; a forward's bound side is its own, so the max stays per forward).
+
+    per_step: also GpuSpec.step_tokens_s, one signed number per target step length n >= 2 that the
+    rows contain (a length no row has gets none). The model and the corrections are fitted in turn
+    (the model on the times less the corrections, the corrections by least squares on what the
+    model leaves) until they settle, so the corrections take only what the model's smooth terms
+    cannot."""
+    base = base.model_copy(update={"step_tokens_s": {}})
     parts = _Parts(rows, shapes, base)
-    M, C = parts.M, parts.C
     y = np.array([r.seconds for r in rows])
+    gpu, fitted, mem_bound = _fit_model(parts, y, base, max_iter)
+    if per_step and parts.steps:
+        corr = None
+        for _ in range(200):  # alternating least squares: converges linearly
+            new = _fit_corrections(parts, y, gpu)
+            if corr is not None and max(abs(new[n] - corr[n]) for n in new) < 1e-9:
+                break
+            corr = new
+            gpu, fitted, mem_bound = _fit_model(parts, y - sum(c * parts.steps[n] for n, c in corr.items()),
+                                                base, max_iter)
+        gpu = gpu.model_copy(update={"step_tokens_s": _fit_corrections(parts, y, gpu)})
+        fitted = fitted | {"step_tokens_s"}
+    err = _errors(gpu, rows, shapes)
+    names = {"u": "bandwidth_efficiency", "v": "compute_efficiency"}
+    fitted_names = sorted(names.get(n, n) for n in fitted)
+    return gpu, FitReport(num_rows=len(rows), rms_relative_error=float(np.sqrt(np.mean(err ** 2))),
+                          max_relative_error=float(np.abs(err).max()), fitted=fitted_names,
+                          kept=[p for p in PARAMS if p not in fitted_names], memory_bound_rows=int(mem_bound.sum()))
+
+
+def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int):
+    """The four numbers by weighted least squares from three starting bound assignments; the lowest
+    relative error wins -> (gpu, names fitted, bound assignment)."""
+    M, C = parts.M, parts.C
     starts = [M / base.bandwidth_efficiency >= C / base.compute_efficiency, np.ones(len(M), bool),
               np.zeros(len(M), bool)]
     best = None
@@ -234,13 +269,23 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
                 break
             mem_bound = new
         gpu = _apply(base, params)
-        err = _errors(gpu, rows, shapes)
-        score = float(np.sqrt(np.mean(err ** 2)))
+        score = float(np.sqrt(np.mean(((_model_seconds(parts, gpu) - y) / y) ** 2)))
         if best is None or score < best[0] - 1e-15:
-            best = (score, gpu, err, fitted, mem_bound)
-    score, gpu, err, fitted, mem_bound = best
-    names = {"u": "bandwidth_efficiency", "v": "compute_efficiency"}
-    fitted_names = sorted(names.get(n, n) for n in fitted)
-    return gpu, FitReport(num_rows=len(rows), rms_relative_error=score, max_relative_error=float(np.abs(err).max()),
-                          fitted=fitted_names, kept=[p for p in PARAMS if p not in fitted_names],
-                          memory_bound_rows=int(mem_bound.sum()))
+            best = (score, gpu, fitted, mem_bound)
+    return best[1:]
+
+
+def _model_seconds(parts: _Parts, gpu: GpuSpec) -> np.ndarray:
+    """Each row's time under `gpu` without step corrections (cost.forward_time from the flattened terms)."""
+    u, v = 1.0 / gpu.bandwidth_efficiency, 1.0 / gpu.compute_efficiency
+    busy = np.maximum(u * parts.M, v * parts.C) if gpu.memory_compute_overlap else u * parts.M + v * parts.C
+    over = np.where(parts.eagle, gpu.eagle_level_overhead_s, gpu.forward_overhead_s)
+    return parts.sum(busy + over) + parts.comm
+
+
+def _fit_corrections(parts: _Parts, y, gpu: GpuSpec) -> dict[int, float]:
+    """step_tokens_s by weighted least squares on what the uncorrected model leaves of each row."""
+    ns = list(parts.steps)
+    X = np.stack([parts.steps[n] for n in ns], 1) / y[:, None]
+    sol = np.linalg.lstsq(X, (y - _model_seconds(parts, gpu)) / y, rcond=None)[0]
+    return {n: float(c) for n, c in zip(ns, sol)}

@@ -73,6 +73,12 @@ class GpuSpec(BaseModel):
         False, description="price an EAGLE-3 head's fc on the first drafter level only, as TRT-LLM and SGLang "
         "run it (upstream.trtllm EAGLE3_FC_FIRST_PASS); False (the cpu preset, unchanged) reads it every level")
     framework: str = Field("trtllm", description="the serving framework whose step costs these are (FRAMEWORKS)")
+    step_tokens_s: dict[int, float] = Field(
+        default_factory=dict, description="measured on the deployment (tune --calibrate): seconds a target "
+        "decode/verify step of n tokens per sequence takes beyond the model above, per n >= 2 (may be "
+        "negative). Why: a CPU's GEMM kernels are not monotonic in the row count (this project's 2-core box: "
+        "a 4-token forward 79 ms, a 2-token one 96 ms) and a server's speculative path has per-step work of "
+        "its own; neither has a roofline term. Empty: no correction")
     memory_compute_overlap: bool = Field(
         True, description="True: a forward takes max(memory time, compute time), a GPU's roofline (HBM "
         "streaming and tensor cores overlap); False: their sum (a CPU at decode sizes, the module docstring)")
