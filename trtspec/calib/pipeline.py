@@ -140,8 +140,9 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme,
         probe.mkdir()
         write_quantized_decoder(d, probe, fmt, layout, cal)
         convert_hf(d.hf_dir, ref, dtype="float32")
-        sens = measure(Decoder(load_checkpoint(probe)), Decoder(load_checkpoint(ref)), candidates, prompts,
-                       MODEL_DTYPES[d.dtype])
+        dev = cal.calib.device  # where calibration ran (quantization.device)
+        sens = measure(Decoder(load_checkpoint(probe), device=dev), Decoder(load_checkpoint(ref), device=dev),
+                       candidates, prompts, MODEL_DTYPES[d.dtype])
     top = sens.ranked()[: keep.count]
     chosen = expand_units(top, units)
     disable = set(hf_modules(d.plans, set(chosen)))

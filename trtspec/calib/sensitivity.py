@@ -89,7 +89,8 @@ def _kl(ref_logp: torch.Tensor, logits: torch.Tensor) -> tuple[float, torch.Tens
 def _tail(dec: Decoder, x: torch.Tensor, layers: list, start: int) -> torch.Tensor:
     """Logits of layers[start:] applied to x (the hidden state entering layer `start`)."""
     s = dec.spec
-    cache = KVCache(len(layers) - start, 1, x.shape[1], s.num_kv_heads, s.head_size, dec.dtype)
+    cache = KVCache(len(layers) - start, 1, x.shape[1], s.num_kv_heads, s.head_size, dec.dtype,
+                    (dec.device,) * (len(layers) - start))
     x = run_layers(x, layers[start:], s, dec.freq, cache, None, None, None)
     return dec.logits(rms_norm(x, dec.ln_f, s.norm_eps))[0]
 
@@ -103,7 +104,7 @@ def measure(quant: Decoder, ref: Decoder, units: list[str], prompts: list[list[i
     sums = dict.fromkeys(units, 0.0)
     base_kl, agree, ntok = 0.0, 0, 0
     for n, ids in enumerate(prompts):
-        tokens = torch.tensor([ids])
+        tokens = torch.tensor([ids], device=quant.device)  # both decoders on one device (quantization.device)
         T = len(ids)
         ref_logits, _ = ref.forward(tokens, ref.new_cache(1, T))
         ref_logp = F.log_softmax(ref_logits[0].float(), dim=-1)
@@ -113,7 +114,8 @@ def measure(quant: Decoder, ref: Decoder, units: list[str], prompts: list[list[i
             entering.append(x)
             s = quant.spec
             x = run_layers(x, quant.layers[i:i + 1], s, quant.freq,
-                           KVCache(1, 1, T, s.num_kv_heads, s.head_size, quant.dtype), None, None, None)
+                           KVCache(1, 1, T, s.num_kv_heads, s.head_size, quant.dtype, (quant.device,)),
+                           None, None, None)
         kl, top = _kl(ref_logp, quant.logits(rms_norm(x, quant.ln_f, quant.spec.norm_eps))[0])
         base_kl += kl
         agree += int((top == ref_logp.argmax(-1)).sum())
