@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtspec.recipe import Recipe
+from trtspec.recipe import Recipe, parse_recipe
 from trtspec.upstream.sampling import PATH_RULES
 
 BASE = {"target": "default", "workloads": {"chat": "mt-bench"}}
@@ -28,3 +28,11 @@ def test_a_named_accept_rule_wins_and_no_triton_section_keeps_the_default():
     named = {**BASE, "draft": "x", "triton": {"flavor": "trtllm"}, "profile": {"accept_rule": "exact_match"}}
     assert Recipe.model_validate(named).profile.accept_rule == "exact_match"
     assert Recipe.model_validate({**BASE, "draft": "x"}).profile.accept_rule == "exact_match"
+
+
+def test_per_workload_heads_are_named_by_the_workload_names_the_prompts_get():
+    """A training entry without NAME= is named by its file's stem (workloads.spec), never by its path."""
+    r = parse_recipe({"target": "t", "workloads": {"chat": "mt-bench"},
+                      "draft": {"train": {"workloads": "/data/support.jsonl,code=humaneval", "per_workload": True}}})
+    assert r.trained_heads() == {"eagle3": "/data/support.jsonl,code=humaneval",
+                                 "eagle3-support": "/data/support.jsonl", "eagle3-code": "code=humaneval"}

@@ -259,7 +259,9 @@ class Recipe(ConvertOptions):
         entries = t.workloads.split(",") if t.workloads else self.workload_entries()
         heads = {"eagle3": ",".join(entries)}
         if t.per_workload and len(entries) > 1:  # (one workload: its head is the general one)
-            heads |= {f"eagle3-{e.partition('=')[0].strip()}": e for e in entries}
+            from .workloads.spec import parse_workload_specs  # its names: NAME=, else the source's stem
+
+            heads |= {f"eagle3-{s.name}": e for s, e in zip(parse_workload_specs(entries), entries)}
         return heads
 
 

@@ -69,6 +69,8 @@ def test_a_request_carries_its_setting_and_generates_rule_reads_it_back(routes):
     got = r.swept_route(routes["ngram"], route, params.get(r.SWEEP_K), params.get(r.SWEEP_NGRAM))
     assert got == {"num_draft_tokens": 3, "max_matching_ngram_size": 2, "label": "chat:sweep:K=3:ngram:n=2"}
     assert r.swept_route(routes["ngram"], route) is route  # no parameters: the tuned route
+    own = dict(route, draft_head="eagle3-chat")  # a workload drafted by its own EAGLE-3 head keeps it
+    assert r.swept_route(routes["ngram"], own, "2")["draft_head"] == "eagle3-chat"
     model = routes["eagle"]["models"][0]["model"]
     assert r.swept_route(routes["eagle"], {}, model=model)["model"] == model
     with pytest.raises(r.RequestError, match="trtspec_route_model: 'nope' is not served"):
@@ -104,7 +106,8 @@ def test_the_sweep_section_round_trips_and_carries_an_al_interval():
 
 @pytest.mark.parametrize("kw, msg", [({"baseline": True}, "turn baseline off"),
                                      ({"request_rate": 2.0}, "not request_rate"),
-                                     ({"processes": 2}, "one client process")])
+                                     ({"processes": 2}, "one client process"),
+                                     ({"duration_s": 30.0}, "not duration_s")])
 def test_sweep_options_refuse_what_it_cannot_measure(tmp_path, kw, msg):
     with pytest.raises(ValueError, match=msg):
         PerfOptions(workloads={"chat": "mt-bench"}, out=tmp_path, sweep=True, **kw)

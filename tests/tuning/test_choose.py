@@ -217,6 +217,7 @@ def test_each_workload_goes_to_its_best_head_and_every_served_head_counts_its_me
     one = choose(heads, memory_budget_gib=1.5 * head_gib)  # room for one head only
     served = {n for n, d in one.choice.drafters.items() if d.served and d.mode == "eagle3"}
     assert len(served) == 1 and one.choice.memory_gib == pytest.approx(head_gib)
+    assert served == {"eagle3"}  # a workload's own head comes with the general one (both loaded): no room
     routed = {b.drafter or "eagle3" for w in one.workloads.values() for b in w.bands
               if b.speculate and b.drafter != "ngram"}
     assert routed == served

@@ -81,6 +81,8 @@ class PerfSettings(StageOptions):
                              "give concurrency, not request_rate")
         if self.processes > 1:
             raise ValueError("sweep: each setting is measured by one client process (processes: 1)")
+        if self.duration_s is not None:
+            raise ValueError("sweep: the settings alternate request by request; give requests, not duration_s")
 
     def _check_blocks(self) -> None:
         """Interleaving needs a baseline to interleave with, a request count to split, and one client."""

@@ -88,6 +88,11 @@ class EagleNet:
     def draft_vocab(self) -> int:
         return self.nets[0].lm_head.shape[0]
 
+    def linears(self) -> list:
+        """Every level's linears (fc and the layer's), once per distinct level net."""
+        nets = list({id(n): n for n in self.nets}.values())
+        return [lin for n in nets for lin in [n.fc] + [x for w in n.layers for x in w.linears()]]
+
     @property
     def distinct_nets(self) -> int:
         return len({id(n) for n in self.nets})

@@ -68,9 +68,8 @@ class Models:
 
     def linears(self) -> list[Linear]:
         """The linears of every loaded checkpoint (an EAGLE-3 head's are float, never FP8)."""
-        eagle_nets = self.eagle.nets if self.eagle is not None else []
-        layers = [w for n in [self.target, self.draft, *eagle_nets] if n is not None for w in n.layers]
-        return [n.fc for n in eagle_nets] + [lin for w in layers for lin in w.linears()]
+        layers = [w for n in [self.target, self.draft] if n is not None for w in n.layers]
+        return [lin for w in layers for lin in w.linears()] + (self.eagle.linears() if self.eagle is not None else [])
 
     def compile_layers(self) -> None:
         """torch.compile the target's and a draft model's layers (RuntimeDevice.compile_layers)."""
@@ -98,15 +97,19 @@ def eos_ids(ckpt_dir: Path, tokenizer) -> tuple[int, ...]:
     return tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]))
 
 
-def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype = torch.float32,
+def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype | None = None,
                 tokenizer: bool = True, eagle3_head: Path | None = None, device: str | list = "cpu",
                 fp8_gemm: str = "auto") -> Models:
     """tokenizer=False: the Triton python models, whose tokenizer belongs to preprocessing /
     postprocessing; not importing transformers saves each model stub about 4 s of start-up.
     eagle3_head: an EAGLE-3 head directory (checkpoints/eagle3.py) drafting for `ckpt`.
     device: the target's (and a draft model's) device(s), see model.Decoder; drafters sit where
-    the target's hidden states come out. fp8_gemm: how FP8 linears multiply (quant.FP8_GEMMS:
-    auto, scaled_mm, emulate)."""
+    the target's hidden states come out. dtype: the compute dtype; None: device.compute_dtype's
+    default (float32 on a CPU, bfloat16 on a GPU), so that a Triton model given only a device
+    computes as profile and measure-cost do there. fp8_gemm: how FP8 linears multiply
+    (quant.FP8_GEMMS: auto, scaled_mm, emulate)."""
+    if dtype is None:
+        dtype = compute_dtype(None, resolve_device(device))
     ckpt, draft_ckpt = resolve_pair(Path(ckpt), draft_ckpt)
     c = open_checkpoint(ckpt)  # a TRT-LLM checkpoint or a ModelOpt unified HF one
     tok = load_tokenizer(ckpt) if tokenizer else None

@@ -79,7 +79,9 @@ class KVCache:
             on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
             for cache in (self.k, self.v):
                 for layer in cache:
-                    s, d = on.setdefault(layer.device, (to_device(src, layer.device), to_device(dst, layer.device)))
+                    if layer.device not in on:  # one copy of the indices per device, not per layer
+                        on[layer.device] = (to_device(src, layer.device), to_device(dst, layer.device))
+                    s, d = on[layer.device]
                     layer[b, d] = layer[b, s]  # gather first (advanced indexing copies): overlap-safe
         self.lens[b] = base + len(kept)
 

@@ -180,7 +180,7 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
     for i, run in enumerate(sweep.runs):
         where = f"sweep.runs.{i} ({run.workload} c={run.concurrency} {run.setting.label})"
         sm = run.summary
-        al = sm.acceptance_length if run.setting.speculation else 1.0
+        al = sm.acceptance_length if run.setting.speculation and run.setting.num_draft_tokens else 1.0
         why = None
         if not run.completed or sm.requests_ok == 0 or sm.output_tokens_per_s <= 0 or sm.e2e_s.mean is None:
             why = "not completed or no successful request"

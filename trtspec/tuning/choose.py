@@ -124,6 +124,19 @@ def _set_memory(tunings: dict[str, Tuning], served: tuple[str, ...], any_off: bo
     return weights + (instances - 1) * next(iter(tunings.values())).cost.target.weight_bytes_total / GIB
 
 
+def _general_head(tunings: dict[str, Tuning]) -> str | None:
+    """The general EAGLE-3 head's name (named by its mode; per-workload heads are eagle3-<workload>)."""
+    return next((n for n, t in tunings.items() if t.mode == "eagle3" and n == t.mode), None)
+
+
+def _loadable(tunings: dict[str, Tuning], served: tuple[str, ...]) -> bool:
+    """A repository serving another EAGLE-3 head also loads the general one (the pytorch flavor's
+    draft_checkpoint, and the default route of an unknown workload): such a set must include it,
+    so that its memory is counted."""
+    general = _general_head(tunings)
+    return general is None or general in served or all(tunings[n].mode != "eagle3" for n in served)
+
+
 def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
            separate_instances: bool = False) -> Tuning:
     """One Tuning choosing among `tunings` ({drafter name: its tuning}) per workload x band."""
@@ -135,6 +148,8 @@ def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
     _check_comparable(tunings)
     names, scored = list(tunings), []
     for served in (s for r in range(len(names) + 1) for s in combinations(names, r)):
+        if not _loadable(tunings, served):
+            continue
         score, off = _score(tunings, served)
         gib = _set_memory(tunings, served, off, separate_instances)
         if memory_budget_gib is None or gib <= memory_budget_gib + 1e-12:
@@ -162,7 +177,9 @@ def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[st
         extra = {"accept_length_by_n_k": next((t.workloads[w].accept_length_by_n_k for t in tunings.values()
                                                if t.workloads[w].accept_length_by_n_k is not None), None)}
         workloads[w] = wt.model_copy(update={"bands": bands, **extra})
-    offered = {n: OfferedDrafter(mode=t.mode, profile=t.profile, memory_gib=memory[n], served=n in used,
+    heads = any(tunings[n].mode == "eagle3" for n in used)  # the general head is loaded with any head (_loadable)
+    offered = {n: OfferedDrafter(mode=t.mode, profile=t.profile, memory_gib=memory[n],
+                                 served=n in used or (heads and n == _general_head(tunings)),
                                  head=(t.measurement_conditions.get("eagle3_head") if t.mode == "eagle3" else None))
                for n, t in tunings.items()}
     needed = max((b.draft_len or len(b.eagle_choices or [])) for w in workloads.values() for b in w.bands)

@@ -161,7 +161,7 @@ class _Parts:
         return np.bincount(self.row, weights=self.count * np.asarray(x, float), minlength=self.n)
 
 
-def _solve(parts: _Parts, y, mem_bound, base: GpuSpec):
+def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w=None):
     """Weighted least squares for one bound assignment -> (params, names of the fitted ones)."""
     overlap = base.memory_compute_overlap
     cols = {
@@ -173,7 +173,7 @@ def _solve(parts: _Parts, y, mem_bound, base: GpuSpec):
     informed = [n for n, c in cols.items() if c.any()]
     params = {"forward_overhead_s": base.forward_overhead_s, "eagle_level_overhead_s": base.eagle_level_overhead_s,
               "u": 1.0 / base.bandwidth_efficiency, "v": 1.0 / base.compute_efficiency}
-    names, w = list(informed), 1.0 / y
+    names, w = list(informed), 1.0 / y if w is None else w  # w: relative error of the measured times
     while names:
         # a dropped overhead is zero; a dropped u or v keeps the base's value, whose time is then known
         known = sum(params[n] * cols[n] for n in informed if n not in names and not n.endswith("_s"))
@@ -243,7 +243,7 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
                 break
             corr = new
             gpu, fitted, mem_bound = _fit_model(parts, y - sum(c * parts.steps[n] for n, c in corr.items()),
-                                                base, max_iter)
+                                                base, max_iter, 1.0 / y)
         gpu = gpu.model_copy(update={"step_tokens_s": _fit_corrections(parts, y, gpu)})
         fitted = fitted | {"step_tokens_s"}
     err = _errors(gpu, rows, shapes)
@@ -254,22 +254,25 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
                           kept=[p for p in PARAMS if p not in fitted_names], memory_bound_rows=int(mem_bound.sum()))
 
 
-def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int):
+def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None):
     """The four numbers by weighted least squares from three starting bound assignments; the lowest
-    relative error wins -> (gpu, names fitted, bound assignment)."""
+    weighted error wins -> (gpu, names fitted, bound assignment). w: the rows' weights (default 1 / y;
+    fit_steps passes 1 / the measured times when y has the step corrections taken off, so that both
+    halves of its alternation minimise the same relative error)."""
     M, C = parts.M, parts.C
+    w = 1.0 / y if w is None else w
     starts = [M / base.bandwidth_efficiency >= C / base.compute_efficiency, np.ones(len(M), bool),
               np.zeros(len(M), bool)]
     best = None
     for mem_bound in starts:
         for _ in range(max_iter):
-            params, fitted = _solve(parts, y, mem_bound, base)
+            params, fitted = _solve(parts, y, mem_bound, base, w)
             new = params["u"] * M >= params["v"] * C
             if np.array_equal(new, mem_bound):
                 break
             mem_bound = new
         gpu = _apply(base, params)
-        score = float(np.sqrt(np.mean(((_model_seconds(parts, gpu) - y) / y) ** 2)))
+        score = float(np.sqrt(np.mean(((_model_seconds(parts, gpu) - y) * w) ** 2)))
         if best is None or score < best[0] - 1e-15:
             best = (score, gpu, fitted, mem_bound)
     return best[1:]

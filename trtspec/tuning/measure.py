@@ -98,6 +98,8 @@ def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: Meas
         rows += _decoder_rows(_decoder(load_checkpoint(Path(draft_ckpt)), dtype, devices, cfg),
                               "draft", cfg, g)
     if c.is_eagle:
-        rows += _eagle_rows(EagleNet(c, dtype, target.output_device), cfg, g)
+        net = EagleNet(c, dtype, target.output_device)
+        set_fp8_gemm(net.linears(), cfg.fp8_gemm)
+        rows += _eagle_rows(net, cfg, g)
     text = describe(devices) + ("" if dtype == torch.float32 else f", {str(dtype).removeprefix('torch.')}")
     return CostTable(gpu=gpu, device=text, rows=rows)

@@ -191,6 +191,9 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
         if n is not None:
             new["max_matching_ngram_size"] = n
             new["label"] += f":ngram:n={n}"
+        if "draft_head" in route:  # a workload's own EAGLE-3 head drafts its sweep too
+            new["draft_head"] = route["draft_head"]
+            new["label"] += f":head={route['draft_head']}"
         return new
     if model is not None:
         models = served_models(routing)
