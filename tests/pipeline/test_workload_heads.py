@@ -14,6 +14,7 @@ learns (tests/drafts cover training)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,6 +123,10 @@ def test_each_workload_is_routed_to_its_own_head_and_every_repository_serves_bot
     k3 = lambda head, w: al[head][w]["accept_length_by_k"]["3"]
     assert k3("chat", "chat") > k3("general", "chat") > k3("edit", "chat")  # each head best on its own workload
     assert k3("edit", "edit") > k3("general", "edit") > k3("chat", "edit")
+
+    stages = json.loads((out / "run-manifest.json").read_text())["stages"]  # recorded on the first run
+    assert {"profile-eagle3-chat.json", "profile-eagle3-edit.json"} <= {Path(o).name for o in stages["profile"]["outputs"]}
+    assert "tuning-eagle3-chat.json" in {Path(o).name for o in stages["tune"]["outputs"]}
 
     t = load_tuning(out / "tuning.json")
     assert {w: wt.bands[0].drafter for w, wt in t.workloads.items()} == {"chat": "eagle3-chat", "edit": "eagle3-edit"}

@@ -3,7 +3,8 @@
 
 The key covers everything the head depends on: the target's weights and config
 (data.target_fingerprint), the options that shape training (train.shaping), the exact prompt ids
-(packaged sets and prompt files alike; tokenizing them is cheap) and train.TRAINING_VERSION. The head
+(packaged sets and prompt files alike; tokenizing them is cheap), the device type the target answers on
+and train.TRAINING_VERSION. The head
 lives under `$TRTSPEC_CACHE/draft-heads/<key>`; train_draft writes it atomically and keeps its
 resumable checkpoint beside it, so a cut first run resumes where it stopped."""
 
@@ -26,7 +27,9 @@ def head_key(target: Path, options: TrainDraftOptions) -> str:
 
     prompts = data.split_prompts(options, AutoTokenizer.from_pretrained(target))
     blob = json.dumps({"version": train.TRAINING_VERSION, "target": data.target_fingerprint(target),
-                       "options": train.shaping(options), "prompts": prompts})
+                       "options": train.shaping(options), "prompts": prompts,
+                       # where the target answers decides its precision (train.load_target)
+                       "device": train.resolve_device(options.device).type})
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

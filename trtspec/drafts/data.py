@@ -54,17 +54,22 @@ def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list
 
 
 def target_fingerprint(target: Path) -> str:
-    """sha256 over the target's config and weight files (what its greedy answers depend on)."""
+    """sha256 over the target's config and weight files and its generation config (the EOS ids the
+    answers end at): what its greedy answers depend on."""
     h = hashlib.sha256()
-    files = sorted(p for p in Path(target).iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
+    files = sorted(p for p in Path(target).iterdir()
+                   if p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json"))
     for p in files:
         h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()
 
 
-def cache_path(target: Path, prompts: list[list[int]], options: TrainDraftOptions) -> Path:
+def cache_path(target: Path, prompts: list[list[int]], options: TrainDraftOptions, precision: str = "") -> Path:
+    """precision: the dtype the target answered in (train.load_target: float32 on a CPU, the
+    checkpoint's on a GPU), which can change a greedy answer."""
     key = json.dumps({"version": DATA_VERSION, "target": target_fingerprint(target), "prompts": prompts,
-                      "max_new_tokens": options.max_new_tokens, "batch": options.regen_batch_size})
+                      "max_new_tokens": options.max_new_tokens, "batch": options.regen_batch_size,
+                      **({"precision": precision} if precision else {})})
     return default_cache_root() / "draft-data" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
@@ -105,7 +110,7 @@ def load_examples(target: Path, model, tokenizer, options: TrainDraftOptions, eo
     """Every example of the run, regenerated or read from the cache."""
     chosen = split_prompts(options, tokenizer)
     prompts = [ids for _, ids, _ in chosen]
-    path = cache_path(target, prompts, options)
+    path = cache_path(target, prompts, options, str(next(model.parameters()).dtype))
     if path.exists():
         responses = json.loads(path.read_text(encoding="utf-8"))["responses"]
         advance(len(prompts))

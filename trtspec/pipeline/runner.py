@@ -270,7 +270,9 @@ class Runner:
             log.write_text(traceback.format_exc())
             return self._failed(stage, h, start, f"{type(e).__name__}: {e} (traceback: {log})")
         seconds = time.perf_counter() - start
-        outputs = [p for p in outputs if Path(p).exists()]  # what this recipe made (n-gram profile: if offered)
+        # what this recipe made (n-gram profile: if offered), listed again now that the stage ran: a
+        # per-workload head's profile / tuning (Paths.head_outputs) exists only from now on
+        outputs = [str(p) for p in stage.outputs(self.ctx.paths) if Path(p).exists()]
         self.manifest.record(stage.name, {"status": "ran", "input_hash": h, "outputs": outputs, "note": note,
                                           "seconds": round(seconds, 2),
                                           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
