@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from integration.test_triton_serve import WAIT_S, grpcclient, request, start_cli, stop_cli, text_of, value
+from integration.test_triton_serve import bls_engine, request, start_cli, stop_cli, text_of, value
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.runtime.generate import load_models, stream_request
 
@@ -73,18 +73,10 @@ def test_the_trtllm_flavor_orchestration_drafts_ngrams_for_the_cpu_target(served
     """spec_decode's BLS engine (the trtllm flavor's code: n-gram drafts from the shipped pool sent as
     draft_input_ids to tensorrt_llm) against the cpu stand-in of the target engine: the same text.
     Its acceptance is per BLS round (module docstring of test_triton_serve), not the runtime's."""
-    c = grpcclient.InferenceServerClient(served["url"])
-    cfg = c.get_model_config("spec_decode", as_json=True, client_timeout=WAIT_S)["config"]
-    original = json.dumps(cfg)
-    cfg["parameters"]["engine"]["string_value"] = "bls"
-    try:
-        c.load_model("spec_decode", config=json.dumps(cfg), client_timeout=WAIT_S)
+    with bls_engine(served["url"]):
         for workload in ("chat", "code"):
             k, n = CHOICES[workload]
             pieces, last = request(served["url"], PROMPTS[workload], workload, max_tokens=MAX_TOKENS)
             assert text_of(pieces) == runtime(served, PROMPTS[workload], k, n)[0]
             assert value(last, "num_draft_tokens") == k and 1.0 <= value(last, "acceptance_length") <= k + 1
             assert value(last, "total_draft_tokens") > 0
-    finally:
-        c.load_model("spec_decode", config=original, client_timeout=WAIT_S)
-        c.close()

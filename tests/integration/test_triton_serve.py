@@ -25,6 +25,7 @@ leave no process behind. What the tests assert:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -395,26 +396,34 @@ def test_cpu_tensorrt_llm_samples_draft_input_ids_like_the_engine(dt):
     assert value(last, "total_accepted_draft_tokens") == first.step.accepted and value(last, "total_draft_tokens") == 3
 
 
-def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
-    """The trtllm flavor's orchestration (BLS rounds: draft K tokens, target verifies them) runs here
-    against the python stand-ins: same text. Its acceptance length is per BLS round, and a round
-    emits K + 1 target tokens (after a rejection the executor decodes on to request_output_len,
-    as TRT-LLM's does), so it is not the runtime's number."""
-    c = grpcclient.InferenceServerClient(dt["url"])
+@contextlib.contextmanager
+def bls_engine(url: str):
+    """spec_decode reloaded as the trtllm flavor's BLS orchestration (engine "bls", the python
+    stand-ins as its engines) for the block, then restored as it was."""
+    c = grpcclient.InferenceServerClient(url)
     cfg = c.get_model_config("spec_decode", as_json=True, client_timeout=WAIT_S)["config"]
     original = json.dumps(cfg)
     cfg["parameters"]["engine"]["string_value"] = "bls"
     try:
         c.load_model("spec_decode", config=json.dumps(cfg), client_timeout=WAIT_S)
+        yield
+    finally:
+        c.load_model("spec_decode", config=original, client_timeout=WAIT_S)
+        c.close()
+
+
+def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
+    """The trtllm flavor's orchestration (BLS rounds: draft K tokens, target verifies them) runs here
+    against the python stand-ins: same text. Its acceptance length is per BLS round, and a round
+    emits K + 1 target tokens (after a rejection the executor decodes on to request_output_len,
+    as TRT-LLM's does), so it is not the runtime's number."""
+    with bls_engine(dt["url"]):
         for workload in ("chat", "code"):
             k = DT[workload][0]
             pieces, last = request(dt["url"], PROMPTS[workload], workload)
             assert text_of(pieces) == expected(dt, PROMPTS[workload], k)[0]
             assert value(last, "num_draft_tokens") == k and 1.0 <= value(last, "acceptance_length") <= k + 1
             assert value(last, "total_draft_tokens") > 0
-    finally:
-        c.load_model("spec_decode", config=original, client_timeout=WAIT_S)
-        c.close()
     pieces, _ = request(dt["url"], PROMPTS["chat"], "chat")
     assert text_of(pieces) == expected(dt, PROMPTS["chat"], 2)[0]
 

@@ -2,7 +2,7 @@
 `draft: {train: ...}` (and the demo) trains a head once per machine, not once per output directory.
 
 The key covers everything the head depends on: the target's weights and config
-(data.target_fingerprint), the options that shape training (train.shaping), the exact prompt ids
+(data.target_fingerprint), the options that shape training (TrainDraftOptions.shaping), the exact prompt ids
 (packaged sets and prompt files alike; tokenizing them is cheap), the device type the target answers on
 and train.TRAINING_VERSION. The head
 lives under `$TRTSPEC_CACHE/draft-heads/<key>`; train_draft writes it atomically and keeps its
@@ -27,7 +27,7 @@ def head_key(target: Path, options: TrainDraftOptions) -> str:
 
     prompts = data.split_prompts(options, AutoTokenizer.from_pretrained(target))
     blob = json.dumps({"version": train.TRAINING_VERSION, "target": data.target_fingerprint(target),
-                       "options": train.shaping(options), "prompts": prompts,
+                       "options": options.shaping(), "prompts": prompts,
                        # where the target answers decides its precision (train.load_target)
                        "device": train.resolve_device(options.device).type})
     return hashlib.sha256(blob.encode()).hexdigest()[:24]

@@ -48,6 +48,11 @@ class TrainDraftOptions(StageOptions):
     def _eval_k(cls, v: list[int]) -> list[int]:
         return distinct_positive(v, "[1, 2, 3]")
 
+    def shaping(self) -> dict:
+        """The options the trained head depends on (not how often it is measured, where or how fast):
+        what its cache key (drafts/cache.py), its checkpoints and a recipe's derive stage hash."""
+        return self.model_dump(exclude={"eval_every", "checkpoint_every", "eval_k", "device", "threads"})
+
 
 class TrainDraftStage(TrainDraftOptions):
     """The recipe section `draft: {train: {...}}`: TrainDraftOptions, trained on the recipe's own

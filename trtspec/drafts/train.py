@@ -83,14 +83,9 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[i
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
-def shaping(options: TrainDraftOptions) -> dict:
-    """The options the trained head depends on (not how often it is measured, where or how fast)."""
-    return options.model_dump(exclude={"eval_every", "checkpoint_every", "eval_k", "device", "threads"})
-
-
 def fingerprint(options: TrainDraftOptions, examples: list[data.Example]) -> str:
     """What a checkpoint is valid for: the options that shape training and the exact data."""
-    blob = json.dumps([TRAINING_VERSION, shaping(options), [(e.prompt, e.response, e.heldout) for e in examples]])
+    blob = json.dumps([TRAINING_VERSION, options.shaping(), [(e.prompt, e.response, e.heldout) for e in examples]])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -73,9 +73,8 @@ def _derive_section(r: Recipe) -> dict:
         heads = r.trained_heads()
         files = {src: fingerprint(Path(src)) for entries in heads.values() for e in entries.split(",")
                  if "/" in (src := e.partition("=")[2] or e)}
-        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads).model_dump(
-            exclude={"device", "threads", "eval_every", "checkpoint_every"}) for n, e in heads.items()},
-            "files": files}
+        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads).shaping()
+                                      for n, e in heads.items()}, "files": files}
     return section
 
 

@@ -99,12 +99,6 @@ def _entry(concurrency: int, k, ngram_size: int | None, drafter: str | None = No
     return e
 
 
-def routed_heads(routing: dict) -> set[str]:
-    """The drafter names of the extra EAGLE-3 heads some route drafts with."""
-    bands = [b for bs in routing["workloads"].values() for b in bs] + routing["default"]["bands"]
-    return {b["draft_head"] for b in bands if "draft_head" in b}
-
-
 def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
     """(K, n-gram size or None) with the highest token-weighted tokens/s over the workloads' sweeps."""
     score: dict[tuple, float] = {}
