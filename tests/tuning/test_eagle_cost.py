@@ -6,6 +6,7 @@ claims (what was fitted, which published rows land within ±20%) cannot drift si
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning import gpus
-from trtspec.tuning.cost import (CostModel, ModelShape, drafter_level_time, forward_time, gpu_preset, verify_time,
+from trtspec.tuning.cost import (CostModel, ModelShape, drafter_level_time, forward_time, gpu_preset, prefill_time,
+                                 verify_time,
                                  with_framework)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_published_setups.py"
@@ -147,7 +149,7 @@ GOLDEN = {  # (row, framework): predicted / reported, as printed by the script
     ("A1", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64"): 0.897,
     ("A1", "Llama-3.1-8B + EAGLE-2, SGLang 5/8/64"): 0.991,
     ("A2", "Llama-3.3-70B fp16 TP8 + EAGLE-3, SGLang 8/8/64"): 1.196,
-    ("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model"): 1.355,
+    ("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model"): 1.158,
     ("PR4247", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64"): 0.987,
     ("PR11398", "Llama-3.1-8B fp16 + EAGLE-2 chain 5, SGLang (Oct 2025)"): 0.832,
 }
@@ -167,7 +169,38 @@ def test_published_rows_golden_ratios():
 def test_the_script_says_what_passes_and_what_misses(capsys):
     assert bench().main() == 0
     out = capsys.readouterr().out
-    assert "held-out EAGLE rows within ±20%: 5 of 6" in out
+    assert "held-out EAGLE rows within ±20%: 6 of 6" in out
     assert "A1 EAGLE-3 pass (0.897)" in out and "A2 EAGLE-3 pass (1.196)" in out
-    assert "A6 EAGLE-3 chain 3 MISS (1.355)" in out
+    assert "A6 EAGLE-3 chain 3 pass (1.158)" in out
+    # the other readings of A6's number are printed beside it, so the pass rests on the stated one
+    assert "counting only its own prefill 1.62x (ratio 1.29); decode alone 1.71x (ratio 1.35)" in out
     assert "fitted: SGLang eagle_step_overhead_s 5.450 ms <- sglang PR 4247" in out
+
+
+def test_prefill_is_the_sum_of_its_chunks():
+    """A chunked context phase: each chunk a forward attending to the chunks before it, so chunking
+    re-reads the weights (more time) and one chunk as large as the prompt is one forward."""
+    g, t = gpu_preset("h200"), bench().A6_TARGET
+    whole = prefill_time(g, t, 10000)
+    assert whole == pytest.approx(forward_time(g, t, 1, 10000, 0))
+    assert prefill_time(g, t, 10000, 10000) == pytest.approx(whole)
+    chunked = prefill_time(g, t, 10000, 3072)
+    expected = sum(forward_time(g, t, 1, n, done) for done, n in ((0, 3072), (3072, 3072), (6144, 3072), (9216, 784)))
+    assert chunked == pytest.approx(expected)
+    assert chunked != pytest.approx(whole, rel=1e-3)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        prefill_time(g, t, 0)
+
+
+def test_a_counted_context_phase_dilutes_the_speedup():
+    """with_context: speculation shortens the decode only, so the speedup falls toward 1 as the
+    prompt grows and equals AL x base / step when the prefill is negligible."""
+    b = bench()
+    a6 = next(s for s in b.CHECKS if s.row == "A6")
+    gpu = b.row_gpu(a6.gpu, a6.framework)
+    base, step = b.decode_time(gpu, a6.target, a6.batch, a6.context), b.step_time(a6, gpu)
+    decode_only = a6.al * base / step
+    speedups = [b.with_context(replace(a6, prompt_tokens=n), gpu, base, step)[0] for n in (1, 4096, 16384, 65536)]
+    assert speedups[0] == pytest.approx(decode_only, rel=0.01)
+    assert all(x > y for x, y in zip(speedups, speedups[1:]))
+    assert 1.0 < speedups[-1] < decode_only

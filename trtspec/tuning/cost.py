@@ -221,6 +221,23 @@ def forward_time(gpu: GpuSpec, m: ModelShape, batch: int, num_tokens: int, conte
     return overhead + busy + comm + step_correction(gpu, m, num_tokens, context)
 
 
+def prefill_time(gpu: GpuSpec, m: ModelShape, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
+    """Seconds for one sequence's context phase (its prefill): forwards of at most `chunk_tokens` new
+    tokens each, every chunk attending to the ones before it (TensorRT-LLM's chunked context, whose
+    chunk is the engine's max_num_tokens); None: one forward of the whole prompt.
+
+    Why it belongs to a speedup: a tokens/s that counts the context phase (trtllm-bench's per-user
+    output throughput, upstream.trtllm.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT) divides the output by
+    prefill + decode, and speculation shortens only the decode, so a long prompt dilutes the speedup.
+    Priced like any forward (the lm_head over every prompt token included, though an engine computes
+    the last token's logits only: 1.5% of a 70B prefill's FLOPs)."""
+    if prompt_tokens < 1:
+        raise ValueError(f"prompt_tokens: expected >= 1, got {prompt_tokens}")
+    chunk = chunk_tokens or prompt_tokens
+    return sum(forward_time(gpu, m, 1, min(chunk, prompt_tokens - done), done)
+               for done in range(0, prompt_tokens, chunk))
+
+
 def step_correction(gpu: GpuSpec, m: ModelShape, num_tokens: int, context: float) -> float:
     """GpuSpec.step_tokens_s of a target decode/verify step (context > 0; a prefill has none)."""
     if m.role != "target" or context <= 0 or not gpu.step_tokens_s:

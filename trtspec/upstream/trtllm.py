@@ -282,10 +282,25 @@ EAGLE3_FC_FIRST_PASS = True
 # One-model EAGLE-3 (TensorRT-LLM PR 5146, "Pytorch path add spec dec param to attention op", the
 # recipe behind landscape.md A6): speculative_config {decoding_type: Eagle, max_draft_len: 3,
 # eagle3_one_model: true}, cuda_graph_config batch sizes [1, 2, 3, 4], disable_overlap_scheduler:
-# true ("seeing accuracy drop if false"), trtllm-bench --max_batch_size 4, dataset aa_gen_16k_1k.
-# The drafting loop runs inside the target's forward (and CUDA graph): no separate launch per level.
+# true ("seeing accuracy drop if false"), `trtllm-bench throughput --backend pytorch --max_batch_size 4
+# --max_num_tokens 3072 --dataset aa_gen_16k_1k_apr22.txt`; the result is "tps/user speedup over
+# regular decoding" at "conc=4". The drafting loop runs inside the target's forward (and CUDA graph):
+# no separate launch per level. max_num_tokens bounds the tokens of one iteration, so a 16k-token
+# prompt's context phase runs in chunks of 3072 (the dataset's lengths are read from its name).
 EAGLE3_ONE_MODEL_RECIPE_PR5146 = {"max_draft_len": 3, "disable_overlap_scheduler": True,
-                                  "cuda_graph_batch_sizes": (1, 2, 3, 4)}
+                                  "cuda_graph_batch_sizes": (1, 2, 3, 4), "max_batch_size": 4,
+                                  "max_num_tokens": 3072, "input_tokens": 16384, "output_tokens": 1024}
+# trtllm-bench's per-user output throughput counts the context phase: tensorrt_llm/bench/benchmark/
+# utils/asynchronous.py (LlmManager._process_single_request) stamps a request's start before
+# generate_async and its end at the final response, and without --streaming records no first-token
+# time, so bench/dataclasses/statistics.py's RequestRecord has time_to_first_token 0 and every
+# per-request throughput is output tokens / end-to-end latency; bench/dataclasses/reporting.py
+# prints it as "Per User Output Throughput [w/ ctx]" ("Output Throughput includes context/first
+# token"). At concurrency 4 (max_batch_size 4) a request's latency also holds the context phases of
+# the requests that join the batch while it decodes (in-flight batching runs their chunks in the
+# same iterations), or, with no concurrency limit, the queue ahead of it. Read for A6
+# (scripts/bench_published_setups.py).
+TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT = True
 # The PyTorch backend's overlap scheduler (docs: torch/features/overlap_scheduler) runs step n's CPU
 # work (stop criteria, responses, scheduling the next batch) while the GPU runs step n + 1; "Enabled
 # by default". With it disabled (A6's speculative run) that host time is exposed in every step.
