@@ -96,6 +96,24 @@ def test_draft_logits_equal_modelopts_forward(e3, prompt, device):
         assert torch.allclose(proposal.logits[0, s, ids].cpu(), steps[s][0, -1], atol=1e-3, rtol=1e-4)
 
 
+def test_logits_later_equal_the_forwards_own(e3):
+    """with_logits=False (the batched profile pass: no full-vocabulary float32 logits at every position
+    of a batch) and `logits` of the positions needed later give the forward's logits (to float32
+    rounding: the GEMM's row count differs) and its argmax."""
+    models, prompt = e3["models"], e3["prompts"][1]
+    target, net, H = models.target, models.eagle3, models.target.spec.hidden_size
+    _, hidden, _ = prefill(target, target.new_cache(1, 64), torch.arange(1), [prompt])
+    args = (torch.tensor([prompt[1:] + [0]]), hidden[:, :len(prompt), H:])
+    full, out = net.forward(*args, net.new_cache(1, 64))
+    none, out2 = net.forward(*args, net.new_cache(1, 64), with_logits=False)
+    assert none is None and torch.equal(out, out2)
+    picked = torch.tensor([0, 3, len(prompt) - 1])
+    later = net.logits(out2[0, picked])
+    assert torch.allclose(later, full[0, picked], atol=1e-5, rtol=1e-5)
+    assert torch.equal(torch.isinf(later), torch.isinf(full[0, picked]))
+    assert torch.equal(later.argmax(-1), full[0, picked].argmax(-1))
+
+
 def test_modelopt_trains_another_first_layer_norm_than_trtllm_serves(e3):
     """Why the oracle head keeps input_layernorm at ones (upstream.modelopt): ModelOpt's forward
     normalises the hidden half with input_layernorm too. With other weights the two differ."""

@@ -155,6 +155,18 @@ def test_eagle_with_a_random_head_reproduces_greedy(m):
     assert max(r.stats.acceptance_length for r in out) < 1.5
 
 
+def test_eagle_logits_later_equal_the_forwards_own(m):
+    """EagleNet.forward(with_logits=False) + logits(hidden, level): the profile pass's lazy logits."""
+    net = EagleNet(load_checkpoint(m["dir"] / "eagle_random"))
+    g = torch.Generator().manual_seed(3)
+    tokens, feats = torch.randint(0, 1001, (2, 6), generator=g), torch.randn(2, 6, H, generator=g)
+    for level in (0, 1):
+        full, hid = net.forward(tokens, feats, net.new_cache(2, 16), level=level)
+        none, hid2 = net.forward(tokens, feats, net.new_cache(2, 16), level=level, with_logits=False)
+        assert none is None and torch.equal(hid, hid2)
+        assert torch.allclose(net.logits(hid2[:, 2:4], level), full[:, 2:4], atol=1e-5, rtol=1e-5)
+
+
 def test_default_tree_must_fit_the_checkpoint(m):
     net = EagleNet(load_checkpoint(m["dir"] / "eagle_random"))  # num_eagle_layers=3
     with pytest.raises(TrtspecError, match="depth 4 exceeds num_eagle_layers=3.*pass eagle_choices"):

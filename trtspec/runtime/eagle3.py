@@ -82,11 +82,13 @@ class Eagle3Net:
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, level: int = 0,
                 rows: torch.Tensor | None = None, pos_offsets: torch.Tensor | None = None,
-                block_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                block_mask: torch.Tensor | None = None, with_logits: bool = True
+                ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Pairs (tokens [b', T], states) -> (logits [b', T, target_vocab] float32, pre-norm output
         [b', T, H]). States: the target's hidden ([ln_f output, n captured layers], (1+n)*H, what
         Decoder.forward returns with aux_layers), the captured layers alone (n*H), or the head's own
-        output (H). Cache semantics as Decoder.forward: written after the committed slots, not committed."""
+        output (H). Cache semantics as Decoder.forward: written after the committed slots, not committed.
+        with_logits=False: None for the logits (EagleNet.forward says why); `logits` computes them."""
         s, eps, H = features.to(self.device, self.dtype), self.spec.norm_eps, self.spec.hidden_size
         if s.shape[-1] == H * (1 + len(self.aux_layers)):
             s = s[..., H:]
@@ -97,8 +99,11 @@ class Eagle3Net:
         x = torch.cat([e, rms_norm(s, self.hidden_norm, eps)], dim=-1)
         r = s + attention(x, self.layer, self.spec, cache, 0, rows, slots, cos, sin, mask)
         out = r + mlp(rms_norm(r, self.layer.post_norm, eps), self.layer)
-        logits = F.linear(rms_norm(out, self.norm, eps), self.lm_head).float()
-        return self.to_target(logits), out
+        return (self.logits(out) if with_logits else None), out
+
+    def logits(self, out: torch.Tensor, level: int = 0) -> torch.Tensor:
+        """Target-vocabulary float32 logits from the head's pre-norm output (level: one head, ignored)."""
+        return self.to_target(F.linear(rms_norm(out, self.norm, self.spec.norm_eps), self.lm_head).float())
 
 
 class Eagle3Proposer(EagleProposer):

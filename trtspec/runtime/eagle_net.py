@@ -105,12 +105,19 @@ class EagleNet:
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, cache: KVCache, level: int = 0,
                 rows: torch.Tensor | None = None, pos_offsets: torch.Tensor | None = None,
-                block_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                block_mask: torch.Tensor | None = None, with_logits: bool = True
+                ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Pairs (tokens [b', T], features [b', T, H]) through clone `level` ->
         (logits [b', T, V] float32, un-normed hidden [b', T, H] = the next features).
-        Cache semantics as Decoder.forward: written after the committed slots, not committed."""
+        Cache semantics as Decoder.forward: written after the committed slots, not committed.
+        with_logits=False: None for the logits, to take `logits` of the positions that need them later
+        (a batch's full-vocabulary float32 logits at every position can outgrow the GPU)."""
         w = self.nets[level]
         tokens, features = to_device(tokens, self.device), features.to(self.device, self.dtype)
         x = w.fc(torch.cat([F.embedding(tokens, w.embed), features], dim=-1))
         x = run_layers(x, w.layers, self.spec, self.freq, cache, rows, pos_offsets, block_mask)
-        return F.linear(x, w.lm_head).float(), x
+        return (self.logits(x, level) if with_logits else None), x
+
+    def logits(self, hidden: torch.Tensor, level: int = 0) -> torch.Tensor:
+        """float32 logits of clone `level` from its hidden output (forward's second value)."""
+        return F.linear(hidden, self.nets[level].lm_head).float()

@@ -68,7 +68,7 @@ def eagle_rank_paths(models: Models, seqs: list[list[int]], prompt_lens: list[in
     _, feats = target.forward(tokens, target.new_cache(B, Lmax), with_logits=False)
     # Level 1 for every state at once: pairs (s[j+1], f_j) j = 0..L-2 through clone 0.
     base = net.new_cache(B, Lmax + max_depth)
-    logits1, hidden1 = net.forward(tokens[:, 1:], feats[:, :-1], base, level=0)
+    _, hidden1 = net.forward(tokens[:, 1:], feats[:, :-1], base, level=0, with_logits=False)  # logits per chunk
     base.advance(torch.arange(B), lengths - 1)
     states = [(b, t) for b, p in enumerate(prompt_lens) for t in range(len(seqs[b]) - p)]
     paths: list[list[list[int]]] = [[] for _ in seqs]
@@ -76,7 +76,7 @@ def eagle_rank_paths(models: Models, seqs: list[list[int]], prompt_lens: list[in
         chunk = states[start:start + ROW_CHUNK]
         owner = torch.tensor([b for b, _ in chunk])
         n = torch.tensor([prompt_lens[b] + t for b, t in chunk])  # committed length; the root is s[n-1]
-        for b, path in zip(owner.tolist(), _chunk_paths(net, base, tokens, lengths, logits1, hidden1, owner, n,
+        for b, path in zip(owner.tolist(), _chunk_paths(net, base, tokens, lengths, hidden1, owner, n,
                                                         max_depth, top_k)):
             paths[b].append(path)
     for b, p in enumerate(prompt_lens):
@@ -85,15 +85,15 @@ def eagle_rank_paths(models: Models, seqs: list[list[int]], prompt_lens: list[in
     return paths
 
 
-def _chunk_paths(net, base, tokens: torch.Tensor, lengths: torch.Tensor, logits1: torch.Tensor,
-                 hidden1: torch.Tensor, owner: torch.Tensor, n: torch.Tensor, max_depth: int,
-                 top_k: int) -> list[list[int]]:
+def _chunk_paths(net, base, tokens: torch.Tensor, lengths: torch.Tensor, hidden1: torch.Tensor,
+                 owner: torch.Tensor, n: torch.Tensor, max_depth: int, top_k: int) -> list[list[int]]:
     """The rank paths of one chunk of states (row i: sequence owner[i] at committed length n[i])."""
     dev = hidden1.device
     L = lengths[owner]
     pair = n - 2  # the last committed pair (s[n-1], f_{n-2}) drafts depth 1
     o, at = to_device(owner, dev), to_device(pair.clamp(min=0), dev)
-    depth_logits, depth_hidden = logits1[o, at], hidden1[o, at]
+    depth_hidden = hidden1[o, at]
+    depth_logits = net.logits(depth_hidden, 0)
     cache = net.new_cache(len(owner), tokens.shape[1] + max_depth)
     for layer in range(len(base.k)):
         cache.k[layer][:] = base.k[layer][to_device(owner, base.k[layer].device)]
