@@ -29,8 +29,8 @@ class RuntimeDevice(StageOptions):
                         "comma-separated (cuda:0,cuda:1: the layers are placed over them by weight bytes).")
     dtype: Optional[str] = Field(None, description="Compute dtype: float32, bfloat16 or float16. null: float32 on "
                                  "cpu (the reference numerics), bfloat16 on a GPU.")
-    compile_layers: bool = Field(False, description="Run the decoder layers through torch.compile (opt-in, not "
-                                 "measured yet: check with measure-cost that it pays on your GPU).")
+    compile_layers: bool = Field(False, description="Run the decoder layers through torch.compile (opt-in: slower "
+                                 "on a CPU, 0.80x; check with scripts/bench_compile.py that it pays on your GPU).")
     fp8_gemm: Fp8Gemm = Field("auto", description=FP8_GEMM_HELP)
 
     @field_validator("device")
