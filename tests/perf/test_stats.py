@@ -15,7 +15,7 @@ from trtspec.perf.compare import comparisons
 from trtspec.perf.output import write_results
 from trtspec.perf.schema import Interval, PerfResults, RequestRecord, Run, Settings, load_results
 from trtspec.perf.runner import block_schedule
-from trtspec.perf.stats import (NO_DIFFERENCE, itl, mean_ci, pair_up, percentiles, prediction_fit, requests_for,
+from trtspec.perf.stats import (NO_DIFFERENCE, end_to_end_prediction, itl, mean_ci, pair_up, percentiles, prediction_fit, requests_for,
                                 speedup_ci, summarize, to_record, token_weighted_al, verdict)
 from trtspec.triton_repo.models.serving_rules import pick_band
 
@@ -127,7 +127,10 @@ def test_comparisons_pair_spec_with_baseline_and_predict_from_the_served_band():
     for row, (spec, base) in zip(rows, [(runs[0], runs[1]), (runs[2], runs[3])]):
         assert row.speedup == pytest.approx(spec.summary.output_tokens_per_s / base.summary.output_tokens_per_s)
         assert row.acceptance_length == spec.summary.acceptance_length
-    assert (rows[0].predicted_draft_len, rows[0].predicted_speedup) == (4, 2.0)
+    assert (rows[0].predicted_draft_len, rows[0].predicted_step_speedup) == (4, 2.0)
+    b = runs[1].summary  # the prediction is made end to end with the baseline's own TTFT and E2E
+    assert rows[0].predicted_speedup == pytest.approx(b.e2e_s.mean / (b.ttft_s.mean + (b.e2e_s.mean - b.ttft_s.mean) / 2))
+    assert 1.0 < rows[0].predicted_speedup < 2.0
     assert (rows[1].predicted_draft_len, rows[1].predicted_acceptance_length) == (2, 2.2)
     assert comparisons(runs)[0].predicted_speedup is None
 
@@ -356,3 +359,14 @@ def test_block_schedule_alternates_abba_and_sends_the_same_requests_in_both_mode
     sent = {on: [i for j, o, r in sched if o == on for i in r] for on in (True, False)}
     assert sent[True] == sent[False] == list(range(10))
     assert all(r == r2 for (j, _, r), (j2, _, r2) in zip(sched[::2], sched[1::2]))
+
+
+def test_end_to_end_prediction_keeps_the_first_token():
+    """Speculation shortens what follows the first token: a 2x step speedup on requests of 3 s whose
+    first token takes 1 s is (1 + 2) / (1 + 2 / 2) = 1.5x end to end."""
+    assert end_to_end_prediction(2.0, 1.0, 3.0) == pytest.approx(1.5)
+    assert end_to_end_prediction(2.0, 0.0, 3.0) == pytest.approx(2.0)
+    assert end_to_end_prediction(1.0, 1.0, 3.0) == pytest.approx(1.0)  # K=0 against off stays 1
+    assert end_to_end_prediction(0.8, 1.0, 3.0) == pytest.approx(3.0 / (1.0 + 2.0 / 0.8))  # a slowdown dilutes too
+    assert end_to_end_prediction(2.0, None, 3.0) == 2.0 and end_to_end_prediction(2.0, 3.0, 3.0) == 2.0
+    assert end_to_end_prediction(None, 1.0, 3.0) is None

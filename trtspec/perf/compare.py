@@ -2,7 +2,9 @@
 
 The prediction is the tuned band the repository serves at that load, chosen with the same rule as
 the repository's `generate` model (serving_rules.pick_band: the largest tuned band <= the requests
-in flight, else the smallest band), so a measured speedup is compared with the number the served K came from.
+in flight, else the smallest band), so a measured speedup is compared with the number the served K came
+from, made end to end with the baseline's measured time to first token (stats.end_to_end_prediction:
+the tuner prices decode steps, tokens/s counts whole requests).
 Open-loop runs have no fixed concurrency, so they get no prediction. Sampled runs (temperature > 0)
 get a distribution check of their outputs against the baseline's (trtspec.perf.parity).
 Each row carries the speedup's 95% interval and what it allows to say (trtspec.perf.stats: verdict,
@@ -19,7 +21,7 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import pair_up, prediction_fit, requests_for, speedup_ci, verdict
+from .stats import end_to_end_prediction, pair_up, prediction_fit, requests_for, speedup_ci, verdict
 
 
 def load_predictions(path: Path | None):
@@ -65,10 +67,11 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         wt = tuning.workloads.get(r.workload) if tuning is not None else None
         if wt is not None and wt.bands and r.concurrency is not None:
             band = pick_band(wt.bands, r.concurrency)
-            row.predicted_speedup = band.speedup
+            row.predicted_step_speedup = band.speedup
+            row.predicted_speedup = end_to_end_prediction(band.speedup, b.summary.ttft_s.mean, b.summary.e2e_s.mean)
             row.predicted_acceptance_length = band.acceptance_length
             row.predicted_draft_len = _draft_len(band)
-            row.prediction_fit = prediction_fit(band.speedup, ci)
+            row.prediction_fit = prediction_fit(row.predicted_speedup, ci)
         out.append(row)
     return out
 
@@ -90,6 +93,13 @@ def parity(spec: Run, base: Run) -> Parity:
 VERDICT_STYLE = {"faster": "green", "slower": "red"}  # rich styles; no measurable difference stays neutral
 
 
+def prediction_text(end_to_end: float, per_step: float | None) -> str:
+    """'1.93x end to end (2.61x per step)', or '1.93x' when the two agree to the printed digits."""
+    if per_step is None or f"{per_step:.2f}" == f"{end_to_end:.2f}":
+        return f"{end_to_end:.2f}x"
+    return f"{end_to_end:.2f}x end to end ({per_step:.2f}x per step)"
+
+
 def ci_text(ci, fmt: str = ".2f", suffix: str = "x") -> str:
     """'[0.85x, 1.47x]', or '-' without an interval."""
     return "-" if ci is None else f"[{ci.low:{fmt}}{suffix}, {ci.high:{fmt}}{suffix}]"
@@ -104,7 +114,8 @@ def speedup_line(c: Comparison) -> str:
         text += f" over {c.paired_requests} interleaved pairs"
     text += f", {c.verdict}" if c.verdict else " (too few requests for an interval)"
     if c.predicted_speedup is not None:
-        text += f"; predicted {c.predicted_speedup:.2f}x" + (f", {c.prediction_fit}" if c.prediction_fit else "")
+        text += f"; predicted {prediction_text(c.predicted_speedup, c.predicted_step_speedup)}" + (
+            f", {c.prediction_fit}" if c.prediction_fit else "")
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} " + ("pairs" if c.paired_requests else "requests per run")
     return text

@@ -21,10 +21,10 @@ from pathlib import Path
 from ..fsutil import write_text_atomic
 from ..triton_repo.models.serving_rules import pick_band
 from . import plots
-from .compare import load_predictions
+from .compare import load_predictions, prediction_text
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
-from .stats import prediction_fit, rate_ci, requests_for, speedup_ci, verdict
+from .stats import end_to_end_prediction, prediction_fit, rate_ci, requests_for, speedup_ci, verdict
 
 # id -> (title, alt text). Ids are stable: tests and users link to them.
 FIGURES = {
@@ -57,6 +57,7 @@ class Headline:
     baseline_tokens_per_s_ci: Interval | None = None
     speedup_ci: Interval | None = None
     requests: int = 0  # successful requests of the smaller of the two runs
+    predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
 
 
 def load_label(run) -> str:
@@ -86,20 +87,23 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         tps = r.summary.output_tokens_per_s if r.speculation and _ok(r) else None
         btps = b.summary.output_tokens_per_s if b is not None and _ok(b) else None
         speedup = tps / btps if tps is not None and btps else None
-        pred_s = pred_al = pred_k = None
+        pred_s = pred_step = pred_al = pred_k = None
         band = None
         if tuning is not None and r.workload in tuning.workloads:  # the band the repository serves at this load
             band = pick_band(tuning.workloads[r.workload].bands, r.concurrency)
         if band is not None:
-            pred_s, pred_al, pred_k = band.speedup, band.acceptance_length, band.draft_len
+            pred_step, pred_al, pred_k = band.speedup, band.acceptance_length, band.draft_len
+            pred_s = (end_to_end_prediction(pred_step, b.summary.ttft_s.mean, b.summary.e2e_s.mean)
+                      if b is not None and r.speculation else pred_step)
         elif key in comps:
             c = comps[key]
-            pred_s, pred_al, pred_k = c.predicted_speedup, c.predicted_acceptance_length, c.predicted_draft_len
+            pred_s, pred_step = c.predicted_speedup, c.predicted_step_speedup
+            pred_al, pred_k = c.predicted_acceptance_length, c.predicted_draft_len
         out.append(Headline(r.workload, key[1], tps, btps, speedup, pred_s,
                             r.summary.acceptance_length if r.speculation else None, pred_al, pred_k,
                             _run_ci(r) if tps is not None else None, _run_ci(b) if btps is not None else None,
                             speedup_ci(r.requests, b.requests, speedup) if speedup else None,
-                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0))
+                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0, pred_step))
     return out
 
 
@@ -221,11 +225,19 @@ def _speed_note(h: Headline) -> str:
     parts = [verdict(h.speedup_ci)]
     fit = prediction_fit(h.predicted_speedup, h.speedup_ci)
     if fit:
-        parts.append(f"predicted {h.predicted_speedup:.2f}x {fit}")
+        parts.append(f"predicted {prediction_text(h.predicted_speedup, h.predicted_step_speedup)} {fit}")
     need = requests_for(h.speedup_ci, h.speedup, h.requests)
     if need is not None:
         parts.append(f"±5% needs ~{need} requests per run (measured {h.requests})")
     return escape("; ".join(parts))
+
+
+def _per_step(h: Headline) -> str:
+    """The tuner's per-step speedup under the end-to-end one, when they differ."""
+    if h.predicted_speedup is None or h.predicted_step_speedup is None \
+            or f"{h.predicted_step_speedup:.2f}" == f"{h.predicted_speedup:.2f}":
+        return ""
+    return f'<br><span class="muted">{h.predicted_step_speedup:.2f}x per step</span>'
 
 
 def _headline_table(heads: list[Headline]) -> str:
@@ -238,13 +250,13 @@ def _headline_table(heads: list[Headline]) -> str:
             f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}</td>'
             f'<td class="big{_speed_cls(h.speedup_ci)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
             f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
-            f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}</td>'
+            f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}</td>'
             f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}</td>'
             f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td>'
             f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')
     return ('<table id="headline"><tr><th class="l">workload</th><th class="l">load</th><th>tokens/s (tuned)</th>'
-            '<th>tokens/s (baseline)</th><th>speedup measured</th><th>speedup predicted</th><th>AL measured</th>'
+            '<th>tokens/s (baseline)</th><th>speedup measured</th><th>speedup predicted (end to end)</th><th>AL measured</th>'
             '<th>AL predicted</th><th>K predicted</th><th class="l">verdict (95% interval)</th></tr>'
             + "".join(rows) + "</table>")
 

@@ -143,7 +143,11 @@ class Comparison(BaseModel):
     baseline_tokens_per_s: float
     speedup: float
     acceptance_length: float | None = None
-    predicted_speedup: float | None = None  # tuning.json, the band the repository serves at this load
+    # the tuner's prediction made end to end (perf.stats.end_to_end_prediction: the baseline's TTFT kept),
+    # comparable with `speedup`; predicted_step_speedup is tuning.json's own, per decode step, of the band
+    # the repository serves at this load
+    predicted_speedup: float | None = None
+    predicted_step_speedup: float | None = None
     predicted_acceptance_length: float | None = None
     predicted_draft_len: int | None = None
     sampling: str | None = None  # Sampling.label() of both runs (None: greedy)

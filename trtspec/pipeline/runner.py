@@ -333,9 +333,9 @@ def print_speedups(results_path: Path, console: Console) -> list:
     """Measured speedup (perf, speculation on vs off) with its 95% interval next to the tuner's
     prediction, per workload; coloured only when the interval excludes 1 (trtspec.perf.stats)."""
     results = load_results(results_path)
-    table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
+    table = Table(title="speedup per workload: measured (perf) vs predicted (tune, made end to end with the baseline TTFT)")
     for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "95% CI", "verdict", "predicted",
-                "AL meas.", "AL pred.", "K"):
+                "per step", "AL meas.", "AL pred.", "K"):
         table.add_column(col, justify="right")
 
     def f(x, spec):
@@ -348,6 +348,7 @@ def print_speedups(results_path: Path, console: Console) -> list:
         table.add_row(c.workload, load, f(c.tokens_per_s, ".1f"), f(c.baseline_tokens_per_s, ".1f"),
                       f"[{style}]{measured}[/]" if style else measured, ci_text(c.speedup_ci), c.verdict or "-",
                       f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else ""),
+                      f(c.predicted_step_speedup, ".2f") + ("x" if c.predicted_step_speedup else ""),
                       f(c.acceptance_length, ".2f"), f(c.predicted_acceptance_length, ".2f"),
                       f(c.predicted_draft_len, "d"))
     console.print(table)
