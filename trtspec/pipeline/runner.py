@@ -333,7 +333,7 @@ def print_speedups(results_path: Path, console: Console) -> list:
     """Measured speedup (perf, speculation on vs off) with its 95% interval next to the tuner's
     prediction, per workload; coloured only when the interval excludes 1 (trtspec.perf.stats)."""
     results = load_results(results_path)
-    table = Table(title="speedup per workload: measured (perf) vs predicted (tune, made end to end with the baseline TTFT)")
+    table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
     for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "95% CI", "verdict", "predicted",
                 "per step", "AL meas.", "AL pred.", "K"):
         table.add_column(col, justify="right")
