@@ -18,6 +18,7 @@ from .checkpoints.default_model import default_cache_root
 from .errors import TrtspecError
 from .fsutil import write_text_atomic
 from .options import default, doc, flag_context, from_cli
+from .runtime.command import COMPILE_LAYERS, DEVICE, DTYPE, FP8_GEMM
 from .runtime.options import GenerateOptions as G
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -81,10 +82,10 @@ def generate(
     top_p: float = typer.Option(default(G, "top_p"), "--top-p", help=doc(G, "top_p")),
     seed: int = typer.Option(default(G, "seed"), help=doc(G, "seed")),
     accept_rule: Optional[str] = typer.Option(default(G, "accept_rule"), "--accept-rule", help=doc(G, "accept_rule")),
-    fp8_gemm: str = typer.Option(default(G, "fp8_gemm"), "--fp8-gemm", help=doc(G, "fp8_gemm")),
-    device: str = typer.Option(default(G, "device"), "--device", help=doc(G, "device")),
-    dtype: Optional[str] = typer.Option(default(G, "dtype"), "--dtype", help=doc(G, "dtype")),
-    compile_layers: bool = typer.Option(default(G, "compile_layers"), help=doc(G, "compile_layers")),
+    fp8_gemm: str = FP8_GEMM,
+    device: str = DEVICE,
+    dtype: Optional[str] = DTYPE,
+    compile_layers: bool = COMPILE_LAYERS,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""

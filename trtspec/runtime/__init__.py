@@ -12,4 +12,5 @@
     draft_target.py, eagle.py, eagle2.py   the proposers (no proposer = plain greedy, greedy.py)
     stats.py, batch.py               per-request metrics (AL, per-position acceptance) and stops
     generate.py                      high-level API: load_models, generate_batch, stream_request, run_generate
+    command.py                       the runtime flags (--device, --dtype, ...) of every command running it
 """

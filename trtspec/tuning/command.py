@@ -20,6 +20,7 @@ import typer
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, write_text_atomic
 from ..options import default, doc, flag_context, from_cli
+from ..runtime.command import COMPILE_LAYERS, DEVICE, DTYPE, FP8_GEMM
 from .options import MeasureConfig, TuneOptions
 
 
@@ -108,10 +109,10 @@ def measure_cost_command(
                                    " Comma-separated."),
     context: int = typer.Option(default(M, "context"), "--context", help=doc(M, "context")),
     repeats: int = typer.Option(default(M, "repeats"), "--repeats", help=doc(M, "repeats")),
-    device: str = typer.Option(default(M, "device"), "--device", help=doc(M, "device")),
-    dtype: Optional[str] = typer.Option(default(M, "dtype"), "--dtype", help=doc(M, "dtype")),
-    compile_layers: bool = typer.Option(default(M, "compile_layers"), help=doc(M, "compile_layers")),
-    fp8_gemm: str = typer.Option(default(M, "fp8_gemm"), "--fp8-gemm", help=doc(M, "fp8_gemm")),
+    device: str = DEVICE,
+    dtype: Optional[str] = DTYPE,
+    compile_layers: bool = COMPILE_LAYERS,
+    fp8_gemm: str = FP8_GEMM,
     out: Path = typer.Option(Path("cost_table.json"), "--out", help="Where to write the cost table."),
 ):
     """Time the PyTorch runtime's forwards on this machine into a cost table for `trtspec tune --cost FILE`."""

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from ..options import default, doc, flag_context, from_cli
+from ..runtime.command import COMPILE_LAYERS, DEVICE, DTYPE, FP8_GEMM
 from .options import ProfileOptions as P
 
 
@@ -37,11 +38,11 @@ def profile_command(
                                            help=doc(P, "samples_per_prompt")),
     ngram_sizes: Optional[str] = typer.Option(default(P, "ngram_sizes"), "--ngram-sizes",
                                               help=doc(P, "ngram_sizes") + " Comma-separated."),
-    fp8_gemm: str = typer.Option(default(P, "fp8_gemm"), "--fp8-gemm", help=doc(P, "fp8_gemm")),
-    device: str = typer.Option(default(P, "device"), "--device", help=doc(P, "device")),
-    dtype: Optional[str] = typer.Option(default(P, "dtype"), "--dtype", help=doc(P, "dtype")),
+    fp8_gemm: str = FP8_GEMM,
+    device: str = DEVICE,
+    dtype: Optional[str] = DTYPE,
     batch_size: Optional[int] = typer.Option(default(P, "batch_size"), "--batch-size", help=doc(P, "batch_size")),
-    compile_layers: bool = typer.Option(default(P, "compile_layers"), help=doc(P, "compile_layers")),
+    compile_layers: bool = COMPILE_LAYERS,
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
