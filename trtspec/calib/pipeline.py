@@ -23,11 +23,11 @@ from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.spec import DecoderSpec, trtllm_config
 from ..checkpoints.trtllm_ckpt import load_checkpoint
 from ..checkpoints.validate import validate_checkpoint
-from ..checkpoints.writer import copy_tokenizer, finite, source_record, validate_sources, write_manifest, write_ranks
+from ..checkpoints.writer import (TORCH_DTYPES, copy_tokenizer, finite, source_record, validate_sources, write_manifest,
+                                  write_ranks)
 from ..errors import TrtspecError
 from ..fsutil import write_json
 from ..runtime.model import Decoder
-from ..runtime.quant import MODEL_DTYPES
 from ..upstream.modelopt import MODELOPT_VERSION
 from .calibrate import QuantState, calibrate, collect, plain_weights
 from .data import CalibSet
@@ -142,7 +142,7 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme,
         convert_hf(d.hf_dir, ref, dtype="float32")
         dev = cal.calib.device  # where calibration ran (quantization.device)
         sens = measure(Decoder(load_checkpoint(probe), device=dev), Decoder(load_checkpoint(ref), device=dev),
-                       candidates, prompts, MODEL_DTYPES[d.dtype])
+                       candidates, prompts, TORCH_DTYPES[d.dtype])
     top = sens.ranked()[: keep.count]
     chosen = expand_units(top, units)
     disable = set(hf_modules(d.plans, set(chosen)))

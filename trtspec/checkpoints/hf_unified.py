@@ -38,7 +38,6 @@ FP8_TENSORS = {"weight": (torch.float8_e4m3fn,), "weight_scale": (torch.float32,
 # where ModelOpt could not fold it into the preceding norm: o_proj, down_proj).
 AWQ_TENSORS = {"weight": (torch.uint8, torch.int8), "weight_scale": (torch.float32, torch.float16, torch.bfloat16)}
 TENSORS = {"FP8": FP8_TENSORS, "W4A16_AWQ": AWQ_TENSORS}
-MODEL_DTYPES = ("float16", "bfloat16", "float32")
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,8 +97,8 @@ class HfUnifiedCheckpoint:
 
 def _dtype(config: dict, where: Path) -> str:
     dtype = config.get("torch_dtype", config.get("dtype"))
-    if dtype not in MODEL_DTYPES:
-        raise TrtspecError(f"{where}: field 'torch_dtype' is {dtype!r}, expected one of {list(MODEL_DTYPES)}")
+    if dtype not in trtllm.DTYPES:  # the dtypes the PyTorch backend (and the runtime) compute in
+        raise TrtspecError(f"{where}: field 'torch_dtype' is {dtype!r}, expected one of {list(trtllm.DTYPES)}")
     return dtype
 
 

@@ -19,7 +19,8 @@ from .layout import TensorPlan
 from .safetensors_io import StreamingWriter, WeightSource
 from .sharding import split
 
-TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# config.json dtype -> torch dtype: the tensors a checkpoint is written in, and what the runtime computes in.
+TORCH_DTYPES = {name: getattr(torch, name) for name in trtllm.DTYPES}
 # HF tensors that are not weights of the network (buffers some exporters save).
 IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 # Dtypes checked for NaN/Inf (float8 has no isfinite kernel; already-quantized tensors pass as they are).

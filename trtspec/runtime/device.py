@@ -20,8 +20,8 @@ import dataclasses
 
 import torch
 
+from ..checkpoints.writer import TORCH_DTYPES
 from ..errors import TrtspecError
-from .quant import MODEL_DTYPES
 
 
 def resolve(device: str | list | tuple | torch.device, field: str = "device") -> list[torch.device]:
@@ -55,9 +55,9 @@ def compute_dtype(name: str | None, devices: list[torch.device], field: str = "d
     a model that fills an H100 is served in)."""
     if name is None:
         return torch.bfloat16 if any(d.type == "cuda" for d in devices) else torch.float32
-    if name not in MODEL_DTYPES:
-        raise TrtspecError(f"{field}: {name!r} is not one of {', '.join(MODEL_DTYPES)}")
-    return MODEL_DTYPES[name]
+    if name not in TORCH_DTYPES:
+        raise TrtspecError(f"{field}: {name!r} is not one of {', '.join(TORCH_DTYPES)}")
+    return TORCH_DTYPES[name]
 
 
 def move(obj, device: torch.device):

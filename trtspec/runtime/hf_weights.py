@@ -31,10 +31,11 @@ from pathlib import Path
 
 from ..checkpoints.hf_unified import GATE_UP, QKV, HfUnifiedCheckpoint, is_hf_unified
 from ..checkpoints.scheme import QuantScheme
+from ..checkpoints.writer import TORCH_DTYPES
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
-from .quant import MODEL_DTYPES, Fp8Weight, KVQuant, Linear, load_float
+from .quant import Fp8Weight, KVQuant, Linear, load_float
 from .weights import LayerWeights
 
 # What a profile or quality report measured on such a checkpoint (recorded with its quantization).
@@ -52,7 +53,7 @@ def _bias(ckpt: HfUnifiedCheckpoint, module: str, dtype: torch.dtype) -> torch.T
 
 def fused_fp8(ckpt: HfUnifiedCheckpoint, modules: list[str], dtype: torch.dtype) -> Linear:
     """One FP8 linear made of `modules` (HF names) the way rescale_fused_weights fuses them."""
-    model = MODEL_DTYPES[ckpt.dtype]
+    model = TORCH_DTYPES[ckpt.dtype]
     w8 = [ckpt.tensor(m + ".weight").view(torch.float8_e4m3fn) for m in modules]
     ws = [ckpt.tensor(m + ".weight_scale").float().reshape(()) for m in modules]
     acts = [ckpt.tensor(m + ".input_scale").float().reshape(()) for m in modules]

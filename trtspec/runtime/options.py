@@ -10,8 +10,7 @@ from typing import Literal, Optional, get_args
 from pydantic import Field, field_validator
 
 from ..options import ONE_DEVICE, Sampling, StageOptions
-
-COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+from ..upstream.trtllm import DTYPES  # the runtime computes in the dtypes a checkpoint is written in
 
 # How an FP8 checkpoint's linears multiply (runtime/quant.py): one setting for generate and profile.
 Fp8Gemm = Literal["auto", "scaled_mm", "emulate"]
@@ -45,8 +44,8 @@ class RuntimeDevice(StageOptions):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and v not in COMPUTE_DTYPES:
-            raise ValueError(f"{v!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+        if v is not None and v not in DTYPES:
+            raise ValueError(f"{v!r} is not one of {', '.join(DTYPES)}")
         return v
 
 

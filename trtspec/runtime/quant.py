@@ -53,6 +53,7 @@ import torch.nn.functional as F
 
 from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
+from ..checkpoints.writer import TORCH_DTYPES
 from ..errors import TrtspecError
 from ..upstream import trtllm
 from .options import FP8_GEMMS  # how an FP8 linear multiplies (module docstring)
@@ -60,8 +61,7 @@ from .options import FP8_GEMMS  # how an FP8 linear multiplies (module docstring
 # The weight formats this runtime implements (a subset of what TRT-LLM accepts).
 QUANT_ALGOS = ("FP8", "W8A8_SQ_PER_CHANNEL", "W8A16", "W4A16", "W4A16_AWQ")
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448: TensorRT's FP8 Quantize saturates here
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MODEL_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FLOAT_DTYPES = tuple(TORCH_DTYPES.values())
 # FP8 tensor cores (and so cuBLASLt's FP8 GEMM behind torch._scaled_mm) exist from SM 8.9 on.
 SCALED_MM_MIN_CAPABILITY = (8, 9)
 SCALED_MM_ALIGN = 16  # _scaled_mm (CUDA) wants both dims of the FP8 weight divisible by 16
@@ -197,10 +197,10 @@ def scheme_of(ckpt: TrtllmCheckpoint) -> QuantScheme:
 
 def model_dtype(ckpt: TrtllmCheckpoint) -> torch.dtype:
     """The checkpoint's model dtype: TRT-LLM keeps some scales in it."""
-    if ckpt.dtype not in MODEL_DTYPES:
+    if ckpt.dtype not in TORCH_DTYPES:
         raise TrtspecError(f"{ckpt.path / 'config.json'}: field 'dtype' is {ckpt.dtype!r}, expected one of "
-                           f"{list(MODEL_DTYPES)}")
-    return MODEL_DTYPES[ckpt.dtype]
+                           f"{list(TORCH_DTYPES)}")
+    return TORCH_DTYPES[ckpt.dtype]
 
 
 # --- Reading tensors --------------------------------------------------------------------------------
