@@ -18,6 +18,7 @@ rounding can flip a near-tie (README, "Speculation on FP8 checkpoints").
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..checkpoints.eagle3 import load_eagle3_head
+from ..checkpoints.eagle3 import Eagle3Head, load_eagle3_head
 from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
@@ -114,15 +115,26 @@ def load_models(ckpt: Path, draft_ckpt: Path | None = None, dtype: torch.dtype |
     c = open_checkpoint(ckpt)  # a TRT-LLM checkpoint or a ModelOpt unified HF one
     tok = load_tokenizer(ckpt) if tokenizer else None
     head = load_eagle3_head(Path(eagle3_head), c.spec) if eagle3_head is not None else None
-    target = Decoder(c, dtype, head.aux_layers if head is not None else (), device)
+    target = Decoder(c, dtype, head.aux_layers if head is not None else (), device)  # capturing the head's layers
     models = Models(target=target,
                     draft=Decoder(open_checkpoint(Path(draft_ckpt)), dtype, device=device) if draft_ckpt is not None
                     else None,
                     eagle=EagleNet(c, dtype, target.output_device) if c.is_eagle else None,
-                    eagle3=Eagle3Net(head, target, dtype) if head is not None else None,
                     tokenizer=tok, eos_ids=eos_ids(ckpt, tok))
+    if head is not None:
+        models = with_eagle3_head(models, head)
     set_fp8_gemm(models.linears(), fp8_gemm)
     return models
+
+
+def with_eagle3_head(models: Models, head: Eagle3Head | Path | str) -> Models:
+    """`models` drafting with an EAGLE-3 head on their loaded target (no second copy of the target).
+    head: a loaded head (load_models loads it first: the target is built capturing its layers), or
+    its directory (the Triton spec_decode model puts several heads on one target: heads trained for
+    one target capture the same layers, and Eagle3Net refuses one that does not)."""
+    if not isinstance(head, Eagle3Head):
+        head = load_eagle3_head(Path(head), models.target.spec)
+    return dataclasses.replace(models, eagle3=Eagle3Net(head, models.target, models.target.dtype))
 
 
 def pick_mode(models: Models, mode: str, eagle_choices, dynamic_top_k: int | None = None) -> str:

@@ -101,19 +101,6 @@ def draft_distribution(logits, temperature, top_k=0, top_p=1.0):
     return np.where(keep, logq, MASKED_LOGIT).astype(np.float32)
 
 
-def with_head(models, head_dir):
-    """`models` drafting with another EAGLE-3 head on the same loaded target (no second copy of the
-    target): heads trained for one target capture the same layers (Eagle3Net refuses one that does not)."""
-    import dataclasses
-    from pathlib import Path
-
-    from trtspec.checkpoints.eagle3 import load_eagle3_head
-    from trtspec.runtime.eagle3 import Eagle3Net
-
-    head = load_eagle3_head(Path(head_dir), models.target.spec)
-    return dataclasses.replace(models, eagle3=Eagle3Net(head, models.target, models.target.dtype))
-
-
 class TritonPythonModel(PooledModel):
     pool_name = "spec_decode"
     drafters = frozenset({"model"})  # setup reads the drafter parameter
@@ -134,7 +121,7 @@ class TritonPythonModel(PooledModel):
             # lazy: only the cpu flavor runs trtspec.runtime; the trtllm container (bls) may have no trtspec
             import torch
 
-            from trtspec.runtime.generate import load_models
+            from trtspec.runtime.generate import load_models, with_eagle3_head
 
             # One request per worker thread; torch's own intra-op threads on top of that oversubscribe
             # a small CPU (measured: SmolLM2 greedy 10x slower with 2 intra-op threads on a busy 2-core box).
@@ -148,7 +135,8 @@ class TritonPythonModel(PooledModel):
             else:
                 self.models = load_models(p["target_checkpoint"], p["draft_checkpoint"] or None, tokenizer=False,
                                           **load_device(p))
-            self.heads = {n: with_head(self.models, d) for n, d in json.loads(p.get("draft_heads") or "{}").items()}
+            self.heads = {n: with_eagle3_head(self.models, d)
+                          for n, d in json.loads(p.get("draft_heads") or "{}").items()}
             self.positions = max_positions(p["target_checkpoint"], p["draft_checkpoint"])
         elif self.engine != "bls":
             raise ValueError(f"spec_decode: engine {self.engine!r} is not 'bls' or 'trtspec.runtime'")
