@@ -181,12 +181,7 @@ def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -
     root = _dir(ckpt, "ckpt")
     if mode == "eagle3":
         target = _checkpoint(root, "target", "ckpt")
-        head = _dir(draft_ckpt, "draft_ckpt")
-        cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}
-        if not is_eagle3(cfg):
-            raise TrtspecError(f"draft_ckpt: {head} is not an EAGLE-3 head, but the tuning is eagle3")
-        return [target, Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=_hf_dtype(cfg),
-                                 max_seq_len=cfg.get("max_position_embeddings"))]
+        return [target, eagle3_head(draft_ckpt, "draft_ckpt", ", but the tuning is eagle3")]
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
     if mode == "ngram":
         if draft_ckpt is not None:
@@ -282,6 +277,18 @@ def _hf_dtype(cfg: dict) -> str:
 def is_eagle3(cfg: dict) -> bool:
     archs = [a.lower() for a in cfg.get("architectures") or []]
     return any("eagle3" in a for a in archs) or "eagle_config" in cfg
+
+
+def eagle3_head(path: Path | None, field: str, why: str = "") -> Artifact:
+    """An EAGLE-3 head directory as the draft Artifact every flavor reads (its config.json, dtype,
+    positions): the pytorch flavor's draft_ckpt and each extra head (heads.py). why: said after
+    "`field`: PATH is not an EAGLE-3 head" when it is not one."""
+    head = _dir(path, field)
+    cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}
+    if not is_eagle3(cfg):
+        raise TrtspecError(f"{field}: {head} is not an EAGLE-3 head{why}")
+    return Artifact(role="draft", path=head, kind="hf", config=cfg, dtype=_hf_dtype(cfg),
+                    max_seq_len=cfg.get("max_position_embeddings"))
 
 
 def eagle3_capture(target: Artifact, head: Artifact) -> dict:

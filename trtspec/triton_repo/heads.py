@@ -15,8 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import TrtspecError
-from ..fsutil import read_json
-from .deploy import Artifact, _dir, _hf_dtype, is_eagle3
+from .deploy import Artifact, eagle3_head
 
 
 def routed_drafters(tuning) -> set[str]:
@@ -37,10 +36,5 @@ def resolve_heads(tuning, given: dict[str, Path] | None) -> dict[str, Artifact]:
         if path is None:
             raise TrtspecError(f"draft_heads: the tuning routes to EAGLE-3 head '{name}', but neither draft_heads nor "
                                "tuning.json's choice names its directory")
-        d = _dir(Path(path), f"draft_heads.{name}")
-        cfg = read_json(d / "config.json", "EAGLE-3 head config.json") if (d / "config.json").is_file() else {}
-        if not is_eagle3(cfg):
-            raise TrtspecError(f"draft_heads.{name}: {d} is not an EAGLE-3 head")
-        heads[name] = Artifact(role="draft", path=d, kind="hf", config=cfg, dtype=_hf_dtype(cfg),
-                               max_seq_len=cfg.get("max_position_embeddings"))
+        heads[name] = eagle3_head(path, f"draft_heads.{name}")
     return heads
