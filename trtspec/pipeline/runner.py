@@ -66,15 +66,13 @@ def _trains(r: Recipe) -> bool:
 
 
 def _derive_section(r: Recipe) -> dict:
-    """The derived draft's inputs; a trained head's also the options of each head and the content of
-    the prompt files it trains on (packaged sets are named: they change with trtspec's version)."""
+    """The derived draft's inputs; a trained head's also the options of each head (the content of the
+    prompt files it trains on is an external input, `draft.train.workloads.*`; packaged sets are named:
+    they change with trtspec's version)."""
     section = {"target": r.target, "derive": r.draft.model_dump(exclude={"train"}) if r.draft else None}
     if _trains(r):
-        heads = r.trained_heads()
-        files = {src: fingerprint(Path(src)) for entries in heads.values() for e in entries.split(",")
-                 if "/" in (src := e.partition("=")[2] or e)}
         section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads).shaping()
-                                      for n, e in heads.items()}, "files": files}
+                                      for n, e in r.trained_heads().items()}}
     return section
 
 
@@ -122,9 +120,11 @@ STAGES = {s.name: s for s in (
 )}
 
 # Which external inputs (stages.external_inputs keys, by prefix) each stage reads; quantize calibrates on
-# the workloads unless quantization.calib names its own sources.
-EXTERNALS = {"derive": ("target",), "convert": ("target", "draft."),
-             "quantize": ("target", "draft.", "quantization.", "workloads."),
+# the workloads unless quantization.calib names its own sources. The draft models ("draft.eagle" covers
+# draft.eagle3), not the prompt files a head trains on (draft.train.*), which derive reads.
+DRAFTS = ("draft.hf", "draft.eagle")
+EXTERNALS = {"derive": ("target", "draft.train."), "convert": ("target", *DRAFTS),
+             "quantize": ("target", *DRAFTS, "quantization.", "workloads."),
              "profile": ("workloads.", "draft.eagle3"), "tune": ("tune.",), "triton": ("draft.eagle3",),
              "perf": ("workloads.",)}
 

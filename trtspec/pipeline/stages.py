@@ -133,6 +133,10 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     for n, s in recipe.workloads.items():  # resolved paths are absolute; packaged names have no "/"
         if "/" in s:
             found[f"workloads.{n}"] = s
+    for entries in recipe.trained_heads().values():  # the prompt files trained heads learn from
+        for e in entries.split(","):
+            if "/" in (src := e.partition("=")[2] or e):
+                found[f"draft.train.workloads.{e.partition('=')[0]}"] = src
     if recipe.quantization is not None and recipe.quantization.calib:
         for n, s in recipe.quantization.calib.items():
             if "/" in s:
