@@ -13,7 +13,8 @@ preset, see below)
     bytes = (linear weights * bytes/weight + lm_head * its bytes/weight) / tp
             + batch * (context + num_tokens) * KV bytes per token / tp     (KV read + the new writes)
     FLOPs = 2 * batch * num_tokens * (linear + lm_head parameters) / tp
-            + 4 * num_layers * batch * num_tokens * (context + num_tokens) * heads * head_size / tp
+            + 4 * num_layers * batch * num_tokens * (context + (num_tokens + 1) / 2) * heads * head_size / tp
+              (causal: new token i attends to the context and the i new tokens up to itself)
 
 Why a roofline: decode and verify steps are weight-streaming (memory-bound) at small batch and
 become compute-bound only when batch * tokens reaches a few hundred; the crossover is what makes
@@ -205,7 +206,7 @@ def forward_terms(m: ModelShape, batch: int, num_tokens: int, context: float) ->
     tokens = batch * num_tokens
     kv = batch * (context + num_tokens) * m.kv_bytes_per_token
     nbytes = (m.weight_bytes_total + kv) / m.tp
-    attn = 4.0 * m.num_layers * tokens * (context + num_tokens) * m.num_heads * m.head_size
+    attn = 4.0 * m.num_layers * tokens * (context + (num_tokens + 1) / 2) * m.num_heads * m.head_size  # causal
     flops = (2.0 * tokens * (m.linear_params + m.lm_head_params) + attn) / m.tp
     return nbytes, flops
 
