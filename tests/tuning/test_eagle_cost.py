@@ -149,7 +149,7 @@ GOLDEN = {  # (row, framework): predicted / reported, as printed by the script
     ("A1", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64"): 0.897,
     ("A1", "Llama-3.1-8B + EAGLE-2, SGLang 5/8/64"): 0.991,
     ("A2", "Llama-3.3-70B fp16 TP8 + EAGLE-3, SGLang 8/8/64"): 1.196,
-    ("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model"): 1.158,
+    ("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model"): 1.161,
     ("PR4247", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64"): 0.987,
     ("PR11398", "Llama-3.1-8B fp16 + EAGLE-2 chain 5, SGLang (Oct 2025)"): 0.832,
 }
@@ -171,15 +171,16 @@ def test_the_script_says_what_passes_and_what_misses(capsys):
     out = capsys.readouterr().out
     assert "held-out EAGLE rows within ±20%: 6 of 6" in out
     assert "A1 EAGLE-3 pass (0.897)" in out and "A2 EAGLE-3 pass (1.196)" in out
-    assert "A6 EAGLE-3 chain 3 pass (1.158)" in out
+    assert "A6 EAGLE-3 chain 3 pass (1.161)" in out
     # the other readings of A6's number are printed beside it, so the pass rests on the stated one
     assert "counting only its own prefill 1.62x (ratio 1.29); decode alone 1.71x (ratio 1.35)" in out
     assert "fitted: SGLang eagle_step_overhead_s 5.450 ms <- sglang PR 4247" in out
 
 
 def test_prefill_is_the_sum_of_its_chunks():
-    """A chunked context phase: each chunk a forward attending to the chunks before it, so chunking
-    re-reads the weights (more time) and one chunk as large as the prompt is one forward."""
+    """A chunked context phase: each chunk a forward attending to the chunks before it (causal
+    attention priced the same either way), so chunking re-reads the weights and costs a little more;
+    one chunk as large as the prompt is one forward."""
     g, t = gpu_preset("h200"), bench().A6_TARGET
     whole = prefill_time(g, t, 10000)
     assert whole == pytest.approx(forward_time(g, t, 1, 10000, 0))
@@ -187,7 +188,7 @@ def test_prefill_is_the_sum_of_its_chunks():
     chunked = prefill_time(g, t, 10000, 3072)
     expected = sum(forward_time(g, t, 1, n, done) for done, n in ((0, 3072), (3072, 3072), (6144, 3072), (9216, 784)))
     assert chunked == pytest.approx(expected)
-    assert chunked != pytest.approx(whole, rel=1e-3)
+    assert whole < chunked < 1.1 * whole
     with pytest.raises(ValueError, match="prompt_tokens"):
         prefill_time(g, t, 0)
 

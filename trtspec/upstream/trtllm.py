@@ -286,7 +286,9 @@ EAGLE3_FC_FIRST_PASS = True
 # --max_num_tokens 3072 --dataset aa_gen_16k_1k_apr22.txt`; the result is "tps/user speedup over
 # regular decoding" at "conc=4". The drafting loop runs inside the target's forward (and CUDA graph):
 # no separate launch per level. max_num_tokens bounds the tokens of one iteration, so a 16k-token
-# prompt's context phase runs in chunks of 3072 (the dataset's lengths are read from its name).
+# prompt's context phase runs in chunks of 3072 (needs chunked context, which the quoted YAML does
+# not set: the stored PR text is cut off after --dataset). input/output_tokens are ASSUMED from the
+# dataset's name, not stated.
 EAGLE3_ONE_MODEL_RECIPE_PR5146 = {"max_draft_len": 3, "disable_overlap_scheduler": True,
                                   "cuda_graph_batch_sizes": (1, 2, 3, 4), "max_batch_size": 4,
                                   "max_num_tokens": 3072, "input_tokens": 16384, "output_tokens": 1024}
@@ -298,8 +300,9 @@ EAGLE3_ONE_MODEL_RECIPE_PR5146 = {"max_draft_len": 3, "disable_overlap_scheduler
 # prints it as "Per User Output Throughput [w/ ctx]" ("Output Throughput includes context/first
 # token"). At concurrency 4 (max_batch_size 4) a request's latency also holds the context phases of
 # the requests that join the batch while it decodes (in-flight batching runs their chunks in the
-# same iterations), or, with no concurrency limit, the queue ahead of it. Read for A6
-# (scripts/bench_published_setups.py).
+# same iterations), or, with no concurrency limit, the queue ahead of it. With --streaming it also
+# prints "Per User Output Speed" = 1 / TPOT, decode only; which of the two PR 5146 quotes is not in
+# its stored text. Read for A6 (scripts/bench_published_setups.py).
 TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT = True
 # The PyTorch backend's overlap scheduler (docs: torch/features/overlap_scheduler) runs step n's CPU
 # work (stop criteria, responses, scheduling the next batch) while the GPU runs step n + 1; "Enabled
