@@ -19,6 +19,7 @@ import pytest
 from cli_helpers import run_cli
 from triton_fixtures import tuning_file
 from trtspec.errors import TrtspecError
+from trtspec.perf.stats import end_to_end_prediction
 from trtspec.perf.report import FIGURES, render_report, write_report, write_report_from
 from trtspec.perf.schema import (Comparison, Percentiles, PerfResults,
                                  RequestRecord, Run, RunSummary, Settings, dump_results)
@@ -156,7 +157,8 @@ def test_full_report_has_every_figure_and_the_recomputed_headline(tmp_path, tuni
         # the band the generate model serves: largest band <= concurrency (bands 1 and 4)
         band = next(b for b in tun.workloads[r.workload].bands if b.concurrency == r.concurrency)
         bs = base.summary  # the tuner's per-step speedup made end to end with the baseline's TTFT, and shown too
-        e2e = bs.e2e_s.mean / (bs.ttft_s.mean + (bs.e2e_s.mean - bs.ttft_s.mean) / band.speedup)
+        e2e = end_to_end_prediction(band.speedup, bs.ttft_s.mean, bs.e2e_s.mean)
+        assert e2e < band.speedup
         assert first_number(row["predicted_speedup"]) == pytest.approx(round(e2e, 2))
         assert f"{band.speedup:.2f}x per step" in row["predicted_speedup"]
         assert first_number(row["acceptance_length"]) == pytest.approx(round(r.summary.acceptance_length, 2))
@@ -175,11 +177,17 @@ def test_band_between_tuned_bands_and_predictions_from_comparisons(tuning):
     assert f'{bands[4].speedup:.2f}x per step' in p.rows[("chat", "c=8")]["predicted_speedup"]
     # without tuning.json, the predictions results.json recorded are shown
     res.comparisons = [Comparison(workload="chat", concurrency=2, tokens_per_s=1, baseline_tokens_per_s=1, speedup=1,
-                                  predicted_speedup=1.87, predicted_acceptance_length=2.34, predicted_draft_len=3)]
+                                  predicted_speedup=1.61, predicted_step_speedup=1.87, predicted_acceptance_length=2.34,
+                                  predicted_draft_len=3)]
     p = parse(render_report(res))
-    assert p.rows[("chat", "c=2")]["predicted_speedup"].strip() == "1.87x"
+    assert first_number(p.rows[("chat", "c=2")]["predicted_speedup"]) == pytest.approx(1.61)
+    assert "1.87x per step" in p.rows[("chat", "c=2")]["predicted_speedup"]
     assert "n/a" in p.rows[("chat", "c=8")]["predicted_speedup"]
     assert set(p.imgs) == set(FIGURES)
+    # a results.json written before predictions were made end to end: its one number is per step
+    res.comparisons[0] = res.comparisons[0].model_copy(update={"predicted_speedup": 1.87, "predicted_step_speedup": None})
+    cell = parse(render_report(res)).rows[("chat", "c=2")]["predicted_speedup"]
+    assert "n/a" in cell and "1.87x per step" in cell
 
 
 def test_no_baseline_no_tuning_renders_with_explanations(tmp_path):

@@ -129,7 +129,8 @@ def test_comparisons_pair_spec_with_baseline_and_predict_from_the_served_band():
         assert row.acceptance_length == spec.summary.acceptance_length
     assert (rows[0].predicted_draft_len, rows[0].predicted_step_speedup) == (4, 2.0)
     b = runs[1].summary  # the prediction is made end to end with the baseline's own TTFT and E2E
-    assert rows[0].predicted_speedup == pytest.approx(b.e2e_s.mean / (b.ttft_s.mean + (b.e2e_s.mean - b.ttft_s.mean) / 2))
+    assert rows[0].predicted_speedup == pytest.approx(end_to_end_prediction(2.0, b.ttft_s.mean, b.e2e_s.mean))
+    assert rows[0].decode_speedup == pytest.approx(b.itl_s.mean / runs[0].summary.itl_s.mean)
     assert 1.0 < rows[0].predicted_speedup < 2.0
     assert (rows[1].predicted_draft_len, rows[1].predicted_acceptance_length) == (2, 2.2)
     assert comparisons(runs)[0].predicted_speedup is None

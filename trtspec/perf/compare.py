@@ -14,6 +14,7 @@ whether the prediction lies inside the interval, requests a ±5% claim would nee
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import Sampling
@@ -40,6 +41,39 @@ def _draft_len(band) -> int:
     return len(band.eagle_choices) if band.eagle_choices else 0
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """What tuning.json predicts for a run: the band the repository serves at its load, its per-step
+    speedup, and that speedup made end to end with the baseline run's TTFT (None without one)."""
+    band: object
+    step_speedup: float
+    speedup: float | None
+
+    @property
+    def draft_len(self) -> int:
+        return _draft_len(self.band)
+
+
+def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
+    """The prediction for `run` (module docstring); None without tuning.json, a tuned workload, or a
+    fixed concurrency (open loop). The one place the report and the comparisons take it from."""
+    wt = tuning.workloads.get(run.workload) if tuning is not None else None
+    if wt is None or not wt.bands or run.concurrency is None:
+        return None
+    band = pick_band(wt.bands, run.concurrency)
+    e2e = None if base is None else end_to_end_prediction(band.speedup, base.summary.ttft_s.mean,
+                                                          base.summary.e2e_s.mean)
+    return Prediction(band, band.speedup, e2e)
+
+
+def decode_speedup(spec: Run, base: Run) -> float | None:
+    """The measured speedup of what follows the first token: the baseline's mean ITL over the
+    speculative run's (ITL = (E2E - TTFT) / (tokens - 1), perf.stats.itl), what the tuner's
+    per-step speedup predicts before it is made end to end."""
+    b, s = base.summary.itl_s.mean, spec.summary.itl_s.mean
+    return b / s if b and s else None
+
+
 def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     """One row per (workload, load point) that has both a speculation and a baseline run."""
     def key(r: Run):
@@ -64,13 +98,12 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
             row.sampling = Sampling.model_validate(r.sampling).label()
             row.accept_rule = accept_rule(tuning, r.workload)
             row.parity = parity(r, b)
-        wt = tuning.workloads.get(r.workload) if tuning is not None else None
-        if wt is not None and wt.bands and r.concurrency is not None:
-            band = pick_band(wt.bands, r.concurrency)
-            row.predicted_step_speedup = band.speedup
-            row.predicted_speedup = end_to_end_prediction(band.speedup, b.summary.ttft_s.mean, b.summary.e2e_s.mean)
-            row.predicted_acceptance_length = band.acceptance_length
-            row.predicted_draft_len = _draft_len(band)
+        row.decode_speedup = decode_speedup(r, b)
+        pred = served_prediction(tuning, r, b)
+        if pred is not None:
+            row.predicted_step_speedup, row.predicted_speedup = pred.step_speedup, pred.speedup
+            row.predicted_acceptance_length = pred.band.acceptance_length
+            row.predicted_draft_len = pred.draft_len
             row.prediction_fit = prediction_fit(row.predicted_speedup, ci)
         out.append(row)
     return out
@@ -116,6 +149,8 @@ def speedup_line(c: Comparison) -> str:
     if c.predicted_speedup is not None:
         text += f"; predicted {prediction_text(c.predicted_speedup, c.predicted_step_speedup)}" + (
             f", {c.prediction_fit}" if c.prediction_fit else "")
+        if c.decode_speedup is not None and c.predicted_step_speedup is not None:
+            text += f"; after the first token {c.decode_speedup:.2f}x measured (ITL ratio)"
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} " + ("pairs" if c.paired_requests else "requests per run")
     return text

@@ -115,7 +115,7 @@ def bars(groups: dict[str, list[tuple]], ylabel: str, title: str,
                 ax.annotate(f"{measured:.2f}", (x, measured), ha="center", va="bottom", fontsize=7)
             if predicted is not None:
                 ax.plot([x - bw * 0.45, x + bw * 0.45], [predicted, predicted], color="black", lw=2,
-                        label=None if predicted_labelled else "predicted (tuning.json)")
+                        label=None if predicted_labelled else "predicted (tuning.json, end to end)")
                 predicted_labelled = True
     if ref_line is not None:
         ax.axhline(ref_line, color="red", ls="--", lw=1)
@@ -150,7 +150,7 @@ def predicted_vs_measured(points: list[tuple[str, str, float, float]]) -> bytes:
     for w, load, x, y in points:
         ax.scatter([x], [y], color=cmap(workloads.index(w) % 10), marker=markers[loads.index(load) % len(markers)],
                    s=50, zorder=3, label=f"{w} {load}")
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="predicted speedup (tuning.json)", ylabel="measured speedup",
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="predicted speedup (tuning.json, end to end)", ylabel="measured speedup",
            title="predicted vs measured speedup")
     ax.set_aspect("equal")
     ax.grid(alpha=0.3)

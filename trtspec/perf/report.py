@@ -19,12 +19,11 @@ from html import escape
 from pathlib import Path
 
 from ..fsutil import write_text_atomic
-from ..triton_repo.models.serving_rules import pick_band
 from . import plots
-from .compare import load_predictions, prediction_text
+from .compare import load_predictions, prediction_text, served_prediction
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
-from .stats import end_to_end_prediction, prediction_fit, rate_ci, requests_for, speedup_ci, verdict
+from .stats import prediction_fit, rate_ci, requests_for, speedup_ci, verdict
 
 # id -> (title, alt text). Ids are stable: tests and users link to them.
 FIGURES = {
@@ -36,7 +35,8 @@ FIGURES = {
                                              "predicted from tuning.json as black ticks"),
     "plot-speedup": ("Speedup vs baseline", "output tokens/s with speculation / without, per workload and "
                                             "load point, with 95% intervals"),
-    "plot-predicted-vs-measured": ("Predicted vs measured speedup", "tuning.json predicted speedup against the "
+    "plot-predicted-vs-measured": ("Predicted vs measured speedup", "tuning.json predicted speedup (made end to "
+                                                                    "end with the baseline's TTFT) against the "
                                                                     "measured speedup, with the y = x line"),
 }
 
@@ -88,16 +88,15 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         btps = b.summary.output_tokens_per_s if b is not None and _ok(b) else None
         speedup = tps / btps if tps is not None and btps else None
         pred_s = pred_step = pred_al = pred_k = None
-        band = None
-        if tuning is not None and r.workload in tuning.workloads:  # the band the repository serves at this load
-            band = pick_band(tuning.workloads[r.workload].bands, r.concurrency)
-        if band is not None:
-            pred_step, pred_al, pred_k = band.speedup, band.acceptance_length, band.draft_len
-            pred_s = (end_to_end_prediction(pred_step, b.summary.ttft_s.mean, b.summary.e2e_s.mean)
-                      if b is not None and r.speculation else pred_step)
+        pred = served_prediction(tuning, r, b if r.speculation else None)
+        if pred is not None:
+            pred_s, pred_step, pred_al, pred_k = pred.speedup, pred.step_speedup, pred.band.acceptance_length, \
+                pred.draft_len
         elif key in comps:
             c = comps[key]
             pred_s, pred_step = c.predicted_speedup, c.predicted_step_speedup
+            if pred_step is None:  # results.json written before predictions were made end to end: per step
+                pred_s, pred_step = None, pred_s
             pred_al, pred_k = c.predicted_acceptance_length, c.predicted_draft_len
         out.append(Headline(r.workload, key[1], tps, btps, speedup, pred_s,
                             r.summary.acceptance_length if r.speculation else None, pred_al, pred_k,
@@ -234,8 +233,8 @@ def _speed_note(h: Headline) -> str:
 
 def _per_step(h: Headline) -> str:
     """The tuner's per-step speedup under the end-to-end one, when they differ."""
-    if h.predicted_speedup is None or h.predicted_step_speedup is None \
-            or f"{h.predicted_step_speedup:.2f}" == f"{h.predicted_speedup:.2f}":
+    if h.predicted_step_speedup is None or (h.predicted_speedup is not None
+                                            and f"{h.predicted_step_speedup:.2f}" == f"{h.predicted_speedup:.2f}"):
         return ""
     return f'<br><span class="muted">{h.predicted_step_speedup:.2f}x per step</span>'
 
@@ -376,7 +375,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
         '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load. '
         "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
-        "load. Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); "
+        "load; its per-step speedup made end to end with the baseline run's mean TTFT (speculation shortens only "
+        "what follows the first token: trtspec/perf/stats.py end_to_end_prediction). Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); "
         "a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),

@@ -148,6 +148,7 @@ class Comparison(BaseModel):
     # the repository serves at this load
     predicted_speedup: float | None = None
     predicted_step_speedup: float | None = None
+    decode_speedup: float | None = None  # measured after the first token: baseline mean ITL / speculative mean ITL
     predicted_acceptance_length: float | None = None
     predicted_draft_len: int | None = None
     sampling: str | None = None  # Sampling.label() of both runs (None: greedy)

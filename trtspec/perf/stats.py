@@ -240,9 +240,11 @@ def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None,
     Comparing the per-step number with the measured one instead over-predicts every workload with
     long prompts or short answers (the same mistake that made TensorRT-LLM PR 5146's 1.26x, whose
     throughput counts 16k-token prefills, look 1.35x over-predicted: scripts/bench_published_setups.py).
-    Under concurrency the other requests' prefills stall a request's decode as well; those stay in
-    the baseline's E2E - TTFT and are scaled with it (a slight over-prediction there). None without
-    a step speedup; the step speedup itself without the baseline's times."""
+    Under concurrency c the other requests' prefills stall a request's decode as well; those stay in
+    the baseline's E2E - TTFT and are scaled with it, so the prediction comes out high by up to the
+    share of (c - 1) prefills in that time (small for short prompts; for A6's four 16k-token
+    prefills it is the difference between 1.29x and 1.16x of the reported speedup). None without a
+    step speedup; the step speedup itself without the baseline's times."""
     if step_speedup is None or not step_speedup > 0:
         return None
     if base_ttft_s is None or base_e2e_s is None or not 0 <= base_ttft_s < base_e2e_s:
