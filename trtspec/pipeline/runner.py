@@ -120,8 +120,9 @@ STAGES = {s.name: s for s in (
 )}
 
 # Which external inputs (stages.external_inputs keys, by prefix) each stage reads; quantize calibrates on
-# the workloads unless quantization.calib names its own sources. The draft models ("draft.eagle" covers
-# draft.eagle3), not the prompt files a head trains on (draft.train.*), which derive reads.
+# the workloads unless quantization.calib names its own sources. DRAFTS: the draft models, not the prompt
+# files a head trains on (draft.train.*, which derive reads). As a prefix "draft.eagle" also matches
+# draft.eagle3, which convert and quantize do not read (a changed EAGLE-3 head re-runs them: as before).
 DRAFTS = ("draft.hf", "draft.eagle")
 EXTERNALS = {"derive": ("target", "draft.train."), "convert": ("target", *DRAFTS),
              "quantize": ("target", *DRAFTS, "quantization.", "workloads."),

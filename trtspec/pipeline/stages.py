@@ -44,6 +44,7 @@ from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, write_plots
 from ..tuning.schema import dump_json
 from ..tuning.tune import tune_drafters
+from ..workloads.spec import parse_workload_specs
 from .train_stage import train_heads
 
 
@@ -134,9 +135,9 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
         if "/" in s:
             found[f"workloads.{n}"] = s
     for entries in recipe.trained_heads().values():  # the prompt files trained heads learn from
-        for e in entries.split(","):
-            if "/" in (src := e.partition("=")[2] or e):
-                found[f"draft.train.workloads.{e.partition('=')[0]}"] = src
+        for spec in parse_workload_specs(entries):
+            if not spec.packaged:
+                found[f"draft.train.workloads.{spec.name}"] = spec.source
     if recipe.quantization is not None and recipe.quantization.calib:
         for n, s in recipe.quantization.calib.items():
             if "/" in s:

@@ -280,8 +280,9 @@ def is_eagle3(cfg: dict) -> bool:
 
 
 def eagle3_head(path: Path | None, field: str, why: str = "") -> Artifact:
-    """An EAGLE-3 head directory as the draft Artifact every flavor reads (its config.json, dtype,
-    positions): the pytorch flavor's draft_ckpt and each extra head (heads.py). why: said after
+    """An EAGLE-3 head directory as the draft Artifact the pytorch flavor reads (its config.json,
+    dtype, positions): its draft_ckpt and each extra head (heads.py); the llmapi flavor still builds
+    its general head in resolve_hf and checks it in llmapi.specs (not merged yet). why: said after
     "`field`: PATH is not an EAGLE-3 head" when it is not one."""
     head = _dir(path, field)
     cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}
