@@ -119,3 +119,28 @@ def test_a_library_error_names_the_field_and_the_cli_the_flag(tiny, tmp_path, ca
                            "--workloads", f"p={prompts}", "--heldout", "20", "--device", "cpu")
     assert code == 2 and err.startswith("error: --heldout: workload 'p' has 20 prompts") and err.count("\n") == 1
     assert not (tmp_path / "head").exists()
+
+
+def test_loss_on_prompt_masks_every_real_prediction_and_never_padding():
+    from trtspec.drafts.data import Example
+    from trtspec.drafts.train import batch_tensors
+
+    long, short = Example("w", [5, 6, 7], [8, 9, 2], False), Example("w", [5, 6], [8], False)
+    off = batch_tensors([long, short], pad=0, device=torch.device("cpu"))["loss_mask"].tolist()
+    on = batch_tensors([long, short], pad=0, device=torch.device("cpu"), loss_on_prompt=True)["loss_mask"].tolist()
+    # row 0: P=3, T=3 (width 6); row 1: P=2, T=1, then 3 padding positions
+    assert off == [[0, 0, 1, 1, 1, 0], [0, 1, 0, 0, 0, 0]]
+    assert on == [[1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]]
+
+
+def test_loss_on_prompt_shapes_the_head_its_checkpoint_and_its_cache_key(tiny, tmp_path):
+    from trtspec.drafts.cache import head_key
+    from trtspec.drafts.train import fingerprint
+
+    target, prompts = tiny
+    off, on = options(prompts, epochs=1), options(prompts, epochs=1, loss_on_prompt=True)
+    assert head_key(target, off) != head_key(target, on)
+    assert fingerprint(off, []) != fingerprint(on, [])
+    train_draft(target, tmp_path / "off", off)
+    train_draft(target, tmp_path / "on", on)
+    assert not same(tensors(tmp_path / "off"), tensors(tmp_path / "on"))

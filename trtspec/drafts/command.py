@@ -39,6 +39,8 @@ def train_draft_command(
     draft_vocab_size: Optional[int] = typer.Option(default(D, "draft_vocab_size"), "--draft-vocab-size",
                                                    help=doc(D, "draft_vocab_size")),
     ttt_steps: int = typer.Option(default(D, "ttt_steps"), "--ttt-steps", help=doc(D, "ttt_steps")),
+    loss_on_prompt: bool = typer.Option(default(D, "loss_on_prompt"), "--loss-on-prompt",
+                                        help=doc(D, "loss_on_prompt")),
     epochs: int = typer.Option(default(D, "epochs"), "--epochs", help=doc(D, "epochs")),
     batch_size: int = typer.Option(default(D, "batch_size"), "--batch-size", help=doc(D, "batch_size")),
     lr: float = typer.Option(default(D, "lr"), "--lr", help=doc(D, "lr")),
@@ -58,8 +60,8 @@ def train_draft_command(
     options = from_cli(D, workloads=workloads, samples=samples, heldout=heldout, max_new_tokens=max_new_tokens,
                        max_prompt_tokens=max_prompt_tokens, regen_batch_size=regen_batch_size, num_layers=num_layers,
                        intermediate_size=intermediate_size, draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps,
-                       epochs=epochs, batch_size=batch_size, lr=lr, eval_every=eval_every,
-                       checkpoint_every=checkpoint_every, eval_k=parse_k(eval_k), seed=seed, device=device,
+                       loss_on_prompt=loss_on_prompt, epochs=epochs, batch_size=batch_size, lr=lr,
+                       eval_every=eval_every, checkpoint_every=checkpoint_every, eval_k=parse_k(eval_k), seed=seed, device=device,
                        threads=threads)
     with flag_context(D):
         summary = train_draft(target, out, options, overwrite=overwrite)

@@ -31,6 +31,10 @@ class TrainDraftOptions(StageOptions):
                                             "target's whole vocabulary.")
     ttt_steps: int = Field(3, ge=1, le=8, description="ModelOpt's training-time-test steps (draft positions "
                            "trained per sample).")
+    loss_on_prompt: bool = Field(False, description="Train on prompt positions too, not only on response "
+                                 "positions: ModelOpt's EAGLE-3 loss is a soft label against the target's own "
+                                 "next-token distribution, valid at every position, and the target's forward over "
+                                 "the prompt is computed (and paid for) either way.")
     epochs: int = Field(4, ge=1, description="Passes over the training responses.")
     batch_size: int = Field(4, ge=1, description="Sequences per optimizer step.")
     lr: float = Field(1e-3, gt=0.0, lt=1.0, allow_inf_nan=False, description="AdamW learning rate.")

@@ -62,17 +62,20 @@ def load_target(target: Path, device: torch.device):
     return tok, model, eos
 
 
-def batch_tensors(examples: list[data.Example], pad: int, device: torch.device) -> dict:
+def batch_tensors(examples: list[data.Example], pad: int, device: torch.device,
+                  loss_on_prompt: bool = False) -> dict:
     """Right-padded input_ids, attention_mask and loss_mask. loss_mask[p] = 1 where the target's
-    prediction at p is a response token (P-1 <= p <= P+T-2): ModelOpt masks the target's next-token
-    prediction at p with loss_mask[p]."""
+    prediction at p is a response token (P-1 <= p <= P+T-2), or with `loss_on_prompt` any token of
+    the sequence (0 <= p <= P+T-2; never padding): ModelOpt masks the target's next-token prediction
+    at p with loss_mask[p]."""
     width = max(len(e.prompt) + len(e.response) for e in examples)
     ids, attn, loss = [], [], []
     for e in examples:
         n, P, T = len(e.prompt) + len(e.response), len(e.prompt), len(e.response)
+        first = 0 if loss_on_prompt else P - 1
         ids.append(e.prompt + e.response + [pad] * (width - n))
         attn.append([1] * n + [0] * (width - n))
-        loss.append([1 if P - 1 <= p <= P + T - 2 else 0 for p in range(width)])
+        loss.append([1 if first <= p <= P + T - 2 else 0 for p in range(width)])
     return {k: torch.tensor(v, device=device) for k, v in
             (("input_ids", ids), ("attention_mask", attn), ("loss_mask", loss))}
 
@@ -150,7 +153,7 @@ class Run:
                 "history": json.dumps(self.history), "pending": json.dumps([self._losses, self._accs])}
 
     def train_step(self, batch: list[data.Example]) -> None:
-        inputs = batch_tensors(batch, self.pad, self.device)
+        inputs = batch_tensors(batch, self.pad, self.device, self.options.loss_on_prompt)
         length = inputs["input_ids"].shape[1]
         if length != self._length:  # ModelOpt caches TTT masks by step only, sized for one length
             self.model._cached_attn_blk_masks, self._length = {}, length
