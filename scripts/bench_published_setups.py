@@ -52,8 +52,8 @@ The rows (source; what they state; what is assumed):
   trtllm-bench also prints a per-user speed of 1 / TPOT, decode only, and if that is the quoted
   1.26x the row is the "decode alone" ratio printed beside it (1.35, a miss). A hint the other way:
   the dataset's "aa_" prefix suggests Artificial Analysis's workloads, whose "output speed" counts
-  only the tokens after the first (decode only), and NVIDIA's min-latency posts quote tps/user so
-  too; so the decode-only reading is at least as likely, and A6 is not settled. The reading also
+  only the tokens after the first (decode only); so the decode-only reading is at least as likely,
+  and A6 is not settled. The reading also
   assumes the prompts are 16k tokens (the dataset's name), which with max_num_tokens 3072 needs
   chunked context (enable_chunked_prefill / --enable_chunked_context, not in the quoted YAML: so
   either the cut-off command set it or the prompts were shorter). An earlier version of this
