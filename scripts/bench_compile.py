@@ -32,6 +32,8 @@ import numpy as np
 import torch
 
 from trtspec.checkpoints.convert import convert_hf
+from trtspec.perf import stats
+from trtspec.perf.schema import Interval
 from trtspec.perf.stats import mean_ci
 from trtspec.runtime.device import compute_dtype, describe, resolve, synchronize
 from trtspec.runtime.generate import generate_batch, load_models
@@ -84,8 +86,8 @@ def main() -> None:
     ci = mean_ci(logs)
     ratio = math.exp(float(np.mean(logs)))
     low, high = (math.exp(ci.low), math.exp(ci.high)) if ci is not None else (None, None)
-    verdict = ("no measurable difference" if ci is None or low <= 1.0 <= high
-               else "compiled faster" if low > 1.0 else "compiled slower")
+    verdict = stats.verdict(Interval(low=low, high=high) if ci is not None else None,
+                            higher="compiled faster", lower="compiled slower") or stats.NO_DIFFERENCE
     result = {"device": describe([device]), "dtype": str(dtype), "torch": torch.__version__, "prompts": len(prompts),
               "new_tokens": args.new_tokens, "blocks": args.blocks, "eager_warmup_s": eager_warm,
               "compiled_first_call_s": compile_s,

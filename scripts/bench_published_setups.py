@@ -209,7 +209,7 @@ CHECKS = [
           eagle_head("Llama-3.3-70B", "fp16", 3, tp=8), TREE_8_STEPS, 5.88, "reported AL 5.88",
           234.54 / 88.61),
     Setup("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model", "h200", "trtllm", A6_TARGET,
-          eagle_head("Llama-3.3-70B", "bf16", 3, tp=8), chain(EAGLE3_ONE_MODEL_RECIPE_PR5146["max_draft_len"]),
+          eagle_head("Llama-3.3-70B", "bf16", 3, tp=8), chain(A6_RECIPE["max_draft_len"]),
           1.83, "reported AL 1.83, context phase counted", 1.26, batch=A6_RECIPE["max_batch_size"],
           context=A6_RECIPE["input_tokens"] + 512,
           prompt_tokens=A6_RECIPE["input_tokens"], output_tokens=A6_RECIPE["output_tokens"],

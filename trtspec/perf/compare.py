@@ -43,11 +43,14 @@ def _draft_len(band) -> int:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What tuning.json predicts for a run: the band the repository serves at its load, its per-step
-    speedup, and that speedup made end to end with the baseline run's TTFT (None without one)."""
+    """What tuning.json predicts for a run: the band the repository serves at its load, and its
+    per-step speedup made end to end with the baseline run's TTFT (None without one)."""
     band: object
-    step_speedup: float
     speedup: float | None
+
+    @property
+    def step_speedup(self) -> float:
+        return self.band.speedup
 
     @property
     def draft_len(self) -> int:
@@ -63,7 +66,7 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
     band = pick_band(wt.bands, run.concurrency)
     e2e = None if base is None else end_to_end_prediction(band.speedup, base.summary.ttft_s.mean,
                                                           base.summary.e2e_s.mean)
-    return Prediction(band, band.speedup, e2e)
+    return Prediction(band, e2e)
 
 
 def decode_speedup(spec: Run, base: Run) -> float | None:
@@ -126,9 +129,15 @@ def parity(spec: Run, base: Run) -> Parity:
 VERDICT_STYLE = {"faster": "green", "slower": "red"}  # rich styles; no measurable difference stays neutral
 
 
+def step_differs(end_to_end: float | None, per_step: float | None) -> bool:
+    """Whether the per-step prediction is worth printing beside the end-to-end one (they differ to
+    the printed digits, or there is no end-to-end one)."""
+    return per_step is not None and (end_to_end is None or f"{per_step:.2f}" != f"{end_to_end:.2f}")
+
+
 def prediction_text(end_to_end: float, per_step: float | None) -> str:
     """'1.93x end to end (2.61x per step)', or '1.93x' when the two agree to the printed digits."""
-    if per_step is None or f"{per_step:.2f}" == f"{end_to_end:.2f}":
+    if not step_differs(end_to_end, per_step):
         return f"{end_to_end:.2f}x"
     return f"{end_to_end:.2f}x end to end ({per_step:.2f}x per step)"
 

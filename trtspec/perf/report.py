@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..fsutil import write_text_atomic
 from . import plots
-from .compare import load_predictions, prediction_text, served_prediction
+from .compare import load_predictions, prediction_text, served_prediction, step_differs
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
 from .stats import prediction_fit, rate_ci, requests_for, speedup_ci, verdict
@@ -233,8 +233,7 @@ def _speed_note(h: Headline) -> str:
 
 def _per_step(h: Headline) -> str:
     """The tuner's per-step speedup under the end-to-end one, when they differ."""
-    if h.predicted_step_speedup is None or (h.predicted_speedup is not None
-                                            and f"{h.predicted_step_speedup:.2f}" == f"{h.predicted_speedup:.2f}"):
+    if not step_differs(h.predicted_speedup, h.predicted_step_speedup):
         return ""
     return f'<br><span class="muted">{h.predicted_step_speedup:.2f}x per step</span>'
 

@@ -161,7 +161,7 @@ class _Parts:
         return np.bincount(self.row, weights=self.count * np.asarray(x, float), minlength=self.n)
 
 
-def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w=None):
+def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w):
     """Weighted least squares for one bound assignment -> (params, names of the fitted ones)."""
     overlap = base.memory_compute_overlap
     cols = {
@@ -173,7 +173,7 @@ def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w=None):
     informed = [n for n, c in cols.items() if c.any()]
     params = {"forward_overhead_s": base.forward_overhead_s, "eagle_level_overhead_s": base.eagle_level_overhead_s,
               "u": 1.0 / base.bandwidth_efficiency, "v": 1.0 / base.compute_efficiency}
-    names, w = list(informed), 1.0 / y if w is None else w  # w: relative error of the measured times
+    names = list(informed)  # w: the rows' weights (_fit_model: relative error of the measured times)
     while names:
         # a dropped overhead is zero; a dropped u or v keeps the base's value, whose time is then known
         known = sum(params[n] * cols[n] for n in informed if n not in names and not n.endswith("_s"))
