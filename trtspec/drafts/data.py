@@ -64,12 +64,12 @@ def target_fingerprint(target: Path) -> str:
     return h.hexdigest()
 
 
-def cache_path(target: Path, prompts: list[list[int]], options: TrainDraftOptions, precision: str = "") -> Path:
+def cache_path(target: Path, prompts: list[list[int]], options: TrainDraftOptions, precision: str) -> Path:
     """precision: the dtype the target answered in (train.load_target: float32 on a CPU, the
     checkpoint's on a GPU), which can change a greedy answer."""
     key = json.dumps({"version": DATA_VERSION, "target": target_fingerprint(target), "prompts": prompts,
                       "max_new_tokens": options.max_new_tokens, "batch": options.regen_batch_size,
-                      **({"precision": precision} if precision else {})})
+                      "precision": precision})
     return default_cache_root() / "draft-data" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 

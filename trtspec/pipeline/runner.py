@@ -111,7 +111,7 @@ STAGES = {s.name: s for s in (
     st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else [])
              + (["derive"] if _trains(r) else []), _triton_section, lambda p: [p.repo],
              lambda ctx: st.triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), st.run_triton),
-    st.Stage("serve", lambda r: ["triton"], lambda r: r.triton.ports.model_dump(), lambda p: [],
+    st.Stage("serve", lambda r: ["triton"], lambda r: r.triton.ports.model_dump(), lambda p: [p.server_log],
              st.serve_not_applicable, st.start_server),
     st.Stage("perf", lambda r: ["triton", "tune"], lambda r: {"perf": r.perf.model_dump(), "workloads": r.workloads},
              lambda p: [p.perf], st.perf_not_applicable, st.run_perf),
@@ -255,9 +255,9 @@ class Runner:
         if decision == "skip":
             return Row(stage.name, "skipped", output=_short(outputs, self.ctx.paths.out),
                        note=self.manifest.get(stage.name).get("note", ""))
-        return self._execute(stage, h, outputs, reason)
+        return self._execute(stage, h, reason)
 
-    def _execute(self, stage: st.Stage, h: str | None, outputs: list[str], reason: str) -> Row:
+    def _execute(self, stage: st.Stage, h: str | None, reason: str) -> Row:
         self.ctx.console.print(f"[bold]{stage.name}[/] ({reason})")
         start = time.perf_counter()
         try:
@@ -295,7 +295,7 @@ class Runner:
             return Row("serve", perf_decision, note="for perf" if perf_decision == "run" else "perf is skipped")
         if perf_decision != "run":
             return Row("serve", "skipped", note="perf is skipped")
-        row = self._execute(stage, self.input_hash(stage), [str(self.ctx.paths.server_log)], "for perf")
+        row = self._execute(stage, self.input_hash(stage), "for perf")
         if until == "serve":
             st.stop_server(self.ctx)
         return row
