@@ -134,10 +134,10 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     for n, s in recipe.workloads.items():  # resolved paths are absolute; packaged names have no "/"
         if "/" in s:
             found[f"workloads.{n}"] = s
-    for entries in recipe.trained_heads().values():  # the prompt files trained heads learn from
-        for spec in parse_workload_specs(entries):
-            if not spec.packaged:
-                found[f"draft.train.workloads.{spec.name}"] = spec.source
+    general = recipe.trained_heads().get("eagle3")  # every trained head's prompts are among the general one's
+    for spec in parse_workload_specs(general) if general else ():
+        if not spec.packaged:
+            found[f"draft.train.workloads.{spec.name}"] = spec.source
     if recipe.quantization is not None and recipe.quantization.calib:
         for n, s in recipe.quantization.calib.items():
             if "/" in s:

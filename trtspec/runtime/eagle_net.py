@@ -88,14 +88,17 @@ class EagleNet:
     def draft_vocab(self) -> int:
         return self.nets[0].lm_head.shape[0]
 
+    def unique_nets(self) -> list:
+        """The level nets, each once (identical clones share one net, see __init__)."""
+        return list({id(n): n for n in self.nets}.values())
+
     def linears(self) -> list:
         """Every level's linears (fc and the layer's), once per distinct level net."""
-        nets = list({id(n): n for n in self.nets}.values())
-        return [lin for n in nets for lin in [n.fc] + [x for w in n.layers for x in w.linears()]]
+        return [lin for n in self.unique_nets() for lin in [n.fc] + [x for w in n.layers for x in w.linears()]]
 
     @property
     def distinct_nets(self) -> int:
-        return len({id(n) for n in self.nets})
+        return len(self.unique_nets())
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         s = self.spec
