@@ -77,7 +77,6 @@ from ..errors import TrtspecError
 from ..upstream import trtllm
 from .gpus import FRAMEWORKS, PRESETS, ComputeDtype, GpuSpec, gpu_preset, with_framework  # noqa: F401  (re-exported)
 
-DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 DTYPE_COMPUTE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -130,11 +129,11 @@ class ModelShape(BaseModel):
 
 def quant_bytes(quant: dict | None, dtype: str, lm_head_name: str, where: str) -> dict:
     """bytes per weight / lm_head weight / KV element and the GEMM dtype from a `quantization` block."""
-    if dtype not in DTYPE_BYTES:
-        raise TrtspecError(f"{where}: field 'dtype' is {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    if dtype not in trtllm.DTYPE_BYTES:
+        raise TrtspecError(f"{where}: field 'dtype' is {dtype!r}; expected one of {', '.join(trtllm.DTYPE_BYTES)}")
     q = QuantScheme.from_block(quant, where)
     algo, kv = q.quant_algo, q.kv_cache_quant_algo
-    base, compute = DTYPE_BYTES[dtype], DTYPE_COMPUTE[dtype]
+    base, compute = trtllm.DTYPE_BYTES[dtype], DTYPE_COMPUTE[dtype]
     group = q.group_size
     if algo in (None, "NO_QUANT"):
         wb = base

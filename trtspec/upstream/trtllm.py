@@ -31,6 +31,8 @@ HF_ARCHITECTURES = {
 MAPPING_KEYS = ("world_size", "tp_size", "pp_size")
 # TRT-LLM parameter dtypes as written in config.json.
 DTYPES = ("float16", "bfloat16", "float32")
+# Bytes per element of each (what memory estimates and the step-time model read weights and KV in).
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 # --- Quantization (§3) ------------------------------------------------------------------------
 # `QuantConfig(**d)` rejects unknown keys as well (§3.1).
