@@ -238,13 +238,12 @@ def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None,
         predicted = E2E / (TTFT + (E2E - TTFT) / step_speedup)
 
     Comparing the per-step number with the measured one instead over-predicts every workload with
-    long prompts or short answers (under one reading of TensorRT-LLM PR 5146's 1.26x, a throughput that
-    counts 16k-token prefills, the same mistake made it look 1.35x over-predicted; the reading is not
-    settled: scripts/bench_published_setups.py).
+    long prompts or short answers (scripts/bench_published_setups.py applies the same conversion to
+    TensorRT-LLM PR 5146's A6, whose trtllm-bench throughput counts the context phase).
     Under concurrency c the other requests' prefills stall a request's decode as well; those stay in
     the baseline's E2E - TTFT and are scaled with it, so the prediction comes out high by up to the
-    share of (c - 1) prefills in that time (small for short prompts; for A6's four 16k-token
-    prefills it is the difference between 1.29x and 1.16x of the reported speedup). None without a
+    share of (c - 1) prefills in that time (small for short prompts; for four 16k-token prefills in
+    A6's setting it would be the difference between 1.29x and 1.16x of its speedup). None without a
     step speedup; the step speedup itself without the baseline's times."""
     if step_speedup is None or not step_speedup > 0:
         return None
