@@ -47,9 +47,10 @@ The rows (source; what they state; what is assumed):
   EAGLE3_ONE_MODEL_RECIPE_PR5146):
   * the prompt length: 1024 tokens assumed. The dataset's name suggests 16k, but without chunked
     context (not in the quoted YAML; trtllm-bench's flag defaults to off) the LLM API refuses
-    prompts over max_num_tokens, and the same dataset family in NVIDIA's own Llama 4 Maverick
-    EAGLE-3 trtllm-bench scripts sizes max_num_tokens as 1024 input + 2048 output = 3072, the PR's
-    number;
+    prompts over max_num_tokens (in later versions at least: upstream.trtllm.
+    PYTORCH_PROMPT_CAPPED_WITHOUT_CHUNKING), and the same dataset family in an NVIDIA engineer's
+    Llama 4 Maverick EAGLE-3 trtllm-bench scripts sizes max_num_tokens as 1024 input + 2048 output
+    = 3072, the PR's number;
   * what "tps/user" divides: trtllm-bench's per-user output throughput counts the context phase
     (upstream.trtllm.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT); with --streaming, which those scripts
     pass, it also prints a decode-only 1 / TPOT. The script counts the context (with_context: at
