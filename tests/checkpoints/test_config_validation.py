@@ -11,6 +11,7 @@ import torch
 from tiny_models import hf_config
 from trtspec.checkpoints.config_fields import ConfigFields
 from trtspec.checkpoints.spec import spec_from_hf, spec_from_trtllm, trtllm_config
+from trtspec.checkpoints.trtllm_ckpt import checkpoint_from_config
 from trtspec.checkpoints.writer import finite
 from trtspec.errors import TrtspecError
 
@@ -130,3 +131,15 @@ def test_finite_weights_pass_and_fp8_is_not_checked():
     assert finite(torch.ones(3), "w", "f", torch.float16).dtype == torch.float16
     fp8 = torch.ones(3).to(torch.float8_e4m3fn)
     assert finite(fp8, "w", "f", torch.float8_e4m3fn) is not None
+
+
+@pytest.mark.parametrize("changes,expected", [
+    (dict(dtype="float8"), "dtype: expected one of float32, float16, bfloat16, got 'float8'"),
+    (dict(logits_dtype="fp32"), "logits_dtype: expected one of float32, float16, bfloat16, got 'fp32'"),
+])
+def test_checkpoint_dtypes_are_ones_the_memory_estimate_sizes(tmp_path, changes, expected):
+    """builders/memory.py sizes weights, KV and logits by these: an unknown one is refused at load,
+    not silently counted as 2 bytes."""
+    with pytest.raises(TrtspecError) as e:
+        checkpoint_from_config(trt_cfg(tmp_path, **changes), tmp_path)
+    assert str(e.value) == f"{tmp_path / 'config.json'}: {expected}"

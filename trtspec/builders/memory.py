@@ -92,7 +92,7 @@ class _Counter:
 
     def __init__(self, ckpt: TrtllmCheckpoint):
         self.scheme = ckpt.quant
-        self.dtype_bytes = trtllm.DTYPE_BYTES.get(ckpt.dtype, 2)
+        self.dtype_bytes = trtllm.DTYPE_BYTES[ckpt.dtype]
         self.qbits = weight_bits(self.scheme.quant_algo, self.dtype_bytes * 8, self.scheme.group_size)
         self.tp = ckpt.tp
 
@@ -137,7 +137,7 @@ def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint) -> int:
 
 def kv_bytes_per_token(ckpt: TrtllmCheckpoint) -> int:
     kv = ckpt.kv_cache_quant_algo
-    elem = 1 if kv in ("FP8", "INT8") else trtllm.DTYPE_BYTES.get(ckpt.dtype, 2)
+    elem = 1 if kv in ("FP8", "INT8") else trtllm.DTYPE_BYTES[ckpt.dtype]
     spec = ckpt.spec
     layers = spec.num_layers + (ckpt.eagle_spec.num_layers if ckpt.eagle_spec is not None else 0)
     return 2 * layers * max(1, spec.num_kv_heads // ckpt.tp) * spec.head_size * elem
@@ -145,8 +145,8 @@ def kv_bytes_per_token(ckpt: TrtllmCheckpoint) -> int:
 
 def activation_bytes(ckpt: TrtllmCheckpoint, max_batch_size: int, max_draft_len: int, max_num_tokens: int) -> int:
     """Activations of one engine at its build limits, plus the float32 logits reaching lm_head."""
-    dtype_bytes = trtllm.DTYPE_BYTES.get(ckpt.dtype, 2)
-    logits_bytes = trtllm.DTYPE_BYTES.get(ckpt.config.get("logits_dtype", "float32"), 4)
+    dtype_bytes = trtllm.DTYPE_BYTES[ckpt.dtype]
+    logits_bytes = trtllm.DTYPE_BYTES[ckpt.config.get("logits_dtype") or "float32"]
     logit_tokens = max_batch_size * (max_draft_len + 1)
     return (max_num_tokens * ckpt.spec.hidden_size * ACTIVATION_FACTOR * dtype_bytes
             + logit_tokens * ckpt.spec.vocab_size * logits_bytes)

@@ -72,6 +72,11 @@ class ConfigFields:
     def text(self, key: str, default: Any = _REQUIRED) -> Any:
         return self._checked(key, default, lambda v: isinstance(v, str), "a string")
 
+    def choice(self, key: str, allowed, default: Any = _REQUIRED) -> Any:
+        """A string among `allowed` (the values a reader has a meaning for)."""
+        return self._checked(key, default, lambda v: isinstance(v, str) and v in allowed,
+                             "one of " + ", ".join(allowed))
+
     def rope_scaling(self, key: str) -> dict | None:
         """The RoPE scaling block: null, or an object whose type names its numeric parameters."""
         value = self._value(key, None)

@@ -106,7 +106,8 @@ def checkpoint_from_config(config: dict, path: Path) -> TrtllmCheckpoint:
 def _check_checkpoint_fields(config: dict, where: Path) -> None:
     """The checkpoint-level fields the views above read raw (the decoder's are typed by spec_from_trtllm)."""
     top = ConfigFields(config, where)
-    top.text("dtype")
+    top.choice("dtype", tuple(trtllm.DTYPE_BYTES))  # builders/memory.py sizes weights and KV by it
+    top.choice("logits_dtype", tuple(trtllm.DTYPE_BYTES), None)
     top.flag("use_parallel_embedding", False)
     if config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
         top.int("num_eagle_layers", 1)
