@@ -200,6 +200,13 @@ A2_TARGET = shape("Llama-3.3-70B", "target", "fp16", tp=8)
 A6_TARGET = shape("Llama-3.3-70B", "target", "bf16", tp=8)
 A6_RECIPE = EAGLE3_ONE_MODEL_RECIPE_PR5146
 LONG_PROMPT_TOKENS = 16384  # A6's other reading: the dataset's name (aa_gen_16k_1k)
+
+
+def mean_decode_context(prompt_tokens: int, output_tokens: int) -> int:
+    """The context a decode step sees on average over a request: its prompt and half its answer."""
+    return prompt_tokens + output_tokens // 2
+
+
 CHECKS = [
     Setup("A1", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64", "h100", "sglang", L8, E3_8B, TREE_DEFAULT, 4.68,
           f"AL 4.68 of {PR4247} num_steps 5", 373.25 / 158.34),
@@ -211,7 +218,7 @@ CHECKS = [
     Setup("A6", "Llama-3.3-70B bf16 TP8 + EAGLE-3 chain 3, TRT-LLM 1-model", "h200", "trtllm", A6_TARGET,
           eagle_head("Llama-3.3-70B", "bf16", 3, tp=8), chain(A6_RECIPE["max_draft_len"]),
           1.83, "reported AL 1.83, 1k prompts, context counted", 1.26, batch=A6_RECIPE["max_batch_size"],
-          context=A6_RECIPE["input_tokens"] + 512,
+          context=mean_decode_context(A6_RECIPE["input_tokens"], A6_RECIPE["output_tokens"]),
           prompt_tokens=A6_RECIPE["input_tokens"], output_tokens=A6_RECIPE["output_tokens"],
           prefill_chunk=A6_RECIPE["max_num_tokens"]),
     Setup("PR4247", "Llama-3.1-8B + EAGLE-3, SGLang 5/8/64", "h100", "sglang", L8, E3_8B, TREE_DEFAULT, 4.68,
@@ -379,7 +386,7 @@ def context_line(s: Setup) -> str:
     base, step = decode_time(gpu, s.target, s.batch, s.context), step_time(s, gpu)
     speedup, prefill = with_context(s, gpu, base, step)
     own_speedup = with_context(s, gpu, base, step, prefills=1)[0]
-    long = replace(s, prompt_tokens=LONG_PROMPT_TOKENS, context=LONG_PROMPT_TOKENS + s.output_tokens // 2)
+    long = replace(s, prompt_tokens=LONG_PROMPT_TOKENS, context=mean_decode_context(LONG_PROMPT_TOKENS, s.output_tokens))
     long_base, long_step = decode_time(gpu, long.target, long.batch, long.context), step_time(long, gpu)
     long_speedup = with_context(long, gpu, long_base, long_step)[0]
     return (f"  {s.row}: prefill {prefill:.3f} s ({s.prompt_tokens} tokens in chunks of {s.prefill_chunk}), x{s.batch} "
