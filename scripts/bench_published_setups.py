@@ -386,7 +386,8 @@ def context_line(s: Setup) -> str:
     base, step = decode_time(gpu, s.target, s.batch, s.context), step_time(s, gpu)
     speedup, prefill = with_context(s, gpu, base, step)
     own_speedup = with_context(s, gpu, base, step, prefills=1)[0]
-    long = replace(s, prompt_tokens=LONG_PROMPT_TOKENS, context=mean_decode_context(LONG_PROMPT_TOKENS, s.output_tokens))
+    long = replace(s, prompt_tokens=LONG_PROMPT_TOKENS,
+                   context=mean_decode_context(LONG_PROMPT_TOKENS, s.output_tokens))
     long_base, long_step = decode_time(gpu, long.target, long.batch, long.context), step_time(long, gpu)
     long_speedup = with_context(long, gpu, long_base, long_step)[0]
     return (f"  {s.row}: prefill {prefill:.3f} s ({s.prompt_tokens} tokens in chunks of {s.prefill_chunk}), x{s.batch} "
