@@ -90,7 +90,7 @@ def _tail(dec: Decoder, x: torch.Tensor, layers: list, start: int) -> torch.Tens
     """Logits of layers[start:] applied to x (the hidden state entering layer `start`)."""
     s = dec.spec
     cache = KVCache(len(layers) - start, 1, x.shape[1], s.num_kv_heads, s.head_size, dec.dtype,
-                    (dec.device,) * (len(layers) - start))
+                    dec.placement.layers[start:])
     x = run_layers(x, layers[start:], s, dec.freq, cache, None, None, None)
     return dec.logits(rms_norm(x, dec.ln_f, s.norm_eps))[0]
 
@@ -114,7 +114,7 @@ def measure(quant: Decoder, ref: Decoder, units: list[str], prompts: list[list[i
             entering.append(x)
             s = quant.spec
             x = run_layers(x, quant.layers[i:i + 1], s, quant.freq,
-                           KVCache(1, 1, T, s.num_kv_heads, s.head_size, quant.dtype, (quant.device,)),
+                           KVCache(1, 1, T, s.num_kv_heads, s.head_size, quant.dtype, quant.placement.layers[i:i + 1]),
                            None, None, None)
         kl, top = _kl(ref_logp, quant.logits(rms_norm(x, quant.ln_f, quant.spec.norm_eps))[0])
         base_kl += kl
