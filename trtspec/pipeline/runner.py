@@ -119,15 +119,21 @@ STAGES = {s.name: s for s in (
              lambda ctx: st.perf_not_applicable(ctx) and "no perf results here (perf did not run)", st.run_report),
 )}
 
-# Which external inputs (stages.external_inputs keys, by prefix) each stage reads; quantize calibrates on
-# the workloads unless quantization.calib names its own sources. DRAFTS: the draft models, not the prompt
-# files a head trains on (draft.train.*, which derive reads). As a prefix "draft.eagle" also matches
-# draft.eagle3, which convert and quantize do not read (a changed EAGLE-3 head re-runs them: as before).
+# Which external inputs (stages.external_inputs keys) each stage reads: a pattern ending in "." covers
+# every key under it, any other names one key. Quantize calibrates on the workloads unless
+# quantization.calib names its own sources. DRAFTS: the draft models convert and quantize read (an
+# EAGLE-3 head, draft.eagle3, is read where it is by profile and triton), not the prompt files a head
+# trains on (draft.train.*, which derive reads).
 DRAFTS = ("draft.hf", "draft.eagle")
 EXTERNALS = {"derive": ("target", "draft.train."), "convert": ("target", *DRAFTS),
              "quantize": ("target", *DRAFTS, "quantization.", "workloads."),
              "profile": ("workloads.", "draft.eagle3"), "tune": ("tune.",), "triton": ("draft.eagle3",),
              "perf": ("workloads.",)}
+
+
+def reads(key: str, patterns: tuple[str, ...]) -> bool:
+    """Whether an external input `key` is among a stage's EXTERNALS `patterns`."""
+    return any(key == p or (p.endswith(".") and key.startswith(p)) for p in patterns)
 
 
 def check_stage(name: str | None, param: str) -> str | None:
@@ -167,8 +173,8 @@ class Runner:
     def input_hash(self, stage: st.Stage) -> str | None:
         """None when an upstream stage will run first (dry run): its outputs are not known yet."""
         r = self.recipe
-        prefixes = EXTERNALS.get(stage.name, ())
-        ext = {k: fingerprint(Path(p)) for k, p in st.external_inputs(r).items() if prefixes and k.startswith(prefixes)}
+        patterns = EXTERNALS.get(stage.name, ())
+        ext = {k: fingerprint(Path(p)) for k, p in st.external_inputs(r).items() if reads(k, patterns)}
         if r.uses_default_target and stage.name in ("derive", "convert", "quantize"):
             ext["target"] = fingerprint(st.default_target_dir())
         up = {}
