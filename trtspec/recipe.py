@@ -61,6 +61,9 @@ class Derive(_Strict):
 
 
 DRAFT_KINDS = ("hf", "eagle", "eagle3", "derive", "train")
+# The trained general head's drafter name: the mode's, as a given `draft.eagle3` head is named;
+# a per-workload head is GENERAL_HEAD-<workload> (Recipe.trained_heads).
+GENERAL_HEAD = "eagle3"
 MODE_OF_DRAFT = {"hf": "draft-target", "derive": "draft-target", "eagle": "eagle", "eagle3": "eagle3",
                  "train": "eagle3"}
 
@@ -257,11 +260,11 @@ class Recipe(ConvertOptions):
         if t is None:
             return {}
         entries = t.workloads.split(",") if t.workloads else self.workload_entries()
-        heads = {"eagle3": ",".join(entries)}
+        heads = {GENERAL_HEAD: ",".join(entries)}
         if t.per_workload and len(entries) > 1:  # (one workload: its head is the general one)
             from .workloads.spec import parse_workload_specs  # its names: NAME=, else the source's stem
 
-            heads |= {f"eagle3-{s.name}": e for s, e in zip(parse_workload_specs(entries), entries)}
+            heads |= {f"{GENERAL_HEAD}-{s.name}": e for s, e in zip(parse_workload_specs(entries), entries)}
         return heads
 
 

@@ -34,7 +34,7 @@ from ..perf.report import write_report
 from ..perf.runner import PerfOptions, run_perf as perf
 from ..quality.render import print_report
 from ..quality.report import report_or_warning
-from ..recipe import COST_PRESETS, Recipe
+from ..recipe import COST_PRESETS, GENERAL_HEAD, Recipe
 from ..triton_repo.flavors import is_pytorch
 from ..triton_repo.options import TritonOptions
 from ..triton_repo.repo import RepoRequest, make_repository
@@ -66,12 +66,12 @@ class Paths:
         return self.out / f"tuning-{mode}.json"
 
     def head_dir(self, name: str) -> Path:
-        """A trained head's directory: `eagle3` (the general head) or `eagle3-WORKLOAD`."""
-        return self.head if name == "eagle3" else self.heads / name.removeprefix("eagle3-")
+        """A trained head's directory: GENERAL_HEAD (`eagle3`) or `eagle3-WORKLOAD`."""
+        return self.head if name == GENERAL_HEAD else self.heads / name.removeprefix(f"{GENERAL_HEAD}-")
 
     def head_outputs(self, kind: str) -> list[Path]:
         """The per-workload heads' profiles or tunings (kind: profile | tuning) present now."""
-        return sorted(self.out.glob(f"{kind}-eagle3-*.json"))
+        return sorted(self.out.glob(f"{kind}-{GENERAL_HEAD}-*.json"))
 
 
 @dataclass
@@ -120,7 +120,7 @@ def eagle3_head(ctx: Ctx) -> Path | None:
 
 def extra_heads(ctx: Ctx) -> dict[str, Path]:
     """{drafter name: directory} of the per-workload heads (draft.train.per_workload)."""
-    return {n: ctx.paths.head_dir(n) for n in ctx.recipe.trained_heads() if n != "eagle3"}
+    return {n: ctx.paths.head_dir(n) for n in ctx.recipe.trained_heads() if n != GENERAL_HEAD}
 
 
 def external_inputs(recipe: Recipe) -> dict[str, str]:
@@ -134,7 +134,7 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     for n, s in recipe.workloads.items():  # resolved paths are absolute; packaged names have no "/"
         if "/" in s:
             found[f"workloads.{n}"] = s
-    general = recipe.trained_heads().get("eagle3")  # every trained head's prompts are among the general one's
+    general = recipe.trained_heads().get(GENERAL_HEAD)  # every trained head's prompts are among the general one's
     for spec in parse_workload_specs(general) if general else ():
         if not spec.packaged:
             found[f"draft.train.workloads.{spec.name}"] = spec.source

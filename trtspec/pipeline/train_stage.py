@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from ..fsutil import atomic_dir, read_json
+from ..recipe import GENERAL_HEAD
 
 
 def train_heads(recipe, target: Path, paths, console, log) -> str:
@@ -22,12 +23,12 @@ def train_heads(recipe, target: Path, paths, console, log) -> str:
         copies[name] = cached
         notes.append(f"{name} {'trained' if trained else 'from the cache'}{heldout_note(cached)}")
     with atomic_dir(paths.head, overwrite=True) as tmp:
-        shutil.copytree(copies["eagle3"], tmp, dirs_exist_ok=True)
+        shutil.copytree(copies[GENERAL_HEAD], tmp, dirs_exist_ok=True)
     shutil.rmtree(paths.heads, ignore_errors=True)  # heads of an earlier per_workload run
     if len(copies) > 1:
         with atomic_dir(paths.heads, overwrite=True) as tmp:
             for name, cached in copies.items():
-                if name != "eagle3":
+                if name != GENERAL_HEAD:
                     shutil.copytree(cached, tmp / paths.head_dir(name).name)
     return "; ".join(notes)
 
