@@ -150,7 +150,8 @@ def tiny_eagle(d: Path, sharpen: float = 1.0) -> Path:
 
 
 def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles: int | None = None) -> Path:
-    """tuning.json with fixed choices. draft-target: choices = {workload: K or [K per band]};
+    """tuning.json with fixed choices. draft-target: choices = {workload: K or [K per band]}; eagle3:
+    the same chain choices, the tuning relabelled as tuned for an EAGLE-3 head;
     eagle: choices = {workload: tree}, workloads sharing a tree share a profile; ngram: choices =
     {workload: (K, max_matching_ngram_size)}, K = 0 for off."""
     from trtspec.tuning.tune import run_tune
@@ -172,7 +173,7 @@ def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles
             for b in tuning.workloads[w].bands:
                 b.draft_len, b.max_matching_ngram_size, b.speculate = k, n if k else None, k > 0
         tuning.max_draft_len = max(k for k, _ in choices.values())
-    elif mode == "draft-target":
+    elif mode in ("draft-target", "eagle3"):
         t, dr = fake_ckpt(d / "ck_t", LLAMA), fake_ckpt(d / "ck_d", DRAFT)
         prof = chain_profile({w: 0.7 for w in choices}, num_samples=2, T=32, max_k=8, target=str(t), draft=str(dr))
         (d / "profile.json").write_text(dump_json(prof))
@@ -182,6 +183,7 @@ def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles
             for b, k in zip(sorted(tuning.workloads[w].bands, key=lambda b: b.concurrency), ks):
                 b.draft_len, b.speculate = k, k > 0
         tuning.max_draft_len = max(b.draft_len for w in tuning.workloads.values() for b in w.bands)
+        tuning.mode = mode
     else:
         e = fake_ckpt(d / "ck_e", EAGLE)
         prof = eagle_profile({w: (0.6, 0.05) for w in choices}, num_samples=2, T=32, depth=4, top_k=10, target=str(e))

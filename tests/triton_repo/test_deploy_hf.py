@@ -14,6 +14,7 @@ from tiny_models import make_hf_model, save_tiny_tokenizer
 from triton_fixtures import tuning_file
 from trtspec.calib.hf_export import quantize_hf_unified
 from trtspec.calib.quantize import CalibOptions
+from trtspec.errors import TrtspecError
 from trtspec.triton_repo.repo import MANIFEST, RepoRequest, make_repository
 from trtspec.triton_repo.validate import check_repository
 
@@ -37,13 +38,14 @@ def w(tmp_path_factory):
                                                   "eagle_config": {"use_aux_hidden_state": True,
                                                                    # a 2-layer target: TRT-LLM's default capture needs 6
                                                                    "eagle_aux_hidden_state_layer_ids": [0, 1]}}))
-    return {"root": root, "head": head,
-            "tuning": tuning_file(root / "t" / "tuning.json", "draft-target", {"chat": [3, 2], "code": [5, 4]})}
+    choices = {"chat": [3, 2], "code": [5, 4]}
+    return {"root": root, "head": head, "tuning": tuning_file(root / "t" / "tuning.json", "draft-target", choices),
+            "tuning_eagle3": tuning_file(root / "t3" / "tuning.json", "eagle3", choices)}
 
 
 def test_llmapi_serves_the_unified_hf_directory(w):
     out = w["root"] / "repo"
-    make_repository(RepoRequest(out=out, tuning=w["tuning"], flavor="llmapi", ckpt=w["root"] / "fp8",
+    make_repository(RepoRequest(out=out, tuning=w["tuning_eagle3"], flavor="llmapi", ckpt=w["root"] / "fp8",
                                 draft_ckpt=w["head"]))
     assert check_repository(out) == []
     y = yaml.safe_load((out / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
@@ -52,6 +54,15 @@ def test_llmapi_serves_the_unified_hf_directory(w):
                       "triton_config"}  # nothing quantization-specific: the backend reads hf_quant_config.json
     target = json.loads((out / MANIFEST).read_text())["artifacts"][0]
     assert (target["role"], target["kind"], target["path"]) == ("target", "hf", str(w["root"] / "fp8"))
+
+
+def test_llmapi_refuses_a_head_under_a_draft_target_tuning(w, tmp_path):
+    """A draft-target tuning measured a draft model: serving an EAGLE-3 head with its K values would
+    serve numbers measured for another drafter."""
+    with pytest.raises(TrtspecError, match=r"is an EAGLE-3 head, but the tuning is draft-target"):
+        make_repository(RepoRequest(out=tmp_path / "repo", tuning=w["tuning"], flavor="llmapi",
+                                    ckpt=w["root"] / "fp8", draft_ckpt=w["head"]))
+    assert not (tmp_path / "repo").exists()
 
 
 def test_cpu_flavor_serves_the_unified_hf_directory(w, tmp_path):

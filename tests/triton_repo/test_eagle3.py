@@ -26,10 +26,7 @@ def _hf(path: Path, config: dict) -> Path:
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("eagle3_repo").resolve()
-    path = tuning_file(root / "t" / "tuning.json", "draft-target", CHOICES)
-    tuning = json.loads(path.read_text())
-    tuning["mode"] = "eagle3"  # the same chain choices, tuned for an EAGLE-3 head
-    path.write_text(json.dumps(tuning))
+    tuning_file(root / "t" / "tuning.json", "eagle3", CHOICES)
     _hf(root / "target", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "num_hidden_layers": 32})
     return root
 

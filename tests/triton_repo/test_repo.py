@@ -39,6 +39,7 @@ def w(tmp_path_factory):
             "dt_build": build_dir(root / "build_dt", "draft-target", tok, max_draft_len=8),
             "eagle_build": build_dir(root / "build_eagle", "eagle", tok),
             "dt_tuning": tuning_file(root / "tdt" / "tuning.json", "draft-target", DT_CHOICES),
+            "e3_tuning": tuning_file(root / "te3" / "tuning.json", "eagle3", DT_CHOICES),
             "eagle_tuning": tuning_file(root / "te" / "tuning.json", "eagle", EAGLE_CHOICES)}
 
 
@@ -381,7 +382,7 @@ def test_llmapi_repository(w):
     target = _hf(w["root"] / "hf_target", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"})
     head = _hf(w["root"] / "hf_eagle3", {"architectures": ["LlamaForCausalLMEagle3"], "torch_dtype": "bfloat16",
                                          "eagle_config": {"use_aux_hidden_state": True}})
-    repo = make(w, "llmapi", tuning=w["dt_tuning"], flavor="llmapi", ckpt=target, draft_ckpt=head,
+    repo = make(w, "llmapi", tuning=w["e3_tuning"], flavor="llmapi", ckpt=target, draft_ckpt=head,
                 default_workload="code")
     assert check_repository(repo) == []
     models = sorted(p.name for p in repo.iterdir() if p.is_dir())
@@ -412,13 +413,13 @@ def test_llmapi_repository(w):
     assert isinstance(res.exception, TrtspecError) and "tensorrt_llm_k0/1/model.py: missing" in str(res.exception)
     converted = fake_ckpt(w["root"] / "converted", LLAMA)  # a trtspec checkpoint names its HF source
     (converted / "trtspec.json").write_text(json.dumps({"sources": [{"role": "hf", "path": str(target)}]}))
-    repo2 = make(w, "llmapi_from_ckpt", tuning=w["dt_tuning"], flavor="llmapi", ckpt=converted, draft_ckpt=head)
+    repo2 = make(w, "llmapi_from_ckpt", tuning=w["e3_tuning"], flavor="llmapi", ckpt=converted, draft_ckpt=head)
     assert yaml.safe_load((repo2 / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())["model"] == str(target)
     pair = w["root"] / "converted_pair"  # a trtspec pair directory names both HF sources
     pair.mkdir()
     (pair / "trtspec.json").write_text(json.dumps({"sources": [{"role": "target", "path": str(target)},
                                                                {"role": "draft", "path": str(head)}]}))
-    repo3 = make(w, "llmapi_from_pair", tuning=w["dt_tuning"], flavor="llmapi", ckpt=pair)
+    repo3 = make(w, "llmapi_from_pair", tuning=w["e3_tuning"], flavor="llmapi", ckpt=pair)
     spec = yaml.safe_load((repo3 / "tensorrt_llm_k5" / "1" / "model.yaml").read_text())["speculative_config"]
     assert spec["speculative_model_dir"] == str(head) and spec["max_draft_len"] == 5
     with pytest.raises(TrtspecError, match="not a Hugging Face model directory"):

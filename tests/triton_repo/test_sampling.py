@@ -153,7 +153,7 @@ def test_llmapi_eagle3_repository_flags_sampled_requests(root):
     (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"],
                                                   "torch_dtype": "bfloat16",
                                                   "eagle_config": {"use_aux_hidden_state": True}}))
-    tuning = tuning_file(root / "tl" / "tuning.json", "draft-target", CHOICES)
+    tuning = tuning_file(root / "tl" / "tuning.json", "eagle3", CHOICES)
     repo = root / "llmapi"
     make_repository(RepoRequest(tuning=tuning, flavor="llmapi", out=repo, ckpt=hf, draft_ckpt=head))
     assert check_repository(repo) == []

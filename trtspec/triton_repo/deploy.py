@@ -242,8 +242,8 @@ def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) 
 
 
 def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """llmapi flavor: [target, draft] HF directories (the draft: an EAGLE-3 head or a draft model);
-    [target] for n-gram."""
+    """llmapi flavor: [target, draft] HF directories (the draft: the EAGLE-3 head of an eagle3 tuning,
+    else a draft model); [target] for n-gram."""
     root = _dir(ckpt, "ckpt")
     if mode == "ngram":
         if draft_ckpt is not None:
@@ -261,12 +261,17 @@ def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Ar
         else:
             draft_dir = _dir(draft_ckpt, "draft_ckpt")
     tcfg = read_json(target_dir / "config.json")
+    target = Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=_hf_dtype(tcfg))
+    if mode == "eagle3":
+        return [target, eagle3_head(draft_dir, "draft_ckpt", ", but the tuning is eagle3")]
     dcfg = read_json(draft_dir / "config.json")
     if "architectures" not in dcfg:
         draft_dir = _hf_dir(draft_dir, "draft_ckpt")
         dcfg = read_json(draft_dir / "config.json")
-    return [Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=_hf_dtype(tcfg)),
-            Artifact(role="draft", path=draft_dir, kind="hf", config=dcfg, dtype=_hf_dtype(dcfg))]
+    if is_eagle3(dcfg):
+        raise TrtspecError(f"draft_ckpt: {draft_dir} is an EAGLE-3 head, but the tuning is {mode} (profile and tune "
+                           "the head as eagle3)")
+    return [target, Artifact(role="draft", path=draft_dir, kind="hf", config=dcfg, dtype=_hf_dtype(dcfg))]
 
 
 def _hf_dtype(cfg: dict) -> str:
@@ -280,9 +285,8 @@ def is_eagle3(cfg: dict) -> bool:
 
 
 def eagle3_head(path: Path | None, field: str, why: str = "") -> Artifact:
-    """An EAGLE-3 head directory as the draft Artifact the pytorch flavor reads (its config.json,
-    dtype, positions): its draft_ckpt and each extra head (heads.py); the llmapi flavor still builds
-    its general head in resolve_hf and checks it in llmapi.specs (not merged yet). why: said after
+    """An EAGLE-3 head directory as the draft Artifact the pytorch and llmapi flavors read (its
+    config.json, dtype, positions): their draft_ckpt and each extra head (heads.py). why: said after
     "`field`: PATH is not an EAGLE-3 head" when it is not one."""
     head = _dir(path, field)
     cfg = read_json(head / "config.json", "EAGLE-3 head config.json") if (head / "config.json").is_file() else {}

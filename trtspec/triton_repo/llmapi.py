@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import yaml
 
-from ..errors import TrtspecError
 from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
 from ..upstream.triton import LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_SPEC_MODEL_KEY
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 from . import contracts as c
 from . import ngram_serving
 from . import render as r
-from .deploy import Artifact, eagle3_capture, is_eagle3
+from .deploy import Artifact, eagle3_capture
 from .models.serving_rules import CHAIN_MODES
 from .routing import draft_target_routes, eagle_routes
 
@@ -57,9 +56,7 @@ def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload
     """(routing, one Spec per served model, whether the model drafter is an EAGLE-3 head). heads:
     the other EAGLE-3 heads routes name (triton_repo/heads.py)."""
     target, draft = arts[0], (arts[1] if len(arts) > 1 else None)
-    eagle3 = draft is not None and is_eagle3(draft.config)
-    if tuning.mode == "eagle3" and not eagle3:
-        raise TrtspecError(f"draft_ckpt: {draft.path if draft else None} is not an EAGLE-3 head, but the tuning is eagle3")
+    eagle3 = tuning.mode == "eagle3"  # deploy.resolve_hf made the draft an EAGLE-3 head then, and only then
     if tuning.mode in CHAIN_MODES:  # a chain: one K (and n-gram size) per workload x band
         table = routing(draft_target_routes(tuning, default_workload), tuning.mode)
     else:
