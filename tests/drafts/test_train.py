@@ -62,6 +62,7 @@ def test_training_lowers_the_loss_and_reports_heldout_al(tiny, tmp_path):
     assert set(last) == {"1", "3"} and all(1.0 <= v <= int(k) + 1 for k, v in last.items())
     assert (tmp_path / "head" / "learning_curve.png").stat().st_size > 0
     assert not (tmp_path / "head.train-run").exists()  # the resumable state is gone once out/ is in place
+    assert 0.0 < summary["heldout_vocab_coverage"]["p"] <= 1.0  # 256 of the tiny target's 1000 tokens
 
 
 def test_same_seed_gives_a_bit_identical_head_and_another_seed_does_not(tiny, tmp_path):

@@ -68,3 +68,7 @@ def train_draft_command(
     last = next((h for h in reversed(summary["history"]) if h.get("al")), None)
     al = ", ".join(f"AL({k}) {v:.3f}" for k, v in (last or {}).get("al", {}).items() if v is not None)
     typer.echo(f"wrote {out} ({summary['train_tokens']} response tokens trained on; held-out {al or 'n/a'})")
+    coverage = summary["heldout_vocab_coverage"]
+    if any(c < 1.0 for c in coverage.values()):
+        typer.echo("draft vocabulary holds " + ", ".join(f"{w} {c:.0%}" for w, c in coverage.items())
+                   + " of the held-out answer tokens (the rest can never be drafted)")

