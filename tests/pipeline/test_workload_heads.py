@@ -78,12 +78,12 @@ def serve_in_process(p: dict, monkeypatch):
     import importlib
     import sys
 
-    from triton_repo.test_models_common import MODELS, Request
+    from triton_repo.test_models_common import HELPER_MODULES, MODELS, Request
     from triton_repo.test_spec_decode import fake_engines
 
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_engines([], None))
     monkeypatch.syspath_prepend(str(MODELS))
-    for name in ("trtspec_triton_common", "serving_rules", "spec_decode"):
+    for name in (*HELPER_MODULES, "spec_decode"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     mod = importlib.import_module("spec_decode")
     m = mod.TritonPythonModel.__new__(mod.TritonPythonModel)

@@ -16,7 +16,6 @@ import importlib
 import json
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +24,9 @@ from tritonclient.grpc import model_config_pb2
 
 from triton_fixtures import TREE_A, TREE_B, build_dir, cpu_repository, tiny_eagle, tiny_tokenizer_dir, \
     tuning_file
+from triton_repo.test_models_common import HELPER_MODULES, MODELS
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 
-MODELS = Path(__file__).resolve().parents[2] / "trtspec" / "triton_repo" / "models"
 CHOICES = {"chat": TREE_A, "code": TREE_B}
 SEEN_BEFORE_CANCEL = 3  # responses of the LLM stream generate reads before its client cancels
 
@@ -153,7 +152,7 @@ def load(monkeypatch):
         server = Server(with_cancel)
         monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils(server))
         monkeypatch.syspath_prepend(str(MODELS))
-        for name in ("generate", "trtspec_triton_common", "serving_rules"):
+        for name in ("generate", *HELPER_MODULES):
             sys.modules.pop(name, None)
         module = importlib.import_module("generate")
         model = module.TritonPythonModel()
@@ -161,7 +160,7 @@ def load(monkeypatch):
                                                                       for k, v in params.items()}})})
         return model, server, importlib.import_module("trtspec_triton_common")
     yield load_generate
-    for name in ("generate", "trtspec_triton_common", "serving_rules"):
+    for name in ("generate", *HELPER_MODULES):
         sys.modules.pop(name, None)
 
 

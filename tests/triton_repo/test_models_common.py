@@ -19,7 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trtspec.triton_repo.models import HELPERS
+
 MODELS = Path(__file__).resolve().parents[2] / "trtspec" / "triton_repo" / "models"
+HELPER_MODULES = tuple(Path(name).stem for name in HELPERS)  # what a model.py imports next to it
 
 
 class Stream:
@@ -93,11 +96,11 @@ def common(monkeypatch):
     streams: list = []
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils(streams))
     monkeypatch.syspath_prepend(str(MODELS))
-    for name in ("trtspec_triton_common", "serving_rules"):
+    for name in HELPER_MODULES:
         sys.modules.pop(name, None)
-    module = importlib.import_module("trtspec_triton_common")
-    yield module, streams
-    for name in ("trtspec_triton_common", "serving_rules"):
+    helpers = [importlib.import_module(name) for name in HELPER_MODULES]
+    yield types.SimpleNamespace(**{k: v for m in helpers for k, v in vars(m).items()}), streams  # all their names
+    for name in HELPER_MODULES:
         sys.modules.pop(name, None)
 
 

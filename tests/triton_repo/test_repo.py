@@ -21,6 +21,7 @@ from triton_fixtures import (DRAFT, EAGLE, LLAMA, TREE_A, TREE_B, build_dir, env
 from trtspec.errors import TrtspecError
 from trtspec.triton_repo.command import triton_command
 from trtspec.triton_repo.configs import parse_file, params
+from trtspec.triton_repo.models import HELPERS
 from trtspec.triton_repo.models.serving_rules import parse_braces
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.upstream.triton import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS
@@ -145,7 +146,7 @@ def test_cpu_flavor_configs(w):
     p = params(parse_file(repo / "spec_decode" / "config.pbtxt"))
     assert p["engine"] == "trtspec.runtime" and p["draft_checkpoint"] == str(pair / "draft")
     assert (repo / "spec_decode" / "1" / "model.py").is_file()
-    assert (repo / "spec_decode" / "1" / "trtspec_triton_common.py").is_file()
+    assert all((repo / "spec_decode" / "1" / f).is_file() for f in HELPERS)
     manifest = json.loads((repo / "trtspec-repo.json").read_text())
     assert manifest["flavor"] == "cpu" and manifest["memory"] is None
     assert "trtspec serve" in (repo / "README.md").read_text()

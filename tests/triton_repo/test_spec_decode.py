@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from triton_repo.test_models_common import MODELS, Request
+from triton_repo.test_models_common import HELPER_MODULES, MODELS, Request
 from trtspec.options import Sampling
 from trtspec.runtime.sampling import probs
 
@@ -78,7 +78,7 @@ def spec(monkeypatch):
     logits = np.random.default_rng(0).normal(0, 2, (len(DRAFT_TOKENS), V)).astype(np.float32)
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_engines(calls, logits))
     monkeypatch.syspath_prepend(str(MODELS))
-    names = ("trtspec_triton_common", "serving_rules", "spec_decode")
+    names = (*HELPER_MODULES, "spec_decode")
     for name in names:
         sys.modules.pop(name, None)
     yield importlib.import_module("spec_decode"), calls, logits

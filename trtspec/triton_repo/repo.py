@@ -7,7 +7,7 @@ Layout (draft-target; EAGLE has tensorrt_llm_<profile> models instead of spec_de
     REPO/
       README.md              how to launch it, what each model does, the tuned table, memory
       trtspec-repo.json      manifest: flavor, mode, routing, calls between models, artifacts, launch
-      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py, 1/serving_rules.py)
+      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py, trtspec_triton_pool.py, serving_rules.py)
       preprocessing/  postprocessing/  spec_decode/
       tensorrt_llm/  tensorrt_llm_draft/     config.pbtxt, 1/  (trtllm: C++ backend; cpu: 1/model.py)
 

@@ -1,8 +1,8 @@
 """Python-backend model sources, copied into generated repositories as `<model>/1/model.py`.
 
-Each file is a complete Triton python model. `trtspec_triton_common.py` (the worker pool, tensor
-helpers) and `serving_rules.py` (band choice, brace syntax, request bounds, acceptance) are
-copied next to each of them (the python backend puts the version directory on sys.path). The
+Each file is a complete Triton python model. `trtspec_triton_common.py` (tensor and BLS helpers),
+`trtspec_triton_pool.py` (the worker pool of the decoupled models) and `serving_rules.py` (band
+choice, brace syntax, request bounds, acceptance) are copied next to each of them (the python backend puts the version directory on sys.path). The
 trtllm-flavor models
 (preprocessing, postprocessing, spec_decode in BLS mode, generate) import only numpy, json and
 the standard library (plus transformers for the tokenizer), because they run inside the
@@ -22,8 +22,9 @@ SOURCES = {
     "cpu_llm": "cpu_llm.py",
 }
 COMMON = "trtspec_triton_common.py"
+POOL = "trtspec_triton_pool.py"
 RULES = "serving_rules.py"
-HELPERS = (COMMON, RULES)  # copied next to every model.py above
+HELPERS = (COMMON, POOL, RULES)  # copied next to every model.py above
 # n-gram repositories: the pool of trtspec/runtime/ngram_pool.py (plain Python), shipped as it is next
 # to spec_decode, which imports it only when its `drafter` parameter is ngram.
 NGRAM_POOL = "ngram_pool.py"

@@ -39,7 +39,8 @@ import triton_python_backend_utils as pb_utils
 
 from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, load_device, parse_braces, stop_ids,
                            tree_depth)
-from trtspec_triton_common import FINAL, PooledModel, is_true, llm_request, out, scalar
+from trtspec_triton_common import FINAL, is_true, llm_request, out, scalar
+from trtspec_triton_pool import PooledModel
 
 
 class TritonPythonModel(PooledModel):

@@ -55,7 +55,8 @@ import triton_python_backend_utils as pb_utils
 from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
                            check_limits, output_len, pick_band, sampling_fallback, swept_route, tree_depth,
                            trtllm_steps)
-from trtspec_triton_common import FINAL, PooledModel, bls, out, request_parameter, scalar
+from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar
+from trtspec_triton_pool import PooledModel
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
