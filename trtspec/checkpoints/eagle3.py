@@ -40,6 +40,12 @@ OPTIONAL = ("fc.bias", "lm_head.weight", "d2t", "t2d", "embed_tokens.weight")
 UNSUPPORTED_SWITCHES = ("eh_proj_before_attn", "norm_before_fc", "return_hidden_post_norm", "fc_norm")
 
 
+def draft_to_target(d2t: torch.Tensor | None, draft_vocab: int) -> torch.Tensor:
+    """Target id of each draft id: i + d2t[i] (ModelOpt's d2t offsets; identity without d2t)."""
+    ids = torch.arange(draft_vocab)
+    return ids if d2t is None else ids + d2t.long()
+
+
 @dataclass(frozen=True)
 class Eagle3Head:
     path: Path
@@ -51,9 +57,8 @@ class Eagle3Head:
 
     @property
     def draft_to_target(self) -> torch.Tensor:
-        """Target id of each draft id: i + d2t[i] (identity without d2t)."""
-        ids = torch.arange(self.draft_vocab)
-        return ids + self.tensors["d2t"].long() if "d2t" in self.tensors else ids
+        """Target id of each draft id (module function draft_to_target)."""
+        return draft_to_target(self.tensors.get("d2t"), self.draft_vocab)
 
 
 def _canonical(src: WeightSource, where: Path) -> tuple[str, dict[str, str]]:
@@ -153,7 +158,7 @@ def _check_shapes(t: dict[str, torch.Tensor], spec: DecoderSpec, n_aux: int, dra
     if draft_vocab < vocab and "lm_head.weight" not in t:
         raise TrtspecError(f"{where}: missing tensor 'lm_head.weight' (a reduced draft vocabulary needs its own lm_head)")
     if "d2t" in t:
-        ids = torch.arange(draft_vocab) + t["d2t"].long()
+        ids = draft_to_target(t["d2t"], draft_vocab)
         if int(ids.min()) < 0 or int(ids.max()) >= vocab or len(set(ids.tolist())) != draft_vocab:
             raise TrtspecError(f"{where}: tensor 'd2t' maps draft ids outside [0, {vocab}) or onto one target id twice")
 

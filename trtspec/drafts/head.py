@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoints.eagle3 import draft_to_target
 from ..errors import TrtspecError
 from ..upstream.modelopt import EAGLE3_CPU_OVERRIDES, EAGLE3_EXPORT_FILES
 from .options import TrainDraftOptions
@@ -62,7 +63,7 @@ def vocab_coverage(d2t: torch.Tensor | None, examples) -> dict[str, float]:
     A token outside it can never be drafted, so each uncovered share is a ceiling on acceptance that no
     training lifts: SmolLM2's held-out MT-Bench answers are 84% covered by a 4096-token vocabulary
     chosen on the training answers, its code and math answers 93%. None (the full vocabulary): 1.0."""
-    vocab = None if d2t is None else set((d2t + torch.arange(len(d2t))).tolist())
+    vocab = None if d2t is None else set(draft_to_target(d2t, len(d2t)).tolist())
     tokens: dict[str, list[int]] = {}
     for e in examples:
         tokens.setdefault(e.workload, []).extend(e.response)
