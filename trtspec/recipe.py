@@ -235,8 +235,7 @@ class Recipe(ConvertOptions):
         if self.triton is None or "accept_rule" in self.profile.model_fields_set:
             return
         draft_logits = bool(self.build is not None and self.build.draft_logits)
-        rule = route_sampling(self.triton.flavor, self.mode, draft_logits=draft_logits,
-                              eagle3=self.mode == "eagle3")["accept_rule"]
+        rule = route_sampling(self.triton.flavor, self.mode, draft_logits=draft_logits)["accept_rule"]
         self.profile = self.profile.model_copy(update={"accept_rule": rule})
 
     # ---- derived facts the stages use ----

@@ -48,10 +48,10 @@ def test_bad_sampling_values_name_the_input(values, message):
     (("trtllm", "draft-target", True), "rejection_sampling", "engine-draft-target-logits"),
     (("trtllm", "eagle"), "greedy", "engine-eagle-triton"),
     (("cpu", "eagle"), "greedy", "engine-eagle-triton"),
-    (("cpu", "draft-target", False, False, "exact_match"), "exact_match", "llmapi-two-model"),
-    (("cpu", "draft-target", False, False, "rejection_sampling"), "rejection_sampling", "engine-draft-target-logits"),
+    (("cpu", "draft-target", False, "exact_match"), "exact_match", "llmapi-two-model"),
+    (("cpu", "draft-target", False, "rejection_sampling"), "rejection_sampling", "engine-draft-target-logits"),
     (("llmapi", "draft-target"), "exact_match", "llmapi-two-model"),
-    (("llmapi", "eagle", False, True), "greedy", "llmapi-eagle3-one-model"),
+    (("llmapi", "eagle3"), "greedy", "llmapi-eagle3-one-model"),
 ])
 def test_route_rules_come_from_upstream_path_rules(args, rule, path):
     s = route_sampling(*args)

@@ -114,7 +114,8 @@ def measure(quant: Decoder, ref: Decoder, units: list[str], prompts: list[list[i
             entering.append(x)
             s = quant.spec
             x = run_layers(x, quant.layers[i:i + 1], s, quant.freq,
-                           KVCache(1, 1, T, s.num_kv_heads, s.head_size, quant.dtype, quant.placement.layers[i:i + 1]),
+                           KVCache(1, 1, T, s.num_kv_heads, s.head_size, quant.dtype,
+                                   quant.placement.layers[i:i + 1]),
                            None, None, None)
         kl, top = _kl(ref_logp, quant.logits(rms_norm(x, quant.ln_f, quant.spec.norm_eps))[0])
         base_kl += kl

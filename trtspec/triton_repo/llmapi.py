@@ -52,9 +52,9 @@ def routing(routes: dict, mode: str) -> dict:
 
 
 def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload: str | None,
-          heads: dict[str, Artifact] | None = None) -> tuple[dict, list[Spec], bool]:
-    """(routing, one Spec per served model, whether the model drafter is an EAGLE-3 head). heads:
-    the other EAGLE-3 heads routes name (triton_repo/heads.py)."""
+          heads: dict[str, Artifact] | None = None) -> tuple[dict, list[Spec]]:
+    """(routing, one Spec per served model). heads: the other EAGLE-3 heads routes name
+    (triton_repo/heads.py)."""
     target, draft = arts[0], (arts[1] if len(arts) > 1 else None)
     eagle3 = tuning.mode == "eagle3"  # deploy.resolve_hf made the draft an EAGLE-3 head then, and only then
     if tuning.mode in CHAIN_MODES:  # a chain: one K (and n-gram size) per workload x band
@@ -76,7 +76,7 @@ def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload
                                "max_draft_len": k, LLMAPI_SPEC_MODEL_KEY: str(head.path),
                                **(eagle3_capture(target, head) if eagle3 else {})},
                         f"max_draft_len {k}" + (f", EAGLE-3 head {e['draft_head']}" if head is not draft else "")))
-    return table, out, eagle3
+    return table, out
 
 
 def models(target: Artifact, served: list[Spec]) -> list[r.ModelFiles]:

@@ -7,7 +7,8 @@ Layout (draft-target; EAGLE has tensorrt_llm_<profile> models instead of spec_de
     REPO/
       README.md              how to launch it, what each model does, the tuned table, memory
       trtspec-repo.json      manifest: flavor, mode, routing, calls between models, artifacts, launch
-      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py, trtspec_triton_pool.py, serving_rules.py)
+      generate/              config.pbtxt, 1/model.py (+ 1/trtspec_triton_common.py, trtspec_triton_pool.py,
+                             serving_rules.py)
       preprocessing/  postprocessing/  spec_decode/
       tensorrt_llm/  tensorrt_llm_draft/     config.pbtxt, 1/  (trtllm: C++ backend; cpu: 1/model.py)
 
@@ -351,10 +352,10 @@ class _Builder:
         return m.kv_tokens if m and m.kv_tokens > 0 else None
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
-        routing, specs, eagle3 = llmapi.specs(self.tuning, self.arts, self.req.eagle_band, self.req.default_workload,
-                                              self.heads)
+        routing, specs = llmapi.specs(self.tuning, self.arts, self.req.eagle_band, self.req.default_workload,
+                                      self.heads)
         files = llmapi.models(self.arts[0], specs)
-        self.sampling = route_sampling(self.flavor, self.mode, eagle3=eagle3)
+        self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:
             routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
         routing["limits"] = self._limits()

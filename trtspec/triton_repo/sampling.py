@@ -47,14 +47,13 @@ def request_sampling(get) -> Sampling:
 
 # ---- which rule a repository's route runs at temperature > 0 (manifest + README) -----------------
 
-def route_sampling(flavor: str, mode: str, draft_logits: bool = False, eagle3: bool = False,
-                   cpu_rule: str | None = None) -> dict:
+def route_sampling(flavor: str, mode: str, draft_logits: bool = False, cpu_rule: str | None = None) -> dict:
     """The accept rule a repository's speculative route runs at temperature > 0 and the upstream
     deployment path it is (upstream.sampling.PATH_RULES), for the manifest's `sampling` entry.
     cpu_rule: the cpu flavor's spec_decode `accept_rule` (draft-target). serving_rules states the
     same per model; this is the repository-level summary the README prints."""
     flavor = canonical(flavor)
-    if mode == "eagle" or (flavor == "llmapi" and eagle3):
+    if mode == "eagle" or (flavor == "llmapi" and mode == "eagle3"):
         path = {"trtllm": "engine-eagle-triton", PYTORCH: "engine-eagle-triton",
                 "llmapi": "llmapi-eagle3-one-model"}[flavor]
     elif flavor == "trtllm":

@@ -2,11 +2,11 @@
 
 Each file is a complete Triton python model. `trtspec_triton_common.py` (tensor and BLS helpers),
 `trtspec_triton_pool.py` (the worker pool of the decoupled models) and `serving_rules.py` (band
-choice, brace syntax, request bounds, acceptance) are copied next to each of them (the python backend puts the version directory on sys.path). The
-trtllm-flavor models
-(preprocessing, postprocessing, spec_decode in BLS mode, generate) import only numpy, json and
-the standard library (plus transformers for the tokenizer), because they run inside the
-TensorRT-LLM Triton container where trtspec is not installed; only the cpu-flavor code paths
+choice, brace syntax, request bounds, acceptance) are copied next to each of them (the python
+backend puts the version directory on sys.path). The trtllm-flavor models (preprocessing,
+postprocessing, spec_decode in BLS mode, generate) import only numpy, json and the standard
+library (plus transformers for the tokenizer), because they run inside the TensorRT-LLM Triton
+container where trtspec is not installed; only the cpu-flavor code paths
 import trtspec (cpu_llm.py, and spec_decode's in-process engine).
 
 Nothing here is imported by trtspec itself except `serving_rules` (standard library only), which
