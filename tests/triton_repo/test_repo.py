@@ -350,7 +350,7 @@ def test_serve_prints_the_container_command(w, trt_dt):
 
 
 def test_tensor_parallel_engine_runs_one_server_per_rank(w):
-    from trtspec.triton_repo.serve import container_command
+    from trtspec.triton_repo.container import container_command
 
     tp2 = {**EAGLE, "mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}
     engine = fake_engine(w["root"] / "eagle_tp2", tp2, spec_mode="eagle", max_draft_len=63)

@@ -95,6 +95,7 @@ def serve_command(
     model_control: bool = typer.Option(default(S, "model_control"), "--model-control", help=doc(S, "model_control")),
 ):
     """Serve a repository: cpu flavor on the bundled tritonserver (127.0.0.1); trtllm/llmapi: the container command."""
+    from . import container as c
     from . import serve as s
 
     repo = Path(repo).expanduser().resolve()
@@ -111,10 +112,10 @@ def serve_command(
                 typer.echo("--- tritonserver log (last lines) ---\n" + e.log_tail + "\n---", err=True)
             raise
         raise typer.Exit(code)
-    cmd = s.container_command(repo, manifest, ports, image)
+    cmd = c.container_command(repo, manifest, ports, image)
     if manifest.get("flavor") == "llmapi" and exec_:
-        s.check_llmapi_model_py(repo, manifest)
+        c.check_llmapi_model_py(repo, manifest)
     if not exec_:
-        typer.echo(s.shell_join(cmd))
+        typer.echo(c.shell_join(cmd))
         return
-    raise typer.Exit(s.run_container(cmd))
+    raise typer.Exit(c.run_container(cmd))

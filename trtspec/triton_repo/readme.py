@@ -6,9 +6,10 @@ from pathlib import Path
 
 from ..upstream.triton import LLMAPI_MODEL_PY
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
-from .models.serving_rules import CHAIN_MODES
+from .container import container_command, shell_join
 from .flavors import is_pytorch
-from .serve import DEFAULT_PORTS, container_command, shell_join
+from .models.serving_rules import CHAIN_MODES
+from .serve import DEFAULT_PORTS
 
 GIB = 1024**3
 

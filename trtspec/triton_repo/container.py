@@ -1,0 +1,75 @@
+"""`trtspec serve REPO` for the trtllm / llmapi flavors: the container launch command for the H100
+host (printed, or run with --exec), with the MPI world size the repository needs (trtspec-repo.json "launch"): one TensorRT-LLM
+model = leader mode, one tritonserver per rank of the engine (world size = TP x PP, ranks > 0 load
+only the TensorRT-LLM model); several (draft + target, or EAGLE profiles) = orchestrator mode
+(TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor workers).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from ..errors import TrtspecError
+from ..upstream.triton import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
+from .serve import DEFAULT_PORTS, HOST, signal_group
+
+
+def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], image: str | None = None) -> list[str]:
+    repo = Path(repo).resolve()
+    launch = manifest["launch"]
+    p = {k: ports.get(k) or v for k, v in DEFAULT_PORTS.items()}
+    server = [CONTAINER_TRITONSERVER, f"--model-repository={repo}",
+              f"--http-address={HOST}", f"--http-port={p['http']}", f"--grpc-address={HOST}", f"--grpc-port={p['grpc']}",
+              f"--metrics-address={HOST}", f"--metrics-port={p['metrics']}", "--disable-auto-complete-config"]
+    docker = ["docker", "run", "--rm", "--gpus", "all", "--net", "host", "--ipc", "host",
+              "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "-v", f"{repo}:{repo}"]
+    for m in launch.get("mounts", []):
+        docker += ["-v", f"{m}:{m}:ro"]
+    if launch.get("orchestrator"):
+        for k, v in ORCHESTRATOR_ENV.items():
+            docker += ["-e", f"{k}={v}"]
+    docker.append(image or launch["container"])
+    if manifest.get("flavor") == "llmapi":
+        return docker + server
+    world = int(launch.get("world_size", 1))
+    cmd = ["mpirun", "--allow-run-as-root"]
+    for rank in range(world):
+        if rank:
+            cmd.append(":")
+        cmd += ["-n", "1", *server, f"--backend-config=python,shm-region-prefix-name={PYTHON_SHM_PREFIX.format(rank=rank)}"]
+        if rank:
+            cmd.append("--model-control-mode=explicit")
+            cmd += [f"--load-model={m}" for m in launch["trtllm_models"]]
+    return docker + cmd
+
+
+def check_llmapi_model_py(repo: Path, manifest: dict) -> None:
+    missing = [m for m in manifest["launch"]["trtllm_models"] if not (Path(repo) / m / "1" / "model.py").is_file()]
+    if missing:
+        raise TrtspecError(f"{Path(repo) / missing[0] / '1' / 'model.py'}: missing; copy {LLMAPI_MODEL_PY} from the "
+                           "TensorRT-LLM 1.2 sources into each tensorrt_llm_k*/1/ (see the repository README)")
+
+
+def run_container(cmd: list[str]) -> int:
+    if shutil.which(cmd[0]) is None:
+        raise TrtspecError(f"'{cmd[0]}' is not on PATH: the container command runs on the GPU host (or copy it "
+                           "there)")
+    proc = subprocess.Popen(cmd, start_new_session=True)
+
+    def forward(signum, _frame):
+        signal_group(proc.pid, signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def shell_join(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in cmd)
