@@ -37,7 +37,7 @@ def test_per_workload_heads_are_named_by_the_workload_names_the_prompts_get():
     assert r.trained_heads() == {"eagle3": "/data/support.jsonl,code=humaneval",
                                  "eagle3-support": "/data/support.jsonl", "eagle3-code": "code=humaneval"}
     # and the pipeline hashes that file as an input of the derive stage under the same name
-    from trtspec.pipeline.stages import external_inputs
+    from trtspec.pipeline.inputs import external_inputs
 
     found = {k: v for k, v in external_inputs(r).items() if k.startswith("draft.train.")}
     assert found == {"draft.train.workloads.support": "/data/support.jsonl"}  # packaged humaneval is no file

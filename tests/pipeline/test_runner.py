@@ -337,7 +337,7 @@ def test_the_perf_command_printed_for_an_h100_flavor_carries_the_recipes_blocks(
 def test_stage_externals_match_keys_exactly_or_under_a_dotted_prefix():
     """A changed EAGLE-3 head (draft.eagle3) re-runs what reads it (profile, triton), not convert or
     quantize, whose draft.eagle pattern names the EAGLE-1 checkpoint only."""
-    from trtspec.pipeline.runner import EXTERNALS, reads
+    from trtspec.pipeline.inputs import EXTERNALS, reads
 
     readers = sorted(n for n, patterns in EXTERNALS.items() if reads("draft.eagle3", patterns))
     assert readers == ["profile", "triton"]

@@ -149,7 +149,7 @@ def test_a_bad_results_file_is_one_line_naming_file_and_field(tmp_path, edit, fi
 
 
 def test_a_recipes_calibrate_path_is_resolved_and_is_an_input_of_the_tune_stage(tmp_path):
-    from trtspec.pipeline.stages import external_inputs
+    from trtspec.pipeline.inputs import external_inputs
     from trtspec.recipe import load_recipe
 
     (tmp_path / "r.yaml").write_text("name: r\ntarget: /t\nngram: true\nworkloads: {chat: mt-bench}\n"

@@ -33,6 +33,7 @@ from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
 from ..perf.schema import load_results
 from ..recipe import Recipe, load_recipe
 from . import stages as st
+from .inputs import missing_inputs, stage_inputs
 from .state import RunManifest, canonical, fingerprint, outputs_exist, sha256_text
 
 ORDER = ("derive", "convert", "quantize", "build", "profile", "tune", "triton", "serve", "perf", "report")
@@ -119,23 +120,6 @@ STAGES = {s.name: s for s in (
              lambda ctx: st.perf_not_applicable(ctx) and "no perf results here (perf did not run)", st.run_report),
 )}
 
-# Which external inputs (stages.external_inputs keys) each stage reads: a pattern ending in "." covers
-# every key under it, any other names one key. Quantize calibrates on the workloads unless
-# quantization.calib names its own sources. DRAFTS: the draft models convert and quantize read (an
-# EAGLE-3 head, draft.eagle3, is read where it is by profile and triton), not the prompt files a head
-# trains on (draft.train.*, which derive reads).
-DRAFTS = ("draft.hf", "draft.eagle")
-EXTERNALS = {"derive": ("target", "draft.train."), "convert": ("target", *DRAFTS),
-             "quantize": ("target", *DRAFTS, "quantization.", "workloads."),
-             "profile": ("workloads.", "draft.eagle3"), "tune": ("tune.",), "triton": ("draft.eagle3",),
-             "perf": ("workloads.",)}
-
-
-def reads(key: str, patterns: tuple[str, ...]) -> bool:
-    """Whether an external input `key` is among a stage's EXTERNALS `patterns`."""
-    return any(key == p or (p.endswith(".") and key.startswith(p)) for p in patterns)
-
-
 def check_stage(name: str | None, param: str) -> str | None:
     """`param`: the Runner.run argument that named the stage (until, force), for the error."""
     if name is not None and name not in ORDER:
@@ -173,10 +157,7 @@ class Runner:
     def input_hash(self, stage: st.Stage) -> str | None:
         """None when an upstream stage will run first (dry run): its outputs are not known yet."""
         r = self.recipe
-        patterns = EXTERNALS.get(stage.name, ())
-        ext = {k: fingerprint(Path(p)) for k, p in st.external_inputs(r).items() if reads(k, patterns)}
-        if r.uses_default_target and stage.name in ("derive", "convert", "quantize"):
-            ext["target"] = fingerprint(st.default_target_dir())
+        ext = {k: fingerprint(p) for k, p in stage_inputs(r, stage.name).items()}
         up = {}
         for dep in stage.deps(r):
             if self.planned.get(dep) == "run" and self.dry_run:
@@ -216,7 +197,7 @@ class Runner:
         first_forced = ORDER.index(force) if force else len(ORDER)
         self.perf_forced = ORDER.index("perf") >= first_forced
         report = RunReport()
-        missing = st.missing_inputs(self.recipe)
+        missing = missing_inputs(self.recipe)
         if missing and not dry_run:
             raise TrtspecError(f"{self.recipe_path}: input not found: {missing[0]} (edit the recipe)")
         if not dry_run and self.recipe.threads:

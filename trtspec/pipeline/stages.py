@@ -23,7 +23,7 @@ from ..builders.options import BuildOptions
 from ..builders.plan import make_plan
 from ..builders.run import build, find_trtllm_build
 from ..calib.quantize import quantize
-from ..checkpoints.default_model import CACHE_NAME, default_cache_root, smollm2_dir
+from ..checkpoints.default_model import smollm2_dir
 from ..checkpoints.derive import truncate_layers
 from ..checkpoints.options import ConvertOptions
 from ..checkpoints.stage import convert
@@ -34,7 +34,7 @@ from ..perf.report import write_report
 from ..perf.runner import PerfOptions, run_perf as perf
 from ..quality.render import print_report
 from ..quality.report import report_or_warning
-from ..recipe import COST_PRESETS, GENERAL_HEAD, Recipe
+from ..recipe import GENERAL_HEAD, Recipe
 from ..triton_repo.flavors import is_pytorch
 from ..triton_repo.options import TritonOptions
 from ..triton_repo.repo import RepoRequest, make_repository
@@ -44,7 +44,7 @@ from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, write_plots
 from ..tuning.schema import dump_json
 from ..tuning.tune import tune_drafters
-from ..workloads.spec import parse_workload_specs
+from .inputs import default_target_dir
 from .train_stage import train_heads
 
 
@@ -87,11 +87,7 @@ class Ctx:
         self.console.print(f"  {msg}", highlight=False)
 
 
-# ---- inputs from outside OUT -------------------------------------------------------------------------
-
-def default_target_dir() -> Path:
-    return default_cache_root() / CACHE_NAME
-
+# ---- the draft and target directories the stages read -------------------------------------------------------------------------
 
 def target_hf(ctx: Ctx, build: bool = True) -> Path:
     """The target's HF directory; the embedded default is converted from its GGUF on first use."""
@@ -121,36 +117,6 @@ def eagle3_head(ctx: Ctx) -> Path | None:
 def extra_heads(ctx: Ctx) -> dict[str, Path]:
     """{drafter name: directory} of the per-workload heads (draft.train.per_workload)."""
     return {n: ctx.paths.head_dir(n) for n in ctx.recipe.trained_heads() if n != GENERAL_HEAD}
-
-
-def external_inputs(recipe: Recipe) -> dict[str, str]:
-    """{field: path} of every file or directory the recipe reads from outside OUT."""
-    found = {}
-    if not recipe.uses_default_target:
-        found["target"] = recipe.target
-    for key in ("hf", "eagle", "eagle3"):
-        if recipe.draft is not None and getattr(recipe.draft, key) is not None:
-            found[f"draft.{key}"] = getattr(recipe.draft, key)
-    for n, s in recipe.workloads.items():  # resolved paths are absolute; packaged names have no "/"
-        if "/" in s:
-            found[f"workloads.{n}"] = s
-    general = recipe.trained_heads().get(GENERAL_HEAD)  # every trained head's prompts are among the general one's
-    for spec in parse_workload_specs(general) if general else ():
-        if not spec.packaged:
-            found[f"draft.train.workloads.{spec.name}"] = spec.source
-    if recipe.quantization is not None and recipe.quantization.calib:
-        for n, s in recipe.quantization.calib.items():
-            if "/" in s:
-                found[f"quantization.calib.{n}"] = s
-    if recipe.tune.cost not in COST_PRESETS:
-        found["tune.cost"] = recipe.tune.cost
-    if recipe.tune.calibrate is not None:
-        found["tune.calibrate"] = str(recipe.tune.calibrate)
-    return found
-
-
-def missing_inputs(recipe: Recipe) -> list[str]:
-    return [f"{k}: {p}" for k, p in external_inputs(recipe).items() if not Path(p).exists()]
 
 
 # ---- stage functions ---------------------------------------------------------------------------------
