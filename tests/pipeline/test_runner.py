@@ -332,15 +332,3 @@ def test_the_perf_command_printed_for_an_h100_flavor_carries_the_recipes_blocks(
                            "triton": {"flavor": "llmapi"}, "perf": {"requests": 8, "blocks": 4}})
     why = perf_not_applicable(Ctx(recipe, tmp_path / "r.yaml", Paths(tmp_path), Console()))
     assert "--blocks 4" in why and "--baseline" in why and "--requests 8" in why
-
-
-def test_stage_externals_match_keys_exactly_or_under_a_dotted_prefix():
-    """A changed EAGLE-3 head (draft.eagle3) re-runs what reads it (profile, triton), not convert or
-    quantize, whose draft.eagle pattern names the EAGLE-1 checkpoint only."""
-    from trtspec.pipeline.inputs import EXTERNALS, reads
-
-    readers = sorted(n for n, patterns in EXTERNALS.items() if reads("draft.eagle3", patterns))
-    assert readers == ["profile", "triton"]
-    assert sorted(n for n, p in EXTERNALS.items() if reads("draft.eagle", p)) == ["convert", "quantize"]
-    assert reads("draft.train.workloads.chat", EXTERNALS["derive"])
-    assert reads("workloads.code", EXTERNALS["perf"]) and not reads("workloads", EXTERNALS["perf"])
