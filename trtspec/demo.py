@@ -15,15 +15,13 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from rich.console import Console
-
-from .pipeline.runner import run_recipe
+from .pipeline.runner import run_recipe, summary_console
 
 RECIPE = "cpu-demo.yaml"
 
 
 def run_demo(out: Path, until: str | None = None, force: str | None = None, dry_run: bool = False):
-    console = Console()
+    console = summary_console()
     with resources.as_file(resources.files("trtspec.recipes").joinpath(RECIPE)) as recipe:
         report = run_recipe(recipe, Path(out), until, force, dry_run, console)
     if report.report is None and not dry_run:

@@ -222,7 +222,7 @@ def test_a_failing_stage_is_named_and_earlier_outputs_stay(tiny, tmp_path, capsy
     assert fixed["tune"] == "ran" and fixed["profile"] == "skipped" and fixed["build"] == "n/a"
 
 
-def test_full_recipe_serves_measures_and_reports(tiny, tmp_path, capsys):
+def test_full_recipe_serves_measures_and_reports(tiny, tmp_path, capsys, monkeypatch):
     """triton (cpu flavor) -> serve (the bundled tritonserver) -> perf with a baseline -> report.html,
     and the summary's speedup table. A perf failure still stops the server; so does success."""
     pytest.importorskip("tritonclient.grpc")
@@ -237,6 +237,7 @@ def test_full_recipe_serves_measures_and_reports(tiny, tmp_path, capsys):
     assert not port_in_use(serve_port(s))  # stopped although perf failed
 
     write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf)
+    monkeypatch.delenv("COLUMNS", raising=False)
     code, stdout, err = run_cli(capsys, "run", recipe, "--out", out)
     assert code == 0, err
     s = json.loads((out / "run-manifest.json").read_text())["stages"]
@@ -249,6 +250,7 @@ def test_full_recipe_serves_measures_and_reports(tiny, tmp_path, capsys):
     assert cmp["workload"] == "logs" and cmp["predicted_speedup"] is not None
     assert (out / "report" / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
     assert "measured (perf) vs predicted (tune)" in stdout and f"report: {out / 'report' / 'report.html'}" in stdout
+    assert "tok/s spec" in stdout and "AL pred." in stdout  # a log gets LOG_WIDTH columns, not 80 (ellipses)
     assert not port_in_use(serve_port(s))  # stopped after perf
     again = statuses(run_recipe(recipe, out))
     assert again["serve"] == again["perf"] == again["report"] == "skipped"

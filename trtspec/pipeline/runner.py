@@ -19,6 +19,7 @@ is printed, and the run ends with one `error:` line naming the stage; earlier ou
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -143,11 +144,25 @@ class RunReport:
     report: Path | None = None
 
 
+# Columns for the summary when the output is not a terminal (a CI log, `make demo | tee`): rich's
+# default of 80 folds the 12-column speedup table into ellipses. COLUMNS, when set, still wins.
+LOG_WIDTH = 160
+
+
+def summary_console() -> Console:
+    """The console `trtspec run` and the demo print to: the terminal's width, or LOG_WIDTH when not a terminal."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = LOG_WIDTH
+    return console
+
+
 class Runner:
     def __init__(self, recipe_path: Path, out: Path, console: Console | None = None):
         self.recipe_path = Path(recipe_path)
         self.recipe = load_recipe(self.recipe_path)
-        self.ctx = st.Ctx(self.recipe, self.recipe_path, st.Paths(Path(out).resolve()), console or Console())
+        self.ctx = st.Ctx(self.recipe, self.recipe_path, st.Paths(Path(out).resolve()),
+                      console or summary_console())
         self.manifest = RunManifest(self.ctx.paths.out, self.recipe_path)
         self.planned: dict[str, str] = {}  # stage -> run | skip | n/a, decided this invocation
         self.dry_run = False
