@@ -162,7 +162,7 @@ class Runner:
         self.recipe_path = Path(recipe_path)
         self.recipe = load_recipe(self.recipe_path)
         self.ctx = st.Ctx(self.recipe, self.recipe_path, st.Paths(Path(out).resolve()),
-                      console or summary_console())
+                          console or summary_console())
         self.manifest = RunManifest(self.ctx.paths.out, self.recipe_path)
         self.planned: dict[str, str] = {}  # stage -> run | skip | n/a, decided this invocation
         self.dry_run = False
