@@ -160,7 +160,8 @@ def test_profiles_of_two_drafters_choose_n_gram_for_edits_and_the_draft_model_fo
 
 def test_a_chosen_setting_is_never_reported_indistinguishable_from_itself(offered):
     """The choice's sweep holds every drafter's points, each with its own K = 0: the tuner's
-    'not distinguishable' lines compare the model drafter's other K only."""
+    'not distinguishable' lines compare the model drafter's other K, and an n-gram choice with off."""
+    from trtspec.tuning.report import summary_table
     from trtspec.tuning.select import indistinguishable
 
     model = example_cost_model("draft-target")
@@ -168,6 +169,7 @@ def test_a_chosen_setting_is_never_reported_indistinguishable_from_itself(offere
                 "ngram": tuning("ngram", {"chat": 0.05, "rare": 0.0}, model.model_copy(update={"draft": None}))})
     off = [b for w in t.workloads.values() for b in w.bands if not b.speculate]
     assert off  # drafts that seldom land: off, whose sweep holds both drafters' K = 0
+    assert summary_table(t).title.startswith(f"trtspec tune ({' + '.join(t.choice.drafters)}, ")  # both offered
     for w in t.workloads.values():
         for b in w.bands:
             assert b.draft_len not in indistinguishable(b, w.accept_length_se_by_k)

@@ -232,3 +232,34 @@ def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguisha
                      + f" (95%, AL standard errors over 3 prompts; predicted {band.tokens_per_s:,.0f} tok/s is not "
                      "a clear winner)"]
     assert indistinguishable_lines(Tuning.model_construct(mode="draft-target", workloads={"code": clean})) == []
+
+
+def _served_band(drafter, al, se, tps, base, **setting):
+    from trtspec.tuning.schema import BandChoice
+
+    return BandChoice(concurrency=1, speculate=True, drafter=drafter, acceptance_length=al, acceptance_length_se=se,
+                      step_time_s=al / tps, draft_step_s=0.0, target_step_s=al / tps, tokens_per_s=tps,
+                      baseline_step_time_s=1 / base, baseline_tokens_per_s=base, speedup=tps / base,
+                      own_best_tokens_per_s=tps, sweep=[], **setting)
+
+
+def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_distinguishable_from_off():
+    """Bands without per-K standard errors (n-gram, another head, an EAGLE tree) are compared with off
+    from their own AL's: the demo's chat band (n-gram K=1, AL 1.20 +- 0.145 over 4 prompts, 99.9 vs
+    93.8 tok/s) is within the noise (SE of tok/s 12.0, 1.96 x 12.0 = 23.6 > 6.1); its edit band (AL
+    4.00 +- 0.13, 239 vs 92 tok/s) is not; nor is the chat band measured on 100x the prompts."""
+    from trtspec.tuning.report import indistinguishable_lines
+    from trtspec.tuning.schema import Tuning, WorkloadTuning
+    from trtspec.tuning.select import indistinguishable
+
+    chat = _served_band("ngram", 1.2039, 0.1446, 99.92, 93.80, draft_len=1, max_matching_ngram_size=3)
+    edit = _served_band("ngram", 4.00, 0.13, 239.3, 92.0, draft_len=4, max_matching_ngram_size=2)
+    assert indistinguishable(chat, None) == [0] and indistinguishable(edit, None) == []
+    assert indistinguishable(chat.model_copy(update={"acceptance_length_se": 0.01}), None) == []
+    assert indistinguishable(chat.model_copy(update={"acceptance_length_se": None}), None) == []
+    tree = _served_band(None, 1.3, 0.2, 105.0, 100.0, eagle_choices=[[0], [0, 0]], profile="p0")
+    assert indistinguishable(tree, None) == [0]
+    wt = WorkloadTuning.model_construct(num_samples=4, bands=[chat], accept_length_se_by_k=None)
+    (line,) = indistinguishable_lines(Tuning.model_construct(mode="eagle3", workloads={"chat": wt}))
+    assert line.startswith("chat c=1: ngram K=1 n=3 is not distinguishable from off (K=0) (95%, AL standard "
+                           "errors over 4 prompts; predicted 100 tok/s")

@@ -12,8 +12,8 @@ Chains come in series: the model drafter's K, and n-gram drafting's K at each ma
 (solid: the model drafter; dashed, dotted...: n-gram sizes), so the comparison is visible.
 
 Under the table, every band whose chosen draft length the profile's AL standard errors cannot
-separate from another K at 95% is named (select.indistinguishable): a winner by less than the noise
-of a few prompts is not presented as one.
+separate from another K at 95% (an n-gram or tree choice: from off) is named
+(select.indistinguishable): a winner by less than the noise of a few prompts is not presented as one.
 
 And `plot_al_vs_temperature`: from profiles at several temperatures (one `trtspec profile
 --temperature T` each), AL of a chain of K drafts against T, one line per workload, error bars of
@@ -177,7 +177,8 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
 
 
 def summary_table(tuning: Tuning) -> Table:
-    t = Table(title=f"trtspec tune ({tuning.mode}, {tuning.cost.gpu.name}, {tuning.cost.source} cost)")
+    drafters = tuning.mode if tuning.choice is None else " + ".join(tuning.choice.drafters)  # all offered
+    t = Table(title=f"trtspec tune ({drafters}, {tuning.cost.gpu.name}, {tuning.cost.source} cost)")
     for col, just in (("workload", "left"), ("conc.", "right"), ("setting", "left"), ("AL", "right"),
                       ("step ms", "right"), ("tok/s", "right"), ("base tok/s", "right"), ("speedup", "right")):
         t.add_column(col, justify=just)

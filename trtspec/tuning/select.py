@@ -20,8 +20,10 @@ picks the K / tree for the workload's sampling settings, and tuning.json records
   distinguishable" when |tps_K - tps_K*| <= 1.96 * sqrt(SE_K^2 + SE_K*^2). The AL(K) of different K
   are replayed from the same prompts and positively correlated, so the true SE of the difference is
   smaller: the test errs towards "not distinguishable", the honest side for a 6-prompt profile. The
-  choice itself stays the argmax (tuning.json is unchanged); this only qualifies it. Draft-target
-  only: EAGLE stores a standard error for the served tree, not for every candidate tree.
+  choice itself stays the argmax (tuning.json is unchanged); this only qualifies it. EAGLE trees and
+  n-gram or other-head chains store a standard error for the served setting only, so they are
+  compared with off alone: a chat band at 1.07x with AL 1.20 +- 0.14 over 4 prompts is "not
+  distinguishable from off", which is what perf then measures.
 - EAGLE: candidate trees are, for every size from num_eagle_layers to the node budget, the tree of
   largest empirical acceptance found by greedy growth (trtspec/tuning/trees.py), plus the top-1
   chain of full depth and TRT-LLM's default mc_sim_7b_63 when it fits the limits; each is scored
@@ -99,9 +101,16 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[
 
 
 def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = 1.96) -> list[int]:
-    """Draft lengths of the band's sweep whose predicted tokens/s cannot be told from the chosen K's
-    at 95% given the ALs' standard errors (module docstring); [] without standard errors, for EAGLE,
-    and for n-gram bands (their sweep mixes matching sizes; se_by_k holds one)."""
+    """Draft lengths whose predicted tokens/s cannot be told from the chosen setting's at 95% given the
+    ALs' standard errors (module docstring); [] when none, or without standard errors. The model
+    drafter's chain is compared with every K of its sweep (`se_by_k`). Any other speculating band (an
+    n-gram or another head's chain, an EAGLE tree) has no per-K standard errors (an n-gram sweep mixes
+    matching sizes), so it is compared with off only, from its own acceptance_length_se: [0] or []."""
+    if band.speculate and (band.draft_len is None or band.drafter is not None):
+        if band.acceptance_length_se is None:
+            return []
+        se = band.tokens_per_s * band.acceptance_length_se / band.acceptance_length
+        return [0] if band.tokens_per_s - band.baseline_tokens_per_s <= z * se else []
     if band.draft_len is None or not se_by_k or band.drafter is not None:
         return []
     se = {0: 0.0, **{int(k): v for k, v in se_by_k.items() if v is not None}}
