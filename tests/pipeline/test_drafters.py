@@ -13,6 +13,7 @@ import yaml
 from tiny_models import eagle3_dirs, save_tiny_tokenizer
 from trtspec.pipeline.runner import run_recipe
 from trtspec.triton_repo.validate import check_repository
+from trtspec.tuning.report import setting_text
 from trtspec.tuning.schema import load_tuning
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -32,7 +33,7 @@ def test_an_eagle3_and_ngram_recipe_writes_one_llmapi_model_per_chosen_drafter_s
               "tune": {"cost": "h100", "concurrency_bands": [1]}, "triton": {"flavor": "llmapi"}}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     out = tmp_path / "out"
-    run_recipe(tmp_path / "recipe.yaml", out, until="triton")
+    rows = {r.stage: r for r in run_recipe(tmp_path / "recipe.yaml", out, until="triton").rows}
 
     t = load_tuning(out / "tuning.json")
     assert t.mode == "eagle3" and set(t.choice.drafters) == {"eagle3", "ngram"} and t.choice.separate_instances
@@ -41,6 +42,7 @@ def test_an_eagle3_and_ngram_recipe_writes_one_llmapi_model_per_chosen_drafter_s
     routing = json.loads((repo / "trtspec-repo.json").read_text())["routing"]
     for workload, w in t.workloads.items():
         band = w.bands[0]
+        assert f"{workload}@1: {setting_text(band)} x{band.speedup:.2f}" in rows["tune"].note  # as the summary says it
         entry = routing["workloads"][workload]
         assert entry["num_draft_tokens"] == band.draft_len
         cfg = yaml.safe_load((repo / entry["model"] / "1" / "model.yaml").read_text())

@@ -41,8 +41,9 @@ from ..triton_repo.repo import RepoRequest, make_repository
 from ..triton_repo.serve import CpuServer, free_port
 from ..tuning.profile import profile_workloads
 from ..tuning.profile_partial import partial_path
-from ..tuning.report import print_summary, write_plots
+from ..tuning.report import print_summary, setting_text, write_plots
 from ..tuning.schema import dump_json
+from ..tuning.select import indistinguishable
 from ..tuning.tune import tune_drafters
 from .inputs import default_target_dir
 from .train_stage import train_heads
@@ -244,12 +245,9 @@ def run_tune(ctx: Ctx) -> str:
     picks = []
     for name, w in tuning.workloads.items():
         band = next(b for b in w.bands if b.concurrency == first)
-        what = f"K={band.draft_len}" if band.draft_len is not None else f"tree {band.profile}"
-        if band.drafter == "ngram" and band.speculate:
-            what = f"n-gram {what} n={band.max_matching_ngram_size}"
-        elif band.drafter is not None and band.speculate:  # another EAGLE-3 head (per workload)
-            what = f"{band.drafter} {what}"
-        picks.append(f"{name}@{first}: {what} x{band.speedup:.2f}")
+        noise = band.speculate and 0 in indistinguishable(band, w.accept_length_se_by_k)
+        picks.append(f"{name}@{first}: {setting_text(band)} x{band.speedup:.2f}"
+                     + (" (not distinguishable from off)" if noise else ""))
     return "; ".join(picks)
 
 

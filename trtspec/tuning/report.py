@@ -151,6 +151,7 @@ def plot_al_vs_temperature(profiles: list[Profile], path: Path, k: int | None = 
 
 
 def setting_text(band: BandChoice) -> str:
+    """A band's served setting in a few words (the summary table, its notes, the run's tune note)."""
     if not band.speculate:
         return "off"
     if band.eagle_choices is not None:
@@ -158,6 +159,8 @@ def setting_text(band: BandChoice) -> str:
         return f"tree {len(band.eagle_choices)} nodes, depth {depth} ({band.profile})"
     if band.max_matching_ngram_size is not None:
         return f"ngram K={band.draft_len} n={band.max_matching_ngram_size}"
+    if band.drafter is not None:  # another EAGLE-3 head (a per-workload head: tuning/choose.py)
+        return f"{band.drafter} K={band.draft_len}"
     return f"K={band.draft_len}"
 
 
