@@ -88,7 +88,7 @@ class Ctx:
         self.console.print(f"  {msg}", highlight=False)
 
 
-# ---- the draft and target directories the stages read -------------------------------------------------------------------------
+# ---- the draft and target directories the stages read ---------------------------------------------
 
 def target_hf(ctx: Ctx, build: bool = True) -> Path:
     """The target's HF directory; the embedded default is converted from its GGUF on first use."""

@@ -1,8 +1,9 @@
 """`trtspec serve REPO` for the trtllm / llmapi flavors: the container launch command for the H100
-host (printed, or run with --exec), with the MPI world size the repository needs (trtspec-repo.json "launch"): one TensorRT-LLM
-model = leader mode, one tritonserver per rank of the engine (world size = TP x PP, ranks > 0 load
-only the TensorRT-LLM model); several (draft + target, or EAGLE profiles) = orchestrator mode
-(TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor workers).
+host (printed, or run with --exec), with the MPI world size the repository needs (trtspec-repo.json
+"launch"): one TensorRT-LLM model = leader mode, one tritonserver per rank of the engine (world size
+= TP x PP, ranks > 0 load only the TensorRT-LLM model); several (draft + target, or EAGLE profiles)
+= orchestrator mode (TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor
+workers). The cpu flavor's server is serve.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ first drains (`generate` refuses new requests, the streams in flight get drain_t
 see CpuServer.drain), then sends SIGTERM to the group, waits for Triton's exit timeout (the models'
 finalize), then SIGKILLs whatever is left, so no stub outlives it. Model control is off unless
 asked for (model_control_args).
+
 The trtllm / llmapi flavors' container command is in container.py.
 """
 
