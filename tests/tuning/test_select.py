@@ -250,7 +250,7 @@ def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_d
     4.00 +- 0.13, 239 vs 92 tok/s) is not; nor is the chat band measured on 100x the prompts."""
     from trtspec.tuning.report import indistinguishable_lines
     from trtspec.tuning.schema import Tuning, WorkloadTuning
-    from trtspec.tuning.select import indistinguishable
+    from trtspec.tuning.select import indistinguishable, prompts_to_separate_from_off
 
     chat = _served_band("ngram", 1.2039, 0.1446, 99.92, 93.80, draft_len=1, max_matching_ngram_size=3)
     edit = _served_band("ngram", 4.00, 0.13, 239.3, 92.0, draft_len=4, max_matching_ngram_size=2)
@@ -263,3 +263,7 @@ def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_d
     (line,) = indistinguishable_lines(Tuning.model_construct(mode="eagle3", workloads={"chat": wt}))
     assert line.startswith("chat c=1: ngram K=1 n=3 is not distinguishable from off (K=0) (95%, AL standard "
                            "errors over 4 prompts; predicted 100 tok/s")
+    # how many prompts would tell it from off, if AL and spread hold: 4 * (1.96 * 12.0 / 6.12)^2 = 59.1
+    assert line.endswith("; ~60 prompts would separate it from off at this AL)")
+    assert prompts_to_separate_from_off(chat, 4) == 60 and prompts_to_separate_from_off(edit, 4) == 1
+    assert prompts_to_separate_from_off(chat.model_copy(update={"speculate": False}), 4) is None

@@ -32,7 +32,7 @@ from rich.table import Table
 from .calibrate import WITHIN, within_share
 from .fit import Calibration
 from .schema import BandChoice, Profile, Tuning, WorkloadTuning
-from .select import indistinguishable
+from .select import indistinguishable, prompts_to_separate_from_off
 
 
 def safe_name(name: str) -> str:
@@ -172,10 +172,12 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
         for band in wt.bands:
             ks = indistinguishable(band, wt.accept_length_se_by_k)
             if ks:
+                need = prompts_to_separate_from_off(band, wt.num_samples) if 0 in ks else None
                 out.append(f"{name} c={band.concurrency}: {setting_text(band)} is not distinguishable from "
                            + ", ".join("off (K=0)" if k == 0 else f"K={k}" for k in ks)
                            + f" (95%, AL standard errors over {wt.num_samples} prompts; predicted "
-                           + f"{band.tokens_per_s:,.0f} tok/s is not a clear winner)")
+                           + f"{band.tokens_per_s:,.0f} tok/s is not a clear winner"
+                           + (f"; ~{need} prompts would separate it from off at this AL)" if need else ")"))
     return out
 
 

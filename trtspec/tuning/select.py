@@ -23,7 +23,8 @@ picks the K / tree for the workload's sampling settings, and tuning.json records
   choice itself stays the argmax (tuning.json is unchanged); this only qualifies it. EAGLE trees and
   n-gram or other-head chains store a standard error for the served setting only, so they are
   compared with off alone: a chat band at 1.07x with AL 1.20 +- 0.14 over 4 prompts is "not
-  distinguishable from off", which is what perf then measures.
+  distinguishable from off", which is what perf then measures. `prompts_to_separate_from_off` says
+  how many profiled prompts would settle it if the AL and its spread held (SE ~ 1/sqrt(prompts)).
 - EAGLE: candidate trees are, for every size from num_eagle_layers to the node budget, the tree of
   largest empirical acceptance found by greedy growth (trtspec/tuning/trees.py), plus the top-1
   chain of full depth and TRT-LLM's default mc_sim_7b_63 when it fits the limits; each is scored
@@ -34,6 +35,8 @@ picks the K / tree for the workload's sampling settings, and tuning.json records
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -136,6 +139,17 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
                 abs(p.tokens_per_s - chosen.tokens_per_s) <= z * float(np.hypot(s, tps_se(chosen))):
             out.append(p.draft_len)
     return out
+
+
+def prompts_to_separate_from_off(band: BandChoice, num_samples: int, z: float = 1.96) -> int | None:
+    """Profiled prompts that would tell the band's speculating choice from off at 95%, if its AL and
+    the spread over prompts hold: SE shrinks as 1/sqrt(prompts), so n' = n * (z * SE(tok/s) / gain)^2.
+    None when the band does not speculate, has no standard error or no gain."""
+    gain = band.tokens_per_s - band.baseline_tokens_per_s
+    if not band.speculate or not band.acceptance_length_se or gain <= 0:
+        return None
+    se = band.tokens_per_s * band.acceptance_length_se / band.acceptance_length
+    return math.ceil(num_samples * (z * se / gain) ** 2)
 
 
 def sampling_record(profile: Profile, w: WorkloadProfile) -> dict:
