@@ -243,6 +243,7 @@ def test_verdict_and_prediction_fit():
     assert verdict(Interval(low=0.1, high=0.2), null=0.0, higher="higher") == "higher" and verdict(None) is None
     assert prediction_fit(1.0, Interval(low=0.9, high=1.1)) == "inside the measured interval"
     assert prediction_fit(1.32, Interval(low=1.0, high=1.2)) == "10% above the measured interval"
+    assert prediction_fit(1.08, Interval(low=0.88, high=1.075)) == "0.5% above the measured interval"
     assert prediction_fit(0.9, Interval(low=1.0, high=1.2)) == "10% below the measured interval"
     # half-width 10% at 10 requests: n = 10 * (0.10 / 0.05)^2 = 40 for ±5%
     assert requests_for(Interval(low=0.9, high=1.1), 1.0, 10) == 40

@@ -259,7 +259,8 @@ def prediction_fit(predicted: float | None, ci: Interval | None) -> str | None:
     if ci.low <= predicted <= ci.high:
         return "inside the measured interval"
     end = ci.high if predicted > ci.high else ci.low
-    return f"{abs(predicted / end - 1) * 100:.0f}% {'above' if predicted > ci.high else 'below'} the measured interval"
+    miss = abs(predicted / end - 1) * 100  # a miss under 1% keeps a decimal: "0% above" reads as inside
+    return f"{miss:.{0 if miss >= 1 else 1}f}% {'above' if predicted > ci.high else 'below'} the measured interval"
 
 
 def requests_for(ci: Interval | None, point: float | None, n: int, target: float = 0.05) -> int | None:
