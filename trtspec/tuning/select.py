@@ -103,6 +103,12 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[
     return sweep, steps, _argmax(tps)
 
 
+def tokens_per_s_se(tokens_per_s: float, acceptance_length: float, al_se: float) -> float:
+    """First-order standard error of a predicted tokens/s from its AL's (module docstring): the step
+    time is a model output, not a sample, so SE(tok/s) = tok/s * SE(AL) / AL."""
+    return tokens_per_s * al_se / acceptance_length
+
+
 def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = 1.96) -> list[int]:
     """Draft lengths whose predicted tokens/s cannot be told from the chosen setting's at 95% given the
     ALs' standard errors (module docstring); [] when none, or without standard errors. The model
@@ -112,15 +118,15 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
     if band.speculate and (band.draft_len is None or band.drafter is not None):
         if band.acceptance_length_se is None:
             return []
-        se = band.tokens_per_s * band.acceptance_length_se / band.acceptance_length
+        se = tokens_per_s_se(band.tokens_per_s, band.acceptance_length, band.acceptance_length_se)
         return [0] if band.tokens_per_s - band.baseline_tokens_per_s <= z * se else []
-    if band.draft_len is None or not se_by_k or band.drafter is not None:
+    if band.draft_len is None or not se_by_k or band.drafter is not None:  # off, in a non-chain mode
         return []
     se = {0: 0.0, **{int(k): v for k, v in se_by_k.items() if v is not None}}
 
     def tps_se(p: SweepPoint) -> float | None:
         s = se.get(p.draft_len)
-        return None if s is None else p.tokens_per_s * s / p.acceptance_length
+        return None if s is None else tokens_per_s_se(p.tokens_per_s, p.acceptance_length, s)
 
     # the model drafter's points, one per K (a drafter choice's sweep also holds n-gram points, and
     # each drafter's own K = 0 point)
@@ -148,7 +154,7 @@ def prompts_to_separate_from_off(band: BandChoice, num_samples: int, z: float = 
     gain = band.tokens_per_s - band.baseline_tokens_per_s
     if not band.speculate or not band.acceptance_length_se or gain <= 0:
         return None
-    se = band.tokens_per_s * band.acceptance_length_se / band.acceptance_length
+    se = tokens_per_s_se(band.tokens_per_s, band.acceptance_length, band.acceptance_length_se)
     return math.ceil(num_samples * (z * se / gain) ** 2)
 
 
