@@ -99,13 +99,13 @@ def held_out(results: Path, profile: Path, target: Path, contexts: dict[str, flo
     prof = load_profile(profile)
     model, _ = build_cost("cpu", resolve_shapes(prof, target, None)[0], prof.mode)
     prompts = {w: p.mean_prompt_len() for w, p in prof.workloads.items()}
-    pts, _ = cal.points(cal.load_sweep(results), contexts, prompts, cal.role_shapes(model))
+    pts, _ = cal.points(cal.load_sweep(results), contexts, prompts, model.shapes)
     splits = {"fit on K in {0, 1, 3}, predict K = 2, 4": lambda p: p.run.setting.num_draft_tokens in (0, 1, 3)}
     for w in WORKLOADS:
         splits[f"fit on workload {w}, predict the other"] = lambda p, w=w: p.run.workload == w
     shares = {}
     for title, fit_on in splits.items():
-        _, report, table = cal.calibrate_points(pts, cal.role_shapes(model), model.gpu, fit_on)
+        _, report, table = cal.calibrate_points(pts, model.shapes, model.gpu, fit_on)
         share = shares[title] = cal.within_share(table, True, fitted=False)
         console.print(calibration_table(cal.Calibration(results=str(results), sha256="", before="cpu", fit=report,
                                                         points=table), title=f"held out: {title}"))
@@ -132,7 +132,7 @@ def kernel_check(results: Path, profile: Path, target: Path, contexts: dict[str,
     console.print("target forward, 1 thread, context %d: " % ctx + ", ".join(
         f"{r.num_tokens} tok {r.seconds * 1e3:.0f} ms" for r in table.rows), highlight=False)
     prof = load_profile(profile)
-    shapes = cal.role_shapes(build_cost("cpu", resolve_shapes(prof, target, None)[0], prof.mode)[0])
+    shapes = build_cost("cpu", resolve_shapes(prof, target, None)[0], prof.mode)[0].shapes
     base, _ = fit_gpu(table, shapes)
     prompts = {w: p.mean_prompt_len() for w, p in prof.workloads.items()}
     pts, _ = cal.points(cal.load_sweep(results), contexts, prompts, shapes)

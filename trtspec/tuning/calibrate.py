@@ -50,8 +50,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
 from ..schema_io import load_versioned
-from .cost import CostModel, GpuSpec, ModelShape
-from .fit import Calibration, CalibrationPoint, Forward, StepRow, fit_steps, step_seconds
+from .cost import (CostModel, Forward, GpuSpec, ModelShape, Step, baseline_forwards, draft_target_forwards,
+                   eagle_forwards)
+from .fit import Calibration, CalibrationPoint, StepRow, fit_steps, step_seconds
 from .trees import level_sizes
 
 WITHIN = 0.10  # the acceptance bar's tolerance: a prediction within 10% of the measured tokens/s
@@ -127,28 +128,27 @@ class Point(BaseModel):
 
 
 def step_forwards(s: SettingView, c: int, ctx: float, shapes: dict[str, ModelShape],
-                  drafted: float | None = None) -> tuple[Forward, ...] | str:
-    """The forwards of one step of setting `s` at batch c (module docstring), or why there are none.
-    drafted: the draft tokens a step verified on average (the server's total_draft_tokens per step;
-    n-gram only, see ngram_step)."""
+                  drafted: float | None = None) -> Step | str:
+    """The forwards of one step of setting `s` at batch c, as the tuner's CostModel prices them
+    (cost.py's step descriptions), or why there are none. drafted: the draft tokens a step verified
+    on average (the server's total_draft_tokens per step; n-gram only, see ngram_step)."""
     k = s.num_draft_tokens
     if not s.speculation or k == 0 or s.drafter == "off":
-        return (Forward("target", c, 1, ctx),)
+        return baseline_forwards(c, ctx)
     if s.drafter == "eagle":
         if "eagle" not in shapes or not s.eagle_choices:
             return "an EAGLE point without an EAGLE drafter network or tree"
         depth = max(len(p) for p in s.eagle_choices)
-        return tuple(Forward("eagle", c, max(1, n), ctx) for n in level_sizes(s.eagle_choices, depth)) + (
-            Forward("target", c, len(s.eagle_choices) + 1, ctx),)
+        return eagle_forwards(c, level_sizes(s.eagle_choices, depth), len(s.eagle_choices), ctx)
     if s.drafter == "ngram" or s.max_matching_ngram_size is not None:
         return ngram_step(c, k, ctx, drafted)
-    draft = next((shapes[r] for r in ("draft", "eagle") if r in shapes), None)
-    if draft is None:
+    drafter = next((r for r in ("draft", "eagle") if r in shapes), None)
+    if drafter is None:
         return "a draft-model point, but the profile's cost model has no draft network"
-    return (Forward(draft.role, c, 1, ctx, k), Forward("target", c, k + 1, ctx))
+    return draft_target_forwards(drafter, c, k, ctx)
 
 
-def ngram_step(c: int, k: int, ctx: float, drafted: float | None) -> tuple[Forward, ...]:
+def ngram_step(c: int, k: int, ctx: float, drafted: float | None) -> Step:
     """An n-gram step verifies K + 1 tokens where the pool had a full match, but the runtime (the
     pytorch flavor) does not pad: a step without a match is a plain one-token decode (TensorRT-LLM
     pads every draft to K, cost.draft_target_step). With the server's mean draft tokens per step d,
@@ -156,21 +156,22 @@ def ngram_step(c: int, k: int, ctx: float, drafted: float | None) -> tuple[Forwa
     all or nothing, as n-gram matches mostly are; measured on this project's CPU sweep: chat steps
     averaged 72 ms at K = 4 where a 5-token forward takes 94 ms, because most chat steps found no match)."""
     full = 1.0 if drafted is None else min(1.0, drafted / k)
-    return tuple(f for f in (Forward("target", c, k + 1, ctx, full), Forward("target", c, 1, ctx, 1.0 - full))
-                 if f.count > 0)
+    return Step(tuple(f for f in (Forward("target", c, k + 1, ctx, full), Forward("target", c, 1, ctx, 1.0 - full))
+                      if f.count > 0))
 
 
 def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: float,
-                     shapes: dict[str, ModelShape], drafted: float | None = None) -> tuple[Forward, ...] | str:
+                     shapes: dict[str, ModelShape], drafted: float | None = None) -> Step | str:
     """One request: the prefill of the prompt (by every network that drafts from it) and `steps`
     steps (T / AL); float counts are fine, the fit weighs each forward's terms by them."""
     step = step_forwards(s, c, ctx, shapes, drafted)
     if isinstance(step, str):
         return step
     n = max(1, round(prompt))
-    drafters = sorted({f.role for f in step if f.role != "target"})
+    drafters = sorted({f.role for f in step.forwards if f.role != "target"})
     prefill = tuple(Forward(role, 1, n, 0.0) for role in ["target", *drafters])
-    return prefill + tuple(f._replace(count=f.count * steps) for f in step)
+    return Step(prefill + tuple(f._replace(count=f.count * steps) for f in step.forwards),
+                eagle_steps=step.eagle_steps * steps)
 
 
 def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape]
@@ -234,20 +235,12 @@ def within_share(table: list[CalibrationPoint], after: bool = True, fitted: bool
     return sum(ok) / len(ok)
 
 
-def role_shapes(model: CostModel) -> dict[str, ModelShape]:
-    """{role: shape} as the fit looks them up (an EAGLE-3 head is the draft network with role eagle)."""
-    out = {"target": model.target}
-    if model.draft is not None:
-        out[model.draft.role] = model.draft
-    return out
-
-
 def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, float], prompts: dict[str, float],
                    before: str):
     """(calibrated CostModel, CostInfo recording the calibration) from results.json's sweep;
     contexts / prompts: per workload, the KV length steps are costed at and the prompt length."""
     sweep = load_sweep(results)
-    shapes = role_shapes(model)
+    shapes = model.shapes
     pts, skipped = points(sweep, contexts, prompts, shapes)
     if not pts:
         raise TrtspecError(f"tune.calibrate: {results}: no usable sweep point ({skipped[0] if skipped else 'none'})")

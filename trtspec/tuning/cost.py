@@ -49,11 +49,12 @@ numbers are trtspec.tuning.gpus FRAMEWORKS, each with its source there):
              plain forward's: its FLOPs grow with the tokens and it reads the KV cache once per
              sequence, XQA spec-dec in TRT-LLM and flashinfer's custom-mask kernel in SGLang)
 
-eagle_step_overhead_s is the host time a framework does not hide (SGLang: fitted, see gpus.py).
-forward_time itself is unchanged, so trtspec.tuning.fit fits a measured cost table as before, and
-the "cpu" preset (all these extras zero) prices every step exactly as before. The draft-target
-path (draft_target_step with a draft model) is priced as before: two engines, whose per-step host
-work sits in each forward's forward_overhead_s.
+eagle_step_overhead_s is the host time a framework does not hide (SGLang: fitted, see gpus.py);
+the "cpu" preset has all these extras at zero. A draft model's step is two engines' forwards, whose
+host work sits in each forward's forward_overhead_s. What each kind of step runs is written once
+(`Forward`/`Step`: baseline_forwards, draft_target_forwards, eagle_forwards): CostModel prices it
+for the tuner, and trtspec.tuning.calibrate fits the same description to a deployment's requests,
+so a calibrated model prices a step with exactly the terms it was fitted with.
 
 Quantization (trtllm.md §3): bytes per linear weight fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8
 SmoothQuant, W8A16) 1, INT4 (W4A16, AWQ/GPTQ) 0.5 + one model-dtype scale per `group_size`
@@ -67,7 +68,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -210,15 +211,65 @@ def forward_terms(m: ModelShape, batch: int, num_tokens: int, context: float) ->
     return nbytes, flops
 
 
+class Forward(NamedTuple):
+    """`count` forwards of one network: a term of a step (CostModel) or of a whole request
+    (trtspec.tuning.calibrate), priced the same way by both."""
+    role: str  # target | draft | eagle
+    batch: int
+    num_tokens: int
+    context: float
+    count: float = 1  # a request's T / AL steps need not be whole
+    level: int | None = None  # eagle: the drafter level (0 takes the target's hidden states); None: a plain forward
+    verify: bool = False  # target: a speculative verify (the spec-dec kernels around it)
+
+
+class Step(NamedTuple):
+    """What a step (or a request) runs: its forwards and how many EAGLE steps' host time it pays."""
+    forwards: tuple[Forward, ...]
+    eagle_steps: float = 0  # count of GpuSpec.eagle_step_overhead_s
+
+
+class Parts(NamedTuple):
+    """One forward's time as trtspec.tuning.fit solves for it (parts_seconds): seconds at the nominal
+    bandwidth / peak, scaled by the efficiencies, plus what no fit adjusts."""
+    mem_s: float
+    comp_s: float
+    serial_s: float  # bytes read outside the roofline's max: a drafter level's logits passes, a replicated fc
+    fixed_s: float  # all-reduces and gathers, the verify's spec-dec kernels
+    eagle: bool  # pays eagle_level_overhead_s, not forward_overhead_s
+    step_tokens: int  # a target decode/verify step's tokens, for GpuSpec.step_tokens_s (0: none)
+
+
+def forward_parts(gpu: GpuSpec, m: ModelShape, f: Forward) -> Parts:
+    """The Parts of forward `f` of network `m` (the module docstring's formulas)."""
+    if f.level is not None and f.level > 0 and m.fc_first_level_only and gpu.eagle3_fc_first_level_only:
+        m = m.model_copy(update={"extra_linear_params": m.extra_linear_params - m.fc_params, "fc_params": 0})
+    nbytes, flops = forward_terms(m, f.batch, f.num_tokens, f.context)
+    serial, fixed = 0.0, 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
+    if f.level is not None:  # an EAGLE drafter level
+        serial = gpu.logits_passes * f.batch * f.num_tokens * m.vocab_size * 4.0
+        if m.tp > 1:
+            fixed += gpu.allreduce_latency_s
+            if gpu.eagle_fc_replicated:
+                serial += m.fc_params * m.weight_bytes * (1 - 1 / m.tp)
+    if f.verify:
+        fixed += gpu.tree_verify_kernels * gpu.kernel_latency_s
+    bw = gpu.hbm_bandwidth_gbs * 1e9
+    return Parts(nbytes / bw, flops / (gpu.peak_tflops(m.compute_dtype) * 1e12), serial / bw, fixed,
+                 m.role == "eagle", f.num_tokens if m.role == "target" and f.context > 0 else 0)
+
+
+def parts_seconds(gpu: GpuSpec, p: Parts) -> float:
+    u, v = 1.0 / gpu.bandwidth_efficiency, 1.0 / gpu.compute_efficiency
+    busy = max(u * p.mem_s, v * p.comp_s) if gpu.memory_compute_overlap else u * p.mem_s + v * p.comp_s
+    overhead = gpu.eagle_level_overhead_s if p.eagle else gpu.forward_overhead_s
+    return overhead + busy + u * p.serial_s + p.fixed_s + (gpu.step_tokens_s.get(p.step_tokens, 0.0)
+                                                           if p.step_tokens else 0.0)
+
+
 def forward_time(gpu: GpuSpec, m: ModelShape, batch: int, num_tokens: int, context: float) -> float:
     """Seconds for one forward of `m` (see the module docstring)."""
-    nbytes, flops = forward_terms(m, batch, num_tokens, context)
-    t_mem = nbytes / (gpu.hbm_bandwidth_gbs * 1e9 * gpu.bandwidth_efficiency)
-    t_comp = flops / (gpu.peak_tflops(m.compute_dtype) * 1e12 * gpu.compute_efficiency)
-    overhead = gpu.eagle_level_overhead_s if m.role == "eagle" else gpu.forward_overhead_s
-    comm = 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
-    busy = max(t_mem, t_comp) if gpu.memory_compute_overlap else t_mem + t_comp
-    return overhead + busy + comm + step_correction(gpu, m, num_tokens, context)
+    return parts_seconds(gpu, forward_parts(gpu, m, Forward(m.role, batch, num_tokens, context)))
 
 
 def prefill_time(gpu: GpuSpec, m: ModelShape, prompt_tokens: int, chunk_tokens: int | None = None) -> float:
@@ -238,39 +289,51 @@ def prefill_time(gpu: GpuSpec, m: ModelShape, prompt_tokens: int, chunk_tokens: 
                for done in range(0, prompt_tokens, chunk))
 
 
-def step_correction(gpu: GpuSpec, m: ModelShape, num_tokens: int, context: float) -> float:
-    """GpuSpec.step_tokens_s of a target decode/verify step (context > 0; a prefill has none)."""
-    if m.role != "target" or context <= 0 or not gpu.step_tokens_s:
-        return 0.0
-    return gpu.step_tokens_s.get(num_tokens, 0.0)
-
-
 def drafter_level_time(gpu: GpuSpec, d: ModelShape, batch: int, num_tokens: int, context: float,
                        first: bool = True) -> float:
     """Seconds for one EAGLE drafter level of `num_tokens` tokens per sequence (the module docstring);
     `first`: the level that takes the target's hidden states (the only one with fc for EAGLE-3)."""
-    with_fc = first or not (d.fc_first_level_only and gpu.eagle3_fc_first_level_only)
-    if not with_fc:
-        d = d.model_copy(update={"extra_linear_params": d.extra_linear_params - d.fc_params, "fc_params": 0})
-    nbytes = gpu.logits_passes * batch * num_tokens * d.vocab_size * 4.0
-    gather = 0.0
-    if d.tp > 1:
-        gather = gpu.allreduce_latency_s
-        if gpu.eagle_fc_replicated:
-            nbytes += d.fc_params * d.weight_bytes * (1 - 1 / d.tp)
-    return forward_time(gpu, d, batch, num_tokens, context) + gather + nbytes / (
-        gpu.hbm_bandwidth_gbs * 1e9 * gpu.bandwidth_efficiency)
+    return parts_seconds(gpu, forward_parts(gpu, d, Forward(d.role, batch, num_tokens, context,
+                                                            level=0 if first else 1)))
 
 
 def verify_time(gpu: GpuSpec, target: ModelShape, batch: int, num_nodes: int, context: float) -> float:
     """Seconds for a speculative verify of root + num_nodes tokens per sequence: the plain forward of
     as many tokens plus the spec-dec kernels around it (the module docstring)."""
-    return forward_time(gpu, target, batch, num_nodes + 1, context) + gpu.tree_verify_kernels * gpu.kernel_latency_s
+    return parts_seconds(gpu, forward_parts(gpu, target, Forward(target.role, batch, num_nodes + 1, context,
+                                                                 verify=True)))
+
+
+# What each kind of step runs (one description, priced by CostModel for the tuner and fitted by
+# trtspec.tuning.calibrate to a deployment's requests).
+
+def baseline_forwards(batch: int, context: float) -> Step:
+    """No speculation: one target forward of one token per sequence."""
+    return Step((Forward("target", batch, 1, context),))
+
+
+def eagle_forwards(batch: int, level_sizes: list[int], num_nodes: int, context: float) -> Step:
+    """An EAGLE tree step (CostModel.eagle_step); num_nodes = 0: no speculation."""
+    if num_nodes == 0:
+        return baseline_forwards(batch, context)
+    levels = tuple(Forward("eagle", batch, max(1, n), context, level=i) for i, n in enumerate(level_sizes))
+    return Step(levels + (Forward("target", batch, num_nodes + 1, context, verify=True),), eagle_steps=1)
+
+
+def draft_target_forwards(drafter: str, batch: int, k: int, context: float, host_draft: bool = False) -> Step:
+    """K draft tokens by `drafter` (draft: a draft model; eagle: an EAGLE-3 chain), or from the host
+    (host_draft; CostModel.draft_target_step)."""
+    if k == 0:
+        return baseline_forwards(batch, context)
+    if host_draft:
+        return Step((Forward("target", batch, k + 1, context),))
+    if drafter == "eagle":
+        return eagle_forwards(batch, [1] * k, k, context)
+    return Step((Forward(drafter, batch, 1, context, count=k), Forward("target", batch, k + 1, context)))
 
 
 class StepTime(BaseModel):
-    """One speculative step: the draft/drafter part, the target verify, the framework's host time
-    per speculative step (EAGLE), and their sum."""
+    """One step's draft/drafter part, target verify and framework host time (EAGLE), and their sum."""
     draft_s: float
     target_s: float
     overhead_s: float = 0.0
@@ -278,6 +341,18 @@ class StepTime(BaseModel):
     @property
     def total_s(self) -> float:
         return self.draft_s + self.target_s + self.overhead_s
+
+
+def price(gpu: GpuSpec, shapes: dict[str, ModelShape], step: Step) -> StepTime:
+    """A step's (or a request's) time on `gpu`, its networks looked up by role in `shapes`."""
+    parts = {"draft": 0.0, "target": 0.0}
+    for f in step.forwards:
+        m = shapes.get(f.role)
+        if m is None:
+            raise TrtspecError(f"cost model: a {f.role} network is needed (give its checkpoint)")
+        parts["target" if f.role == "target" else "draft"] += f.count * parts_seconds(gpu, forward_parts(gpu, m, f))
+    return StepTime(draft_s=parts["draft"], target_s=parts["target"],
+                    overhead_s=step.eagle_steps * gpu.eagle_step_overhead_s)
 
 
 class CostModel(BaseModel):
@@ -288,6 +363,11 @@ class CostModel(BaseModel):
     target: ModelShape
     draft: ModelShape | None = None  # role "draft" (draft-target) or "eagle" (EAGLE drafter)
 
+    @property
+    def shapes(self) -> dict[str, ModelShape]:
+        """{role: shape}, as steps look their networks up."""
+        return {"target": self.target, **({self.draft.role: self.draft} if self.draft is not None else {})}
+
     def _need_draft(self, role: str) -> ModelShape:
         if self.draft is None or self.draft.role != role:
             raise TrtspecError(f"cost model: a {role} network is needed (give its checkpoint)")
@@ -295,7 +375,7 @@ class CostModel(BaseModel):
 
     def baseline_step(self, batch: int, context: float) -> StepTime:
         """No speculation: one target forward of one token per sequence."""
-        return StepTime(draft_s=0.0, target_s=forward_time(self.gpu, self.target, batch, 1, context))
+        return price(self.gpu, self.shapes, baseline_forwards(batch, context))
 
     def draft_target_step(self, batch: int, k: int, context: float, host_draft: bool = False) -> StepTime:
         """K draft tokens: K draft-model forwards of one token each (the first also catches up on
@@ -304,14 +384,10 @@ class CostModel(BaseModel):
         EAGLE-3 head (role eagle, shape_from_eagle3) drafts a chain of K levels: eagle_step([1] * K, K).
         host_draft: the drafts come from the host at no GPU time (n-gram lookup), so the step is the
         verify alone, always K + 1 tokens (upstream pads short drafts to K: upstream.trtllm NGRAM)."""
-        if k == 0:
-            return self.baseline_step(batch, context)
-        if host_draft:
-            return StepTime(draft_s=0.0, target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
-        if self.draft is not None and self.draft.role == "eagle":
-            return self.eagle_step(batch, [1] * k, k, context)
-        draft_s = k * forward_time(self.gpu, self._need_draft("draft"), batch, 1, context)
-        return StepTime(draft_s=draft_s, target_s=forward_time(self.gpu, self.target, batch, k + 1, context))
+        drafter = self.draft.role if self.draft is not None else "draft"
+        if k and not host_draft:
+            self._need_draft(drafter)
+        return price(self.gpu, self.shapes, draft_target_forwards(drafter, batch, k, context, host_draft))
 
     def eagle_step(self, batch: int, level_sizes: list[int], num_nodes: int, context: float) -> StepTime:
         """An EAGLE-1 tree step: drafter level 0 on the accepted tokens (counted as one token per
@@ -319,10 +395,6 @@ class CostModel(BaseModel):
         verify of root + num_nodes tokens under the tree mask, plus the framework's host time per
         step (drafter_level_time, verify_time, GpuSpec.eagle_step_overhead_s). A chain is the tree
         of one node per level. num_nodes = 0: no speculation."""
-        if num_nodes == 0:
-            return self.baseline_step(batch, context)
-        d = self._need_draft("eagle")
-        draft = sum(drafter_level_time(self.gpu, d, batch, max(1, n), context, first=i == 0)
-                    for i, n in enumerate(level_sizes))
-        return StepTime(draft_s=draft, target_s=verify_time(self.gpu, self.target, batch, num_nodes, context),
-                        overhead_s=self.gpu.eagle_step_overhead_s)
+        if num_nodes:
+            self._need_draft("eagle")
+        return price(self.gpu, self.shapes, eagle_forwards(batch, level_sizes, num_nodes, context))

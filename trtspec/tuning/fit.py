@@ -10,21 +10,23 @@ nominal bandwidth and peaks the fit starts from (h100, h200, cpu).
 
 Fit. The model of trtspec/tuning/cost.py is, per row,
 
-    seconds = o_role + max(u * M, v * C) + comm,   u = 1 / bandwidth_efficiency, v = 1 / compute_efficiency
+    seconds = o_role + max(u * M, v * C) + u * S + fixed,   u = 1 / bandwidth_efficiency, v = 1 / compute_efficiency
 
-with M = bytes / nominal bandwidth, C = FLOPs / nominal peak (known from the shapes), o_role =
-forward_overhead_s (target, draft) or eagle_level_overhead_s (eagle). Given which side of the max
+with M = bytes / nominal bandwidth, C = FLOPs / nominal peak (known from the shapes), S = bytes an
+EAGLE drafter level reads outside the max (its logits passes), fixed = what no fit adjusts (all-reduces,
+a verify's spec-dec kernels, EAGLE host time: cost.Parts), o_role = forward_overhead_s (target, draft)
+or eagle_level_overhead_s (eagle). Given which side of the max
 each row is on, that is linear in (o_fwd, o_eagle, u, v): weighted least squares (numpy lstsq,
 weights 1/seconds so every row counts by its relative error) solves it. The bound assignment is
 then recomputed from the new parameters and the solve repeated until it stops changing, from three
 starts (the preset's assignment, all memory-bound, all compute-bound); the lowest error wins.
 A parameter no row informs (say v when every row is memory-bound) keeps the preset's value and is
 reported as not fitted. Without overlap (`GpuSpec.memory_compute_overlap` False, the "cpu" preset)
-the model is seconds = o_role + u * M + v * C + comm, linear as it stands: every row informs both
+the model is seconds = o_role + u * (M + S) + v * C + fixed, linear as it stands: every row informs both
 u and v and the bound assignment plays no part.
 
-Rows that are sums of forwards (`fit_steps`: one speculative step measured on a deployment, K draft
-forwards + one verify of K + 1 tokens; trtspec.tuning.calibrate) are the same least squares: each
+Rows that are sums of forwards (`fit_steps`: a request measured on a deployment, its prefill and
+T / AL steps as cost.py describes them for the tuner; trtspec.tuning.calibrate) are the same least squares: each
 column is the count-weighted sum of the row's forwards' terms, each forward on its own side of the
 max. A cost-table row is the one-forward case (fit_gpu).
 """
@@ -39,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from .cost import GpuSpec, ModelShape, forward_terms, forward_time, gpu_preset
+from .cost import Forward, GpuSpec, ModelShape, Step, forward_parts, gpu_preset, price
 
 TABLE_SCHEMA = "trtspec.cost-table/1"
 PARAMS = ("forward_overhead_s", "eagle_level_overhead_s", "bandwidth_efficiency", "compute_efficiency")
@@ -115,50 +117,41 @@ class Calibration(BaseModel):
     skipped: list[str] = Field(default_factory=list)  # sweep points not used, each with why
 
 
-class Forward(NamedTuple):
-    """`count` forwards of one network: a term of a step row (fit_steps)."""
-    role: str
-    batch: int
-    num_tokens: int
-    context: float
-    count: float = 1  # a request's T / AL steps need not be whole
-
-
 class StepRow(NamedTuple):
     """A measured time that is a sum of forwards: a request on a deployment (its prefill and T / AL
     speculative steps; trtspec.tuning.calibrate); a cost-table row is one forward."""
-    forwards: tuple[Forward, ...]
+    step: Step
     seconds: float
 
 
-def _terms(gpu: GpuSpec, f: Forward, shapes: dict[str, ModelShape]) -> tuple[float, float, float]:
-    m = shapes.get(f.role)
-    if m is None:
-        raise TrtspecError(f"cost table: rows of role '{f.role}' but no {f.role} checkpoint to size them")
-    nbytes, flops = forward_terms(m, f.batch, f.num_tokens, f.context)
-    comm = 2 * m.num_layers * gpu.allreduce_latency_s if m.tp > 1 else 0.0
-    return nbytes / (gpu.hbm_bandwidth_gbs * 1e9), flops / (gpu.peak_tflops(m.compute_dtype) * 1e12), comm
-
-
 class _Parts:
-    """Every forward of every row, flattened: row index, count, role and terms, so that a row's
-    column of the least squares is the count-weighted sum of its forwards' (linear in the params)."""
+    """Every forward of every row, flattened: row index, count and cost.Parts, so that a row's
+    column of the least squares is the count-weighted sum of its forwards' (linear in the params).
+    What no fit adjusts (all-reduces, spec-dec kernels, EAGLE host time) is each row's `fixed`."""
 
     def __init__(self, rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec):
-        fs = [(i, f) for i, r in enumerate(rows) for f in r.forwards]
+        fs = [(i, f) for i, r in enumerate(rows) for f in r.step.forwards]
         self.n = len(rows)
         self.row = np.array([i for i, _ in fs], int)
         self.count = np.array([f.count for _, f in fs], float)
-        self.eagle = np.array([f.role == "eagle" for _, f in fs], bool)
+        parts = [forward_parts(base, _shape(shapes, f.role), f) for _, f in fs]
+        self.eagle = np.array([p.eagle for p in parts], bool)
         # each row's count of target decode/verify steps of n tokens, n >= 2 (GpuSpec.step_tokens_s)
-        lengths = np.array([f.num_tokens if f.role == "target" and f.context > 0 else 0 for _, f in fs])
+        lengths = np.array([p.step_tokens for p in parts], int)
         self.steps = {int(n): self.sum(lengths == n) for n in sorted(set(lengths.tolist()) - {0, 1})}
-        terms = np.array([_terms(base, f, shapes) for _, f in fs]).reshape(-1, 3)
-        self.M, self.C, comm = terms[:, 0], terms[:, 1], terms[:, 2]
-        self.comm = self.sum(comm)
+        terms = np.array([(p.mem_s, p.comp_s, p.serial_s, p.fixed_s) for p in parts], float).reshape(-1, 4)
+        self.M, self.C, self.serial = terms[:, 0], terms[:, 1], self.sum(terms[:, 2])
+        self.fixed = self.sum(terms[:, 3]) + np.array([r.step.eagle_steps for r in rows]) * base.eagle_step_overhead_s
 
     def sum(self, x) -> np.ndarray:
         return np.bincount(self.row, weights=self.count * np.asarray(x, float), minlength=self.n)
+
+
+def _shape(shapes: dict[str, ModelShape], role: str) -> ModelShape:
+    m = shapes.get(role)
+    if m is None:
+        raise TrtspecError(f"cost table: rows of role '{role}' but no {role} checkpoint to size them")
+    return m
 
 
 def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w):
@@ -167,7 +160,7 @@ def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w):
     cols = {
         "forward_overhead_s": parts.sum(~parts.eagle),
         "eagle_level_overhead_s": parts.sum(parts.eagle),
-        "u": parts.sum(np.where(mem_bound, parts.M, 0.0) if overlap else parts.M),
+        "u": parts.sum(np.where(mem_bound, parts.M, 0.0) if overlap else parts.M) + parts.serial,
         "v": parts.sum(np.where(mem_bound, 0.0, parts.C) if overlap else parts.C),
     }
     informed = [n for n, c in cols.items() if c.any()]
@@ -178,7 +171,7 @@ def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w):
         # a dropped overhead is zero; a dropped u or v keeps the base's value, whose time is then known
         known = sum(params[n] * cols[n] for n in informed if n not in names and not n.endswith("_s"))
         X = np.stack([cols[n] for n in names], 1) * w[:, None]
-        sol = dict(zip(names, np.linalg.lstsq(X, (y - parts.comm - known) * w, rcond=None)[0]))
+        sol = dict(zip(names, np.linalg.lstsq(X, (y - parts.fixed - known) * w, rcond=None)[0]))
         negative = [n for n, s in sol.items() if s <= 0]
         if not negative:
             break
@@ -204,8 +197,8 @@ def _apply(base: GpuSpec, params: dict) -> GpuSpec:
 
 
 def step_seconds(gpu: GpuSpec, row: StepRow, shapes: dict[str, ModelShape]) -> float:
-    """The model's time of a row: the sum of its forwards (cost.forward_time each)."""
-    return sum(f.count * forward_time(gpu, shapes[f.role], f.batch, f.num_tokens, f.context) for f in row.forwards)
+    """The model's time of a row (cost.price: the sum of its forwards and host time)."""
+    return price(gpu, shapes, row.step).total_s
 
 
 def _errors(gpu: GpuSpec, rows: list[StepRow], shapes: dict[str, ModelShape]) -> np.ndarray:
@@ -217,7 +210,7 @@ def _errors(gpu: GpuSpec, rows: list[StepRow], shapes: dict[str, ModelShape]) ->
 def fit_gpu(table: CostTable, shapes: dict[str, ModelShape], base: GpuSpec | None = None,
             max_iter: int = 50) -> tuple[GpuSpec, FitReport]:
     """Fit the efficiencies and overheads of `base` (default: the table's preset) to the table."""
-    rows = [StepRow((Forward(r.role, r.batch, r.num_tokens, r.context),), r.seconds) for r in table.rows]
+    rows = [StepRow(Step((Forward(r.role, r.batch, r.num_tokens, r.context),)), r.seconds) for r in table.rows]
     return fit_steps(rows, shapes, base if base is not None else gpu_preset(table.gpu), max_iter)
 
 
@@ -279,11 +272,11 @@ def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None):
 
 
 def _model_seconds(parts: _Parts, gpu: GpuSpec) -> np.ndarray:
-    """Each row's time under `gpu` without step corrections (cost.forward_time from the flattened terms)."""
+    """Each row's time under `gpu` without step corrections (cost.parts_seconds over the flattened parts)."""
     u, v = 1.0 / gpu.bandwidth_efficiency, 1.0 / gpu.compute_efficiency
     busy = np.maximum(u * parts.M, v * parts.C) if gpu.memory_compute_overlap else u * parts.M + v * parts.C
     over = np.where(parts.eagle, gpu.eagle_level_overhead_s, gpu.forward_overhead_s)
-    return parts.sum(busy + over) + parts.comm
+    return parts.sum(busy + over) + u * parts.serial + parts.fixed
 
 
 def _fit_corrections(parts: _Parts, y, gpu: GpuSpec) -> dict[int, float]:

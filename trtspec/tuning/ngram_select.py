@@ -17,8 +17,8 @@ by K, then n, so a tie keeps the shorter draft and the smaller pattern.
 from __future__ import annotations
 
 from .cost import CostModel
-from .schema import BandChoice, Profile, SweepPoint, WorkloadProfile, WorkloadTuning
-from .select import SelectConfig, _al, _argmax, _band, context_of, sampling_record
+from .schema import BandChoice, Profile, WorkloadProfile, WorkloadTuning
+from .select import SelectConfig, _al, _band, chain_sweep, context_of, sampling_record
 
 DRAFTER = "ngram"
 
@@ -37,14 +37,10 @@ def candidates(w: WorkloadProfile, sizes: list[int], max_k: int, name: str) -> l
 
 
 def band_choice(cands: list[Candidate], cost: CostModel, b: int, ctx: float) -> BandChoice:
-    steps = [cost.draft_target_step(b, k, ctx, host_draft=True) for _, k, _, _ in cands]
-    tps = [b * al / st.total_s for (_, _, al, _), st in zip(cands, steps)]
-    sweep = [SweepPoint(draft_len=k, max_matching_ngram_size=n, acceptance_length=al, step_time_s=st.total_s,
-                        tokens_per_s=v) for (n, k, al, _), st, v in zip(cands, steps, tps)]
-    i = _argmax(tps)
-    n, k, al, se = cands[i]
-    return _band(b, al, steps[i], steps[0], sweep, tps[i], speculate=k > 0, drafter=DRAFTER, draft_len=k,
-                 max_matching_ngram_size=n, acceptance_length_se=se)
+    ns, ks, als, ses = (list(x) for x in zip(*cands))
+    sweep, steps, i = chain_sweep(als, cost, b, ctx, ks=ks, ngram_sizes=ns, host_draft=True)
+    return _band(b, als[i], steps[i], steps[0], sweep, sweep[i].tokens_per_s, speculate=ks[i] > 0, drafter=DRAFTER,
+                 draft_len=ks[i], max_matching_ngram_size=ns[i], acceptance_length_se=ses[i])
 
 
 def tune_ngram(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:

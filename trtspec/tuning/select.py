@@ -93,13 +93,19 @@ def _argmax(values: list[float]) -> int:
     return next(i for i, v in enumerate(values) if v >= best * (1 - 1e-12))
 
 
-def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float) -> tuple[list[SweepPoint], list[StepTime], int]:
-    """Predicted tokens/s of every draft length K = 0..len(als)-1 (als[K] = AL of K, als[0] = 1) at
-    concurrency b; returns the sweep, the step times and the best K (ties: the smaller K)."""
-    steps = [cost.draft_target_step(b, k, ctx) for k in range(len(als))]
+def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float, ks: list[int] | None = None,
+                ngram_sizes: list[int | None] | None = None, host_draft: bool = False
+                ) -> tuple[list[SweepPoint], list[StepTime], int]:
+    """Predicted tokens/s of every candidate at concurrency b: als[i] is the AL of draft length ks[i]
+    (default: K = 0..len(als)-1, als[0] = 1), drafted by the draft network or, with host_draft, from
+    the host (n-gram, whose max_matching_ngram_size is ngram_sizes[i]). Returns the sweep, the step
+    times and the best candidate's index (ties: the first, so candidates go cheapest first)."""
+    ks = list(range(len(als))) if ks is None else ks
+    sizes = ngram_sizes or [None] * len(als)
+    steps = [cost.draft_target_step(b, k, ctx, host_draft=host_draft) for k in ks]
     tps = [b * al / st.total_s for al, st in zip(als, steps)]
-    sweep = [SweepPoint(draft_len=k, acceptance_length=als[k], step_time_s=steps[k].total_s, tokens_per_s=tps[k])
-             for k in range(len(als))]
+    sweep = [SweepPoint(draft_len=k, max_matching_ngram_size=n, acceptance_length=al, step_time_s=st.total_s,
+                        tokens_per_s=v) for k, n, al, st, v in zip(ks, sizes, als, steps, tps)]
     return sweep, steps, _argmax(tps)
 
 
