@@ -48,6 +48,7 @@ def test_a_sweep_through_the_server_calibrates_the_tuner(tmp_path):
     max_k = max(b["num_draft_tokens"] for bands in [*routing["workloads"].values(), routing["default"]["bands"]]
                 for b in bands)  # spec_decode's bound: the largest K routed (the default route's, computed)
     assert res.completed and res.runs == [] and res.sweep.mode == "ngram" and res.sweep.max_draft_len == max_k >= 3
+    assert routing["in_flight_batching"] is False and res.sweep.in_flight_batching is False  # a thread per request
     for w in PROMPTS:
         runs = [r for r in res.sweep.runs if r.workload == w]
         assert [r.setting.num_draft_tokens for r in runs] == list(range(max_k + 1))

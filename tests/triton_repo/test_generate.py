@@ -206,8 +206,10 @@ def test_without_bls_cancellation_nothing_is_sent_to_a_cpp_backend(generate_para
 def test_a_request_beyond_the_repositorys_limits_is_refused_before_any_engine_call(generate_params, load, flavor):
     """The repository carries the limits (routing `limits`: the engines' max_input_len / max_seq_len,
     or the checkpoints' positions); generate refuses past them after tokenizing, calling nothing else."""
-    limits = json.loads(generate_params[flavor]["routing"])["limits"]
+    routing = json.loads(generate_params[flavor]["routing"])
+    limits = routing["limits"]
     assert limits["max_seq_len"] == (8192 if flavor == "trtllm" else 256)  # fake engine / tiny model positions
+    assert routing["in_flight_batching"] is (flavor == "trtllm")  # what a perf sweep records of the server
     model, server, common = load(generate_params[flavor], with_cancel=True)
     request = ClientRequest(server)
     request.inputs["max_tokens"] = Tensor("max_tokens", [[limits["max_seq_len"] - 2]])  # + a 3-token prompt

@@ -134,11 +134,12 @@ def test_an_eagle_deployment_is_fitted_with_the_steps_the_tuner_prices(tmp_path,
     tree = [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
 
     def e2e(w, c, setting, al):
-        prefill = prefill_time(true.gpu, true.target, int(PROMPT[w])) + prefill_time(true.gpu, eagle3, int(PROMPT[w]))
         k, choices = setting.num_draft_tokens, setting.eagle_choices
+        prefill = prefill_time(true.gpu, true.target, int(PROMPT[w])) + (  # the head prefills where it drafts
+            prefill_time(true.gpu, eagle3, int(PROMPT[w])) if k or choices else 0.0)
         step = (true.eagle_step(c, level_sizes(choices, max(map(len, choices))), len(choices), CTX[w]) if choices
                 else true.draft_target_step(c, k, CTX[w]))
-        return prefill + TOKENS / al * step.total_s
+        return c * prefill + TOKENS / al * step.total_s  # c context phases under in-flight batching
 
     pts = [(w, c, _setting("eagle", n, tree[:n] if n != 2 else [[0], [0, 0]]), 1.0 + 0.5 * n)
            for w in CTX for c in (1, 8, 64) for n in (2, 3, 5)]
@@ -153,6 +154,53 @@ def test_an_eagle_deployment_is_fitted_with_the_steps_the_tuner_prices(tmp_path,
     for c, levels, nodes in ((4, [1, 2, 1], 4), (1, [1, 1, 1], 3), (64, [1, 1], 2)):
         assert model.eagle_step(c, levels, nodes, 500.0).total_s == pytest.approx(
             true.eagle_step(c, levels, nodes, 500.0).total_s, rel=1e-3)
+
+
+def _closed_loop_latency(c: int, prefill: float, steps: int, step: float, requests: int = 4000) -> float:
+    """Mean request latency of a simulated in-flight-batching engine under c closed-loop clients:
+    each iteration runs the context phase of a request that has just arrived (one at a time, on the
+    engine's timeline) or else one step of every decoding request; a request ends after `steps`
+    steps and its client sends the next at once. Clients start staggered; the first half is warm-up."""
+    import heapq
+
+    now, waiting, left, start, done = 0.0, [], {}, {}, []
+    for i in range(c):
+        heapq.heappush(waiting, (i * steps // c, i))  # stagger: client i starts as if i/c through a request
+    next_id = c
+    while len(done) < requests:
+        if waiting:
+            offset, r = heapq.heappop(waiting)
+            start[r], now = now, now + prefill
+            left[r] = steps - offset
+            continue
+        now += step
+        for r in list(left):
+            left[r] -= 1
+            if left[r] == 0:
+                del left[r]
+                done.append(now - start.pop(r))
+                heapq.heappush(waiting, (0, next_id))
+                next_id += 1
+    tail = done[requests // 2:]
+    return sum(tail) / len(tail)
+
+
+@pytest.mark.parametrize("c", [1, 2, 4, 8])
+def test_a_request_pays_c_context_phases_under_in_flight_batching(c):
+    """prefills_per_request's Little's law against a simulated engine, not against itself."""
+    prefill, steps, step = 0.05, 100, 0.01
+    got = _closed_loop_latency(c, prefill, steps, step)
+    assert got == pytest.approx(cal.prefills_per_request(c) * prefill + steps * step, rel=0.01)
+
+
+def test_a_server_without_in_flight_batching_has_only_its_concurrency_1_points_modelled(tmp_path):
+    write_sweep(tmp_path / "results.json", _truth("cpu"), _chain_points(batches=(1, 2)))
+    data = json.loads((tmp_path / "results.json").read_text())
+    data["sweep"]["in_flight_batching"] = False  # the pytorch flavor: a worker thread per request
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, _truth("cpu").shapes)
+    assert {p.run.concurrency for p in pts} == {1} and len(pts) == len(skipped)
+    assert all("c=2" in s and "no in-flight batching" in s for s in skipped)
 
 
 def test_points_that_cannot_be_modelled_are_skipped_with_the_reason(tmp_path):

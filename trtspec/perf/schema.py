@@ -204,6 +204,9 @@ class Sweep(BaseModel):
     schema_id: Literal["trtspec.perf-sweep/1"] = Field(SWEEP_SCHEMA, alias="schema")
     mode: str  # the repository's routing mode: draft-target | ngram | eagle3 | eagle | llmapi
     max_draft_len: int | None = None  # chain repositories: the largest K its spec_decode takes
+    # whether the server steps its requests together (triton_repo.flavors.in_flight_batching), from
+    # the repository's routing; None: a repository written before it was recorded
+    in_flight_batching: bool | None = None
     runs: list[SweepRun] = Field(default_factory=list)
 
 

@@ -160,7 +160,7 @@ def sweep_run(workload: str, concurrency: int, setting: SweepSetting, started_at
 
 
 def new_sweep(routing: dict, max_k: int | None) -> Sweep:
-    return Sweep(mode=routing["mode"], max_draft_len=max_k)
+    return Sweep(mode=routing["mode"], max_draft_len=max_k, in_flight_batching=routing.get("in_flight_batching"))
 
 
 def sweep_lines(sweep: Sweep) -> list[str]:

@@ -27,3 +27,12 @@ def canonical(flavor: str | None) -> str | None:
 def is_pytorch(flavor: str | None) -> bool:
     """Whether `flavor` (either spelling) serves trtspec's runtime in the python backend."""
     return canonical(flavor) == PYTORCH
+
+
+def in_flight_batching(flavor: str | None) -> bool:
+    """Whether the server steps its requests together (TensorRT-LLM's executor: in-flight batching,
+    each iteration one forward over every active request, their context phases mixed in), or serves
+    each request on its own (the pytorch flavor: one worker thread per request, batch 1). Recorded
+    in the routing, so that `perf --sweep` results say how their requests shared the engine
+    (trtspec.tuning.calibrate prices them by it)."""
+    return canonical(flavor) in (TRTLLM, LLMAPI)

@@ -33,7 +33,7 @@ from .configs import render as render_config
 from .memory import plan_memory
 from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
-from .flavors import FLAVORS, is_pytorch
+from .flavors import FLAVORS, in_flight_batching, is_pytorch
 from .runtime_device import place
 from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
 from .heads import resolve_heads
@@ -288,7 +288,7 @@ class _Builder:
         for f in files:
             if f.kind == "cpu_llm":
                 f.files = _python_files("cpu_llm")
-        routing["limits"] = self._limits()
+        routing.update(limits=self._limits(), in_flight_batching=in_flight_batching(self.flavor))
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
                                llm_cancel_messages=is_pytorch(self.flavor))
@@ -358,7 +358,7 @@ class _Builder:
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:
             routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
-        routing["limits"] = self._limits()
+        routing.update(limits=self._limits(), in_flight_batching=in_flight_batching(self.flavor))
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")

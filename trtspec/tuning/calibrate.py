@@ -7,13 +7,20 @@ real kernels' efficiencies. `trtspec perf --sweep` measures every setting the re
 steps) with measured mean end-to-end time E2E, output tokens T and acceptance length AL, and the
 cost model writes a request as a sum of forwards (cost.py's own terms):
 
-    E2E = prefill (one target forward of the prompt; a draft model prefills too) + (T / AL) * step
+    E2E = c * prefill + (T / AL) * step          (prefill: one target forward of the prompt; a
+                                                  draft model prefills too; c: prefills_per_request)
     step, off (K = 0):      one target forward of 1 token
           draft model, K:   K draft forwards of 1 token + one target verify of K + 1 tokens
           n-gram, K:        one target verify of K + 1 tokens (the drafts cost no device time), or
                             of 1 token where the pool had no match (ngram_step: the pytorch flavor
                             does not pad; the server's total_draft_tokens per step says how often)
           EAGLE tree:       one drafter level per depth (level_sizes) + a verify of nodes + 1 tokens
+                            (with the extra terms cost.eagle_forwards gives it, as the tuner prices it)
+
+The c prefills are the other requests' context phases that an in-flight-batching engine runs while
+a request decodes (prefills_per_request). A server that does not batch across requests (the
+pytorch flavor: a worker thread per request; the sweep records which, `in_flight_batching`) is
+not steps at batch c at all, so its points at concurrency > 1 are skipped with that reason.
 
 at batch c and the workload's KV context (the profile's prompt length + half the output, as the
 tuner evaluates steps). fit.fit_steps solves for the preset's four numbers (forward and EAGLE-level
@@ -100,6 +107,7 @@ class SweepView(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
     schema_id: Literal["trtspec.perf-sweep/1"] = Field(alias="schema")
     mode: str
+    in_flight_batching: bool | None = None
     runs: list[RunView]
 
 
@@ -160,16 +168,27 @@ def ngram_step(c: int, k: int, ctx: float, drafted: float | None) -> Step:
                       if f.count > 0))
 
 
+def prefills_per_request(c: int) -> int:
+    """Context phases on the engine's timeline during one request, at concurrency c under
+    in-flight batching: c (its own and, in steady state, one for each of the c - 1 requests that
+    replace its neighbours). Little's law: with R requests done in a window W, every step carrying
+    all c requests and each request's context phase taking P on the engine, W = (R T / (AL c)) step
+    + R P, and a request's latency c W / R = (T / AL) step + c P. scripts/bench_published_setups.py
+    reads A6 the same way (with_context)."""
+    return c
+
+
 def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: float,
                      shapes: dict[str, ModelShape], drafted: float | None = None) -> Step | str:
-    """One request: the prefill of the prompt (by every network that drafts from it) and `steps`
-    steps (T / AL); float counts are fine, the fit weighs each forward's terms by them."""
+    """One request at concurrency c of an in-flight-batching server: the prefill of the prompt (by
+    every network that drafts from it) prefills_per_request(c) times, and `steps` steps (T / AL)
+    at batch c; float counts are fine, the fit weighs each forward's terms by them."""
     step = step_forwards(s, c, ctx, shapes, drafted)
     if isinstance(step, str):
         return step
     n = max(1, round(prompt))
     drafters = sorted({f.role for f in step.forwards if f.role != "target"})
-    prefill = tuple(Forward(role, 1, n, 0.0) for role in ["target", *drafters])
+    prefill = tuple(Forward(role, 1, n, 0.0, prefills_per_request(c)) for role in ["target", *drafters])
     return Step(prefill + tuple(f._replace(count=f.count * steps) for f in step.forwards),
                 eagle_steps=step.eagle_steps * steps)
 
@@ -189,6 +208,9 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
             why = "no acceptance length reported"
         elif run.workload not in contexts or prompts.get(run.workload) is None:
             why = "workload not in the profile (its prompt and context lengths are unknown)"
+        elif run.concurrency > 1 and sweep.in_flight_batching is False:
+            why = ("the server serves each request on its own (no in-flight batching), so concurrent "
+                   "requests are not steps at batch c: only concurrency 1 is modelled")
         fw = None if why else request_forwards(run.setting, run.concurrency, contexts[run.workload],
                                                prompts[run.workload], sm.output_tokens / sm.requests_ok / al, shapes,
                                                run.draft_tokens_per_step)
