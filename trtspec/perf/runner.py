@@ -26,7 +26,6 @@ import contextlib
 import math
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console

@@ -37,7 +37,7 @@ from .flavors import FLAVORS, in_flight_batching, is_pytorch
 from .runtime_device import place
 from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
 from .heads import resolve_heads
-from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
+from .models.serving_rules import SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
 from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
