@@ -20,7 +20,7 @@ from trtspec.tuning.command import measure_cost_command, tune_command
 from trtspec.tuning.cost import forward_time, gpu_preset, shapes_from_checkpoint
 from trtspec.tuning.fit import CostRow, CostTable, save_cost_table
 from trtspec.tuning.schema import Tuning, dump_json, load_tuning
-from trtspec.tuning.synthetic import chain_profile, eagle_profile
+from trtspec.tuning.synthetic import chain_profile, eagle_profile, ngram_profile
 
 LLAMA = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "vocab_size": 128256, "hidden_size": 4096,
          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_size": 128,
@@ -113,6 +113,33 @@ def test_tune_eagle_grouped_with_a_measured_cost_table(tmp_path, app):
             if band.eagle_choices:
                 assert max(map(len, band.eagle_choices)) == 4 and len(band.eagle_choices) <= 30
     check_pngs(tmp_path / "plots", ["chat", "code", "math"])
+
+
+def test_speculate_only_if_clear_serves_off_where_the_gain_is_inside_the_al_noise(tmp_path, app):
+    """`--speculate-only-if-clear`: chat's small n-gram gain, profiled on 3 prompts x 16 tokens, is
+    inside its AL noise, so it is held back and served off, saying why; edit's clear gain is served
+    as before; without the flag chat speculates. EAGLE trees refuse it, naming the flag."""
+    target = fake_ckpt(tmp_path / "t", LLAMA)
+    prof = ngram_profile({"chat": 0.05, "edit": 0.9}, [2], num_samples=3, T=16, max_k=4, target=str(target))
+    (tmp_path / "profile.json").write_text(dump_json(prof))
+    base = ["tune", "--profile", tmp_path / "profile.json", "--cost", "h100", "--concurrency-bands", "1,64",
+            "--no-plots"]
+    run(app, base + ["--out", tmp_path / "plain.json"])
+    plain = load_tuning(tmp_path / "plain.json")
+    out = run(app, base + ["--speculate-only-if-clear", "--out", tmp_path / "clear.json"])
+    clear = load_tuning(tmp_path / "clear.json")
+    for b, p in zip(clear.workloads["chat"].bands, plain.workloads["chat"].bands):
+        assert p.speculate and p.draft_len >= 1  # the plain argmax speculates
+        assert (b.speculate, b.draft_len, b.acceptance_length, b.speedup) == (False, 0, 1.0, 1.0)
+        assert b.held_off.draft_len == p.draft_len and b.held_off.speedup == p.speedup and b.sweep == p.sweep
+    assert clear.workloads["edit"].bands == plain.workloads["edit"].bands
+    assert "chat c=1: served off: ngram K=" in out and "not distinguishable from off (tune.speculate_only_if_clear)" in out
+    eagle = fake_ckpt(tmp_path / "eagle", EAGLE)
+    (tmp_path / "e.json").write_text(dump_json(eagle_profile({"chat": (0.5, 0.1)}, num_samples=2, T=32, depth=4,
+                                                              target=str(eagle))))
+    with pytest.raises(TrtspecError, match="--speculate-only-if-clear: not for EAGLE trees"):
+        run(app, ["tune", "--profile", tmp_path / "e.json", "--speculate-only-if-clear", "--no-plots",
+                  "--out", tmp_path / "e_out.json"])
 
 
 def test_tune_errors(tmp_path, app):

@@ -267,3 +267,20 @@ def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_d
     assert line.endswith("; ~60 prompts would separate it from off at this AL)")
     assert prompts_to_separate_from_off(chat, 4) == 60 and prompts_to_separate_from_off(edit, 4) == 1
     assert prompts_to_separate_from_off(chat.model_copy(update={"speculate": False}), 4) is None
+
+
+def test_held_off_serves_off_where_the_choice_is_not_distinguishable_from_off():
+    """tune.speculate_only_if_clear on the demo's bands (previous test): chat's n-gram K=1 (x1.07,
+    inside its AL noise) becomes off at the baseline's step and tokens/s and records what it held
+    back; edit's clear K=4, and a band already off, are returned unchanged."""
+    from trtspec.tuning.report import setting_text
+    from trtspec.tuning.select import held_off, indistinguishable
+
+    chat = _served_band("ngram", 1.2039, 0.1446, 99.92, 93.80, draft_len=1, max_matching_ngram_size=3)
+    edit = _served_band("ngram", 4.00, 0.13, 239.3, 92.0, draft_len=4, max_matching_ngram_size=2)
+    off = held_off(chat, None)
+    assert (off.speculate, off.draft_len, off.max_matching_ngram_size, off.acceptance_length) == (False, 0, None, 1.0)
+    assert (off.tokens_per_s, off.step_time_s, off.speedup, off.draft_step_s) == (93.80, 1 / 93.80, 1.0, 0.0)
+    assert off.drafter == "ngram" and off.held_off == chat and indistinguishable(off, None) == []
+    assert setting_text(off) == "off (held ngram K=1 n=3 x1.07: not clear)"
+    assert held_off(edit, None) is edit and held_off(off, None) is off

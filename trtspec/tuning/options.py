@@ -121,6 +121,10 @@ class TuneOptions(StageOptions):
                                      "holding the target again (the llmapi flavor; a recipe sets it from triton).")
     calibrate: Optional[Path] = Field(None, description="results.json of `trtspec perf --sweep` on the deployment: "
                                       "fit the cost model to its measured requests, then tune (trtspec.tuning.calibrate).")
+    speculate_only_if_clear: bool = Field(False, description="Serve speculation in a band only when its predicted "
+                                          "gain over off is clear of the profiled AL's noise (95%): a choice the "
+                                          "summary calls 'not distinguishable from off' is served off instead. Chains "
+                                          "(draft model, EAGLE-3 head) and n-gram; not EAGLE trees.")
 
     @field_validator("concurrency_bands")
     @classmethod

@@ -153,7 +153,8 @@ def plot_al_vs_temperature(profiles: list[Profile], path: Path, k: int | None = 
 def setting_text(band: BandChoice) -> str:
     """A band's served setting in a few words (the summary table, its notes, the run's tune note)."""
     if not band.speculate:
-        return "off"
+        held = band.held_off
+        return "off" if held is None else f"off (held {setting_text(held)} x{held.speedup:.2f}: not clear)"
     if band.eagle_choices is not None:
         depth = max(len(c) for c in band.eagle_choices)
         return f"tree {len(band.eagle_choices)} nodes, depth {depth} ({band.profile})"
@@ -170,6 +171,12 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
     out = []
     for name, wt in tuning.workloads.items():
         for band in wt.bands:
+            if band.held_off is not None:
+                held = band.held_off
+                out.append(f"{name} c={band.concurrency}: served off: {setting_text(held)} (x{held.speedup:.2f}, AL "
+                           f"{held.acceptance_length:.2f} ±{held.acceptance_length_se or 0:.2f} over {wt.num_samples} "
+                           "prompts) is not distinguishable from off (tune.speculate_only_if_clear)")
+                continue
             ks = indistinguishable(band, wt.accept_length_se_by_k)
             if ks:
                 need = prompts_to_separate_from_off(band, wt.num_samples) if 0 in ks else None

@@ -278,6 +278,9 @@ class BandChoice(BaseModel):
     speedup: float
     own_best_tokens_per_s: float  # with this workload's own best setting (> tokens_per_s only when grouped)
     sweep: list[SweepPoint]
+    # off by tune.speculate_only_if_clear: the best setting, held back as not distinguishable from off
+    # (select.held_off; its sweep is this band's)
+    held_off: BandChoice | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class WorkloadTuning(BaseModel):

@@ -63,6 +63,8 @@ class SelectConfig(BaseModel):
     max_non_leaves: int = trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES
     max_profiles: int | None = Field(None, description="EAGLE: served profiles per band; None: one per workload")
     tree_seeds: int = Field(64, ge=1, description="EAGLE: full-depth nodes tried as growth seeds (trees.py)")
+    speculate_only_if_clear: bool = Field(False, description="serve off where the choice is not distinguishable "
+                                          "from off (held_off); chains and n-gram")
 
 
 def context_of(w: WorkloadProfile, cfg: SelectConfig) -> float:
@@ -151,6 +153,18 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
                 abs(p.tokens_per_s - chosen.tokens_per_s) <= z * float(np.hypot(s, tps_se(chosen))):
             out.append(p.draft_len)
     return out
+
+
+def held_off(band: BandChoice, se_by_k: dict[str, float | None] | None) -> BandChoice:
+    """`band`, or off where its speculating choice is not distinguishable from off (indistinguishable):
+    the project's rule that a difference inside its interval is no win, applied to the prediction
+    (tune.speculate_only_if_clear). The off band keeps the sweep and records the choice held back."""
+    if not band.speculate or 0 not in indistinguishable(band, se_by_k):
+        return band
+    base = StepTime(draft_s=0.0, target_s=band.baseline_step_time_s)
+    return _band(band.concurrency, 1.0, base, base, band.sweep, band.baseline_tokens_per_s, speculate=False,
+                 drafter=band.drafter, draft_len=0, acceptance_length_se=0.0,
+                 held_off=band.model_copy(update={"sweep": []}))
 
 
 def prompts_to_separate_from_off(band: BandChoice, num_samples: int, z: float = 1.96) -> int | None:

@@ -24,7 +24,7 @@ from .fit import fit_gpu, load_cost_table
 from .options import TuneOptions
 from .schema import CostInfo, EagleLimits, Profile, Tuning, load_profile
 from .ngram_select import tune_ngram
-from .select import SelectConfig, context_of, tune_draft_target, tune_eagle
+from .select import SelectConfig, context_of, held_off, tune_draft_target, tune_eagle
 from .calibrate import calibrate_cost
 from .choose import choose
 
@@ -116,6 +116,9 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
         model, info = calibrate_cost(Path(calibrate), model, info, contexts, prompts, cost)
     served, limits = None, None
     if profile.mode == "eagle":
+        if cfg.speculate_only_if_clear:
+            raise TrtspecError("tune.speculate_only_if_clear: not for EAGLE trees (their served profiles are shared "
+                               "by workloads); chains and n-gram only")
         cfg = eagle_limits(profile, config, cfg, eagle_node_budget)
         workloads, served = tune_eagle(profile, model, cfg)
         limits = EagleLimits(num_eagle_layers=cfg.num_eagle_layers, node_budget=cfg.eagle_node_budget,
@@ -126,6 +129,9 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
         if eagle_node_budget is not None or cfg.max_profiles is not None:
             raise TrtspecError("tune.eagle_node_budget: applies to EAGLE profiles only (as does tune.max_profiles)")
         workloads = (tune_ngram if profile.mode == "ngram" else tune_draft_target)(profile, model, cfg)
+        if cfg.speculate_only_if_clear:
+            for w in workloads.values():
+                w.bands = [held_off(b, w.accept_length_se_by_k) for b in w.bands]
         needed = max(b.draft_len for w in workloads.values() for b in w.bands)
     return Tuning(mode=profile.mode, profile={"path": str(profile_path), "sha256": sha256_file(Path(profile_path))},
                   measurement_conditions=profile.measurement_conditions.model_dump(), trtspec_version=__version__,
@@ -137,7 +143,7 @@ def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | Non
                draft_ckpt: Path | None = None) -> Tuning:
     """The tune stage: `options` is the recipe's `tune:` section / the `trtspec tune` flags."""
     cfg = SelectConfig(concurrency_bands=options.concurrency_bands, max_profiles=options.max_profiles,
-                       context_tokens=options.context_tokens)
+                       context_tokens=options.context_tokens, speculate_only_if_clear=options.speculate_only_if_clear)
     return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget,
                     options.calibrate)
 
