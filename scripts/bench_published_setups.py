@@ -91,6 +91,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trtspec.perf.stats import end_to_end_prediction
+from trtspec.tuning.calibrate import prefills_per_request
 from trtspec.tuning.cost import CostModel, ModelShape, forward_terms, gpu_preset, prefill_time, with_framework
 from trtspec.upstream.trtllm import (EAGLE3_ONE_MODEL_RECIPE_PR5146, SGLANG_EAGLE_DEFAULTS_2025,
                                      TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT)
@@ -287,7 +288,8 @@ def with_context(s: Setup, gpu, base: float, step: float, prefills: int | None =
     output by the end-to-end latency (upstream.trtllm.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT, under
     the reading of A6 stated in the module docstring). In steady state at concurrency c every
     request holds one slot while c requests' context phases run (its own and those of the c - 1 that
-    replace its neighbours, by Little's law; or, queued, those ahead of it):
+    replace its neighbours, by Little's law: tuning.calibrate.prefills_per_request, which calibration
+    prices too; or, queued, those ahead of it):
 
         baseline latency = c x prefill + (output - 1) x base step   (the first token is the prefill's)
 
@@ -297,7 +299,7 @@ def with_context(s: Setup, gpu, base: float, step: float, prefills: int | None =
     chunks x step; with 16k-token prompts 7% of A6's prefill, 1.167 instead of 1.161). `prefills`:
     c (default the row's batch); 1 is the concurrency-1 reading printed beside it."""
     prefill = prefill_time(gpu, s.target, s.prompt_tokens, s.prefill_chunk)
-    context = (s.batch if prefills is None else prefills) * prefill
+    context = (prefills_per_request(s.batch) if prefills is None else prefills) * prefill
     total = context + (s.output_tokens - 1) * base
     return end_to_end_prediction(s.al * base / step, context, total), prefill
 

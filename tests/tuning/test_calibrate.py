@@ -14,6 +14,7 @@ from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetti
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.cost import CostModel, gpu_preset, prefill_time, price, with_framework
 from trtspec.tuning.cost import forward_time as cost_forward
+from trtspec.tuning.fit import fit_steps
 from trtspec.tuning.report import calibration_lines, calibration_table
 from trtspec.tuning.schema import CostInfo
 from trtspec.tuning.synthetic import llama31_8b_shapes
@@ -148,9 +149,12 @@ def test_an_eagle_deployment_is_fitted_with_the_steps_the_tuner_prices(tmp_path,
     start = CostModel(gpu=gpu, target=s["target"], draft=eagle3)
     model, info = cal.calibrate_cost(tmp_path / "results.json", start, _info(start), CTX, PROMPT, "h100")
     assert all(p.predicted_after == pytest.approx(p.tokens_per_s, rel=1e-4) for p in info.calibration.points)
-    # the per-length step corrections (fitted too) share a little of the overheads: close, not exact
-    for name in ("eagle_level_overhead_s", "forward_overhead_s", "bandwidth_efficiency"):
-        assert getattr(model.gpu, name) == pytest.approx(getattr(true.gpu, name), rel=1e-2), name
+    # the model's own numbers come back exactly; calibrate also fits a time per step length, which
+    # may take a little of the overheads (the steps stay exact, below), so the check fits without them
+    pts_, _ = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, start.shapes)
+    plain, _ = fit_steps([p.row for p in pts_], start.shapes, start.gpu)
+    for name in ("eagle_level_overhead_s", "forward_overhead_s", "bandwidth_efficiency", "compute_efficiency"):
+        assert getattr(plain, name) == pytest.approx(getattr(true.gpu, name), rel=1e-6), name
     for c, levels, nodes in ((4, [1, 2, 1], 4), (1, [1, 1, 1], 3), (64, [1, 1], 2)):
         assert model.eagle_step(c, levels, nodes, 500.0).total_s == pytest.approx(
             true.eagle_step(c, levels, nodes, 500.0).total_s, rel=1e-3)

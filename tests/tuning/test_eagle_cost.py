@@ -14,11 +14,20 @@ import pytest
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning import gpus
-from trtspec.tuning.cost import (CostModel, ModelShape, drafter_level_time, forward_time, gpu_preset, prefill_time,
-                                 verify_time,
-                                 with_framework)
+from trtspec.tuning.cost import (CostModel, Forward, ModelShape, forward_parts, forward_time, gpu_preset,
+                                 parts_seconds, prefill_time, with_framework)
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_published_setups.py"
+
+
+def drafter_level_time(gpu, d: ModelShape, batch: int, num_tokens: int, context: float, first: bool = True) -> float:
+    """One EAGLE drafter level as cost.eagle_forwards prices it (`first`: the level with fc)."""
+    return parts_seconds(gpu, forward_parts(gpu, d, Forward(d.role, batch, num_tokens, context, level=0 if first else 1)))
+
+
+def verify_time(gpu, t: ModelShape, batch: int, num_nodes: int, context: float) -> float:
+    """A speculative verify of root + num_nodes tokens as cost.eagle_forwards prices it."""
+    return parts_seconds(gpu, forward_parts(gpu, t, Forward(t.role, batch, num_nodes + 1, context, verify=True)))
 
 
 def bench():

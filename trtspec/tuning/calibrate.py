@@ -17,11 +17,6 @@ cost model writes a request as a sum of forwards (cost.py's own terms):
           EAGLE tree:       one drafter level per depth (level_sizes) + a verify of nodes + 1 tokens
                             (with the extra terms cost.eagle_forwards gives it, as the tuner prices it)
 
-The c prefills are the other requests' context phases that an in-flight-batching engine runs while
-a request decodes (prefills_per_request). A server that does not batch across requests (the
-pytorch flavor: a worker thread per request; the sweep records which, `in_flight_batching`) is
-not steps at batch c at all, so its points at concurrency > 1 are skipped with that reason.
-
 at batch c and the workload's KV context (the profile's prompt length + half the output, as the
 tuner evaluates steps). fit.fit_steps solves for the preset's four numbers (forward and EAGLE-level
 overheads, bandwidth and compute efficiencies) by the same weighted least squares as a cost table,
@@ -31,6 +26,12 @@ the model's forward grows smoothly with a step's tokens, the deployment's need n
 2-core CPU: a 3-token forward 114 ms, a 4-token one 78 ms, as the GEMM kernels change with the row
 count), and the speculative path's per-step serving work has no term of its own. A length the sweep
 did not measure gets no correction (scripts/bench_calibration.py's held-out-K check shows the cost).
+
+The c prefills are the other requests' context phases that an in-flight-batching engine runs while
+a request decodes (prefills_per_request). A server that does not batch across requests (the
+pytorch flavor: a worker thread per request; the sweep records which, `in_flight_batching`) is
+not steps at batch c at all, so its points at concurrency > 1 are skipped with that reason.
+
 Why whole requests and not "step = c * AL / tokens/s": tokens/s includes each request's prefill, a
 fixed cost per request that such a step would scale with AL (a copy-heavy workload with long prompts
 then looks as if longer drafts made its steps slower). Predicted tokens/s = the measured tokens/s x
@@ -174,7 +175,7 @@ def prefills_per_request(c: int) -> int:
     replace its neighbours). Little's law: with R requests done in a window W, every step carrying
     all c requests and each request's context phase taking P on the engine, W = (R T / (AL c)) step
     + R P, and a request's latency c W / R = (T / AL) step + c P. scripts/bench_published_setups.py
-    reads A6 the same way (with_context)."""
+    reads A6 with it (with_context)."""
     return c
 
 

@@ -289,21 +289,6 @@ def prefill_time(gpu: GpuSpec, m: ModelShape, prompt_tokens: int, chunk_tokens: 
                for done in range(0, prompt_tokens, chunk))
 
 
-def drafter_level_time(gpu: GpuSpec, d: ModelShape, batch: int, num_tokens: int, context: float,
-                       first: bool = True) -> float:
-    """Seconds for one EAGLE drafter level of `num_tokens` tokens per sequence (the module docstring);
-    `first`: the level that takes the target's hidden states (the only one with fc for EAGLE-3)."""
-    return parts_seconds(gpu, forward_parts(gpu, d, Forward(d.role, batch, num_tokens, context,
-                                                            level=0 if first else 1)))
-
-
-def verify_time(gpu: GpuSpec, target: ModelShape, batch: int, num_nodes: int, context: float) -> float:
-    """Seconds for a speculative verify of root + num_nodes tokens per sequence: the plain forward of
-    as many tokens plus the spec-dec kernels around it (the module docstring)."""
-    return parts_seconds(gpu, forward_parts(gpu, target, Forward(target.role, batch, num_nodes + 1, context,
-                                                                 verify=True)))
-
-
 # What each kind of step runs (one description, priced by CostModel for the tuner and fitted by
 # trtspec.tuning.calibrate to a deployment's requests).
 
@@ -368,11 +353,6 @@ class CostModel(BaseModel):
         """{role: shape}, as steps look their networks up."""
         return {"target": self.target, **({self.draft.role: self.draft} if self.draft is not None else {})}
 
-    def _need_draft(self, role: str) -> ModelShape:
-        if self.draft is None or self.draft.role != role:
-            raise TrtspecError(f"cost model: a {role} network is needed (give its checkpoint)")
-        return self.draft
-
     def baseline_step(self, batch: int, context: float) -> StepTime:
         """No speculation: one target forward of one token per sequence."""
         return price(self.gpu, self.shapes, baseline_forwards(batch, context))
@@ -385,16 +365,12 @@ class CostModel(BaseModel):
         host_draft: the drafts come from the host at no GPU time (n-gram lookup), so the step is the
         verify alone, always K + 1 tokens (upstream pads short drafts to K: upstream.trtllm NGRAM)."""
         drafter = self.draft.role if self.draft is not None else "draft"
-        if k and not host_draft:
-            self._need_draft(drafter)
         return price(self.gpu, self.shapes, draft_target_forwards(drafter, batch, k, context, host_draft))
 
     def eagle_step(self, batch: int, level_sizes: list[int], num_nodes: int, context: float) -> StepTime:
         """An EAGLE-1 tree step: drafter level 0 on the accepted tokens (counted as one token per
         sequence), then level d on the non-leaf nodes of depth d (level_sizes[d]), then one target
         verify of root + num_nodes tokens under the tree mask, plus the framework's host time per
-        step (drafter_level_time, verify_time, GpuSpec.eagle_step_overhead_s). A chain is the tree
-        of one node per level. num_nodes = 0: no speculation."""
-        if num_nodes:
-            self._need_draft("eagle")
+        step (eagle_forwards, forward_parts, GpuSpec.eagle_step_overhead_s). A chain is the tree
+        of one node per level. num_nodes = 0: no speculation. price() refuses a missing network."""
         return price(self.gpu, self.shapes, eagle_forwards(batch, level_sizes, num_nodes, context))
