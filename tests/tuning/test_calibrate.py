@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from closed_loop import closed_loop
 from trtspec.errors import TrtspecError
 from trtspec.perf import sweep as perf_sweep
 from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetting, dump_results
@@ -160,40 +161,12 @@ def test_an_eagle_deployment_is_fitted_with_the_steps_the_tuner_prices(tmp_path,
             true.eagle_step(c, levels, nodes, 500.0).total_s, rel=1e-3)
 
 
-def _closed_loop_latency(c: int, prefill: float, steps: int, step: float, requests: int = 4000) -> float:
-    """Mean request latency of a simulated in-flight-batching engine under c closed-loop clients:
-    each iteration runs the context phase of a request that has just arrived (one at a time, on the
-    engine's timeline) or else one step of every decoding request; a request ends after `steps`
-    steps and its client sends the next at once. Clients start staggered; the first half is warm-up."""
-    import heapq
-
-    now, waiting, left, start, done = 0.0, [], {}, {}, []
-    for i in range(c):
-        heapq.heappush(waiting, (i * steps // c, i))  # stagger: client i starts as if i/c through a request
-    next_id = c
-    while len(done) < requests:
-        if waiting:
-            offset, r = heapq.heappop(waiting)
-            start[r], now = now, now + prefill
-            left[r] = steps - offset
-            continue
-        now += step
-        for r in list(left):
-            left[r] -= 1
-            if left[r] == 0:
-                del left[r]
-                done.append(now - start.pop(r))
-                heapq.heappush(waiting, (0, next_id))
-                next_id += 1
-    tail = done[requests // 2:]
-    return sum(tail) / len(tail)
-
-
 @pytest.mark.parametrize("c", [1, 2, 4, 8])
 def test_a_request_pays_c_context_phases_under_in_flight_batching(c):
     """prefills_per_request's Little's law against a simulated engine, not against itself."""
     prefill, steps, step = 0.05, 100, 0.01
-    got = _closed_loop_latency(c, prefill, steps, step)
+    done = closed_loop(c, prefill, steps, step)
+    got = sum(r.e2e for r in done) / len(done)
     assert got == pytest.approx(cal.prefills_per_request(c) * prefill + steps * step, rel=0.01)
 
 

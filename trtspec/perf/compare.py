@@ -3,8 +3,9 @@
 The prediction is the tuned band the repository serves at that load, chosen with the same rule as
 the repository's `generate` model (serving_rules.pick_band: the largest tuned band <= the requests
 in flight, else the smallest band), so a measured speedup is compared with the number the served K came
-from, made end to end with the baseline's measured time to first token (stats.end_to_end_prediction:
-the tuner prices decode steps, tokens/s counts whole requests).
+from, made end to end with the baseline's measured time to first token and, under concurrency, the
+time its decode stood still for other requests' context phases (stats.end_to_end_prediction,
+stats.stall_s: the tuner prices decode steps, tokens/s counts whole requests).
 Open-loop runs have no fixed concurrency, so they get no prediction. Sampled runs (temperature > 0)
 get a distribution check of their outputs against the baseline's (trtspec.perf.parity).
 Each row carries the speedup's 95% interval and what it allows to say (trtspec.perf.stats: verdict,
@@ -22,7 +23,8 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import end_to_end_prediction, pair_up, prediction_fit, requests_for, speedup_ci, verdict
+from .stats import (end_to_end_prediction, pair_up, prediction_fit, requests_for, speedup_ci, stall_s,
+                    verdict)
 
 
 def load_predictions(path: Path | None):
@@ -64,9 +66,12 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
     if wt is None or not wt.bands or run.concurrency is None:
         return None
     band = pick_band(wt.bands, run.concurrency)
-    e2e = None if base is None else end_to_end_prediction(band.speedup, base.summary.ttft_s.mean,
-                                                          base.summary.e2e_s.mean)
-    return Prediction(band, e2e)
+    if base is None:
+        return Prediction(band, None)
+    # at concurrency 1 no other request has a context phase: a long gap there is the step's own jitter
+    stall = stall_s(base.requests) if run.concurrency > 1 else None
+    return Prediction(band, end_to_end_prediction(band.speedup, base.summary.ttft_s.mean, base.summary.e2e_s.mean,
+                                                  stall))
 
 
 def decode_speedup(spec: Run, base: Run) -> float | None:

@@ -143,7 +143,7 @@ class Comparison(BaseModel):
     baseline_tokens_per_s: float
     speedup: float
     acceptance_length: float | None = None
-    # the tuner's prediction made end to end (perf.stats.end_to_end_prediction: the baseline's TTFT kept),
+    # the tuner's prediction made end to end (perf.stats.end_to_end_prediction: the baseline's TTFT and stalls kept),
     # comparable with `speedup`; predicted_step_speedup is tuning.json's own, per decode step, of the band
     # the repository serves at this load
     predicted_speedup: float | None = None

@@ -49,8 +49,9 @@ Two designs, chosen with `perf.blocks`:
   in between are not its time).
 - a comparison whose speedup interval contains 1 (a difference's contains 0) is "no measurable
   difference" (`verdict`); the prediction (the tuner's per-step speedup made end to end with the
-  baseline's TTFT, `end_to_end_prediction`) is "inside" the interval or misses it by the % to its
-  nearest end (`prediction_fit`).
+  baseline's TTFT and, under concurrency, its stalls for other requests' context phases,
+  `end_to_end_prediction`, `stall_s`) is "inside" the interval or misses it by the % to its nearest
+  end (`prediction_fit`).
 - requests for a ±5% claim: the relative half-width h of a mean-like statistic over n iid requests is
   1.96 * cv / sqrt(n), so n = (1.96 * cv / 0.05)^2; with h measured by the bootstrap at the observed
   n (cv = h * sqrt(n) / 1.96) that is n_5% = n * (h / 0.05)^2 per run (`requests_for`). For the
@@ -229,27 +230,47 @@ def verdict(ci: Interval | None, null: float = 1.0, higher: str = "faster", lowe
     return NO_DIFFERENCE
 
 
-def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None, base_e2e_s: float | None
-                          ) -> float | None:
+STALL_FACTOR = 2.0  # a baseline gap over this many typical steps holds another request's context phase
+
+
+def stall_s(records: Sequence[RequestRecord]) -> float | None:
+    """Mean time per request that its decode stood still while other requests ran their context
+    phases, read off the baseline run's own streamed gaps: the excess over the run's typical step
+    (the median gap) of every gap longer than STALL_FACTOR typical steps. Under concurrency c an
+    in-flight-batching server runs about c - 1 such phases inside each request's decode
+    (tuning.calibrate.prefills_per_request, Little's law), a server with a thread per request shares
+    the machine with them; either way speculation does not shorten them. The factor keeps step
+    jitter (which speculation does shorten, with the steps) out; a context phase short enough to hide
+    under it is also too short to matter. None without streamed gaps."""
+    ok = [r for r in _ok_timed(records) if r.chunk_gaps_s]
+    if not ok:
+        return None
+    typical = float(np.median(np.concatenate([r.chunk_gaps_s for r in ok])))
+    excess = [sum(g - typical for g in r.chunk_gaps_s if g > STALL_FACTOR * typical) for r in ok]
+    return float(np.mean(excess))
+
+
+def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None, base_e2e_s: float | None,
+                          base_stall_s: float | None = None) -> float | None:
     """The tuner's speedup per decode step as the measured speedup counts it. tokens/s divides the
     output by whole requests (the window), time to first token included, and speculation shortens
-    only what follows the first token; so, with the baseline run's mean TTFT and E2E,
+    only the decode steps that follow it; so, with the baseline run's mean TTFT, E2E and, under
+    concurrency, the time its decode stood still for the other requests' context phases (`stall_s`),
 
-        predicted = E2E / (TTFT + (E2E - TTFT) / step_speedup)
+        predicted = E2E / (TTFT + stall + (E2E - TTFT - stall) / step_speedup)
 
     Comparing the per-step number with the measured one instead over-predicts every workload with
     long prompts or short answers (scripts/bench_published_setups.py applies the same conversion to
-    TensorRT-LLM PR 5146's A6, whose trtllm-bench throughput counts the context phase).
-    Under concurrency c the other requests' prefills stall a request's decode as well; those stay in
-    the baseline's E2E - TTFT and are scaled with it, so the prediction comes out high by up to the
-    share of (c - 1) prefills in that time (small for short prompts; for four 16k-token prefills in
-    A6's setting it would be the difference between 1.29x and 1.16x of its speedup). None without a
-    step speedup; the step speedup itself without the baseline's times."""
+    TensorRT-LLM PR 5146's A6, whose trtllm-bench throughput counts the context phase); leaving the
+    stall out over-predicts long prompts under concurrency (tests/perf/test_stats.py: a simulated
+    in-flight-batching engine). None without a step speedup; the step speedup itself without the
+    baseline's times."""
     if step_speedup is None or not step_speedup > 0:
         return None
     if base_ttft_s is None or base_e2e_s is None or not 0 <= base_ttft_s < base_e2e_s:
         return step_speedup
-    return base_e2e_s / (base_ttft_s + (base_e2e_s - base_ttft_s) / step_speedup)
+    fixed = base_ttft_s + min(max(base_stall_s or 0.0, 0.0), base_e2e_s - base_ttft_s)
+    return base_e2e_s / (fixed + (base_e2e_s - fixed) / step_speedup)
 
 
 def prediction_fit(predicted: float | None, ci: Interval | None) -> str | None:
