@@ -374,9 +374,9 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
         '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load. '
         "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
-        "load; its per-step speedup made end to end with the baseline run's mean TTFT and, under concurrency, the time "
-        "its decode stood still for other requests' context phases (speculation shortens only its own decode steps: "
-        "trtspec/perf/stats.py end_to_end_prediction). Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); "
+        "load; its per-step speedup made end to end with the baseline's mean TTFT and, at c > 1, its stalls for other requests' "
+        "context phases (speculation shortens only a request's own decode steps: trtspec/perf/stats.py end_to_end_prediction). "
+        "Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); "
         "a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),
