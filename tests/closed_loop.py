@@ -5,7 +5,8 @@ Little's law (tuning.calibrate.prefills_per_request) and perf's end-to-end predi
 Each iteration runs the context phase of one request that has arrived (one at a time, on the
 engine's timeline; its first token comes at the end) or else one step of every decoding request,
 which then has `tokens_per_step` more tokens; a request ends after `steps` steps and its client sends
-the next at once. Clients start staggered (client i as if i/c through a request); the first half of
+the next at once. With `chunks` > 1 a context phase is cut into that many chunks, each run in one
+iteration together with the decoding requests' step (chunked context under in-flight batching). Clients start staggered (client i as if i/c through a request); the first half of
 the requests is warm-up and not returned."""
 
 from __future__ import annotations
@@ -30,22 +31,29 @@ class Simulated:
 
 
 def closed_loop(c: int, prefill: float, steps: int, step: float, tokens_per_step: int = 1,
-                requests: int = 4000) -> list[Simulated]:
+                requests: int = 4000, chunks: int = 1) -> list[Simulated]:
     now, waiting, left, live, done = 0.0, [], {}, {}, []
     for i in range(c):
         heapq.heappush(waiting, (i * steps // c, i))
-    next_id = c
+    next_id, context = c, None  # context: [request, offset, chunks left] of the phase under way
     while len(done) < requests:
-        if waiting:
+        if context is None and waiting:
             offset, r = heapq.heappop(waiting)
-            live[r] = Simulated(start=now)
-            now += prefill
-            live[r].chunk_times.append(now)
-            live[r].tokens = 1
-            left[r] = steps - offset
-            continue
-        now += step
-        for r in list(left):
+            live[r], context = Simulated(start=now), [r, offset, chunks]
+        decoding = list(left)
+        if context is not None and (chunks == 1 or not decoding):
+            now += prefill / chunks  # the phase alone
+        else:
+            now += step + (prefill / chunks if context is not None else 0.0)
+        if context is not None:
+            context[2] -= 1
+            if context[2] == 0:
+                r, offset, _ = context
+                live[r].chunk_times.append(now)
+                live[r].tokens, left[r], context = 1, steps - offset, None
+            if chunks == 1 or not decoding:
+                continue
+        for r in decoding:
             live[r].chunk_times.append(now)
             live[r].tokens += tokens_per_step
             left[r] -= 1
