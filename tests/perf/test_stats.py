@@ -13,6 +13,7 @@ import pytest
 from closed_loop import closed_loop
 from trtspec.perf.client import Result
 from trtspec.perf.compare import comparisons
+from trtspec.perf.headline import headlines
 from trtspec.perf.output import write_results
 from trtspec.perf.schema import Interval, PerfResults, RequestRecord, Run, Settings, load_results
 from trtspec.perf.runner import block_schedule
@@ -408,3 +409,35 @@ def test_a_stall_is_a_gap_over_1_5_typical_steps_and_jitter_is_not():
     assert stall_s([rec.model_copy(update={"chunk_gaps_s": []})]) is None
     assert end_to_end_prediction(2.0, 1.0, 3.0, 0.5) == pytest.approx(3.0 / (1.5 + 1.5 / 2))
     assert end_to_end_prediction(2.0, 1.0, 3.0, 9.0) == pytest.approx(1.0)  # a stall cannot exceed the decode
+
+
+def _open_loop_run(spec: bool, e2e: float) -> Run:
+    """20 Poisson-like arrivals every 0.5 s, 32 tokens each, E2E around `e2e` (±10%, seeded)."""
+    rng = random.Random(7 + spec)
+    recs = [RequestRecord(index=i, prompt_id=f"p{i}", start_s=0.5 * i, status="ok", ttft_s=0.05, output_tokens=32,
+                          e2e_s=e2e * rng.uniform(0.9, 1.1)) for i in range(20)]
+    return Run(workload="chat", speculation=spec, request_rate=2.0, started_at="2026-01-01T00:00:00+00:00",
+               completed=True, requests=recs, summary=summarize(recs))
+
+
+def test_an_open_loop_compares_how_fast_requests_complete_not_the_arrival_rate():
+    """Both runs are offered the same arrivals: their window throughputs differ by ~10% (the last
+    request's E2E) while every request completes twice as fast. The speedup is the per-request one,
+    in the comparisons, the report's headline and the interval alike."""
+    spec, base = _open_loop_run(True, 1.0), _open_loop_run(False, 2.0)
+    window = spec.summary.output_tokens_per_s / base.summary.output_tokens_per_s
+    assert 1.0 < window < 1.2
+    (row,) = comparisons([spec, base])
+    assert row.speedup == pytest.approx(2.0, rel=0.05) and row.speedup_ci.low < row.speedup < row.speedup_ci.high
+    assert row.speedup_ci.low > 1.5 and row.verdict == "faster" and row.predicted_speedup is None
+    assert row.tokens_per_s / row.baseline_tokens_per_s == pytest.approx(row.speedup)
+    settings = Settings(url="127.0.0.1:1", model="generate", workloads={"chat": "mt-bench"}, warmup=0, timeout_s=1,
+                        max_tokens=32, baseline=True, seed=0)
+    results = PerfResults(created="now", trtspec_version="0", settings=settings, completed=True, runs=[spec, base],
+                          comparisons=[row])
+    (head,) = headlines(results)
+    assert head.speedup == pytest.approx(row.speedup) and head.load == "rate=2/s"
+    assert head.tokens_per_s_ci.low < head.tokens_per_s < head.tokens_per_s_ci.high
+    closed = [run("chat", True, 4, 1), run("chat", False, 4, 2)]  # closed loop: window throughputs, as before
+    assert comparisons(closed)[0].speedup == pytest.approx(
+        closed[0].summary.output_tokens_per_s / closed[1].summary.output_tokens_per_s)

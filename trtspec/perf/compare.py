@@ -6,7 +6,8 @@ in flight, else the smallest band), so a measured speedup is compared with the n
 from, made end to end with the baseline's measured time to first token and, under concurrency, the
 time its decode stood still for other requests' context phases (stats.end_to_end_prediction,
 stats.stall_s: the tuner prices decode steps, tokens/s counts whole requests).
-Open-loop runs have no fixed concurrency, so they get no prediction. Sampled runs (temperature > 0)
+Open-loop runs compare per-request speeds (`compared_rates`) and, with no fixed concurrency, get no
+prediction. Sampled runs (temperature > 0)
 get a distribution check of their outputs against the baseline's (trtspec.perf.parity).
 Each row carries the speedup's 95% interval and what it allows to say (trtspec.perf.stats: verdict,
 whether the prediction lies inside the interval, requests a ±5% claim would need).
@@ -23,8 +24,8 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import (end_to_end_prediction, pair_up, prediction_fit, requests_for, speedup_ci, stall_s,
-                    verdict)
+from .stats import (end_to_end_prediction, pair_up, per_request_tokens_per_s, prediction_fit, requests_for,
+                    speedup_ci, stall_s, verdict)
 
 
 def load_predictions(path: Path | None):
@@ -82,6 +83,18 @@ def decode_speedup(spec: Run, base: Run) -> float | None:
     return b / s if b and s else None
 
 
+def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
+    """The two tokens/s a speedup divides. Closed loop: each run's throughput (tokens / window), which
+    the tuner's concurrency bands predict. Open loop: both runs are offered the same arrivals, so
+    below saturation both throughputs are the arrival rate's whatever speculation does (requests
+    twice as fast read as ~1.0x); what it changes is how fast each request completes, so the rates
+    are per request, tokens / E2E summed over the successful requests (trtllm-bench's per-user output
+    throughput; the speedup's bootstrap resamples exactly this ratio, stats.speedup_ci)."""
+    if spec.concurrency is not None or spec.request_rate is None:
+        return spec.summary.output_tokens_per_s, base.summary.output_tokens_per_s
+    return per_request_tokens_per_s(spec.requests), per_request_tokens_per_s(base.requests)
+
+
 def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     """One row per (workload, load point) that has both a speculation and a baseline run."""
     def key(r: Run):
@@ -93,7 +106,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         b = base.get(key(r)) if r.speculation else None
         if b is None:
             continue
-        tps, btps = r.summary.output_tokens_per_s, b.summary.output_tokens_per_s
+        tps, btps = compared_rates(r, b)
         speedup = tps / btps if btps > 0 else 0.0
         ci, pairs = speedup_ci(r.requests, b.requests, speedup), pair_up(r.requests, b.requests)
         n = len(pairs) if pairs is not None else min(r.summary.requests_ok, b.summary.requests_ok)

@@ -14,16 +14,16 @@ All strings that came from the user or the server (workload names, errors, URLs)
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
 from ..fsutil import write_text_atomic
 from . import plots
-from .compare import load_predictions, prediction_text, served_prediction, step_differs
+from .compare import load_predictions, prediction_text, step_differs
+from .headline import Headline, has_successes, headlines, load_label, run_ci
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
-from .stats import prediction_fit, rate_ci, requests_for, speedup_ci, verdict
+from .stats import prediction_fit, requests_for, verdict
 
 # id -> (title, alt text). Ids are stable: tests and users link to them.
 FIGURES = {
@@ -39,77 +39,6 @@ FIGURES = {
                                                                     "end with the baseline's TTFT) against the "
                                                                     "measured speedup, with the y = x line"),
 }
-
-
-@dataclass
-class Headline:
-    """One workload at one load point: the numbers the top of the report shows."""
-    workload: str
-    load: str
-    tokens_per_s: float | None
-    baseline_tokens_per_s: float | None
-    speedup: float | None
-    predicted_speedup: float | None
-    acceptance_length: float | None
-    predicted_acceptance_length: float | None
-    predicted_draft_len: int | None
-    tokens_per_s_ci: Interval | None = None
-    baseline_tokens_per_s_ci: Interval | None = None
-    speedup_ci: Interval | None = None
-    requests: int = 0  # successful requests of the smaller of the two runs
-    predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
-
-
-def load_label(run) -> str:
-    """'c=4' (closed loop) or 'rate=2/s' (open loop): the load point of a Run or Comparison."""
-    if run.concurrency is not None:
-        return f"c={run.concurrency}"
-    if run.request_rate is not None:
-        return f"rate={run.request_rate:g}/s"
-    return "load=?"
-
-
-def _ok(run: Run) -> bool:
-    return run.summary.requests_ok > 0
-
-
-def headlines(results: PerfResults, tuning=None) -> list[Headline]:
-    """Per (workload, load point) of the speculation runs: measured tokens/s, the baseline run's
-    tokens/s at the same load, speedup = their ratio, the run's token-weighted AL, and the
-    prediction of tuning.json (else the one results.json's comparisons recorded)."""
-    base = {(r.workload, load_label(r)): r for r in results.runs if not r.speculation}
-    comps = {(c.workload, load_label(c)): c for c in results.comparisons}
-    out = []
-    spec_runs = [r for r in results.runs if r.speculation]
-    for r in spec_runs or [r for r in results.runs if not r.speculation]:
-        key = (r.workload, load_label(r))
-        b = r if not r.speculation else base.get(key)
-        tps = r.summary.output_tokens_per_s if r.speculation and _ok(r) else None
-        btps = b.summary.output_tokens_per_s if b is not None and _ok(b) else None
-        speedup = tps / btps if tps is not None and btps else None
-        pred_s = pred_step = pred_al = pred_k = None
-        pred = served_prediction(tuning, r, b if r.speculation else None)
-        if pred is not None:
-            pred_s, pred_step, pred_al, pred_k = pred.speedup, pred.step_speedup, pred.band.acceptance_length, \
-                pred.draft_len
-        elif key in comps:
-            c = comps[key]
-            pred_s, pred_step = c.predicted_speedup, c.predicted_step_speedup
-            if pred_step is None:  # results.json written before predictions were made end to end: per step
-                pred_s, pred_step = None, pred_s
-            pred_al, pred_k = c.predicted_acceptance_length, c.predicted_draft_len
-        out.append(Headline(r.workload, key[1], tps, btps, speedup, pred_s,
-                            r.summary.acceptance_length if r.speculation else None, pred_al, pred_k,
-                            _run_ci(r) if tps is not None else None, _run_ci(b) if btps is not None else None,
-                            speedup_ci(r.requests, b.requests, speedup) if speedup else None,
-                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0, pred_step))
-    return out
-
-
-def _run_ci(run: Run) -> Interval | None:
-    """The run's tokens/s interval: stored, else recomputed (results.json written before intervals)."""
-    s = run.summary
-    return s.tokens_per_s_ci or rate_ci(run.requests, s.output_tokens_per_s)
 
 
 # ---- figures ------------------------------------------------------------------------------------
@@ -134,7 +63,7 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
         tp.setdefault(r.workload, {})
         ttft.setdefault(r.workload, {})
         itl.setdefault(r.workload, {})
-        if _ok(r) and xof(r) is not None:
+        if has_successes(r) and xof(r) is not None:
             tp[r.workload].setdefault(_kind(r), []).append((xof(r), r.summary.output_tokens_per_s))
         ok = [q for q in r.requests if q.status == "ok"]
         ttft[r.workload][(_kind(r), load_label(r))] = [q.ttft_s for q in ok if q.ttft_s is not None]
@@ -145,8 +74,8 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
         al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length))
         ci = (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci is not None else None
         sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None, ci))
-    no_base = not any(not r.speculation and _ok(r) for r in results.runs)
-    no_spec = not any(r.speculation and _ok(r) for r in results.runs)
+    no_base = not any(not r.speculation and has_successes(r) for r in results.runs)
+    no_spec = not any(r.speculation and has_successes(r) for r in results.runs)
     why_speedup = ("no baseline run (speculation off) finished with successful requests"
                    + (" (settings.baseline is false)" if not results.settings.baseline else "")
                    + ", so there is no speedup to show." if no_base else
@@ -283,7 +212,7 @@ def _run_table(results: PerfResults) -> str:
         pct = "".join(f"<td>{_ms(getattr(getattr(s, m), p))}</td>" for m in ("ttft_s", "itl_s", "e2e_s")
                       for p in ("p50", "p90", "p99"))
         cis = "".join(f"<td>{_ci_cell(ci, scale)}</td>" for ci, scale in (
-            (_run_ci(r), 1.0), (s.ttft_mean_ci_s, 1e3), (s.itl_mean_ci_s, 1e3)))
+            (run_ci(r, s.output_tokens_per_s), 1.0), (s.ttft_mean_ci_s, 1e3), (s.itl_mean_ci_s, 1e3)))
         bad = ' class="bad"' if s.errors or s.timeouts else ""
         rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td class="l">{"on" if r.speculation else "off"}'
                     f'</td><td class="l">{escape(load_label(r))}</td><td>{s.requests_ok}</td><td{bad}>{s.errors}</td>'
@@ -372,7 +301,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         banner,
         "<h2>Headline</h2>",
         _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
-        '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load. '
+        '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load (open loop: per '
+        "request, tokens / E2E, as both runs are offered the same arrivals). "
         "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
         "load; its per-step speedup made end to end with the baseline's mean TTFT and, at c > 1, its stalls for other requests' "
         "context phases (speculation shortens only a request's own decode steps: trtspec/perf/stats.py end_to_end_prediction). "

@@ -159,6 +159,14 @@ def _ok_timed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if r.status == "ok" and r.e2e_s is not None]
 
 
+def per_request_tokens_per_s(records: Sequence[RequestRecord]) -> float:
+    """sum(tokens) / sum(E2E) over the successful requests: how fast requests complete, whatever the
+    load between them (0.0 without one)."""
+    ok = _ok_timed(records)
+    e2e = sum(r.e2e_s for r in ok)
+    return sum(r.output_tokens for r in ok) / e2e if e2e > 0 else 0.0
+
+
 def rate_ci(records: Sequence[RequestRecord], tokens_per_s: float, seed: int = BOOT_SEED,
             reps: int = BOOT_REPS) -> Interval | None:
     """Interval of a run's tokens/s (module docstring); None under 2 successful requests."""
