@@ -7,7 +7,8 @@ One server per module (CpuServer, ~15 s to start). What the tests assert:
   AL 1.0); the summaries recomputed here from the records with numpy equal the stored ones; the
   comparison rows carry speedup = tokens/s on / off and the tuned band's prediction; the CSVs agree
   with results.json; the command line prints one summary line per run;
-- an open-loop run (Poisson arrivals) sends the planned number of requests;
+- an open-loop run (Poisson arrivals) sends the planned number of requests, and its comparison divides
+  per-request speeds, printed with the interval;
 - sampled runs (--temperature): every request of both halves carries the settings and its prompt's
   seed (an independent request with them gets the same text), results.json records the settings,
   the comparison carries the distribution check (the cpu flavor's exact match with keyed draws:
@@ -177,18 +178,23 @@ def test_open_loop_and_the_command_line(served, tmp_path, capsys):
     code, stdout, stderr = run_cli(capsys, "perf", "--url", served["url"], "--workloads",
                                    f"chat={served['files']['chat']}", "--request-rate", "20", "--requests", "6",
                                    "--warmup", "0", "--max-tokens", "8", "--no-progress", "--out", out,
-                                   "--export-genai-perf", tmp_path / "gp")
+                                   "--baseline", "--export-genai-perf", tmp_path / "gp")
     assert code == 0, stderr
     res = load_results(out / "results.json")
-    assert res.completed and len(res.runs) == 1
+    assert res.completed and len(res.runs) == 2
     # the genai-perf export of the same invocation (tests/perf/test_genai_perf.py checks its content) and the report
-    (gp_run,) = json.loads((tmp_path / "gp" / "genai_perf_export.json").read_text())["runs"]
+    gp_run = json.loads((tmp_path / "gp" / "genai_perf_export.json").read_text())["runs"][0]
     assert gp_run["request_rate"] == 20 and gp_run["argv"][gp_run["argv"].index("--request-count") + 1] == "6"
     assert 'id="plot-throughput"' in (out / "report.html").read_text() and f"wrote {out / 'report.html'}" in stdout
-    r = res.runs[0]
+    r, b = res.runs
     assert r.concurrency is None and r.request_rate == 20 and len(r.requests) == 6
-    assert all(q.status == "ok" and q.output_tokens > 0 for q in r.requests)
+    assert all(q.status == "ok" and q.output_tokens > 0 for q in r.requests + b.requests)
     assert "chat         spec r=20/s" in stdout and f"wrote {out / 'results.json'}" in stdout
+    # open loop: the speedup divides per-request speeds (tokens / E2E), printed with its interval
+    (c,) = res.comparisons
+    speed = [sum(q.output_tokens for q in x.requests) / sum(q.e2e_s for q in x.requests) for x in (r, b)]
+    assert c.speedup == pytest.approx(speed[0] / speed[1]) and c.speedup_ci is not None
+    assert f"speedup chat 20 req/s: {c.speedup:.2f}x [{c.speedup_ci.low:.2f}x, {c.speedup_ci.high:.2f}x]" in stdout
 
 
 def test_no_server_is_a_clear_error_within_the_timeout(tmp_path, capsys):

@@ -64,7 +64,7 @@ def perf_command(
 ):
     """Load-test a served repository over gRPC streaming: TTFT, ITL, E2E, tokens/s, acceptance; --baseline speedup."""
     from .prompts import parse_workloads
-    from .compare import prediction_text
+    from .compare import speedup_line
     from .runner import PerfRunError, check_options, run_perf
 
     specs = parse_workloads(workloads)
@@ -105,10 +105,8 @@ def perf_command(
         for line in sweep_lines(results.sweep):
             typer.echo(line)
     for c in results.comparisons:
-        pred = (f" (predicted {prediction_text(c.predicted_speedup, c.predicted_step_speedup)})"
-                if c.predicted_speedup is not None else "")
+        typer.echo(f"speedup {speedup_line(c)}")
         point = f"c={c.concurrency}" if c.concurrency else f"r={c.request_rate:g}/s"
-        typer.echo(f"speedup {c.workload} {point}: {c.speedup:.2f}x{pred}")
         if c.parity is not None:
             q = c.parity
             typer.echo(f"parity {c.workload} {point} ({c.sampling}): lengths KS p={q.lengths_p:.3g}, words "
