@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .compare import compared_rates, served_prediction
 from .schema import Interval, PerfResults, Run
-from .stats import rate_ci, speedup_ci
+from .stats import al_ci, rate_ci, speedup_ci
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Headline:
     speedup_ci: Interval | None = None
     requests: int = 0  # successful requests of the smaller of the two runs
     predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
+    acceptance_length_ci: Interval | None = None
 
 
 def load_label(run) -> str:
@@ -75,7 +76,8 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
                             r.summary.acceptance_length if r.speculation else None, pred_al, pred_k,
                             run_ci(r, tps) if tps is not None else None, run_ci(b, btps) if btps is not None else None,
                             speedup_ci(r.requests, b.requests, speedup) if speedup else None,
-                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0, pred_step))
+                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0, pred_step,
+                            al_ci(r.requests) if r.speculation else None))
     return out
 
 

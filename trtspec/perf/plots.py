@@ -42,8 +42,17 @@ def _grid(n: int, width: float = 4.6, height: float = 3.4):
     return fig, flat[:n]
 
 
-def throughput(points: dict[str, dict[str, list[tuple[float, float]]]], xlabel: str) -> bytes:
-    """points: {workload: {"speculation"|"baseline": [(load, tokens/s), ...]}}."""
+def _yerr(ys: list[float], cis: list) -> list[list[float]]:
+    """matplotlib's [[below...], [above...]] for values and their (low, high) or None (no bar); a
+    bound past its value (a percentile interval of near-identical requests, float noise) draws as 0."""
+    return [[max(0.0, y - ci[0]) if ci else 0.0 for y, ci in zip(ys, cis)],
+            [max(0.0, ci[1] - y) if ci else 0.0 for y, ci in zip(ys, cis)]]
+
+
+def throughput(points: dict[str, dict[str, list[tuple]]], xlabel: str) -> bytes:
+    """points: {workload: {"speculation"|"baseline": [(load, tokens/s, (low, high) or None), ...]}},
+    each point with its 95% interval as an error bar; the baseline's markers are hollow so that a
+    point it shares with speculation (no measurable difference) shows both."""
     points = {w: {k: v for k, v in s.items() if v} for w, s in points.items()}
     points = {w: s for w, s in points.items() if s}
     if not points:
@@ -51,8 +60,10 @@ def throughput(points: dict[str, dict[str, list[tuple[float, float]]]], xlabel: 
     fig, axes = _grid(len(points))
     for ax, (w, series) in zip(axes, points.items()):
         for kind, pts in series.items():
-            pts = sorted(pts)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=COLORS[kind], label=kind)
+            pts = sorted(pts, key=lambda p: p[0])
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            ax.errorbar(xs, ys, yerr=_yerr(ys, [p[2] for p in pts]), marker="o" if kind == SPEC else "s", ms=7, capsize=3, color=COLORS[kind],
+                        mfc=COLORS[kind] if kind == SPEC else "none", label=kind)
         ax.set(title=w, xlabel=xlabel, ylabel="output tokens/s")
         ax.set_xticks(sorted({p[0] for pts in series.values() for p in pts}))
         ax.set_ylim(bottom=0)
@@ -85,12 +96,13 @@ def cdf(samples: dict[str, dict[tuple[str, str], list[float]]], what: str) -> by
     return _png(fig)
 
 
-def bars(groups: dict[str, list[tuple]], ylabel: str, title: str,
+def bars(groups: dict[str, list[tuple]], ylabel: str, title: str, predicted_label: str,
          ref_line: float | None = None, why_empty: str = "nothing to plot.") -> bytes:
     """Grouped bars: {workload: [(load label, measured, predicted[, (low, high)]), ...]}; the predicted
-    value is a black tick over its bar (absent when None), the optional (low, high) the measured
-    value's 95% interval as an error bar. `ref_line` draws a dashed horizontal line (1.0 for
-    speedup: below it speculation loses)."""
+    value is a black tick over its bar (absent when None, named `predicted_label` in the legend), the
+    optional (low, high) the measured value's 95% interval as an error bar, and the measured value
+    is written above whichever of the three reaches highest. `ref_line` draws a dashed horizontal
+    line (1.0 for speedup: below it speculation loses)."""
     groups = {w: [b for b in bs if b[1] is not None or b[2] is not None] for w, bs in groups.items()}
     groups = {w: bs for w, bs in groups.items() if bs}
     if not groups:
@@ -109,13 +121,14 @@ def bars(groups: dict[str, list[tuple]], ylabel: str, title: str,
             if measured is not None:
                 ax.bar(x, measured, bw * 0.9, color=color, label=load)
                 if ci and ci[0] is not None:
-                    lo, hi = ci[0]
-                    ax.errorbar([x], [measured], yerr=[[measured - lo], [hi - measured]], color="black", capsize=3,
+                    ax.errorbar([x], [measured], yerr=_yerr([measured], ci), color="black", capsize=3,
                                 lw=1, label="95% interval")
-                ax.annotate(f"{measured:.2f}", (x, measured), ha="center", va="bottom", fontsize=7)
+                above = max(v for v in (measured, predicted, ci[0][1] if ci and ci[0] else None) if v is not None)
+                ax.annotate(f"{measured:.2f}", (x, above), xytext=(0, 3), textcoords="offset points", ha="center",
+                            va="bottom", fontsize=7)
             if predicted is not None:
                 ax.plot([x - bw * 0.45, x + bw * 0.45], [predicted, predicted], color="black", lw=2,
-                        label=None if predicted_labelled else "predicted (tuning.json, end to end)")
+                        label=None if predicted_labelled else predicted_label)
                 predicted_labelled = True
     if ref_line is not None:
         ax.axhline(ref_line, color="red", ls="--", lw=1)
@@ -133,22 +146,27 @@ def bars(groups: dict[str, list[tuple]], ylabel: str, title: str,
     return _png(fig)
 
 
-def predicted_vs_measured(points: list[tuple[str, str, float, float]]) -> bytes:
-    """points: [(workload, load label, predicted speedup, measured speedup)], colour per workload,
-    marker per load, with the y = x line: points below it fall short of the tuner's prediction."""
+def predicted_vs_measured(points: list[tuple]) -> bytes:
+    """points: [(workload, load label, predicted speedup, measured speedup, (low, high) or None)],
+    colour per workload, marker per load, the measured speedup's 95% interval as a vertical bar, with
+    the y = x line: a point whose bar the line does not cross falls outside its interval."""
     if not points:
         raise NoPlot("no load point has both a measured speedup and a prediction.")
     fig = Figure(figsize=(5.6, 4.8))
     ax = fig.subplots()
     xs, ys = [p[2] for p in points], [p[3] for p in points]
-    hi = max(xs + ys + [1.0]) * 1.1
-    lo = min(xs + ys + [1.0]) * 0.9
+    ends = [e for p in points if p[4] for e in p[4]]
+    hi = max(xs + ys + ends + [1.0]) * 1.1
+    lo = min(xs + ys + ends + [1.0]) * 0.9
     ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="y = x")
     workloads = list(dict.fromkeys(p[0] for p in points))
     loads = sorted({p[1] for p in points}, key=_load_key)
     cmap, markers = colormaps["tab10"], "os^DvP*X"
-    for w, load, x, y in points:
-        ax.scatter([x], [y], color=cmap(workloads.index(w) % 10), marker=markers[loads.index(load) % len(markers)],
+    for w, load, x, y, ci in points:
+        color = cmap(workloads.index(w) % 10)
+        if ci:
+            ax.errorbar([x], [y], yerr=_yerr([y], [ci]), color=color, capsize=3, lw=1, zorder=2)
+        ax.scatter([x], [y], color=color, marker=markers[loads.index(load) % len(markers)],
                    s=50, zorder=3, label=f"{w} {load}")
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="predicted speedup (tuning.json, end to end)", ylabel="measured speedup",
            title="predicted vs measured speedup")

@@ -28,7 +28,7 @@ from .stats import prediction_fit, requests_for, verdict
 # id -> (title, alt text). Ids are stable: tests and users link to them.
 FIGURES = {
     "plot-throughput": ("Throughput vs load", "output tokens/s against concurrency, speculation vs baseline, "
-                                              "per workload"),
+                                              "per workload, with 95% intervals"),
     "plot-ttft": ("Time to first token", "CDF of TTFT per workload, speculation vs baseline"),
     "plot-itl": ("Inter-token latency", "CDF of per-request ITL per workload, speculation vs baseline"),
     "plot-acceptance": ("Acceptance length", "measured acceptance length per workload and load point, "
@@ -37,7 +37,8 @@ FIGURES = {
                                             "load point, with 95% intervals"),
     "plot-predicted-vs-measured": ("Predicted vs measured speedup", "tuning.json predicted speedup (made end to "
                                                                     "end with the baseline's TTFT) against the "
-                                                                    "measured speedup, with the y = x line"),
+                                                                    "measured speedup and its 95% interval, with "
+                                                                    "the y = x line"),
 }
 
 
@@ -64,14 +65,17 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
         ttft.setdefault(r.workload, {})
         itl.setdefault(r.workload, {})
         if has_successes(r) and xof(r) is not None:
-            tp[r.workload].setdefault(_kind(r), []).append((xof(r), r.summary.output_tokens_per_s))
+            ci = run_ci(r, r.summary.output_tokens_per_s)
+            tp[r.workload].setdefault(_kind(r), []).append((xof(r), r.summary.output_tokens_per_s,
+                                                            (ci.low, ci.high) if ci else None))
         ok = [q for q in r.requests if q.status == "ok"]
         ttft[r.workload][(_kind(r), load_label(r))] = [q.ttft_s for q in ok if q.ttft_s is not None]
         itl[r.workload][(_kind(r), load_label(r))] = [q.itl_s for q in ok if q.itl_s is not None]
     al: dict = {}
     sp: dict = {}
     for h in heads:
-        al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length))
+        al_interval = (h.acceptance_length_ci.low, h.acceptance_length_ci.high) if h.acceptance_length_ci else None
+        al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length, al_interval))
         ci = (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci is not None else None
         sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None, ci))
     no_base = not any(not r.speculation and has_successes(r) for r in results.runs)
@@ -86,7 +90,8 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
     else:
         why_pred = why_speedup if all(h.speedup is None for h in heads) else \
             "no load point has both a measured speedup and a prediction."
-    pvm = [(h.workload, h.load, h.predicted_speedup, h.speedup) for h in heads
+    pvm = [(h.workload, h.load, h.predicted_speedup, h.speedup,
+            (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci else None) for h in heads
            if h.speedup is not None and h.predicted_speedup is not None]
     return {
         "plot-throughput": lambda: plots.throughput(tp, xlabel),
@@ -94,10 +99,11 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
         "plot-itl": lambda: plots.cdf(itl, "ITL"),
         "plot-acceptance": lambda: plots.bars(
             al, "acceptance length (tokens / verify step)", "acceptance length per workload",
+            "predicted (tuning.json)",
             why_empty="no speculation run reported an acceptance length"
                       + ("" if no_spec else " (the server's acceptance_length output was absent)") + "."),
-        "plot-speedup": lambda: plots.bars(sp, "speedup (x)", "speedup vs baseline (red: 1.0)", ref_line=1.0,
-                                           why_empty=why_speedup),
+        "plot-speedup": lambda: plots.bars(sp, "speedup (x)", "speedup vs baseline (red: 1.0)",
+                                           "predicted (tuning.json, end to end)", ref_line=1.0, why_empty=why_speedup),
         "plot-predicted-vs-measured": lambda: (_raise(why_pred) if not pvm else plots.predicted_vs_measured(pvm)),
     }
 
@@ -178,7 +184,7 @@ def _headline_table(heads: list[Headline]) -> str:
             f'<td class="big{_speed_cls(h.speedup_ci)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
             f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
-            f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}</td>'
+            f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}{_ci(h.acceptance_length_ci, "{:.2f}")}</td>'
             f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}</td>'
             f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td>'
             f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')
