@@ -9,7 +9,7 @@ import pytest
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning.choose import GIB, choose, drafter_memory
-from trtspec.tuning.cost import CostModel
+from trtspec.tuning.cost import CostModel, gpu_preset
 from trtspec.tuning.ngram_select import tune_ngram
 from trtspec.tuning.schema import CostInfo, Tuning, build_profile
 from trtspec.tuning.select import SelectConfig, tune_draft_target
@@ -190,6 +190,31 @@ def test_the_plots_draw_one_series_per_drafter_setting(offered, tmp_path):
             assert sum(len(pts) - 1 for pts in series.values()) == sum(p.draft_len > 0 for p in b.sweep)
     paths = write_plots(t, tmp_path)
     assert [p.name for p in paths] == ["chat.png", "edit.png"] and all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_every_swept_setting_carries_its_profiles_standard_error(offered):
+    """The tuning plots draw each AL with its 95% error bar: the sweep's standard errors are the
+    profiles' own, per K for the model drafter and per (n, K) for n-gram drafting."""
+    from trtspec.tuning.report import PREDICTED_TPS, tps_label
+
+    t = choose(offered)
+    for name, w in t.workloads.items():
+        model_se = offered["model"].workloads[name].accept_length_se_by_k
+        for b in w.bands:
+            for p in b.sweep:
+                if not p.draft_len:
+                    assert p.acceptance_length_se == 0.0
+                elif p.max_matching_ngram_size is None:
+                    assert p.acceptance_length_se == pytest.approx(model_se[str(p.draft_len)])
+                else:
+                    assert p.acceptance_length_se > 0
+        for alone in offered["ngram"].workloads[name].bands:  # n-gram's chosen point: the band's own SE
+            chosen = next(p for p in alone.sweep if p.draft_len == alone.draft_len
+                          and p.max_matching_ngram_size == alone.max_matching_ngram_size)
+            assert chosen.acceptance_length_se == alone.acceptance_length_se
+    assert tps_label(t) == PREDICTED_TPS  # an analytic GPU model: absolute tokens/s
+    cpu = t.model_copy(update={"cost": t.cost.model_copy(update={"gpu": gpu_preset("cpu")})})
+    assert "cpu placeholder, unfitted" in tps_label(cpu)
 
 
 # ---- several EAGLE-3 heads of one target (a general head, heads per workload) ------------------------

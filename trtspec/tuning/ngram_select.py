@@ -38,7 +38,7 @@ def candidates(w: WorkloadProfile, sizes: list[int], max_k: int, name: str) -> l
 
 def band_choice(cands: list[Candidate], cost: CostModel, b: int, ctx: float) -> BandChoice:
     ns, ks, als, ses = (list(x) for x in zip(*cands))
-    sweep, steps, i = chain_sweep(als, cost, b, ctx, ks=ks, ngram_sizes=ns, host_draft=True)
+    sweep, steps, i = chain_sweep(als, cost, b, ctx, ks=ks, ngram_sizes=ns, host_draft=True, ses=ses)
     return _band(b, als[i], steps[i], steps[0], sweep, sweep[i].tokens_per_s, speculate=ks[i] > 0, drafter=DRAFTER,
                  draft_len=ks[i], max_matching_ngram_size=ns[i], acceptance_length_se=ses[i])
 

@@ -9,7 +9,10 @@ One PNG per workload, two panels:
   no speculation.
 Chains come in series: the model drafter's K, and n-gram drafting's K at each matching size n
 (an n-gram tuning, or a drafter choice that offered both: tuning/choose.py), one line each
-(solid: the model drafter; dashed, dotted...: n-gram sizes), so the comparison is visible.
+(solid: the model drafter; dashed, dotted...: n-gram sizes, named in a legend of line styles), so
+the comparison is visible; each AL with its 95% error bar (1.96 standard errors over the profiled
+prompts, SweepPoint.acceptance_length_se). The unfitted cpu preset's tokens/s axis says it is a
+placeholder: its ratios carry the choice, its absolute numbers do not (`tps_label`).
 
 Under the table, every band whose chosen draft length the profile's AL standard errors cannot
 separate from another K at 95% (an n-gram or tree choice: from off) is named
@@ -26,11 +29,14 @@ import re
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 from rich.console import Console
 from rich.table import Table
 
 from .calibrate import WITHIN, within_share
 from .fit import Calibration
+from .gpus import PRESETS
 from .schema import BandChoice, Profile, Tuning, WorkloadTuning
 from .select import indistinguishable, prompts_to_separate_from_off
 
@@ -46,6 +52,7 @@ def _x(band: BandChoice, eagle: bool):
 
 MODEL_DRAFTER = {"draft-target": "draft model", "eagle3": "EAGLE-3 head"}
 STYLES = ("-", "--", ":", "-.")
+PREDICTED_TPS = "predicted output tokens/s"
 
 
 def chain_series(band: BandChoice, mode: str) -> dict[str, list]:
@@ -63,8 +70,15 @@ def chain_series(band: BandChoice, mode: str) -> dict[str, list]:
 
 
 def _plot_chains(name: str, wt: WorkloadTuning, mode: str, ax_al, ax_tps) -> None:
-    for (label, pts), style in zip(chain_series(wt.bands[0], mode).items(), STYLES * 8):
-        ax_al.plot([p.draft_len for p in pts], [p.acceptance_length for p in pts], style, marker="o", label=label)
+    """Left: each drafter setting's AL by K with 95% error bars (1.96 standard errors over the
+    profiled prompts). Right: colour = concurrency band, line style = drafter setting as on the
+    left (a second legend says which)."""
+    series = chain_series(wt.bands[0], mode)
+    for i, ((label, pts), style) in enumerate(zip(series.items(), STYLES * 8)):
+        dodge = 0.06 * (i - (len(series) - 1) / 2)  # side by side, so that equal ALs' bars stay apart
+        ax_al.errorbar([p.draft_len + dodge for p in pts], [p.acceptance_length for p in pts],
+                       yerr=[1.96 * (p.acceptance_length_se or 0.0) for p in pts], fmt=style, marker="o", capsize=3,
+                       label=label)
     ax_al.legend(fontsize=8)
     for band in wt.bands:
         color = None
@@ -74,16 +88,19 @@ def _plot_chains(name: str, wt: WorkloadTuning, mode: str, ax_al, ax_tps) -> Non
             color = line.get_color()
         ax_tps.scatter([band.draft_len], [band.tokens_per_s], marker="*", s=160, color=color, zorder=3,
                        edgecolors="black", linewidths=0.5)
+    if len(series) > 1:
+        styles = [Line2D([], [], color="black", ls=style, lw=1) for _, style in zip(series, STYLES * 8)]
+        ax_tps.add_artist(ax_tps.legend(styles, list(series), fontsize=7, loc="best"))
 
 
-def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
+def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path, tps_label: str = PREDICTED_TPS) -> Path:
     eagle = mode == "eagle"
     xlabel = "tree nodes (eagle_choices)" if eagle else "draft length K"
     fig = Figure(figsize=(11, 4.2))  # no pyplot: no global backend or figure registry to manage
     ax_al, ax_tps = fig.subplots(1, 2)
     if not eagle:
         _plot_chains(name, wt, mode, ax_al, ax_tps)
-        return _finish(fig, ax_al, ax_tps, name, xlabel, path)
+        return _finish(fig, ax_al, ax_tps, name, xlabel, path, tps_label)
     xs, pts = _x(wt.bands[0], eagle)
     ax_al.plot(xs, [p.acceptance_length for p in pts], marker=None, label="greedy trees")
     for p in wt.bands[0].sweep:
@@ -98,25 +115,40 @@ def plot_workload(name: str, wt: WorkloadTuning, mode: str, path: Path) -> Path:
         chosen = len(band.eagle_choices) if band.eagle_choices else 0
         ax_tps.scatter([chosen], [band.tokens_per_s], marker="*", s=160, color=line.get_color(), zorder=3,
                        edgecolors="black", linewidths=0.5)
-    return _finish(fig, ax_al, ax_tps, name, xlabel, path)
+    return _finish(fig, ax_al, ax_tps, name, xlabel, path, tps_label)
 
 
-def _finish(fig, ax_al, ax_tps, name: str, xlabel: str, path: Path) -> Path:
+def _finish(fig, ax_al, ax_tps, name: str, xlabel: str, path: Path, tps_label: str) -> Path:
     ax_al.set(xlabel=xlabel, ylabel="acceptance length (tokens / verify step)", title=f"{name}: acceptance")
     ax_al.grid(alpha=0.3)
+    for ax in (ax_al, ax_tps):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # K and node counts are whole
     ax_tps.set_yscale("log")
-    ax_tps.set(xlabel=xlabel, ylabel="predicted output tokens/s", title=f"{name}: throughput (* = chosen)")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 200, not 2 x 10^2
+    ax_tps.yaxis.set_major_formatter(plain)
+    ax_tps.yaxis.set_minor_formatter(plain)
+    ax_tps.tick_params(axis="y", which="minor", labelsize=7)
+    ax_tps.set(xlabel=xlabel, ylabel=tps_label, title=f"{name}: throughput (* = chosen)")
     ax_tps.grid(alpha=0.3, which="both")
-    ax_tps.legend(fontsize=8)
+    ax_tps.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
 
 
+def tps_label(tuning: Tuning) -> str:
+    """The throughput axis' label: the cpu preset unfitted (the demo's) prices steps with placeholder
+    peaks, right in ratio (what the choice rests on) but not in absolute tokens/s, and says so."""
+    placeholder = tuning.cost.source == "analytic" and tuning.cost.gpu.name == PRESETS["cpu"].name
+    return PREDICTED_TPS + ("\n(cpu placeholder, unfitted: compare ratios)" if placeholder else "")
+
+
 def write_plots(tuning: Tuning, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [plot_workload(n, wt, tuning.mode, out_dir / f"{safe_name(n)}.png") for n, wt in tuning.workloads.items()]
+    label = tps_label(tuning)
+    return [plot_workload(n, wt, tuning.mode, out_dir / f"{safe_name(n)}.png", label)
+            for n, wt in tuning.workloads.items()]
 
 
 def al_by_temperature(profiles: list[Profile], k: int | None = None) -> dict[str, list[tuple[float, float, float]]]:

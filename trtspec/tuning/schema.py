@@ -253,6 +253,8 @@ class SweepPoint(BaseModel):
     # a chain of another EAGLE-3 head than the general one (choose.py): that head's drafter name
     max_matching_ngram_size: int | None = Field(None, exclude_if=lambda v: v is None)  # ngram: n of this point
     acceptance_length: float
+    # its standard error over the profiled prompts (acceptance.ratio_se), where the sweep has one
+    acceptance_length_se: float | None = Field(None, exclude_if=lambda v: v is None)
     step_time_s: float
     tokens_per_s: float
 

@@ -96,18 +96,21 @@ def _argmax(values: list[float]) -> int:
 
 
 def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float, ks: list[int] | None = None,
-                ngram_sizes: list[int | None] | None = None, host_draft: bool = False
-                ) -> tuple[list[SweepPoint], list[StepTime], int]:
+                ngram_sizes: list[int | None] | None = None, host_draft: bool = False,
+                ses: list[float | None] | None = None) -> tuple[list[SweepPoint], list[StepTime], int]:
     """Predicted tokens/s of every candidate at concurrency b: als[i] is the AL of draft length ks[i]
-    (default: K = 0..len(als)-1, als[0] = 1), drafted by the draft network or, with host_draft, from
-    the host (n-gram, whose max_matching_ngram_size is ngram_sizes[i]). Returns the sweep, the step
-    times and the best candidate's index (ties: the first, so candidates go cheapest first)."""
+    (default: K = 0..len(als)-1, als[0] = 1; ses[i] its standard error), drafted by the draft network
+    or, with host_draft, from the host (n-gram, whose max_matching_ngram_size is ngram_sizes[i]).
+    Returns the sweep, the step times and the best candidate's index (ties: the first, so candidates
+    go cheapest first)."""
     ks = list(range(len(als))) if ks is None else ks
     sizes = ngram_sizes or [None] * len(als)
+    ses = ses or [None] * len(als)
     steps = [cost.draft_target_step(b, k, ctx, host_draft=host_draft) for k in ks]
     tps = [b * al / st.total_s for al, st in zip(als, steps)]
-    sweep = [SweepPoint(draft_len=k, max_matching_ngram_size=n, acceptance_length=al, step_time_s=st.total_s,
-                        tokens_per_s=v) for k, n, al, st, v in zip(ks, sizes, als, steps, tps)]
+    sweep = [SweepPoint(draft_len=k, max_matching_ngram_size=n, acceptance_length=al, acceptance_length_se=se,
+                        step_time_s=st.total_s, tokens_per_s=v)
+             for k, n, al, se, st, v in zip(ks, sizes, als, ses, steps, tps)]
     return sweep, steps, _argmax(tps)
 
 
@@ -195,7 +198,7 @@ def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> d
         ctx = context_of(w, cfg)
         bands = []
         for b in cfg.concurrency_bands:
-            sweep, steps, k = chain_sweep(als, cost, b, ctx)
+            sweep, steps, k = chain_sweep(als, cost, b, ctx, ses=ses)
             bands.append(_band(b, als[k], steps[k], steps[0], sweep, sweep[k].tokens_per_s, speculate=k > 0,
                                draft_len=k, acceptance_length_se=ses[k]))
         out[name] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx,
