@@ -12,7 +12,7 @@ import pytest
 
 from closed_loop import closed_loop
 from trtspec.perf.client import Result
-from trtspec.perf.compare import comparisons
+from trtspec.perf.compare import comparisons, speedup_line
 from trtspec.perf.headline import headlines
 from trtspec.perf.output import write_results
 from trtspec.perf.schema import Interval, PerfResults, RequestRecord, Run, Settings, load_results
@@ -460,3 +460,15 @@ def test_the_acceptance_length_interval_covers_the_token_weighted_al():
         hits += ci.low <= true <= ci.high
     assert 0.90 <= hits / 200 <= 0.99
     assert al_ci(recs[:1]) is None and al_ci(recs) == al_ci(recs)  # one request: no interval; seeded
+
+
+def test_the_speedup_sentence_carries_the_al_with_its_interval_against_the_predicted_al():
+    runs = [run("chat", True, 1, 1), run("chat", False, 1, 2)]
+    tuning = Tuning({"chat": WorkloadBands([Band(1, 4, 2.0, 3.0)])})
+    (row,) = comparisons(runs, tuning)
+    ci = row.acceptance_length_ci
+    assert ci == al_ci(runs[0].requests) and ci.low < row.acceptance_length < ci.high
+    line = speedup_line(row)
+    assert f"AL {row.acceptance_length:.2f} [{ci.low:.2f}, {ci.high:.2f}] measured, 3.00 predicted (" in line
+    assert prediction_fit(3.0, ci) in line
+    assert "AL" not in speedup_line(row.model_copy(update={"acceptance_length_ci": None}))  # older results.json

@@ -24,7 +24,7 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import (end_to_end_prediction, pair_up, per_request_tokens_per_s, prediction_fit, requests_for,
+from .stats import (al_ci, end_to_end_prediction, pair_up, per_request_tokens_per_s, prediction_fit, requests_for,
                     speedup_ci, stall_s, verdict)
 
 
@@ -114,7 +114,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
                          tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=speedup,
                          acceptance_length=r.summary.acceptance_length, speedup_ci=ci, verdict=verdict(ci),
                          requests_for_5pct=requests_for(ci, speedup, n),
-                         paired_requests=None if pairs is None else len(pairs))
+                         paired_requests=None if pairs is None else len(pairs), acceptance_length_ci=al_ci(r.requests))
         if r.sampling is not None:
             row.sampling = Sampling.model_validate(r.sampling).label()
             row.accept_rule = accept_rule(tuning, r.workload)
@@ -167,7 +167,8 @@ def ci_text(ci, fmt: str = ".2f", suffix: str = "x") -> str:
 
 def speedup_line(c: Comparison) -> str:
     """One comparison as a sentence: measured speedup with its interval, the verdict, the prediction's
-    fit and the requests a ±5% claim would need (what the pipeline summary prints under its table)."""
+    fit, the measured AL with its interval against the predicted AL, and the requests a ±5% claim
+    would need (what `trtspec perf` and the pipeline summary print)."""
     load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
     text = f"{c.workload} {load}: {c.speedup:.2f}x {ci_text(c.speedup_ci)}"
     if c.paired_requests is not None:
@@ -178,6 +179,11 @@ def speedup_line(c: Comparison) -> str:
             f", {c.prediction_fit}" if c.prediction_fit else "")
         if c.decode_speedup is not None and c.predicted_step_speedup is not None:
             text += f"; after the first token {c.decode_speedup:.2f}x measured (ITL ratio)"
+    if c.acceptance_length is not None and c.acceptance_length_ci is not None:
+        text += f"; AL {c.acceptance_length:.2f} {ci_text(c.acceptance_length_ci, suffix='')} measured"
+        if c.predicted_acceptance_length is not None:
+            text += (f", {c.predicted_acceptance_length:.2f} predicted "
+                     f"({prediction_fit(c.predicted_acceptance_length, c.acceptance_length_ci)})")
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} " + ("pairs" if c.paired_requests else "requests per run")
     return text

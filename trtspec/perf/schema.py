@@ -160,6 +160,8 @@ class Comparison(BaseModel):
     prediction_fit: str | None = None  # 'inside the measured interval' or by how much it misses
     requests_for_5pct: int | None = None  # requests per run for a ±5% speedup interval at this spread
     paired_requests: int | None = None  # interleaved blocks: spec/baseline request pairs the interval resampled
+    # 95% interval of the measured acceptance length (perf.stats.al_ci, a bootstrap over requests)
+    acceptance_length_ci: Interval | None = Field(None, exclude_if=lambda v: v is None)
 
 
 SWEEP_SCHEMA = "trtspec.perf-sweep/1"
