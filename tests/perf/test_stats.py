@@ -395,7 +395,7 @@ def test_the_prediction_counts_the_other_requests_context_phases_under_concurren
     measured = np.mean([r.e2e for r in base]) / np.mean([r.e2e for r in spec])  # closed loop: tokens/s ratio
     records = _records(base)
     ttft, e2e = np.mean([r.ttft_s for r in records]), np.mean([r.e2e_s for r in records])
-    stall = stall_s(records)
+    stall = stall_s(records, c)
     assert stall == pytest.approx((c - 1) * prefill if prefill > 1.5 * 0.010 else 0.0, abs=0.01 * e2e)
     assert end_to_end_prediction(1.6, ttft, e2e, stall) == pytest.approx(measured, rel=0.01)
     if c > 1 and prefill > 0.1:
@@ -403,10 +403,14 @@ def test_the_prediction_counts_the_other_requests_context_phases_under_concurren
 
 
 def test_a_stall_is_a_gap_over_1_5_typical_steps_and_jitter_is_not():
-    rec = RequestRecord(index=0, prompt_id="0", start_s=0.0, status="ok", ttft_s=0.1, e2e_s=1.0,
+    rec = RequestRecord(index=0, prompt_id="0", start_s=0.0, status="ok", ttft_s=0.3, e2e_s=1.0,
                         chunk_gaps_s=[0.01] * 8 + [0.014, 0.5], output_tokens=11)
-    assert stall_s([rec]) == pytest.approx(0.49)  # 0.014: jitter under 1.5 typical steps, not counted
-    assert stall_s([rec.model_copy(update={"chunk_gaps_s": []})]) is None
+    assert stall_s([rec], 4) == pytest.approx(0.49)  # 0.014: jitter under 1.5 typical steps, not counted
+    assert stall_s([rec], 2) == pytest.approx(0.3)  # at most c - 1 context phases of at most a TTFT each
+    assert stall_s([rec], 1) == 0.0  # no other request
+    assert stall_s([rec.model_copy(update={"chunk_gaps_s": []})], 4) is None
+    bursts = rec.model_copy(update={"chunk_gaps_s": [0.0] * 8 + [0.01, 0.5]})  # a client reading in bursts
+    assert stall_s([bursts], 4) is None
     assert end_to_end_prediction(2.0, 1.0, 3.0, 0.5) == pytest.approx(3.0 / (1.5 + 1.5 / 2))
     assert end_to_end_prediction(2.0, 1.0, 3.0, 9.0) == pytest.approx(1.0)  # a stall cannot exceed the decode
 

@@ -69,10 +69,8 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
     band = pick_band(wt.bands, run.concurrency)
     if base is None:
         return Prediction(band, None)
-    # at concurrency 1 no other request has a context phase: a long gap there is the step's own jitter
-    stall = stall_s(base.requests) if run.concurrency > 1 else None
     return Prediction(band, end_to_end_prediction(band.speedup, base.summary.ttft_s.mean, base.summary.e2e_s.mean,
-                                                  stall))
+                                                  stall_s(base.requests, run.concurrency)))
 
 
 def decode_speedup(spec: Run, base: Run) -> float | None:

@@ -260,7 +260,7 @@ def verdict(ci: Interval | None, null: float = 1.0, higher: str = "faster", lowe
 STALL_FACTOR = 1.5
 
 
-def stall_s(records: Sequence[RequestRecord]) -> float | None:
+def stall_s(records: Sequence[RequestRecord], concurrency: int) -> float | None:
     """Mean time per request that its decode stood still while other requests ran their context
     phases, read off the baseline run's own streamed gaps: the excess over the run's typical step
     (the median gap) of every gap longer than STALL_FACTOR typical steps. Under concurrency c an
@@ -268,13 +268,19 @@ def stall_s(records: Sequence[RequestRecord]) -> float | None:
     (tuning.calibrate.prefills_per_request, Little's law), a server with a thread per request shares
     the machine with them; either way speculation does not shorten them. The factor keeps step
     jitter (which speculation does shorten, with the steps) out; a context phase short enough to hide
-    under it is also too short to matter. None without streamed gaps."""
-    ok = [r for r in _ok_timed(records) if r.chunk_gaps_s]
+    under it is also too short to matter. Bounded by c - 1 context phases, each at most a TTFT (a
+    client that reads its stream in bursts makes gaps near 0 and a median that says nothing). 0 at
+    concurrency 1 (no other request: a long gap is the step's own); None without streamed gaps."""
+    if concurrency <= 1:
+        return 0.0
+    ok = [r for r in _ok_timed(records) if r.chunk_gaps_s and r.ttft_s is not None]
     if not ok:
         return None
     typical = float(np.median(np.concatenate([r.chunk_gaps_s for r in ok])))
-    excess = [sum(g - typical for g in r.chunk_gaps_s if g > STALL_FACTOR * typical) for r in ok]
-    return float(np.mean(excess))
+    if typical <= 0:
+        return None
+    excess = np.mean([sum(g - typical for g in r.chunk_gaps_s if g > STALL_FACTOR * typical) for r in ok])
+    return float(min(excess, (concurrency - 1) * np.mean([r.ttft_s for r in ok])))
 
 
 def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None, base_e2e_s: float | None,
