@@ -19,7 +19,7 @@ import pytest
 from cli_helpers import run_cli
 from triton_fixtures import tuning_file
 from trtspec.errors import TrtspecError
-from trtspec.perf.stats import end_to_end_prediction
+from trtspec.perf.stats import al_ci, end_to_end_prediction
 from trtspec.perf.report import FIGURES, render_report, write_report, write_report_from
 from trtspec.perf.schema import (Comparison, Percentiles, PerfResults,
                                  RequestRecord, Run, RunSummary, Settings, dump_results)
@@ -163,6 +163,9 @@ def test_full_report_has_every_figure_and_the_recomputed_headline(tmp_path, tuni
         assert f"{band.speedup:.2f}x per step" in row["predicted_speedup"]
         assert first_number(row["acceptance_length"]) == pytest.approx(round(r.summary.acceptance_length, 2))
         assert first_number(row["predicted_acceptance_length"]) == pytest.approx(round(band.acceptance_length, 2))
+        ci = al_ci(r.requests)  # both ALs with their uncertainty: a bootstrap interval, the profile's 1.96 SE
+        assert f"[{ci.low:.2f}, {ci.high:.2f}]" in row["acceptance_length"]
+        assert band.acceptance_length_se and f"±{1.96 * band.acceptance_length_se:.2f}" in row["predicted_acceptance_length"]
         assert int(first_number(row["predicted_draft_len"])) == band.draft_len
     # per-run table: the p50 TTFT of every run, in ms
     for r in res.runs:

@@ -30,6 +30,7 @@ class Headline:
     requests: int = 0  # successful requests of the smaller of the two runs
     predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
     acceptance_length_ci: Interval | None = None
+    predicted_acceptance_length_se: float | None = None  # the profile's standard error (with tuning.json)
 
 
 def load_label(run) -> str:
@@ -61,11 +62,12 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         if tps is not None and btps is not None:
             tps, btps = compared_rates(r, b)  # open loop: per-request speeds
         speedup = tps / btps if tps is not None and btps else None
-        pred_s = pred_step = pred_al = pred_k = None
+        pred_s = pred_step = pred_al = pred_k = pred_se = None
         pred = served_prediction(tuning, r, b if r.speculation else None)
         if pred is not None:
             pred_s, pred_step, pred_al, pred_k = pred.speedup, pred.step_speedup, pred.band.acceptance_length, \
                 pred.draft_len
+            pred_se = pred.band.acceptance_length_se
         elif key in comps:
             c = comps[key]
             pred_s, pred_step = c.predicted_speedup, c.predicted_step_speedup
@@ -77,7 +79,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
                             run_ci(r, tps) if tps is not None else None, run_ci(b, btps) if btps is not None else None,
                             speedup_ci(r.requests, b.requests, speedup) if speedup else None,
                             min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0, pred_step,
-                            al_ci(r.requests) if r.speculation else None))
+                            al_ci(r.requests) if r.speculation else None, pred_se))
     return out
 
 

@@ -173,6 +173,13 @@ def _per_step(h: Headline) -> str:
     return f'<br><span class="muted">{h.predicted_step_speedup:.2f}x per step</span>'
 
 
+def _pm(h: Headline) -> str:
+    """' ±0.26' under a predicted AL: 1.96 standard errors of the profile's AL (tuning.json)."""
+    if not h.predicted_acceptance_length_se:
+        return ""
+    return f' <span class="ci">±{1.96 * h.predicted_acceptance_length_se:.2f}</span>'
+
+
 def _headline_table(heads: list[Headline]) -> str:
     rows = []
     for h in heads:
@@ -185,7 +192,7 @@ def _headline_table(heads: list[Headline]) -> str:
             f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}{_ci(h.acceptance_length_ci, "{:.2f}")}</td>'
-            f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}</td>'
+            f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}{_pm(h)}</td>'
             f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td>'
             f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')
     return ('<table id="headline"><tr><th class="l">workload</th><th class="l">load</th><th>tokens/s (tuned)</th>'
@@ -312,7 +319,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
         "load; its per-step speedup made end to end with the baseline's mean TTFT and, at c > 1, its stalls for other requests' "
         "context phases (speculation shortens only a request's own decode steps: trtspec/perf/stats.py end_to_end_prediction). "
-        "Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); "
+        "Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); ± under a "
+        "predicted AL: 1.96 standard errors over the profiled prompts; "
         "a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),
