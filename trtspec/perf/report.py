@@ -124,7 +124,7 @@ text-align:right} th{background:#f4f4f4} td.l,th.l{text-align:left}
 .banner{background:#fff3cd;border:1px solid #e0c060;padding:.6em 1em;margin:1em 0}
 figure{margin:1em 0} figcaption{font-weight:600;margin-bottom:.3em} img{max-width:100%}
 .missing{background:#f6f6f6;border:1px dashed #aaa;padding:1em;color:#555}
-code{background:#f4f4f4;padding:0 .2em}
+code{background:#f4f4f4;padding:0 .2em} .scroll{overflow-x:auto;max-width:100%}
 """
 
 
@@ -232,7 +232,7 @@ def _run_table(results: PerfResults) -> str:
                     f'<td{bad}>{s.timeouts}</td><td>{_num(s.requests_per_s, "{:.2f}")}</td>'
                     f'<td>{_num(s.output_tokens_per_s)}</td><td>{_num(s.acceptance_length, "{:.2f}")}</td>{pct}{cis}'
                     f'<td class="l{"" if r.completed else " bad"}">{"yes" if r.completed else "no"}</td></tr>')
-    return '<table id="runs">' + head + "".join(rows) + "</table>"
+    return '<div class="scroll"><table id="runs">' + head + "".join(rows) + "</table></div>"  # 22 columns
 
 
 def _ci_cell(ci: Interval | None, scale: float) -> str:
