@@ -6,8 +6,9 @@ Each iteration runs the context phase of one request that has arrived (one at a 
 engine's timeline; its first token comes at the end) or else one step of every decoding request,
 which then has `tokens_per_step` more tokens; a request ends after `steps` steps and its client sends
 the next at once. With `chunks` > 1 a context phase is cut into that many chunks, each run in one
-iteration together with the decoding requests' step (chunked context under in-flight batching). Clients start staggered (client i as if i/c through a request); the first half of
-the requests is warm-up and not returned."""
+iteration together with the decoding requests' step (chunked context under in-flight batching).
+Clients start staggered (client i as if i/c through a request); the first half of the requests is
+warm-up and not returned."""
 
 from __future__ import annotations
 

@@ -62,8 +62,8 @@ def throughput(points: dict[str, dict[str, list[tuple]]], xlabel: str) -> bytes:
         for kind, pts in series.items():
             pts = sorted(pts, key=lambda p: p[0])
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            ax.errorbar(xs, ys, yerr=_yerr(ys, [p[2] for p in pts]), marker="o" if kind == SPEC else "s", ms=7, capsize=3, color=COLORS[kind],
-                        mfc=COLORS[kind] if kind == SPEC else "none", label=kind)
+            ax.errorbar(xs, ys, yerr=_yerr(ys, [p[2] for p in pts]), marker="o" if kind == SPEC else "s", ms=7,
+                        capsize=3, color=COLORS[kind], mfc=COLORS[kind] if kind == SPEC else "none", label=kind)
         ax.set(title=w, xlabel=xlabel, ylabel="output tokens/s")
         ax.set_xticks(sorted({p[0] for pts in series.values() for p in pts}))
         ax.set_ylim(bottom=0)
