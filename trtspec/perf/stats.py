@@ -177,16 +177,16 @@ def rate_ci(records: Sequence[RequestRecord], tokens_per_s: float, seed: int = B
 
 
 def al_ci(records: Sequence[RequestRecord], seed: int = BOOT_SEED, reps: int = BOOT_REPS) -> Interval | None:
-    """Interval of a run's token-weighted AL (total tokens / total verify steps, a request's steps
-    being tokens / AL): the successful requests resampled, each resample's AL over the observed one
-    widened on the log scale like the rates'; None under 2 requests with an AL."""
+    """Interval of a run's token-weighted AL (`token_weighted_al`): the successful requests resampled,
+    each resample's AL over the observed one widened on the log scale like the rates'; None under 2
+    requests with an AL. The one AL interval: comparisons, the report and the sweep's points."""
     pairs = [(r.output_tokens, r.acceptance_length) for r in _ok_timed(records)
              if r.output_tokens > 0 and r.acceptance_length and r.acceptance_length > 0]
     if len(pairs) < 2:
         return None
     tok = np.asarray([n for n, _ in pairs], dtype=np.float64)
     steps = tok / np.asarray([a for _, a in pairs], dtype=np.float64)
-    observed = tok.sum() / steps.sum()
+    observed = token_weighted_al(pairs)
     idx = _resample(len(pairs), reps, np.random.default_rng(seed))
     ratio = tok[idx].sum(axis=1) / steps[idx].sum(axis=1) / observed
     return _interval(observed * np.exp(_widen(len(pairs)) * np.log(ratio)))

@@ -26,7 +26,6 @@ import json
 from html import escape
 from typing import Sequence
 
-import numpy as np
 from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
@@ -34,7 +33,7 @@ from ..errors import TrtspecError
 from ..triton_repo.models.serving_rules import CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, served_models
 from ..upstream.trtllm import NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE
 from .schema import Interval, RequestRecord, Sweep, SweepRun, SweepSetting
-from .stats import BOOT_REPS, BOOT_SEED, LEVEL, _resample, summarize
+from .stats import al_ci, summarize
 
 OFF = SweepSetting(label="off", speculation=False, drafter="off", num_draft_tokens=0)
 
@@ -127,21 +126,6 @@ async def served(url: str, model: str, timeout_s: float) -> tuple[dict, int | No
         return routing, max_k
     finally:
         await client.close()
-
-
-def al_ci(records: Sequence[RequestRecord], seed: int = BOOT_SEED, reps: int = BOOT_REPS) -> Interval | None:
-    """95% interval of the run's token-weighted AL (total tokens / total verify steps): a seeded
-    bootstrap over the successful requests that reported one (the ratio recomputed per resample)."""
-    pairs = [(r.output_tokens, r.acceptance_length) for r in records
-             if r.status == "ok" and r.acceptance_length and r.output_tokens > 0]
-    if len(pairs) < 2:
-        return None
-    tokens = np.array([t for t, _ in pairs], float)
-    steps = tokens / np.array([a for _, a in pairs], float)
-    idx = _resample(len(pairs), reps, np.random.default_rng(seed))
-    ratios = tokens[idx].sum(1) / steps[idx].sum(1)
-    lo, hi = np.quantile(ratios, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return Interval(low=float(lo), high=float(hi))
 
 
 def draft_tokens_per_step(records: Sequence[RequestRecord]) -> float | None:
