@@ -63,8 +63,6 @@ class SelectConfig(BaseModel):
     max_non_leaves: int = trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES
     max_profiles: int | None = Field(None, description="EAGLE: served profiles per band; None: one per workload")
     tree_seeds: int = Field(64, ge=1, description="EAGLE: full-depth nodes tried as growth seeds (trees.py)")
-    speculate_only_if_clear: bool = Field(False, description="serve off where the choice is not distinguishable "
-                                          "from off (held_off); chains and n-gram")
 
 
 def context_of(w: WorkloadProfile, cfg: SelectConfig) -> float:

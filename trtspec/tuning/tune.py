@@ -105,7 +105,7 @@ def eagle_limits(profile: Profile, config: dict, cfg: SelectConfig, budget: int 
 
 def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = None, draft_ckpt: Path | None = None,
              cfg: SelectConfig | None = None, eagle_node_budget: int | None = None,
-             calibrate: Path | None = None) -> Tuning:
+             calibrate: Path | None = None, speculate_only_if_clear: bool = False) -> Tuning:
     cfg = cfg or SelectConfig()
     profile = load_profile(Path(profile_path))
     shapes, config = resolve_shapes(profile, target_ckpt, draft_ckpt, Path(profile_path).parent)
@@ -116,7 +116,7 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
         model, info = calibrate_cost(Path(calibrate), model, info, contexts, prompts, cost)
     served, limits = None, None
     if profile.mode == "eagle":
-        if cfg.speculate_only_if_clear:
+        if speculate_only_if_clear:
             raise TrtspecError("tune.speculate_only_if_clear: not for EAGLE trees (their served profiles are shared "
                                "by workloads); chains and n-gram only")
         cfg = eagle_limits(profile, config, cfg, eagle_node_budget)
@@ -129,7 +129,7 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
         if eagle_node_budget is not None or cfg.max_profiles is not None:
             raise TrtspecError("tune.eagle_node_budget: applies to EAGLE profiles only (as does tune.max_profiles)")
         workloads = (tune_ngram if profile.mode == "ngram" else tune_draft_target)(profile, model, cfg)
-        if cfg.speculate_only_if_clear:
+        if speculate_only_if_clear:  # select.held_off
             for w in workloads.values():
                 w.bands = [held_off(b, w.accept_length_se_by_k) for b in w.bands]
         needed = max(b.draft_len for w in workloads.values() for b in w.bands)
@@ -143,9 +143,9 @@ def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | Non
                draft_ckpt: Path | None = None) -> Tuning:
     """The tune stage: `options` is the recipe's `tune:` section / the `trtspec tune` flags."""
     cfg = SelectConfig(concurrency_bands=options.concurrency_bands, max_profiles=options.max_profiles,
-                       context_tokens=options.context_tokens, speculate_only_if_clear=options.speculate_only_if_clear)
+                       context_tokens=options.context_tokens)
     return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget,
-                    options.calibrate)
+                    options.calibrate, options.speculate_only_if_clear)
 
 
 def tune_drafters(profiles: list[Path] | dict[str, Path], options: TuneOptions, target_ckpt: Path | None = None,
