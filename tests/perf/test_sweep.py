@@ -93,6 +93,8 @@ def test_the_sweep_section_round_trips_and_carries_an_al_interval():
     ci, al = run.acceptance_length_ci, run.summary.acceptance_length
     assert al == pytest.approx(85 / (20 / 1.5 + 30 / 2.5 + 10 / 1.2 + 25 / 2.0))
     assert ci == al_ci(recs) and ci.low < al < ci.high  # the one AL interval (perf.stats.al_ci)
+    # widened for 4 requests (t quantiles) past the data's range [1.2, 2.5], but not without bound
+    assert 1.0 < ci.low < 1.2 and 2.5 < ci.high < 3.0
     s = sweep.new_sweep({"mode": "draft-target"}, 4)
     s.runs.append(run)
     res = PerfResults(created="x", trtspec_version="0", completed=True, runs=[], sweep=s,
