@@ -10,15 +10,16 @@ import random
 import numpy as np
 import pytest
 
-from closed_loop import closed_loop
+from closed_loop import closed_loop, open_loop
 from trtspec.perf.client import Result
 from trtspec.perf.compare import comparisons, speedup_line
 from trtspec.perf.headline import headlines
 from trtspec.perf.output import write_results
 from trtspec.perf.schema import Interval, PerfResults, RequestRecord, Run, Settings, load_results
 from trtspec.perf.runner import block_schedule
-from trtspec.perf.stats import (NO_DIFFERENCE, al_ci, end_to_end_prediction, itl, mean_ci, pair_up, percentiles, prediction_fit, requests_for,
-                                speedup_ci, stall_s, summarize, to_record, token_weighted_al, verdict)
+from trtspec.perf.stats import (NO_DIFFERENCE, al_ci, end_to_end_prediction, inflight, itl, mean_ci, pair_up,
+                                percentiles, prediction_fit, requests_for, speedup_ci, stall_s, summarize, to_record,
+                                token_weighted_al, verdict)
 from trtspec.triton_repo.models.serving_rules import pick_band
 
 
@@ -402,12 +403,37 @@ def test_the_prediction_counts_the_other_requests_context_phases_under_concurren
         assert end_to_end_prediction(1.6, ttft, e2e) > 1.1 * measured  # what leaving the stall out does
 
 
+@pytest.mark.parametrize("rate, prefill, chunks", [(0.5, 0.2, 1), (2, 0.2, 1), (3, 0.2, 1), (2, 0.05, 1),
+                                                   (1, 0.5, 1), (2, 0.2, 4)])
+def test_an_open_loop_prediction_keeps_only_the_context_phases_queued_when_the_decode_starts(rate, prefill, chunks):
+    """Poisson arrivals into the simulated engine (tests/closed_loop.py), the same seeded arrivals for
+    1.6x faster steps: requests arriving during a decode are rate x its length, so their context
+    phases shrink with it and only those already queued at its first token stay. Little's law holds
+    for the load the run reports; the prediction lands within 3% where keeping every stall (as a
+    closed loop must) under-predicts high loads by far more."""
+    base = open_loop(rate, prefill, steps=100, step=0.010, requests=4000, chunks=chunks, seed=1)
+    spec = open_loop(rate, prefill, steps=50, step=0.0125, tokens_per_step=2, requests=4000, chunks=chunks, seed=1)
+    measured = np.mean([r.e2e for r in base]) / np.mean([r.e2e for r in spec])  # per-request speeds
+    records = _records(base)
+    ttft, e2e = np.mean([r.ttft_s for r in records]), np.mean([r.e2e_s for r in records])
+    load = inflight(records)
+    assert load - 1 == pytest.approx(rate * e2e, rel=0.05)  # Little's law, with the simulated arrival rate
+    predicted = end_to_end_prediction(1.6, ttft, e2e, stall_s(records, load, open_loop=True))
+    assert predicted == pytest.approx(measured, rel=0.03)
+    if rate * prefill >= 0.4:
+        assert end_to_end_prediction(1.6, ttft, e2e, stall_s(records, load)) < 0.9 * measured
+
+
 def test_a_stall_is_a_gap_over_1_5_typical_steps_and_jitter_is_not():
     rec = RequestRecord(index=0, prompt_id="0", start_s=0.0, status="ok", ttft_s=0.3, e2e_s=1.0,
                         chunk_gaps_s=[0.01] * 8 + [0.014, 0.5], output_tokens=11)
     assert stall_s([rec], 4) == pytest.approx(0.49)  # 0.014: jitter under 1.5 typical steps, not counted
     assert stall_s([rec], 2) == pytest.approx(0.3)  # at most c - 1 context phases of at most a TTFT each
     assert stall_s([rec], 1) == 0.0  # no other request
+    assert stall_s([rec], 4, open_loop=True) == 0.0  # the long gaps came late: arrivals during the decode
+    lead = rec.model_copy(update={"chunk_gaps_s": [0.3, 0.2] + [0.01] * 8 + [0.5]})
+    assert stall_s([lead], 4, open_loop=True) == pytest.approx(0.48)  # only the streak the decode began with
+    assert stall_s([lead], 4) == pytest.approx(0.9)  # closed loop: all (0.97), capped at 3 TTFTs
     assert stall_s([rec.model_copy(update={"chunk_gaps_s": []})], 4) is None
     bursts = rec.model_copy(update={"chunk_gaps_s": [0.0] * 8 + [0.01, 0.5]})  # a client reading in bursts
     assert stall_s([bursts], 4) is None
@@ -445,6 +471,24 @@ def test_an_open_loop_compares_how_fast_requests_complete_not_the_arrival_rate()
     closed = [run("chat", True, 4, 1), run("chat", False, 4, 2)]  # closed loop: window throughputs, as before
     assert comparisons(closed)[0].speedup == pytest.approx(
         closed[0].summary.output_tokens_per_s / closed[1].summary.output_tokens_per_s)
+
+
+def test_an_open_loop_is_predicted_with_the_band_its_load_picks(tmp_path):
+    """tuning.json serves K=3 from 1 request in flight and K=2 from 4: requests arriving every 0.5 s
+    that take 1 s find ~2.9 in flight (band 1), those that take 4 s ~6.9 (band 4)."""
+    from triton_fixtures import tuning_file
+    from trtspec.tuning.schema import load_tuning
+
+    tuning = load_tuning(tuning_file(tmp_path / "tuning.json", "draft-target", {"chat": [3, 2]}, bands=(1, 4)))
+    base = _open_loop_run(False, 2.0)
+    for e2e, band in ((1.0, 1), (4.0, 4)):
+        spec = _open_loop_run(True, e2e)
+        (row,) = comparisons([spec, base], tuning)
+        served = pick_band(tuning.workloads["chat"].bands, band)
+        assert row.predicted_draft_len == served.draft_len and row.predicted_step_speedup == served.speedup
+        assert row.predicted_speedup == pytest.approx(end_to_end_prediction(served.speedup, 0.05,
+                                                                            base.summary.e2e_s.mean))  # no gaps: no stall
+        assert row.prediction_fit is not None
 
 
 def test_the_acceptance_length_interval_covers_the_token_weighted_al():

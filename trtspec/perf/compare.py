@@ -6,9 +6,9 @@ in flight, else the smallest band), so a measured speedup is compared with the n
 from, made end to end with the baseline's measured time to first token and, under concurrency, the
 time its decode stood still for other requests' context phases (stats.end_to_end_prediction,
 stats.stall_s: the tuner prices decode steps, tokens/s counts whole requests).
-Open-loop runs compare per-request speeds (`compared_rates`) and, with no fixed concurrency, get no
-prediction. Sampled runs (temperature > 0)
-get a distribution check of their outputs against the baseline's (trtspec.perf.parity).
+Open-loop runs compare per-request speeds (`compared_rates`), predicted at the load their Poisson
+arrivals found (`load_of`, Little's law). Sampled runs (temperature > 0) get a distribution check
+of their outputs against the baseline's (trtspec.perf.parity).
 Each row carries the speedup's 95% interval and what it allows to say (trtspec.perf.stats: verdict,
 whether the prediction lies inside the interval, requests a ±5% claim would need).
 """
@@ -24,8 +24,8 @@ from ..triton_repo.models.serving_rules import pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import (al_ci, end_to_end_prediction, pair_up, per_request_tokens_per_s, prediction_fit, requests_for,
-                    speedup_ci, stall_s, verdict)
+from .stats import (al_ci, end_to_end_prediction, inflight, pair_up, per_request_tokens_per_s, prediction_fit,
+                    requests_for, speedup_ci, stall_s, verdict)
 
 
 def load_predictions(path: Path | None):
@@ -60,17 +60,26 @@ class Prediction:
         return _draft_len(self.band)
 
 
+def load_of(run: Run) -> float | None:
+    """Requests in flight during `run`, itself included: its concurrency (closed loop), else what its
+    Poisson arrivals found (stats.inflight: 1 + Little's law's mean)."""
+    return run.concurrency if run.concurrency is not None else inflight(run.requests)
+
+
 def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
-    """The prediction for `run` (module docstring); None without tuning.json, a tuned workload, or a
-    fixed concurrency (open loop). The one place the report and the comparisons take it from."""
+    """The prediction for `run` (module docstring); None without tuning.json or a tuned workload.
+    The one place the report and the comparisons take it from. An open loop's band is the one its
+    mean load picks (the server picks per request, by the load of the moment) and its stall only
+    what the baseline's decodes met queued at their start (stats.stall_s)."""
     wt = tuning.workloads.get(run.workload) if tuning is not None else None
-    if wt is None or not wt.bands or run.concurrency is None:
+    if wt is None or not wt.bands:
         return None
-    band = pick_band(wt.bands, run.concurrency)
+    band = pick_band(wt.bands, load_of(run))
     if base is None:
         return Prediction(band, None)
+    stall = stall_s(base.requests, load_of(base) or 1, open_loop=run.concurrency is None)
     return Prediction(band, end_to_end_prediction(band.speedup, base.summary.ttft_s.mean, base.summary.e2e_s.mean,
-                                                  stall_s(base.requests, run.concurrency)))
+                                                  stall))
 
 
 def decode_speedup(spec: Run, base: Run) -> float | None:

@@ -60,6 +60,7 @@ Two designs, chosen with `perf.blocks`:
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -260,17 +261,24 @@ def verdict(ci: Interval | None, null: float = 1.0, higher: str = "faster", lowe
 STALL_FACTOR = 1.5
 
 
-def stall_s(records: Sequence[RequestRecord], concurrency: int) -> float | None:
+def stall_s(records: Sequence[RequestRecord], concurrency: float, open_loop: bool = False) -> float | None:
     """Mean time per request that its decode stood still while other requests ran their context
-    phases, read off the baseline run's own streamed gaps: the excess over the run's typical step
-    (the median gap) of every gap longer than STALL_FACTOR typical steps. Under concurrency c an
-    in-flight-batching server runs about c - 1 such phases inside each request's decode
-    (tuning.calibrate.prefills_per_request, Little's law), a server with a thread per request shares
-    the machine with them; either way speculation does not shorten them. The factor keeps step
-    jitter (which speculation does shorten, with the steps) out; a context phase short enough to hide
-    under it is also too short to matter. Bounded by c - 1 context phases, each at most a TTFT (a
-    client that reads its stream in bursts makes gaps near 0 and a median that says nothing). 0 at
-    concurrency 1 (no other request: a long gap is the step's own); None without streamed gaps."""
+    phases and that speculation does not shorten, read off the baseline run's own streamed gaps: the
+    excess over the run's typical step (the median gap) of the gaps longer than STALL_FACTOR typical
+    steps. The factor keeps step jitter (which speculation does shorten, with the steps) out; a
+    context phase short enough to hide under it is also too short to matter.
+
+    Closed loop (concurrency c): an in-flight-batching server runs about c - 1 other context phases
+    inside each request's decode (tuning.calibrate.prefills_per_request, Little's law), however
+    long the decode takes: every long gap counts. Open loop (`open_loop`, c = stats.inflight): the
+    phases of requests arriving during a decode are rate x its duration, so they shrink with it;
+    only the phases already queued when its first token came (the leading streak of long gaps) stay.
+    Against a simulated engine (tests/perf/test_stats.py) counting every gap under-predicts an open
+    loop by up to 18%, counting none over-predicts by up to 11%, the streak lands within 3%.
+
+    Bounded by c - 1 context phases, each at most a TTFT (a client that reads its stream in bursts
+    makes gaps near 0 and a median that says nothing). 0 at concurrency 1 (no other request: a long
+    gap is the step's own); None without streamed gaps."""
     if concurrency <= 1:
         return 0.0
     ok = [r for r in _ok_timed(records) if r.chunk_gaps_s and r.ttft_s is not None]
@@ -279,8 +287,24 @@ def stall_s(records: Sequence[RequestRecord], concurrency: int) -> float | None:
     typical = float(np.median(np.concatenate([r.chunk_gaps_s for r in ok])))
     if typical <= 0:
         return None
-    excess = np.mean([sum(g - typical for g in r.chunk_gaps_s if g > STALL_FACTOR * typical) for r in ok])
+    long = lambda g: g > STALL_FACTOR * typical  # noqa: E731
+    gaps = [list(itertools.takewhile(long, r.chunk_gaps_s)) if open_loop else r.chunk_gaps_s for r in ok]
+    excess = np.mean([sum(g - typical for g in gs if long(g)) for gs in gaps])
     return float(min(excess, (concurrency - 1) * np.mean([r.ttft_s for r in ok])))
+
+
+def inflight(records: Sequence[RequestRecord]) -> float | None:
+    """Requests in flight as an open-loop run's requests found them, each itself included:
+    1 + the run's mean number in flight, Little's law L = sum of E2E / window (its blocks' windows).
+    Poisson arrivals see that time average (PASTA), so it is both the load the served band was
+    picked by (serving_rules.pick_band) and, with c = 1 + L, the number of other requests whose
+    context phases fall inside a request's decode (`stall_s`'s c - 1: arrivals during a request are
+    lambda x E2E = L). None without a timed success."""
+    ok = _ok_timed(records)
+    window = sum(_window(block) for block in _by_block(records).values())
+    if not ok or window <= 0:
+        return None
+    return 1.0 + sum(r.e2e_s for r in ok) / window
 
 
 def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None, base_e2e_s: float | None,
