@@ -1,15 +1,15 @@
 """The numbers at the top of report.html: per workload and load point, tokens/s with and without
 speculation, their ratio and the prediction, each measured number with its 95% interval
-(trtspec.perf.stats). The rates are the ones the comparisons divide (compare.compared_rates: an
-open loop's are per request)."""
+(trtspec.perf.stats). The measured numbers are compare.comparisons' (an open loop's rates are per
+request), so the report and results.json's comparisons cannot disagree."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compare import compared_rates, served_prediction
+from .compare import comparisons, served_prediction
 from .schema import Interval, PerfResults, Run
-from .stats import al_ci, rate_ci, speedup_ci
+from .stats import al_ci, rate_ci
 
 
 @dataclass
@@ -47,40 +47,49 @@ def has_successes(run: Run) -> bool:
 
 
 def headlines(results: PerfResults, tuning=None) -> list[Headline]:
-    """Per (workload, load point) of the speculation runs: measured tokens/s, the baseline run's
-    tokens/s at the same load, speedup = their ratio, the run's token-weighted AL, and the
-    prediction of tuning.json (else the one results.json's comparisons recorded)."""
+    """Per (workload, load point) of the speculation runs (else of the baseline runs): the measured
+    numbers of the comparison with the baseline at the same load (compare.comparisons, recomputed from
+    the runs, so results.json written before intervals gets them too), each run's tokens/s interval,
+    and the prediction of tuning.json (else the one results.json's comparisons recorded)."""
+    measured = {(c.workload, load_label(c)): c for c in comparisons(results.runs, tuning)}
+    stored = {(c.workload, load_label(c)): c for c in results.comparisons}
     base = {(r.workload, load_label(r)): r for r in results.runs if not r.speculation}
-    comps = {(c.workload, load_label(c)): c for c in results.comparisons}
-    out = []
     spec_runs = [r for r in results.runs if r.speculation]
-    for r in spec_runs or [r for r in results.runs if not r.speculation]:
+    out = []
+    for r in spec_runs or list(base.values()):
         key = (r.workload, load_label(r))
-        b = r if not r.speculation else base.get(key)
-        tps = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
-        btps = b.summary.output_tokens_per_s if b is not None and has_successes(b) else None
-        if tps is not None and btps is not None:
-            tps, btps = compared_rates(r, b)  # open loop: per-request speeds
-        speedup = tps / btps if tps is not None and btps else None
-        pred_s = pred_step = pred_al = pred_k = pred_se = None
-        pred = served_prediction(tuning, r, b if r.speculation else None)
-        if pred is not None:
-            pred_s, pred_step, pred_al, pred_k = pred.speedup, pred.step_speedup, pred.band.acceptance_length, \
-                pred.draft_len
-            pred_se = pred.band.acceptance_length_se
-        elif key in comps:
-            c = comps[key]
-            pred_s, pred_step = c.predicted_speedup, c.predicted_step_speedup
-            if pred_step is None:  # results.json written before predictions were made end to end: per step
-                pred_s, pred_step = None, pred_s
-            pred_al, pred_k = c.predicted_acceptance_length, c.predicted_draft_len
-        out.append(Headline(r.workload, key[1], tps, btps, speedup, pred_s,
-                            r.summary.acceptance_length if r.speculation else None, pred_al, pred_k,
-                            run_ci(r, tps) if tps is not None else None, run_ci(b, btps) if btps is not None else None,
-                            speedup_ci(r.requests, b.requests, speedup) if speedup else None,
-                            min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0, pred_step,
-                            al_ci(r.requests) if r.speculation else None, pred_se))
+        b = base.get(key) if r.speculation else r
+        c = measured.get(key) if r.speculation and has_successes(r) and b is not None and has_successes(b) else None
+        h = Headline(r.workload, key[1], None, None, None, None, None, None, None)
+        if c is not None:
+            h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
+            h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
+            h.requests = min(r.summary.requests_ok, b.summary.requests_ok)
+        else:
+            h.tokens_per_s = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
+            h.baseline_tokens_per_s = b.summary.output_tokens_per_s if b is not None and has_successes(b) else None
+            h.acceptance_length_ci = al_ci(r.requests) if r.speculation else None
+            h.requests = min(r.summary.requests_ok, b.summary.requests_ok) if b is not None else 0
+        h.acceptance_length = r.summary.acceptance_length if r.speculation else None
+        h.tokens_per_s_ci = run_ci(r, h.tokens_per_s) if h.tokens_per_s is not None else None
+        h.baseline_tokens_per_s_ci = run_ci(b, h.baseline_tokens_per_s) if h.baseline_tokens_per_s is not None else None
+        _predict(h, served_prediction(tuning, r, b if r.speculation else None), stored.get(key))
+        out.append(h)
     return out
+
+
+def _predict(h: Headline, pred, stored) -> None:
+    """The headline's prediction: tuning.json's (compare.served_prediction), else results.json's."""
+    if pred is not None:
+        h.predicted_speedup, h.predicted_step_speedup = pred.speedup, pred.step_speedup
+        h.predicted_acceptance_length, h.predicted_draft_len = pred.band.acceptance_length, pred.draft_len
+        h.predicted_acceptance_length_se = pred.band.acceptance_length_se
+    elif stored is not None:
+        h.predicted_speedup, h.predicted_step_speedup = stored.predicted_speedup, stored.predicted_step_speedup
+        if h.predicted_step_speedup is None:  # results.json written before predictions were made end to end
+            h.predicted_speedup, h.predicted_step_speedup = None, h.predicted_speedup
+        h.predicted_acceptance_length, h.predicted_draft_len = stored.predicted_acceptance_length, \
+            stored.predicted_draft_len
 
 
 def run_ci(run: Run, tokens_per_s: float) -> Interval | None:
