@@ -100,9 +100,9 @@ def run(workload, spec, concurrency, seed) -> Run:
 
 
 class Band:
-    def __init__(self, concurrency, draft_len, speedup, al):
+    def __init__(self, concurrency, draft_len, speedup, al, al_se=None):
         self.concurrency, self.draft_len, self.eagle_choices = concurrency, draft_len, None
-        self.speedup, self.acceptance_length = speedup, al
+        self.speedup, self.acceptance_length, self.acceptance_length_se = speedup, al, al_se
 
 
 class Tuning:
@@ -248,6 +248,9 @@ def test_verdict_and_prediction_fit():
     assert prediction_fit(1.32, Interval(low=1.0, high=1.2)) == "10% above the measured interval"
     assert prediction_fit(1.08, Interval(low=0.88, high=1.075)) == "0.5% above the measured interval"
     assert prediction_fit(0.9, Interval(low=1.0, high=1.2)) == "10% below the measured interval"
+    assert prediction_fit(0.9, Interval(low=1.0, high=1.2), se=0.06) == \
+        "10% below the measured interval, inside its own ±0.12"  # 0.9 + 0.12 reaches 1.0
+    assert prediction_fit(0.9, Interval(low=1.0, high=1.2), se=0.05) == "10% below the measured interval"
     # half-width 10% at 10 requests: n = 10 * (0.10 / 0.05)^2 = 40 for ±5%
     assert requests_for(Interval(low=0.9, high=1.1), 1.0, 10) == 40
     assert requests_for(None, 1.0, 10) is None
@@ -520,3 +523,12 @@ def test_the_speedup_sentence_carries_the_al_with_its_interval_against_the_predi
     assert f"AL {row.acceptance_length:.2f} [{ci.low:.2f}, {ci.high:.2f}] measured, 3.00 predicted (" in line
     assert prediction_fit(3.0, ci) in line
     assert "AL" not in speedup_line(row.model_copy(update={"acceptance_length_ci": None}))  # older results.json
+    # the predicted AL is measured too (the profile, other prompts): its own ±1.96 se is shown, and a miss
+    # it reaches across is said so
+    above = ci.high + 0.1
+    (row,) = comparisons(runs, Tuning({"chat": WorkloadBands([Band(1, 4, 2.0, above, 0.1)])}))
+    assert row.predicted_acceptance_length_se == 0.1
+    assert f", {above:.2f} ±0.20 predicted (" in speedup_line(row)
+    assert speedup_line(row).count(", inside its own ±0.20") == 1
+    (row,) = comparisons(runs, Tuning({"chat": WorkloadBands([Band(1, 4, 2.0, above, 0.04)])}))
+    assert "±0.08 predicted" in speedup_line(row) and "inside its own" not in speedup_line(row)

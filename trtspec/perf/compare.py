@@ -131,6 +131,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         if pred is not None:
             row.predicted_step_speedup, row.predicted_speedup = pred.step_speedup, pred.speedup
             row.predicted_acceptance_length = pred.band.acceptance_length
+            row.predicted_acceptance_length_se = pred.band.acceptance_length_se
             row.predicted_draft_len = pred.draft_len
             row.prediction_fit = prediction_fit(row.predicted_speedup, ci)
         out.append(row)
@@ -189,8 +190,9 @@ def speedup_line(c: Comparison) -> str:
     if c.acceptance_length is not None and c.acceptance_length_ci is not None:
         text += f"; AL {c.acceptance_length:.2f} {ci_text(c.acceptance_length_ci, suffix='')} measured"
         if c.predicted_acceptance_length is not None:
-            text += (f", {c.predicted_acceptance_length:.2f} predicted "
-                     f"({prediction_fit(c.predicted_acceptance_length, c.acceptance_length_ci)})")
+            se = c.predicted_acceptance_length_se
+            text += (f", {c.predicted_acceptance_length:.2f}" + (f" ±{1.96 * se:.2f}" if se else "") + " predicted "
+                     f"({prediction_fit(c.predicted_acceptance_length, c.acceptance_length_ci, se)})")
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} " + ("pairs" if c.paired_requests else "requests per run")
     return text

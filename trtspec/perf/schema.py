@@ -162,6 +162,8 @@ class Comparison(BaseModel):
     paired_requests: int | None = None  # interleaved blocks: spec/baseline request pairs the interval resampled
     # 95% interval of the measured acceptance length (perf.stats.al_ci, a bootstrap over requests)
     acceptance_length_ci: Interval | None = Field(None, exclude_if=lambda v: v is None)
+    # the profile's standard error of the predicted acceptance length (tuning.json's band)
+    predicted_acceptance_length_se: float | None = Field(None, exclude_if=lambda v: v is None)
 
 
 SWEEP_SCHEMA = "trtspec.perf-sweep/1"

@@ -330,15 +330,21 @@ def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None,
     return base_e2e_s / (fixed + (base_e2e_s - fixed) / step_speedup)
 
 
-def prediction_fit(predicted: float | None, ci: Interval | None) -> str | None:
-    """'inside the measured interval', or by how much the prediction misses it ('12% above ...')."""
+def prediction_fit(predicted: float | None, ci: Interval | None, se: float | None = None) -> str | None:
+    """'inside the measured interval', or by how much the prediction misses it ('12% above ...').
+    `se`: the prediction's own standard error (a profiled AL is measured too, on other prompts): a
+    miss its ±1.96 se reaches into the measured interval is said so ('..., inside its own ±0.26'),
+    not reported as a disagreement."""
     if predicted is None or ci is None:
         return None
     if ci.low <= predicted <= ci.high:
         return "inside the measured interval"
     end = ci.high if predicted > ci.high else ci.low
     miss = abs(predicted / end - 1) * 100  # a miss under 1% keeps a decimal: "0% above" reads as inside
-    return f"{miss:.{0 if miss >= 1 else 1}f}% {'above' if predicted > ci.high else 'below'} the measured interval"
+    text = f"{miss:.{0 if miss >= 1 else 1}f}% {'above' if predicted > ci.high else 'below'} the measured interval"
+    if se and abs(predicted - end) <= 1.96 * se:
+        text += f", inside its own ±{1.96 * se:.2f}"
+    return text
 
 
 def requests_for(ci: Interval | None, point: float | None, n: int, target: float = 0.05) -> int | None:
