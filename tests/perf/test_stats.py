@@ -469,9 +469,13 @@ def test_an_open_loop_compares_how_fast_requests_complete_not_the_arrival_rate()
     results = PerfResults(created="now", trtspec_version="0", settings=settings, completed=True, runs=[spec, base],
                           comparisons=[row])
     (head,) = headlines(results)
-    assert head.speedup == pytest.approx(row.speedup) and head.load == "rate=2/s"
+    assert head.speedup == pytest.approx(row.speedup) and head.load == "rate=2/s" and head.per_request
+    from trtspec.perf.report import render_report
+
+    assert render_report(results).count('<span class="ci">per request</span>') == 2  # both rates of the row
     assert head.tokens_per_s_ci.low < head.tokens_per_s < head.tokens_per_s_ci.high
     closed = [run("chat", True, 4, 1), run("chat", False, 4, 2)]  # closed loop: window throughputs, as before
+    assert not any(h.per_request for h in headlines(results.model_copy(update={"runs": closed, "comparisons": []})))
     assert comparisons(closed)[0].speedup == pytest.approx(
         closed[0].summary.output_tokens_per_s / closed[1].summary.output_tokens_per_s)
 

@@ -31,6 +31,7 @@ class Headline:
     predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
     acceptance_length_ci: Interval | None = None
     predicted_acceptance_length_se: float | None = None  # the profile's standard error (with tuning.json)
+    per_request: bool = False  # an open loop's compared rates: tokens / E2E, not tokens / window
 
 
 def load_label(run) -> str:
@@ -65,6 +66,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
             h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
             h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
             h.requests = min(r.summary.requests_ok, b.summary.requests_ok)
+            h.per_request = r.concurrency is None and r.request_rate is not None  # compare.compared_rates
         else:
             h.tokens_per_s = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
             h.baseline_tokens_per_s = b.summary.output_tokens_per_s if b is not None and has_successes(b) else None

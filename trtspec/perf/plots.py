@@ -64,7 +64,7 @@ def throughput(points: dict[str, dict[str, list[tuple]]], xlabel: str) -> bytes:
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             ax.errorbar(xs, ys, yerr=_yerr(ys, [p[2] for p in pts]), marker="o" if kind == SPEC else "s", ms=7,
                         capsize=3, color=COLORS[kind], mfc=COLORS[kind] if kind == SPEC else "none", label=kind)
-        ax.set(title=w, xlabel=xlabel, ylabel="output tokens/s")
+        ax.set(title=w, xlabel=xlabel, ylabel="output tokens/s (tokens / window)")
         ax.set_xticks(sorted({p[0] for pts in series.values() for p in pts}))
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

@@ -180,14 +180,21 @@ def _pm(h: Headline) -> str:
     return f' <span class="ci">±{1.96 * h.predicted_acceptance_length_se:.2f}</span>'
 
 
+def _per(h: Headline) -> str:
+    """' per request' beside an open loop's rates (tokens / E2E), which differ from the throughput
+    figure's tokens / window."""
+    return ' <span class="ci">per request</span>' if h.per_request else ""
+
+
 def _headline_table(heads: list[Headline]) -> str:
     rows = []
     for h in heads:
         rows.append(
             f'<tr class="headline" data-workload="{escape(h.workload)}" data-load="{escape(h.load)}">'
             f'<td class="l big">{escape(h.workload)}</td><td class="l">{escape(h.load)}</td>'
-            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s_ci)}</td>'
-            f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}</td>'
+            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s_ci)}{_per(h)}</td>'
+            f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}'
+            f'{_per(h)}</td>'
             f'<td class="big{_speed_cls(h.speedup_ci)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
             f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
@@ -315,7 +322,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         "<h2>Headline</h2>",
         _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
         '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load (open loop: per '
-        "request, tokens / E2E, as both runs are offered the same arrivals). "
+        "request, tokens / E2E, as both runs are offered the same arrivals; the throughput figure shows "
+        "tokens / window). "
         "AL = tokens per target verify step (token-weighted). Predictions: tuning.json, band served at this "
         "load; its per-step speedup made end to end with the baseline's mean TTFT and, at c > 1, its stalls for other requests' "
         "context phases (speculation shortens only a request's own decode steps: trtspec/perf/stats.py end_to_end_prediction). "
