@@ -90,6 +90,11 @@ def decode_speedup(spec: Run, base: Run) -> float | None:
     return b / s if b and s else None
 
 
+def per_request(run: Run) -> bool:
+    """Whether `run`'s comparison divides per-request speeds (an open loop: `compared_rates`)."""
+    return run.concurrency is None and run.request_rate is not None
+
+
 def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
     """The two tokens/s a speedup divides. Closed loop: each run's throughput (tokens / window), which
     the tuner's concurrency bands predict. Open loop: both runs are offered the same arrivals, so
@@ -97,7 +102,7 @@ def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
     twice as fast read as ~1.0x); what it changes is how fast each request completes, so the rates
     are per request, tokens / E2E summed over the successful requests (trtllm-bench's per-user output
     throughput; the speedup's bootstrap resamples exactly this ratio, stats.speedup_ci)."""
-    if spec.concurrency is not None or spec.request_rate is None:
+    if not per_request(spec):
         return spec.summary.output_tokens_per_s, base.summary.output_tokens_per_s
     return per_request_tokens_per_s(spec.requests), per_request_tokens_per_s(base.requests)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compare import comparisons, served_prediction
+from .compare import comparisons, per_request, served_prediction
 from .schema import Interval, PerfResults, Run
 from .stats import al_ci, rate_ci
 
@@ -66,7 +66,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
             h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
             h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
             h.requests = min(r.summary.requests_ok, b.summary.requests_ok)
-            h.per_request = r.concurrency is None and r.request_rate is not None  # compare.compared_rates
+            h.per_request = per_request(r)
         else:
             h.tokens_per_s = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
             h.baseline_tokens_per_s = b.summary.output_tokens_per_s if b is not None and has_successes(b) else None
