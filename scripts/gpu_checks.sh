@@ -11,6 +11,9 @@
 #   cost     trtspec measure-cost --device cuda on the 8B-shaped checkpoints profile wrote
 #                                                                               -> cost_table.json
 #   compile  scripts/bench_compile.py --device cuda (SmolLM2)                   -> compile_cuda.json
+#   train    issue 17's head: trtspec train-draft on SmolLM2 on CUDA, MT-Bench and HumanEval plus
+#            3000 prompts SmolLM2 writes itself; held-out MT-Bench AL(K) as it trains (resumes
+#            where a cut call stopped)                      -> training.json, learning_curve.png
 #
 # With no STEP it only installs what has arrived (wheels, GGUF parts). Anywhere else (OUT unset) it
 # writes to ./gpu-out, so the orchestration can be tried on a CPU: the CUDA variants then skip.
@@ -82,6 +85,18 @@ EOF
       else
         echo "compile: needs SmolLM2's GGUF (scripts/gpu_kit.sh, three calls)"
       fi ;;
-    *) echo "gpu_checks: unknown step '$step' (env, tests, profile, cost, compile)"; exit 2 ;;
+    train)
+      if [ "$smol" = yes ]; then
+        smol_dir=$("$PY" -c "from trtspec.checkpoints.default_model import smollm2_dir; print(smollm2_dir())")
+        timeout 560 "$PY" -c "import sys; from trtspec.cli import main; sys.argv[0] = 'trtspec'; sys.exit(main())" \
+          train-draft --target "$smol_dir" --out "$WORK/head" --workloads chat=mt-bench,code=humaneval \
+          --self-prompts 3000 --heldout 8 --max-new-tokens 256 --regen-batch-size 128 --draft-vocab-size 8192 \
+          --epochs 3 --batch-size 16 --eval-every 100 --eval-k 1,2,3,4 --device cuda 2>&1 | tail -20
+        cp "$WORK/head/training.json" "$WORK/head/learning_curve.png" "$OUT/" 2>/dev/null \
+          || echo "train: not finished; the same step again resumes it"
+      else
+        echo "train: needs SmolLM2's GGUF (scripts/gpu_kit.sh, three calls)"
+      fi ;;
+    *) echo "gpu_checks: unknown step '$step' (env, tests, profile, cost, compile, train)"; exit 2 ;;
   esac
 done

@@ -17,6 +17,7 @@
 #   run(carry=[".gpu/smol.ab"], command="bash scripts/gpu_checks.sh tests")      # all parts: SmolLM2 too
 #   run(command="bash scripts/gpu_checks.sh profile cost")                       # ~8 min, 8B-shaped
 #   run(command="bash scripts/gpu_checks.sh compile")
+#   run(command="bash scripts/gpu_checks.sh train")                              # again if cut short
 #
 # Without the GGUF parts every check still runs on random-weight models (SmolLM2's are skipped).
 set -euo pipefail

@@ -261,3 +261,30 @@ def llama_ckpt(d: Path, dtype: str = "float32") -> Path:
 
     make_hf_model("llama", d / "hf")
     return convert_hf(d / "hf", d / "ckpt", dtype=dtype)
+
+
+def tiny_draft_target(root: Path, prompts: int = 20, chat_template: str | None = None,
+                      low: int = 3) -> tuple[Path, Path]:
+    """A near-bigram random Llama (a head can learn it quickly) with its tokenizer (and `chat_template`,
+    if given) in root/target, and `prompts` seeded 6-word prompts of words t<low>.. in
+    root/prompts.jsonl: the target the train-draft tests train heads for."""
+    import json
+    import random
+
+    from transformers import AutoTokenizer
+
+    target = root / "target"
+    model = make_hf_model("llama", target)
+    scale_layer_outputs(model, 0.3)
+    model.save_pretrained(target)
+    save_tiny_tokenizer(target)
+    if chat_template is not None:
+        tok = AutoTokenizer.from_pretrained(target)
+        tok.chat_template = chat_template
+        tok.save_pretrained(target)
+    r = random.Random(0)
+    path = root / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": " ".join(f"t{r.randrange(low, 1001)}" for _ in range(6))}) + "\n"
+                            for _ in range(prompts)))
+    return target, path
+

@@ -27,7 +27,9 @@ def test_an_unknown_recipe_key_is_an_error():
 def test_cli_defaults_are_the_options_model():
     import inspect
 
-    for name, param in inspect.signature(train_draft_command).parameters.items():
+    params = inspect.signature(train_draft_command).parameters
+    assert set(TrainDraftOptions.model_fields) <= set(params)  # every option is a flag
+    for name, param in params.items():
         if name in TrainDraftOptions.model_fields:
             want = default(TrainDraftOptions, name)
             want = ",".join(map(str, want)) if name == "eval_k" else want

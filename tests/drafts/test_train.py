@@ -4,13 +4,12 @@ ModelOpt's EAGLE-3 export (loads into ModelOpt's model, re-exports to the same t
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
+from tiny_models import tiny_draft_target
 from trtspec.drafts.options import TrainDraftOptions
 from trtspec.drafts.train import CHECKPOINT, train_draft
 
@@ -20,17 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A near-bigram random Llama (a head can learn it quickly), its tokenizer and 20 prompts."""
-    root = tmp_path_factory.mktemp("draft_target")
-    target = root / "target"
-    model = make_hf_model("llama", target)
-    scale_layer_outputs(model, 0.3)
-    model.save_pretrained(target)
-    save_tiny_tokenizer(target)
-    r = random.Random(0)
-    prompts = root / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": " ".join(f"t{r.randrange(3, 1001)}" for _ in range(6))}) + "\n"
-                               for _ in range(20)))
-    return target, prompts
+    return tiny_draft_target(tmp_path_factory.mktemp("draft_target"))
 
 
 @pytest.fixture(autouse=True)

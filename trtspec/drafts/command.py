@@ -28,6 +28,7 @@ def train_draft_command(
     workloads: str = typer.Option(default(D, "workloads"), "--workloads", help=doc(D, "workloads")),
     samples: Optional[int] = typer.Option(default(D, "samples"), "--samples", help=doc(D, "samples")),
     heldout: int = typer.Option(default(D, "heldout"), "--heldout", help=doc(D, "heldout")),
+    self_prompts: int = typer.Option(default(D, "self_prompts"), "--self-prompts", help=doc(D, "self_prompts")),
     max_new_tokens: int = typer.Option(default(D, "max_new_tokens"), "--max-new-tokens", help=doc(D, "max_new_tokens")),
     max_prompt_tokens: int = typer.Option(default(D, "max_prompt_tokens"), "--max-prompt-tokens",
                                           help=doc(D, "max_prompt_tokens")),
@@ -57,7 +58,8 @@ def train_draft_command(
     """Train an EAGLE-3 head for a target with ModelOpt on the target's own answers to workload prompts."""
     from .train import train_draft
 
-    options = from_cli(D, workloads=workloads, samples=samples, heldout=heldout, max_new_tokens=max_new_tokens,
+    options = from_cli(D, workloads=workloads, samples=samples, heldout=heldout, self_prompts=self_prompts,
+                       max_new_tokens=max_new_tokens,
                        max_prompt_tokens=max_prompt_tokens, regen_batch_size=regen_batch_size, num_layers=num_layers,
                        intermediate_size=intermediate_size, draft_vocab_size=draft_vocab_size, ttt_steps=ttt_steps,
                        loss_on_prompt=loss_on_prompt, epochs=epochs, batch_size=batch_size, lr=lr,

@@ -21,7 +21,8 @@ from pathlib import Path
 from ..checkpoints.default_model import default_cache_root
 from ..errors import TrtspecError
 from ..fsutil import sha256_file, write_text_atomic
-from ..workloads import load_workloads, render
+from ..workloads import Sample, load_workloads, render
+from . import selfprompt
 from .options import TrainDraftOptions
 
 DATA_VERSION = 1
@@ -105,17 +106,34 @@ def regenerate(model, prompts: list[list[int]], max_new_tokens: int, batch_size:
     return out  # type: ignore[return-value]
 
 
+SELF = "self"  # the workload name of the prompts the target writes itself (options.self_prompts)
+
+
+def self_written(target: Path, model, tokenizer, options: TrainDraftOptions, eos: set[int], pad: int,
+                 advance=lambda n: None) -> list[tuple[str, list[int], bool]]:
+    """(SELF, prompt ids, False) for each of `options.self_prompts` prompts the target writes itself
+    (selfprompt.py), rendered as any prompt is; training only, never held out (the curve measures the
+    named workloads)."""
+    if not options.self_prompts:
+        return []
+    texts = selfprompt.cached_prompts(target_fingerprint(target), model, tokenizer, options.self_prompts,
+                                      options.seed, options.regen_batch_size, eos, pad, advance)
+    return [(SELF, render(Sample(f"{SELF}:{i}", None, [{"role": "user", "content": t}]), tokenizer,
+                          max_prompt_tokens=options.max_prompt_tokens, keep="end"), False)
+            for i, t in enumerate(texts)]
+
+
 def load_examples(target: Path, model, tokenizer, options: TrainDraftOptions, eos: set[int],
                   advance=lambda n: None) -> list[Example]:
     """Every example of the run, regenerated or read from the cache."""
-    chosen = split_prompts(options, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    chosen = split_prompts(options, tokenizer) + self_written(target, model, tokenizer, options, eos, pad)
     prompts = [ids for _, ids, _ in chosen]
     path = cache_path(target, prompts, options, str(next(model.parameters()).dtype))
     if path.exists():
         responses = json.loads(path.read_text(encoding="utf-8"))["responses"]
         advance(len(prompts))
     else:
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
         responses = regenerate(model, prompts, options.max_new_tokens, options.regen_batch_size, eos, pad, advance)
         write_text_atomic(path, json.dumps({"responses": responses}))
     return [Example(name, ids, resp, held) for (name, ids, held), resp in zip(chosen, responses)]

@@ -21,6 +21,9 @@ class TrainDraftOptions(StageOptions):
                                        "JSONL/CSV traffic logs), as for `trtspec profile`.")
     samples: Optional[int] = Field(None, ge=2, description="Prompts per workload (seeded sample); null: all.")
     heldout: int = Field(8, ge=1, description="Prompts per workload held out of training to measure AL(K).")
+    self_prompts: int = Field(0, ge=0, description="More prompts the target writes itself (Magpie: sampled after "
+                              "its chat template's user header), trained on as workload 'self', never held out: "
+                              "data beyond the prompt sets, as many as the budget allows.")
     max_new_tokens: int = Field(256, ge=2, description="Length of the target's regenerated greedy responses.")
     max_prompt_tokens: int = Field(512, ge=1, description="Prompts are cut to their last tokens beyond this.")
     regen_batch_size: int = Field(8, ge=1, description="Prompts the target answers at once (batched greedy).")
@@ -68,7 +71,10 @@ class TrainDraftStage(TrainDraftOptions):
                                "tuner routes a workload to its best head (tune.memory_budget_gib counts each).")
     threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null: the recipe's `threads`.")
 
-    def head_options(self, workloads: str, threads: int | None) -> TrainDraftOptions:
-        """The TrainDraftOptions of one head, trained on `workloads` (NAME=SOURCE list)."""
+    def head_options(self, workloads: str, threads: int | None, general: bool = True) -> TrainDraftOptions:
+        """The TrainDraftOptions of one head, trained on `workloads` (NAME=SOURCE list). A per-workload
+        head (`general` False) learns that workload alone: without the target's self-written prompts."""
         base = self.model_dump(exclude={"per_workload", "workloads", "threads"})
+        if not general:
+            base["self_prompts"] = 0
         return TrainDraftOptions(**base, workloads=workloads, threads=self.threads or threads)

@@ -32,7 +32,7 @@ from rich.table import Table
 from ..errors import TrtspecError
 from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
 from ..perf.schema import load_results
-from ..recipe import Recipe, load_recipe
+from ..recipe import GENERAL_HEAD, Recipe, load_recipe
 from . import stages as st
 from .inputs import missing_inputs, stage_inputs
 from .state import RunManifest, canonical, fingerprint, outputs_exist, sha256_text
@@ -73,7 +73,7 @@ def _derive_section(r: Recipe) -> dict:
     they change with trtspec's version)."""
     section = {"target": r.target, "derive": r.draft.model_dump(exclude={"train"}) if r.draft else None}
     if _trains(r):
-        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads).shaping()
+        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads, general=n == GENERAL_HEAD).shaping()
                                       for n, e in r.trained_heads().items()}}
     return section
 

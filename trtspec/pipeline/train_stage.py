@@ -19,7 +19,8 @@ def train_heads(recipe, target: Path, paths, console, log) -> str:
     notes, copies = [], {}
     for name, entries in recipe.trained_heads().items():
         log(f"{name}: EAGLE-3 head on {entries}")
-        cached, trained = cached_head(target, recipe.draft.train.head_options(entries, recipe.threads), console)
+        options = recipe.draft.train.head_options(entries, recipe.threads, general=name == GENERAL_HEAD)
+        cached, trained = cached_head(target, options, console)
         copies[name] = cached
         notes.append(f"{name} {'trained' if trained else 'from the cache'}{heldout_note(cached)}")
     with atomic_dir(paths.head, overwrite=True) as tmp:

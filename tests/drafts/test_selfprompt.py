@@ -1,0 +1,71 @@
+"""drafts/selfprompt.py: the prompts a target writes itself after its chat template's user header
+(Magpie), and their place in train-draft's data (workload 'self', training only, cached, in the key)."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tiny_models import save_tiny_tokenizer, tiny_draft_target
+from trtspec.drafts import selfprompt
+from trtspec.drafts.options import TrainDraftOptions, TrainDraftStage
+from trtspec.errors import TrtspecError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# a chat template over the tiny tokenizer's words: t5 opens a user turn, t6 the assistant's
+TEMPLATE = ("{% for m in messages %}t5 {{ m['content'] }} </s> {% endfor %}"
+            "{% if add_generation_prompt %}t6{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_target(tmp_path_factory):
+    """The train-draft tests' tiny target with a chat template, and 12 prompts of words t7.. (not the
+    template's)."""
+    return tiny_draft_target(tmp_path_factory.mktemp("self_target"), prompts=12, chat_template=TEMPLATE, low=7)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRTSPEC_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_prefix_is_the_template_up_to_the_users_message(chat_target, tmp_path):
+    target, _ = chat_target
+    assert selfprompt.user_prefix(AutoTokenizer.from_pretrained(target)) == [5]
+    save_tiny_tokenizer(tmp_path / "plain")  # no chat template: nothing to let the target write
+    with pytest.raises(TrtspecError, match=r"^draft\.train\.self_prompts: the target's tokenizer has no chat template"):
+        selfprompt.user_prefix(AutoTokenizer.from_pretrained(tmp_path / "plain"))
+
+
+def test_the_target_writes_distinct_seeded_prompts(chat_target):
+    target, _ = chat_target
+    tok, model = AutoTokenizer.from_pretrained(target), AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    write = lambda seed: selfprompt.write_prompts(model, tok, 6, seed, 4, {2}, 2)  # noqa: E731
+    first = write(0)
+    assert len(first) == 6 and len(set(first)) == 6 and all(p and "</s>" not in p for p in first)
+    assert all(w.startswith("t") for p in first for w in p.split())  # the tiny tokenizer's words, the header cut off
+    assert write(0) == first and write(1) != first
+
+
+def test_train_draft_trains_on_them_as_workload_self_and_keys_the_head_by_them(chat_target, tmp_path):
+    from trtspec.drafts import cache
+    from trtspec.drafts.train import train_draft
+
+    target, prompts = chat_target
+    base = dict(workloads=f"p={prompts}", heldout=2, max_new_tokens=8, epochs=1, batch_size=4, eval_every=100,
+                draft_vocab_size=128, device="cpu", eval_k=[1])
+    summary = train_draft(target, tmp_path / "head", TrainDraftOptions(**base, self_prompts=4))
+    assert summary["train_prompts"] == 10 + 4 and summary["heldout_prompts"] == 2  # never held out
+    assert set(summary["heldout_vocab_coverage"]) == {"p"}
+    assert len(list((tmp_path / "cache" / "draft-data").glob("self-*.json"))) == 1  # written once, cached
+    assert cache.head_key(target, TrainDraftOptions(**base, self_prompts=4)) != \
+        cache.head_key(target, TrainDraftOptions(**base))
+
+
+def test_only_the_general_head_of_a_recipe_gets_them():
+    stage = TrainDraftStage(self_prompts=100)
+    assert stage.head_options("chat=mt-bench", 1).self_prompts == 100
+    assert stage.head_options("chat=mt-bench", 1, general=False).self_prompts == 0
