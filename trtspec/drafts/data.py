@@ -65,13 +65,18 @@ def target_fingerprint(target: Path) -> str:
     return h.hexdigest()
 
 
-def cache_path(target: Path, prompts: list[list[int]], options: TrainDraftOptions, precision: str) -> Path:
-    """precision: the dtype the target answered in (train.load_target: float32 on a CPU, the
-    checkpoint's on a GPU), which can change a greedy answer."""
-    key = json.dumps({"version": DATA_VERSION, "target": target_fingerprint(target), "prompts": prompts,
-                      "max_new_tokens": options.max_new_tokens, "batch": options.regen_batch_size,
-                      "precision": precision})
-    return default_cache_root() / "draft-data" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+def cached(key: dict, field: str, make, advance=lambda n: None, prefix: str = "") -> list:
+    """`make()`'s list, kept under `$TRTSPEC_CACHE/draft-data/<prefix><sha256 of key>.json` and read from
+    there when the same key comes again (`advance` is then told of every item at once)."""
+    digest = hashlib.sha256(json.dumps({"version": DATA_VERSION, **key}).encode()).hexdigest()[:24]
+    path = default_cache_root() / "draft-data" / f"{prefix}{digest}.json"
+    if path.exists():
+        value = json.loads(path.read_text(encoding="utf-8"))[field]
+        advance(len(value))
+        return value
+    value = make()
+    write_text_atomic(path, json.dumps({field: value}))
+    return value
 
 
 def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
@@ -116,8 +121,12 @@ def self_written(target: Path, model, tokenizer, options: TrainDraftOptions, eos
     named workloads)."""
     if not options.self_prompts:
         return []
-    texts = selfprompt.cached_prompts(target_fingerprint(target), model, tokenizer, options.self_prompts,
-                                      options.seed, options.regen_batch_size, eos, pad, advance)
+    key = {"self_prompts": options.self_prompts, "target": target_fingerprint(target), "seed": options.seed,
+           "batch": options.regen_batch_size, "precision": str(next(model.parameters()).dtype),
+           "prompt_tokens": selfprompt.PROMPT_TOKENS, "writer": selfprompt.VERSION}
+    texts = cached(key, "prompts", lambda: selfprompt.write_prompts(
+        model, tokenizer, options.self_prompts, options.seed, options.regen_batch_size, eos, pad, advance),
+        advance, prefix="self-")
     return [(SELF, render(Sample(f"{SELF}:{i}", None, [{"role": "user", "content": t}]), tokenizer,
                           max_prompt_tokens=options.max_prompt_tokens, keep="end"), False)
             for i, t in enumerate(texts)]
@@ -129,11 +138,10 @@ def load_examples(target: Path, model, tokenizer, options: TrainDraftOptions, eo
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     chosen = split_prompts(options, tokenizer) + self_written(target, model, tokenizer, options, eos, pad)
     prompts = [ids for _, ids, _ in chosen]
-    path = cache_path(target, prompts, options, str(next(model.parameters()).dtype))
-    if path.exists():
-        responses = json.loads(path.read_text(encoding="utf-8"))["responses"]
-        advance(len(prompts))
-    else:
-        responses = regenerate(model, prompts, options.max_new_tokens, options.regen_batch_size, eos, pad, advance)
-        write_text_atomic(path, json.dumps({"responses": responses}))
+    # precision: the dtype the target answers in (train.load_target: float32 on a CPU, the checkpoint's
+    # on a GPU), which can change a greedy answer; so can the batch (padding)
+    key = {"target": target_fingerprint(target), "prompts": prompts, "max_new_tokens": options.max_new_tokens,
+           "batch": options.regen_batch_size, "precision": str(next(model.parameters()).dtype)}
+    responses = cached(key, "responses", lambda: regenerate(
+        model, prompts, options.max_new_tokens, options.regen_batch_size, eos, pad, advance), advance)
     return [Example(name, ids, resp, held) for (name, ids, held), resp in zip(chosen, responses)]

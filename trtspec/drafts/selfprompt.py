@@ -10,23 +10,18 @@ head for this target should learn from. Why we need them: a head learns from the
 GPU run memorises long before the head is good (README, "Training a draft"); the target can write
 as many more as the budget allows.
 
-Only the text is kept (cached like the answers, by everything it depends on); `data.py` renders each
-through the chat template like any other prompt and regenerates its answer."""
+Only the text is kept; data.py caches it like the answers (by everything it depends on), renders
+each through the chat template like any other prompt and regenerates its answer."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import torch
 
-from ..checkpoints.default_model import default_cache_root
 from ..errors import TrtspecError
-from ..fsutil import write_text_atomic
 
 SENTINEL = "\x00trtspec-user-message\x00"
 PROMPT_TOKENS = 96  # a written prompt is cut here (most end at the template's end-of-turn far sooner)
-VERSION = 1
+VERSION = 1  # of how prompts are written: part of their cache key (data.self_written)
 
 
 def user_prefix(tokenizer) -> list[int]:
@@ -68,19 +63,3 @@ def write_prompts(model, tokenizer, n: int, seed: int, batch_size: int, eos: set
                     out.append(text)
                     advance(1)
     return out
-
-
-def cached_prompts(fingerprint: str, model, tokenizer, n: int, seed: int, batch_size: int, eos: set[int],
-                   pad_id: int, advance=lambda k: None) -> list[str]:
-    """write_prompts, read from `$TRTSPEC_CACHE/draft-data/` when written before (keyed by the target's
-    fingerprint, n, seed, batch size, the dtype it ran in and this module's VERSION)."""
-    key = json.dumps({"version": VERSION, "target": fingerprint, "n": n, "seed": seed, "batch": batch_size,
-                      "dtype": str(next(model.parameters()).dtype), "prompt_tokens": PROMPT_TOKENS})
-    path = default_cache_root() / "draft-data" / f"self-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
-    if path.exists():
-        prompts = json.loads(path.read_text(encoding="utf-8"))["prompts"]
-        advance(len(prompts))
-        return prompts
-    prompts = write_prompts(model, tokenizer, n, seed, batch_size, eos, pad_id, advance)
-    write_text_atomic(path, json.dumps({"prompts": prompts}))
-    return prompts
