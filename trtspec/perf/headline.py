@@ -14,16 +14,17 @@ from .stats import al_ci, rate_ci
 
 @dataclass
 class Headline:
-    """One workload at one load point: the numbers the top of the report shows."""
+    """One workload at one load point: the numbers the top of the report shows (None: not measured
+    or not predicted there)."""
     workload: str
     load: str
-    tokens_per_s: float | None
-    baseline_tokens_per_s: float | None
-    speedup: float | None
-    predicted_speedup: float | None
-    acceptance_length: float | None
-    predicted_acceptance_length: float | None
-    predicted_draft_len: int | None
+    tokens_per_s: float | None = None
+    baseline_tokens_per_s: float | None = None
+    speedup: float | None = None
+    predicted_speedup: float | None = None
+    acceptance_length: float | None = None
+    predicted_acceptance_length: float | None = None
+    predicted_draft_len: int | None = None
     tokens_per_s_ci: Interval | None = None
     baseline_tokens_per_s_ci: Interval | None = None
     speedup_ci: Interval | None = None
@@ -61,7 +62,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         key = (r.workload, load_label(r))
         b = base.get(key) if r.speculation else r
         c = measured.get(key) if r.speculation and has_successes(r) and b is not None and has_successes(b) else None
-        h = Headline(r.workload, key[1], None, None, None, None, None, None, None)
+        h = Headline(r.workload, key[1])
         if c is not None:
             h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
             h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
