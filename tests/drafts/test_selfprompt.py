@@ -69,3 +69,13 @@ def test_only_the_general_head_of_a_recipe_gets_them():
     stage = TrainDraftStage(self_prompts=100)
     assert stage.head_options("chat=mt-bench", 1).self_prompts == 100
     assert stage.head_options("chat=mt-bench", 1, general=False).self_prompts == 0
+
+
+def test_a_workload_named_self_is_refused_only_beside_self_written_prompts():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="workloads: the name 'self' is reserved"):
+        TrainDraftOptions(workloads="chat=mt-bench,self=humaneval", self_prompts=2)
+    assert TrainDraftOptions(workloads="self=humaneval").workloads == "self=humaneval"  # no clash without them
+    with pytest.raises(ValidationError, match="reserved"):
+        TrainDraftStage(self_prompts=2).head_options("self=mt-bench", 1)

@@ -23,7 +23,7 @@ from ..errors import TrtspecError
 from ..fsutil import sha256_file, write_text_atomic
 from ..workloads import Sample, load_workloads, render
 from . import selfprompt
-from .options import TrainDraftOptions
+from .options import SELF, TrainDraftOptions
 
 DATA_VERSION = 1
 
@@ -109,9 +109,6 @@ def regenerate(model, prompts: list[list[int]], max_new_tokens: int, batch_size:
             out[i] = cut_at_eos([int(t) for t in gen[row, width:]], eos)
         advance(len(idx))
     return out  # type: ignore[return-value]
-
-
-SELF = "self"  # the workload name of the prompts the target writes itself (options.self_prompts)
 
 
 def self_written(target: Path, model, tokenizer, options: TrainDraftOptions, eos: set[int], pad: int,

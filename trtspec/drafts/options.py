@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..options import StageOptions
 from ..tuning.options import distinct_positive
+
+
+SELF = "self"  # the workload name of the prompts the target writes itself (self_prompts)
 
 
 class TrainDraftOptions(StageOptions):
@@ -54,6 +57,17 @@ class TrainDraftOptions(StageOptions):
     @classmethod
     def _eval_k(cls, v: list[int]) -> list[int]:
         return distinct_positive(v, "[1, 2, 3]")
+
+    @model_validator(mode="after")
+    def _self_is_reserved(self):
+        """The self-written prompts train as workload SELF; a named workload of that name would be
+        mixed into them (and never held out), so it is refused."""
+        from ..workloads.spec import parse_workload_specs
+
+        if self.self_prompts and self.workloads and SELF in (s.name for s in parse_workload_specs(self.workloads)):
+            raise ValueError(f"workloads: the name {SELF!r} is reserved for the self_prompts prompts "
+                             "when self_prompts > 0; give that workload another NAME=")
+        return self
 
     def shaping(self) -> dict:
         """The options the trained head depends on (not how often it is measured, where or how fast):
