@@ -13,7 +13,8 @@
 #   compile  scripts/bench_compile.py --device cuda (SmolLM2)                   -> compile_cuda.json
 #   train    issue 17's head: trtspec train-draft on SmolLM2 on CUDA, MT-Bench and HumanEval plus
 #            3000 prompts SmolLM2 writes itself; held-out MT-Bench AL(K) as it trains (resumes
-#            where a cut call stopped)                      -> training.json, learning_curve.png
+#            where a cut call stopped)  -> training.json, learning_curve.png, the head
+#            as head.tar.aa, .ab, ... and head.sha256 (cat the parts, check the sum, untar)
 #
 # With no STEP it only installs what has arrived (wheels, GGUF parts). Anywhere else (OUT unset) it
 # writes to ./gpu-out, so the orchestration can be tried on a CPU: the CUDA variants then skip.
@@ -97,8 +98,14 @@ EOF
           train-draft --target "$smol_dir" --out "$WORK/head" --workloads chat=mt-bench,code=humaneval \
           --self-prompts 3000 --heldout 8 --max-new-tokens 256 --regen-batch-size 128 --draft-vocab-size 8192 \
           --epochs 3 --batch-size 16 --eval-every 100 --eval-k 1,2,3,4 --device cuda 2>&1 | tail -20
-        cp "$WORK/head/training.json" "$WORK/head/learning_curve.png" "$OUT/" 2>/dev/null \
-          || echo "train: not finished; the same step again resumes it"
+        if cp "$WORK/head/training.json" "$WORK/head/learning_curve.png" "$OUT/" 2>/dev/null; then
+          # the head itself, in parts under the 16 MiB a returned file may have; here:
+          # cat head.tar.* > head.tar, compare its sha256 with head.sha256, tar -xf head.tar (head/)
+          tar -C "$WORK" -cf - head | split -b 15m - "$OUT/head.tar."
+          cat "$OUT"/head.tar.* | sha256sum | cut -d' ' -f1 > "$OUT/head.sha256"
+        else
+          echo "train: not finished; the same step again resumes it"
+        fi
       else
         echo "train: needs SmolLM2's GGUF (scripts/gpu_kit.sh, three calls)"
       fi ;;
