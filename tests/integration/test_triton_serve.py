@@ -44,6 +44,7 @@ from triton_fixtures import TREE_A, TREE_B, cpu_repository, tiny_eagle, tiny_pai
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
 from trtspec.runtime.generate import load_models, stream_request
+from trtspec.triton_repo.models.serving_rules import label_band
 from trtspec.triton_repo.serve import CpuServer, ServerStartError, free_port
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -231,6 +232,7 @@ def test_chat_and_code_get_the_target_greedy_text_with_their_tuned_k(dt):
         assert text_of(pieces) == want and len(pieces) > 2  # streamed in pieces
         assert value(last, "num_draft_tokens") == k
         assert value(last, "route") == f"{workload}@1:K={k}"
+        assert label_band(value(last, "route")) == 1  # what perf reads the served band from
         assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6)
         assert 1.0 < al <= k + 1
         assert value(last, "total_accepted_draft_tokens") > 0

@@ -124,6 +124,8 @@ def test_band_rule_matches_generate_pick_band():
 def test_comparisons_pair_spec_with_baseline_and_predict_from_the_served_band():
     runs = [run("chat", True, 1, 1), run("chat", False, 1, 2), run("chat", True, 8, 3), run("chat", False, 8, 4),
             run("code", True, 1, 5)]  # code has no baseline: no row
+    for r in runs[2].requests:
+        r.route = None  # no route labels: the band its load picks (pick_band(bands, 8): 4)
     tuning = Tuning({"chat": WorkloadBands([Band(1, 4, 2.0, 3.0), Band(4, 2, 1.5, 2.2)])})
     rows = comparisons(runs, tuning)
     assert [(r.workload, r.concurrency) for r in rows] == [("chat", 1), ("chat", 8)]
@@ -137,6 +139,25 @@ def test_comparisons_pair_spec_with_baseline_and_predict_from_the_served_band():
     assert 1.0 < rows[0].predicted_speedup < 2.0
     assert (rows[1].predicted_draft_len, rows[1].predicted_acceptance_length) == (2, 2.2)
     assert comparisons(runs)[0].predicted_speedup is None
+
+
+def test_the_prediction_is_the_mix_of_the_bands_the_route_labels_name():
+    spec, base = run("chat", True, None, 1), run("chat", False, None, 2)
+    spec.request_rate = base.request_rate = 2.0
+    ok = [r for r in spec.requests if r.status == "ok"]
+    for i, r in enumerate(ok):  # a quarter of the requests found 4 in flight at their arrival
+        r.route = "chat@4:K=2" if i % 4 == 0 else "chat@1:K=4:ngram:n=2"
+    bands = [Band(1, 4, 2.0, 3.0, 0.2), Band(4, 2, 1.5, 2.2, 0.1)]
+    row = comparisons([spec, base], Tuning({"chat": WorkloadBands(bands)}))[0]
+    n4 = len(ok[::4])
+    assert row.predicted_served_bands == {1: len(ok) - n4, 4: n4}
+    # decode times add: the harmonic mean of the per-step speedups, and of the ALs (tokens per step)
+    assert row.predicted_step_speedup == pytest.approx(len(ok) / ((len(ok) - n4) / 2.0 + n4 / 1.5))
+    assert row.predicted_acceptance_length == pytest.approx(len(ok) / ((len(ok) - n4) / 3.0 + n4 / 2.2))
+    assert 0.1 < row.predicted_acceptance_length_se < 0.2 and row.predicted_draft_len == 4  # the commonest band's K
+    ok[0].route = "chat@2:K=3"  # a band tuning.json does not have (another repository): the load's band
+    row = comparisons([spec, base], Tuning({"chat": WorkloadBands(bands)}))[0]
+    assert row.predicted_served_bands is None and row.predicted_step_speedup in (2.0, 1.5)
 
 
 def test_csv_files_agree_with_results_json(tmp_path):

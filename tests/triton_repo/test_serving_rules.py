@@ -169,3 +169,12 @@ def test_check_positions_and_one_row():
     one_row(1, "text_input")
     with pytest.raises(RequestError, match="text_input: 2 rows in one request"):
         one_row(2, "text_input")
+
+
+def test_label_band_reads_the_band_a_route_label_names():
+    assert r.label_band("chat@4:K=2") == 4 and r.label_band("default@1:K=3:ngram:n=2:head=code") == 1
+    routing = {"mode": "ngram"}
+    swept = r.swept_route(routing, {"num_draft_tokens": 2, "label": "code@2:K=2"}, k="3")
+    # a sweep, speculation off, a served model, nothing: no tuned band served the request
+    for label in (swept["label"], "code:speculation-off:K=0", "sweep:tensorrt_llm_c1_p0", "chat:tensorrt_llm", None):
+        assert r.label_band(label) is None

@@ -1,13 +1,15 @@
 """Speculation on vs off per workload and load point, next to what the tuner predicted.
 
-The prediction is the tuned band the repository serves at that load, chosen with the same rule as
-the repository's `generate` model (serving_rules.pick_band: the largest tuned band <= the requests
-in flight, else the smallest band), so a measured speedup is compared with the number the served K came
-from, made end to end with the baseline's measured time to first token and, under concurrency, the
-time its decode stood still for other requests' context phases (stats.end_to_end_prediction,
-stats.stall_s: the tuner prices decode steps, tokens/s counts whole requests).
-Open-loop runs compare per-request speeds (`compared_rates`), predicted at the load their Poisson
-arrivals found (`load_of`, Little's law). Sampled runs (temperature > 0) get a distribution check
+The prediction is the tuned band the repository served: its `generate` model picks one per request
+by the requests in flight at its arrival (serving_rules.pick_band: the largest tuned band <= that,
+else the smallest) and names it in the request's route label, which perf records; where labels are
+missing, the band the run's load picks by the same rule (`load_of`: its concurrency, or what an open
+loop's Poisson arrivals found, Little's law). So a measured speedup is compared with the number the
+served K came from, made end to end with the baseline's measured time to first token and, under
+concurrency, the time its decode stood still for other requests' context phases
+(stats.end_to_end_prediction, stats.stall_s: the tuner prices decode steps, tokens/s counts whole
+requests). Open-loop runs compare per-request speeds (`compared_rates`).
+Sampled runs (temperature > 0) get a distribution check
 of their outputs against the baseline's (trtspec.perf.parity).
 Each row carries the speedup's 95% interval and what it allows to say (trtspec.perf.stats: verdict,
 whether the prediction lies inside the interval, requests a ±5% claim would need).
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..options import Sampling
-from ..triton_repo.models.serving_rules import pick_band
+from ..triton_repo.models.serving_rules import band_concurrency, label_band, pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
@@ -46,14 +48,17 @@ def _draft_len(band) -> int:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What tuning.json predicts for a run: the band the repository serves at its load, and its
-    per-step speedup made end to end with the baseline run's TTFT (None without one)."""
+    """What tuning.json predicts for a run: the band the repository served it with, and that band's
+    per-step speedup made end to end with the baseline run's TTFT (None without one). When the
+    requests' route labels name several bands (an open loop's load varies; a closed loop's first
+    requests arrive alone), `band` is the one that served most of them and the step speedup, AL and
+    its standard error are the mix's (`mixed`); `served` then counts requests per band concurrency."""
     band: object
     speedup: float | None
-
-    @property
-    def step_speedup(self) -> float:
-        return self.band.speedup
+    step_speedup: float
+    acceptance_length: float | None
+    acceptance_length_se: float | None
+    served: dict[int, int] | None = None
 
     @property
     def draft_len(self) -> int:
@@ -66,20 +71,59 @@ def load_of(run: Run) -> float | None:
     return run.concurrency if run.concurrency is not None else inflight(run.requests)
 
 
+def served_bands(bands, run: Run) -> dict[int, int] | None:
+    """{band concurrency: successful requests it served}, read from the requests' route labels
+    (serving_rules.label_band: the repository's generate picks a band per request, by the load at its
+    arrival); None when a request's label names no band of `bands` (another server, an older
+    results.json, a tuning.json other than the repository's)."""
+    tuned = {band_concurrency(b) for b in bands}
+    served = [label_band(r.route) for r in run.requests if r.status == "ok"]
+    if not served or any(c not in tuned for c in served):
+        return None
+    return dict(sorted(Counter(served).items()))
+
+
+def mixed(bands, served: dict[int, int]) -> tuple[float, float | None, float | None]:
+    """(step speedup, AL, AL's standard error) of requests served by several bands, n_b by band b.
+    Each request decodes in its band's steps, so times add: over equal baseline decodes the step
+    speedup is the requests' harmonic mean N / sum(n_b / s_b), and AL (tokens per step) likewise
+    N / sum(n_b / AL_b), whose standard error follows by the delta method from the bands' own."""
+    by_c = {band_concurrency(b): b for b in bands}
+    n = sum(served.values())
+    step = n / sum(k / by_c[c].speedup for c, k in served.items())
+    als = {c: by_c[c].acceptance_length for c in served}
+    if any(a is None or a <= 0 for a in als.values()):
+        return step, None, None
+    al = n / sum(k / als[c] for c, k in served.items())
+    ses = {c: by_c[c].acceptance_length_se for c in served}
+    se = None if any(v is None for v in ses.values()) else \
+        sum((al * al * k / (n * als[c] ** 2) * ses[c]) ** 2 for c, k in served.items()) ** 0.5
+    return step, al, se
+
+
 def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
     """The prediction for `run` (module docstring); None without tuning.json or a tuned workload.
-    The one place the report and the comparisons take it from. An open loop's band is the one its
-    mean load picks (the server picks per request, by the load of the moment) and its stall only
-    what the baseline's decodes met queued at their start (stats.stall_s)."""
+    The one place the report and the comparisons take it from. The band is the one the requests'
+    route labels name (`served_bands`; several: `mixed`), else the one the run's load picks, and an
+    open loop's stall only what the baseline's decodes met queued at their start (stats.stall_s)."""
     wt = tuning.workloads.get(run.workload) if tuning is not None else None
     if wt is None or not wt.bands:
         return None
-    band = pick_band(wt.bands, load_of(run))
+    served = served_bands(wt.bands, run)
+    if served is None:
+        band = pick_band(wt.bands, load_of(run))
+        step, al, se = band.speedup, band.acceptance_length, band.acceptance_length_se
+    else:
+        most = max(served, key=lambda c: (served[c], -c))
+        band = next(b for b in wt.bands if band_concurrency(b) == most)
+        step, al, se = mixed(wt.bands, served) if len(served) > 1 else \
+            (band.speedup, band.acceptance_length, band.acceptance_length_se)
+    mix = served if served is not None and len(served) > 1 else None
     if base is None:
-        return Prediction(band, None)
+        return Prediction(band, None, step, al, se, mix)
     stall = stall_s(base.requests, load_of(base) or 1, open_loop=run.concurrency is None)
-    return Prediction(band, end_to_end_prediction(band.speedup, base.summary.ttft_s.mean, base.summary.e2e_s.mean,
-                                                  stall))
+    return Prediction(band, end_to_end_prediction(step, base.summary.ttft_s.mean, base.summary.e2e_s.mean, stall),
+                      step, al, se, mix)
 
 
 def decode_speedup(spec: Run, base: Run) -> float | None:
@@ -135,8 +179,9 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         pred = served_prediction(tuning, r, b)
         if pred is not None:
             row.predicted_step_speedup, row.predicted_speedup = pred.step_speedup, pred.speedup
-            row.predicted_acceptance_length = pred.band.acceptance_length
-            row.predicted_acceptance_length_se = pred.band.acceptance_length_se
+            row.predicted_acceptance_length = pred.acceptance_length
+            row.predicted_acceptance_length_se = pred.acceptance_length_se
+            row.predicted_served_bands = pred.served
             row.predicted_draft_len = pred.draft_len
             row.prediction_fit = prediction_fit(row.predicted_speedup, ci)
         out.append(row)
@@ -190,6 +235,9 @@ def speedup_line(c: Comparison) -> str:
     if c.predicted_speedup is not None:
         text += f"; predicted {prediction_text(c.predicted_speedup, c.predicted_step_speedup)}" + (
             f", {c.prediction_fit}" if c.prediction_fit else "")
+        if c.predicted_served_bands:
+            text += " (over the bands served: " + ", ".join(
+                f"c={k} x{n}" for k, n in c.predicted_served_bands.items()) + ")"
         if c.decode_speedup is not None and c.predicted_step_speedup is not None:
             text += f"; after the first token {c.decode_speedup:.2f}x measured (ITL ratio)"
     if c.acceptance_length is not None and c.acceptance_length_ci is not None:

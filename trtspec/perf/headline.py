@@ -85,8 +85,8 @@ def _predict(h: Headline, pred, stored) -> None:
     """The headline's prediction: tuning.json's (compare.served_prediction), else results.json's."""
     if pred is not None:
         h.predicted_speedup, h.predicted_step_speedup = pred.speedup, pred.step_speedup
-        h.predicted_acceptance_length, h.predicted_draft_len = pred.band.acceptance_length, pred.draft_len
-        h.predicted_acceptance_length_se = pred.band.acceptance_length_se
+        h.predicted_acceptance_length, h.predicted_draft_len = pred.acceptance_length, pred.draft_len
+        h.predicted_acceptance_length_se = pred.acceptance_length_se
     elif stored is not None:
         h.predicted_speedup, h.predicted_step_speedup = stored.predicted_speedup, stored.predicted_step_speedup
         if h.predicted_step_speedup is None:  # results.json written before predictions were made end to end

@@ -164,6 +164,9 @@ class Comparison(BaseModel):
     acceptance_length_ci: Interval | None = Field(None, exclude_if=lambda v: v is None)
     # the profile's standard error of the predicted acceptance length (tuning.json's band)
     predicted_acceptance_length_se: float | None = Field(None, exclude_if=lambda v: v is None)
+    # {band concurrency: requests} when the requests' route labels name several tuned bands: the
+    # predictions above are then the mix's (perf.compare.mixed), the draft length the commonest band's
+    predicted_served_bands: dict[int, int] | None = Field(None, exclude_if=lambda v: v is None)
 
 
 SWEEP_SCHEMA = "trtspec.perf-sweep/1"

@@ -6,7 +6,7 @@ Two kinds of readers use the same functions, which is why they live here and now
   TensorRT-LLM Triton container, where trtspec is not installed, so this module imports nothing
   but the standard library (no triton_python_backend_utils, numpy, torch or trtspec);
 - trtspec itself (as `trtspec.triton_repo.models.serving_rules`): routing writes the brace syntax
-  the models parse, perf predicts a run with the band the models pick for that load, the
+  the models parse, perf predicts a run with the bands the models picked (`label_band`), the
   repository validator checks model parameters with the same parser.
 
 The rules: which tuned concurrency band serves a request, the `eagle_choices` brace syntax,
@@ -174,6 +174,14 @@ def served_models(routing):
         if isinstance(e, dict) and "model" in e:
             models.setdefault(e["model"], int(e["num_draft_tokens"]))
     return models
+
+
+def label_band(label):
+    """The concurrency of the tuned band a route label names (`chat@2:K=3...`, written by generate's
+    route), None for a label that names none (speculation off, a sweep, an EAGLE or llmapi model):
+    perf reads from it which band served each request."""
+    m = re.match(r"[^@:]*@(\d+):", label or "")
+    return int(m.group(1)) if m else None
 
 
 def swept_route(routing, route, k=None, ngram=None, model=None):
