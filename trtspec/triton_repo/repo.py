@@ -36,18 +36,18 @@ from .options import TritonOptions
 from .flavors import FLAVORS, in_flight_batching, is_pytorch
 from .runtime_device import place
 from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
+from .engine_limits import batch_size, check_draft_lengths, check_trees, request_limits
 from .heads import resolve_heads
 from .models.serving_rules import SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
-from .routing import check_tuning, draft_target_routes, eagle_routes, tree_problems
+from .routing import check_tuning, draft_target_routes, eagle_routes
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 
 MANIFEST = "trtspec-repo.json"
 MANIFEST_SCHEMA = "trtspec.triton-repo/1"
-DEFAULT_CPU_BATCH = 8
 _D = TritonOptions()
 
 
@@ -162,61 +162,10 @@ class _Builder:
         self.routing: dict = {}
         self.sampling: dict = {}
 
-    # ---- limits ---------------------------------------------------------------------------------
-    def _batch(self) -> int:
-        if self.req.max_batch_size is not None:
-            engine_max = min((a.max_batch_size for a in self.arts if a.max_batch_size), default=None)
-            if engine_max is not None and self.req.max_batch_size > engine_max:
-                self.warnings.append(f"--max-batch-size {self.req.max_batch_size} exceeds the engines' max_batch_size "
-                                     f"{engine_max}; the executor queues the rest")
-            return self.req.max_batch_size
-        return min((a.max_batch_size for a in self.arts if a.max_batch_size), default=DEFAULT_CPU_BATCH) \
-            if self.flavor == "trtllm" else DEFAULT_CPU_BATCH
-
-    def _check_draft_lengths(self, routing: dict) -> int:
-        target = self.arts[0]
-        ks = [(w, b["concurrency"], b["num_draft_tokens"]) for w, bands in routing["workloads"].items() for b in bands]
-        ks += [("(default route)", b["concurrency"], b["num_draft_tokens"]) for b in routing["default"]["bands"]]
-        worst = max(ks, key=lambda x: x[2])
-        if self.flavor == "trtllm" and worst[2] > target.max_draft_len:
-            raise TrtspecError(
-                f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
-                f"{worst[2]}, above the target engine's max_draft_len {target.max_draft_len} "
-                f"({target.path / 'config.json'}); rebuild the pair with build.max_draft_len {worst[2]} or re-tune")
-        if is_pytorch(self.flavor) and target.max_seq_len and worst[2] >= target.max_seq_len:
-            # the cpu flavor has no engine max_draft_len; a chain of drafts must still fit the positions
-            raise TrtspecError(
-                f"{self.tuning_path}: workload '{worst[0]}' at concurrency {worst[1]} is tuned to num_draft_tokens "
-                f"{worst[2]}, not below the target checkpoint's max_position_embeddings {target.max_seq_len} "
-                f"({target.path / 'config.json'}); re-tune")
-        return max(k for _, _, k in ks)
-
-    def _check_trees(self, routing: dict, art: Artifact) -> None:
-        for m in routing["models"]:
-            probs = tree_problems(m["eagle_choices"], art.max_draft_len, art.num_eagle_layers, art.max_non_leaves)
-            if probs:
-                raise TrtspecError(f"{self.tuning_path}: profile '{m['profile']}' tree does not fit {art.path}: "
-                                   f"{probs[0]}")
-
     # ---- models ---------------------------------------------------------------------------------
-    def _limits(self) -> dict:
-        """The request limits `generate` enforces before calling any model (serving_rules.check_limits).
-        Engines: the smallest max_input_len and max_seq_len of the served engines, max_seq_len less
-        the room trtllm-build added for speculation (max_draft_len, and num_eagle_layers for EAGLE:
-        upstream.trtllm, builder.py), which a request cannot use. Checkpoints (cpu flavor): their
-        smallest max_position_embeddings."""
-        if self.flavor == "trtllm":
-            seq = [a.max_seq_len - a.max_draft_len - (a.num_eagle_layers or 0) for a in self.arts if a.max_seq_len]
-            inp = [int(a.build["max_input_len"]) for a in self.arts if a.build.get("max_input_len")]
-            return {"max_input_len": min(inp) if inp else None, "max_seq_len": min(seq) if seq else None}
-        positions = [int(a.config["max_position_embeddings"]) for a in self.arts
-                     if isinstance(a.config.get("max_position_embeddings"), int)]
-        if not positions:
-            return {"max_input_len": None, "max_seq_len": None}
-        return {"max_input_len": min(positions) - 1, "max_seq_len": min(positions)}
-
     def build(self) -> list[r.ModelFiles]:
-        req, B = self.req, self._batch()
+        req = self.req
+        B = batch_size(req.max_batch_size, self.flavor, self.arts, self.warnings)
         tok = str(self.tokenizer)
         if self.flavor == "llmapi":
             return self._build_llmapi(B)
@@ -226,7 +175,7 @@ class _Builder:
         llm_names: list[str] = []
         if self.mode in ("draft-target", "eagle3"):  # eagle3: cpu flavor (trtllm refused above)
             routing = draft_target_routes(self.tuning, req.default_workload)
-            max_k = self._check_draft_lengths(routing)
+            max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             target, draft = self.arts
             drafter = "model,ngram" if _routes_ngram(routing) else "model"  # the drafter choice (tuning/choose.py)
             limit = target.max_draft_len if self.flavor == "trtllm" else max_k
@@ -266,11 +215,12 @@ class _Builder:
             files.append(spec)
         elif self.mode == "ngram":
             routing = draft_target_routes(self.tuning, req.default_workload)
-            files += self._ngram_models(B, tok, self._check_draft_lengths(routing))
+            max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
+            files += self._ngram_models(B, tok, max_k)
         else:
             art = self.arts[0]
             routing = eagle_routes(self.tuning, req.eagle_band, req.default_workload, art.num_eagle_layers)
-            self._check_trees(routing, art)
+            check_trees(routing, art, self.tuning_path)
             llm_names = [m["model"] for m in routing["models"]]
             self.sampling = route_sampling(self.flavor, self.mode)
             if self.flavor == "trtllm":
@@ -288,7 +238,8 @@ class _Builder:
         for f in files:
             if f.kind == "cpu_llm":
                 f.files = _python_files("cpu_llm")
-        routing.update(limits=self._limits(), in_flight_batching=in_flight_batching(self.flavor))
+        routing.update(limits=request_limits(self.flavor, self.arts),
+                       in_flight_batching=in_flight_batching(self.flavor))
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
                                llm_cancel_messages=is_pytorch(self.flavor))
@@ -358,7 +309,8 @@ class _Builder:
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:
             routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
-        routing.update(limits=self._limits(), in_flight_batching=in_flight_batching(self.flavor))
+        routing.update(limits=request_limits(self.flavor, self.arts),
+                       in_flight_batching=in_flight_batching(self.flavor))
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")
