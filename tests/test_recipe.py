@@ -30,6 +30,16 @@ def test_a_named_accept_rule_wins_and_no_triton_section_keeps_the_default():
     assert Recipe.model_validate({**BASE, "draft": "x"}).profile.accept_rule == "exact_match"
 
 
+@pytest.mark.parametrize("flavor,batching", [("trtllm", True), ("llmapi", True), ("cpu", False)])
+def test_the_tuner_prices_bands_as_the_flavor_serves_concurrent_requests(flavor, batching):
+    draft = {"eagle": "/head"} if flavor == "trtllm" else "x"
+    assert Recipe.model_validate({**BASE, "draft": draft, "triton": {"flavor": flavor}}).tune.in_flight_batching \
+        is batching
+    named = {**BASE, "draft": "x", "triton": {"flavor": "cpu"}, "tune": {"in_flight_batching": True}}
+    assert Recipe.model_validate(named).tune.in_flight_batching is True  # what the recipe says wins
+    assert Recipe.model_validate({**BASE, "draft": "x"}).tune.in_flight_batching is True  # no triton: TRT-LLM's
+
+
 def test_per_workload_heads_are_named_by_the_workload_names_the_prompts_get():
     """A training entry without NAME= is named by its file's stem (workloads.spec), never by its path."""
     r = parse_recipe({"target": "t", "workloads": {"chat": "mt-bench"},

@@ -42,6 +42,7 @@ from .options import field_path, first_problem
 from .perf.options import PerfSettings
 from .quality.options import QualityReportOptions, QuantizeStage
 from .triton_repo.options import ServeOptions, TritonOptions
+from .triton_repo.flavors import in_flight_batching
 from .triton_repo.sampling import route_sampling
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
@@ -202,6 +203,7 @@ class Recipe(ConvertOptions):
             raise ValueError("perf needs a triton section (the repository it measures)")
         self._deployment_accept_rule()
         self._instances()
+        self._batching()
         return self
 
     def _check_drafters(self) -> None:
@@ -226,6 +228,14 @@ class Recipe(ConvertOptions):
             return
         if self.triton.flavor == "llmapi":
             self.tune = self.tune.model_copy(update={"separate_instances": True})
+
+    def _batching(self) -> None:
+        """Whether the served flavor steps concurrent requests together decides how the tuner prices
+        a band (tune.in_flight_batching): the cpu flavor serves each request on its own thread."""
+        if self.triton is None or "in_flight_batching" in self.tune.model_fields_set:
+            return
+        if not in_flight_batching(self.triton.flavor):
+            self.tune = self.tune.model_copy(update={"in_flight_batching": False})
 
     def _deployment_accept_rule(self) -> None:
         """At T > 0 the profile must predict the rule the served route runs (upstream.sampling

@@ -49,6 +49,22 @@ def test_draft_length_shrinks_as_verify_becomes_compute_bound():
         assert band.speedup == pytest.approx(band.tokens_per_s / band.baseline_tokens_per_s)
 
 
+def test_a_server_that_steps_each_request_alone_gets_the_batch_1_choice_in_every_band():
+    """CostModel.in_flight_batching False (the cpu flavor's thread per request): every band is priced
+    at batch 1, so each gets the band-1 choice and speedup, while tokens/s still counts b requests."""
+    p = chain_profile({"code": 0.85}, num_samples=8, T=256, max_k=10, seed=2)
+    batched = example_cost_model("draft-target")
+    alone = batched.model_copy(update={"in_flight_batching": False})
+    w = tune_draft_target(p, alone, SelectConfig(concurrency_bands=BANDS))["code"]
+    one = tune_draft_target(p, batched, SelectConfig(concurrency_bands=[1]))["code"].bands[0]
+    assert [b.draft_len for b in tune_draft_target(p, batched, SelectConfig(concurrency_bands=BANDS))["code"].bands] \
+        != [one.draft_len] * len(BANDS)  # with batching the choice moves with the band (the test above)
+    for band in w.bands:
+        assert (band.draft_len, band.step_time_s) == (one.draft_len, one.step_time_s)
+        assert band.speedup == pytest.approx(one.speedup)
+        assert band.tokens_per_s == pytest.approx(band.concurrency * one.tokens_per_s)
+
+
 # landscape.md §4.2: optimal gamma (1..20) and speedup from S(a, g, c) = (1 - a^(g+1)) / ((1 - a)(g c + 1))
 LEVIATHAN = {0.02: [(6, 2.17), (8, 2.76), (11, 3.82), (19, 6.37)], 0.05: [(4, 1.92), (6, 2.35), (8, 3.09), (13, 4.67)],
              0.10: [(3, 1.67), (4, 1.98), (6, 2.47), (10, 3.43)], 0.20: [(2, 1.40), (3, 1.58), (4, 1.87), (7, 2.37)]}

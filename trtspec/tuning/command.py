@@ -67,6 +67,9 @@ def tune_command(
     calibrate: Optional[Path] = typer.Option(default(T, "calibrate"), "--calibrate", help=doc(T, "calibrate")),
     speculate_only_if_clear: bool = typer.Option(default(T, "speculate_only_if_clear"), "--speculate-only-if-clear",
                                                  help=doc(T, "speculate_only_if_clear")),
+    in_flight_batching: bool = typer.Option(default(T, "in_flight_batching"),
+                                            "--in-flight-batching/--no-in-flight-batching",
+                                            help=doc(T, "in_flight_batching")),
     out: Path = typer.Option(Path("tuning.json"), "--out", help="Where to write tuning.json."),
     plots: Optional[Path] = typer.Option(
         None, "--plots", help="PNG directory (default: <out stem>_plots next to --out)."),
@@ -86,7 +89,7 @@ def tune_command(
     options = from_cli(T, cost=cost, concurrency_bands=parse_ints(concurrency_bands),
                        eagle_node_budget=eagle_node_budget, max_profiles=max_profiles, context_tokens=context_tokens,
                        memory_budget_gib=memory_budget_gib, separate_instances=separate_instances, calibrate=calibrate,
-                       speculate_only_if_clear=speculate_only_if_clear)
+                       speculate_only_if_clear=speculate_only_if_clear, in_flight_batching=in_flight_batching)
     with flag_context(T.section):
         tuning, each = tune_drafters(profile, options, target_ckpt, draft_ckpt)
     if len(each) > 1:  # each drafter's own tuning next to the choice, for comparison

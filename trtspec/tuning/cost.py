@@ -347,6 +347,15 @@ class CostModel(BaseModel):
     gpu: GpuSpec
     target: ModelShape
     draft: ModelShape | None = None  # role "draft" (draft-target) or "eagle" (EAGLE drafter)
+    # Whether the server steps concurrent requests together (TensorRT-LLM's in-flight batching: a
+    # band of b sequences is one forward of batch b). False (the cpu flavor: a worker thread per
+    # request, triton_repo.flavors.in_flight_batching): each request steps alone, so every band is
+    # priced at batch 1; a band's tokens/s (b x AL / step) then assumes cores enough for b requests,
+    # while its speedup, a ratio of two such rates, does not.
+    in_flight_batching: bool = True
+
+    def _batch(self, batch: int) -> int:
+        return batch if self.in_flight_batching else 1
 
     @property
     def shapes(self) -> dict[str, ModelShape]:
@@ -355,7 +364,7 @@ class CostModel(BaseModel):
 
     def baseline_step(self, batch: int, context: float) -> StepTime:
         """No speculation: one target forward of one token per sequence."""
-        return price(self.gpu, self.shapes, baseline_forwards(batch, context))
+        return price(self.gpu, self.shapes, baseline_forwards(self._batch(batch), context))
 
     def draft_target_step(self, batch: int, k: int, context: float, host_draft: bool = False) -> StepTime:
         """K draft tokens: K draft-model forwards of one token each (the first also catches up on
@@ -365,7 +374,7 @@ class CostModel(BaseModel):
         host_draft: the drafts come from the host at no GPU time (n-gram lookup), so the step is the
         verify alone, always K + 1 tokens (upstream pads short drafts to K: upstream.trtllm NGRAM)."""
         drafter = self.draft.role if self.draft is not None else "draft"
-        return price(self.gpu, self.shapes, draft_target_forwards(drafter, batch, k, context, host_draft))
+        return price(self.gpu, self.shapes, draft_target_forwards(drafter, self._batch(batch), k, context, host_draft))
 
     def eagle_step(self, batch: int, level_sizes: list[int], num_nodes: int, context: float) -> StepTime:
         """An EAGLE-1 tree step: drafter level 0 on the accepted tokens (counted as one token per
@@ -373,4 +382,4 @@ class CostModel(BaseModel):
         verify of root + num_nodes tokens under the tree mask, plus the framework's host time per
         step (eagle_forwards, forward_parts, GpuSpec.eagle_step_overhead_s). A chain is the tree
         of one node per level. num_nodes = 0: no speculation. price() refuses a missing network."""
-        return price(self.gpu, self.shapes, eagle_forwards(batch, level_sizes, num_nodes, context))
+        return price(self.gpu, self.shapes, eagle_forwards(self._batch(batch), level_sizes, num_nodes, context))

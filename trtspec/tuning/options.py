@@ -121,6 +121,10 @@ class TuneOptions(StageOptions):
                                      "holding the target again (the llmapi flavor; a recipe sets it from triton).")
     calibrate: Optional[Path] = Field(None, description="results.json of `trtspec perf --sweep` on the deployment: "
                                       "fit the cost model to its measured requests, then tune (trtspec.tuning.calibrate).")
+    in_flight_batching: bool = Field(True, description="The server steps concurrent requests together, a band of b "
+                                     "as one forward of batch b (TensorRT-LLM); false: each request alone, every "
+                                     "band priced at batch 1 (the cpu flavor's thread per request; a recipe sets "
+                                     "it from triton).")
     speculate_only_if_clear: bool = Field(False, description="Serve speculation in a band only when its predicted "
                                           "gain over off is clear of the profiled AL's noise (95%): a choice the "
                                           "summary calls 'not distinguishable from off' is served off instead. Chains "

@@ -105,11 +105,14 @@ def eagle_limits(profile: Profile, config: dict, cfg: SelectConfig, budget: int 
 
 def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = None, draft_ckpt: Path | None = None,
              cfg: SelectConfig | None = None, eagle_node_budget: int | None = None,
-             calibrate: Path | None = None, speculate_only_if_clear: bool = False) -> Tuning:
+             calibrate: Path | None = None, speculate_only_if_clear: bool = False,
+             in_flight_batching: bool = True) -> Tuning:
     cfg = cfg or SelectConfig()
     profile = load_profile(Path(profile_path))
     shapes, config = resolve_shapes(profile, target_ckpt, draft_ckpt, Path(profile_path).parent)
     model, info = build_cost(cost, shapes, profile.mode)
+    if not in_flight_batching:  # every band priced at batch 1 (CostModel.in_flight_batching)
+        model, info = (x.model_copy(update={"in_flight_batching": False}) for x in (model, info))
     if calibrate is not None:  # the deployment's sweep refits `cost` (calibrate.py)
         contexts = {name: context_of(w, cfg) for name, w in profile.workloads.items()}
         prompts = {name: w.mean_prompt_len() or cfg.default_prompt_tokens for name, w in profile.workloads.items()}
@@ -145,7 +148,7 @@ def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | Non
     cfg = SelectConfig(concurrency_bands=options.concurrency_bands, max_profiles=options.max_profiles,
                        context_tokens=options.context_tokens)
     return run_tune(profile_path, options.cost, target_ckpt, draft_ckpt, cfg, options.eagle_node_budget,
-                    options.calibrate, options.speculate_only_if_clear)
+                    options.calibrate, options.speculate_only_if_clear, options.in_flight_batching)
 
 
 def tune_drafters(profiles: list[Path] | dict[str, Path], options: TuneOptions, target_ckpt: Path | None = None,

@@ -104,6 +104,8 @@ class CostInfo(BaseModel):
     target: ModelShape
     draft: ModelShape | None = None
     calibration: Calibration | None = Field(None, exclude_if=lambda v: v is None)  # source "calibrated"
+    # False: every band was priced at batch 1 (CostModel.in_flight_batching; absent means True)
+    in_flight_batching: bool = Field(True, exclude_if=lambda v: v)
 
 
 class OfferedDrafter(BaseModel):
