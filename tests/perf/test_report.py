@@ -290,5 +290,10 @@ def test_a_speedup_inside_its_interval_is_not_coloured_as_a_win():
     assert fast_cls == " good" and float(flo) > 1.0
     notes = parse(html).rows
     assert notes[("same", "c=1")]["verdict"].startswith("no measurable difference")
+    assert "same computation" not in notes[("same", "c=1")]["verdict"]  # these records do not say what K was served
+    for r in runs[0].requests:
+        r.num_draft_tokens = 0 if r.status == "ok" else None  # the tuned setting served off: an A/A control
+    note = parse(render_report(res)).rows[("same", "c=1")]["verdict"]
+    assert note.startswith("no measurable difference; the same computation, no speculation served")
     assert notes[("fast", "c=1")]["verdict"].startswith("faster") and "±5% needs ~" in notes[("fast", "c=1")]["verdict"]
     assert "TTFT mean 95% CI (ms)" in html

@@ -294,6 +294,26 @@ def test_same_computation_reads_as_no_measurable_difference_and_a_real_gain_as_f
     assert fast.speedup_ci.low > 1.0 and fast.verdict == "faster" and fast.requests_for_5pct > 10
 
 
+def test_a_run_that_served_no_speculation_is_an_aa_control():
+    """Every request served K = 0 (the tuned setting is off): speculation and baseline are one
+    computation, so the verdict is no difference by construction, even when noise (a load change on
+    the box, here a 1.3x one) puts the interval above 1; the note then says the noise exceeds the
+    intervals. One request with K > 0 makes it a real comparison again."""
+    rng = np.random.default_rng(5)
+    spec, base = timed(rng.uniform(2.0, 4.0, 12) / 1.3), timed(rng.uniform(2.0, 4.0, 12))
+    for r in spec:
+        r.num_draft_tokens = 0
+    mk = lambda recs, on: Run(workload="chat", speculation=on, concurrency=1, started_at="t", completed=True,  # noqa: E731
+                              requests=recs, summary=summarize(recs))
+    row = comparisons([mk(spec, True), mk(base, False)])[0]
+    assert row.speedup_ci.low > 1.0 and row.verdict == NO_DIFFERENCE
+    assert row.control.startswith("the same computation") and "excludes 1.0" in row.control
+    assert "(the same computation, no speculation served: any difference is noise" in speedup_line(row)
+    spec[0].num_draft_tokens = 2
+    row = comparisons([mk(spec, True), mk(base, False)])[0]
+    assert row.verdict == "faster" and row.control is None
+
+
 def test_results_without_intervals_still_load(tmp_path):
     """results.json written before the intervals (no *_ci, verdict fields) loads, with them None."""
     settings = Settings(url="127.0.0.1:1", model="generate", workloads={"chat": "mt-bench"}, warmup=0, timeout_s=1,

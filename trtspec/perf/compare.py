@@ -26,8 +26,8 @@ from ..triton_repo.models.serving_rules import band_concurrency, label_band, pic
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
-from .stats import (al_ci, end_to_end_prediction, inflight, pair_up, per_request_tokens_per_s, prediction_fit,
-                    requests_for, speedup_ci, stall_s, verdict)
+from .stats import (NO_DIFFERENCE, al_ci, end_to_end_prediction, inflight, pair_up, per_request_tokens_per_s,
+                    prediction_fit, requests_for, speedup_ci, stall_s, verdict)
 
 
 def load_predictions(path: Path | None):
@@ -126,6 +126,25 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
                       step, al, se, mix)
 
 
+def served_off(run: Run) -> bool:
+    """Whether `run` served no speculation at all: every successful request reported K = 0
+    (num_draft_tokens; the tuned setting is off). It and its baseline are then the same computation,
+    an A/A comparison (`control_note`)."""
+    ok = [r for r in run.requests if r.status == "ok"]
+    return bool(ok) and all(r.num_draft_tokens == 0 for r in ok)
+
+
+def control_note(ci) -> str:
+    """What an A/A comparison says: its verdict is no difference by construction, and an interval that
+    excludes 1.0 anyway (1 run in 20 by chance at 95%, more when the box's load changed during the
+    run) says this run's noise is larger than its intervals, the other rows' included."""
+    note = "the same computation, no speculation served: any difference is noise"
+    if ci is not None and (ci.low > 1.0 or ci.high < 1.0):
+        note += ("; its interval excludes 1.0 all the same, so this run's noise exceeds its intervals (a load "
+                 "change on the box?), the other rows' too")
+    return note
+
+
 def decode_speedup(spec: Run, base: Run) -> float | None:
     """The measured speedup of what follows the first token: the baseline's mean ITL over the
     speculative run's (ITL = (E2E - TTFT) / (tokens - 1), perf.stats.itl), what the tuner's
@@ -168,7 +187,9 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         n = len(pairs) if pairs is not None else min(r.summary.requests_ok, b.summary.requests_ok)
         row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
                          tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=speedup,
-                         acceptance_length=r.summary.acceptance_length, speedup_ci=ci, verdict=verdict(ci),
+                         acceptance_length=r.summary.acceptance_length, speedup_ci=ci,
+                         verdict=NO_DIFFERENCE if served_off(r) else verdict(ci),
+                         control=control_note(ci) if served_off(r) else None,
                          requests_for_5pct=requests_for(ci, speedup, n),
                          paired_requests=None if pairs is None else len(pairs), acceptance_length_ci=al_ci(r.requests))
         if r.sampling is not None:
@@ -232,6 +253,7 @@ def speedup_line(c: Comparison) -> str:
     if c.paired_requests is not None:
         text += f" over {c.paired_requests} interleaved pairs"
     text += f", {c.verdict}" if c.verdict else " (too few requests for an interval)"
+    text += f" ({c.control})" if c.control else ""
     if c.predicted_speedup is not None:
         text += f"; predicted {prediction_text(c.predicted_speedup, c.predicted_step_speedup)}" + (
             f", {c.prediction_fit}" if c.prediction_fit else "")

@@ -33,6 +33,8 @@ class Headline:
     acceptance_length_ci: Interval | None = None
     predicted_acceptance_length_se: float | None = None  # the profile's standard error (with tuning.json)
     per_request: bool = False  # an open loop's compared rates: tokens / E2E, not tokens / window
+    verdict: str | None = None  # the comparison's (compare.comparisons: an A/A one reads no difference)
+    control: str | None = None  # the comparison's note when no speculation was served (compare.control_note)
 
 
 def load_label(run) -> str:
@@ -66,6 +68,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         if c is not None:
             h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
             h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
+            h.verdict, h.control = c.verdict, c.control
             h.requests = min(r.summary.requests_ok, b.summary.requests_ok)
             h.per_request = per_request(r)
         else:

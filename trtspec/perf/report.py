@@ -4,7 +4,8 @@ no scripts, fonts or links to fetch) that can be mailed or opened on a host with
 Order: a headline per workload and load point (tokens/s with and without speculation, measured vs
 predicted speedup and acceptance length, each measured number with its 95% interval), the six
 figures, per-run tables, errors, settings. A speedup is coloured as a win or loss only when its
-interval excludes 1 (trtspec.perf.stats.verdict); otherwise it reads "no measurable difference".
+interval excludes 1 (trtspec.perf.stats.verdict); otherwise it reads "no measurable difference", as
+does a comparison in which no speculation was served (an A/A control: perf.compare.control_note).
 Everything is derived from results.json (trtspec/perf/schema.py has the metric definitions) and,
 when given, tuning.json. Partial results render: a figure that cannot be drawn is replaced by a
 sentence saying why, so a crashed or interrupted perf run still gets a readable report.
@@ -23,7 +24,7 @@ from .compare import load_predictions, prediction_text, step_differs
 from .headline import Headline, has_successes, headlines, load_label, run_ci
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
-from .stats import prediction_fit, requests_for, verdict
+from .stats import prediction_fit, requests_for
 
 # id -> (title, alt text). Ids are stable: tests and users link to them.
 FIGURES = {
@@ -145,9 +146,8 @@ def _ci(ci: Interval | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
 VERDICT_CLASS = {"faster": "good", "slower": "bad"}  # no measurable difference: neutral, never a win or loss
 
 
-def _speed_cls(ci: Interval | None) -> str:
-    v = verdict(ci)
-    return "" if v is None else " " + VERDICT_CLASS.get(v, "neutral")
+def _speed_cls(h: Headline) -> str:
+    return "" if h.verdict is None else " " + VERDICT_CLASS.get(h.verdict, "neutral")
 
 
 def _speed_note(h: Headline) -> str:
@@ -156,7 +156,7 @@ def _speed_note(h: Headline) -> str:
         return ""
     if h.speedup_ci is None:
         return '<span class="muted">too few requests for an interval</span>'
-    parts = [verdict(h.speedup_ci)]
+    parts = [h.verdict] + ([h.control] if h.control else [])
     fit = prediction_fit(h.predicted_speedup, h.speedup_ci)
     if fit:
         parts.append(f"predicted {prediction_text(h.predicted_speedup, h.predicted_step_speedup)} {fit}")
@@ -195,7 +195,7 @@ def _headline_table(heads: list[Headline]) -> str:
             f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s_ci)}{_per(h)}</td>'
             f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}'
             f'{_per(h)}</td>'
-            f'<td class="big{_speed_cls(h.speedup_ci)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
+            f'<td class="big{_speed_cls(h)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
             f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}{_ci(h.acceptance_length_ci, "{:.2f}")}</td>'

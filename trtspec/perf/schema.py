@@ -157,6 +157,9 @@ class Comparison(BaseModel):
     # 95% interval of the speedup and what it allows to say (trtspec.perf.stats); None before intervals
     speedup_ci: Interval | None = None
     verdict: str | None = None  # faster | slower | no measurable difference
+    # set when the speculative run served no speculation (every request K = 0): an A/A comparison,
+    # whose verdict is no measurable difference by construction (perf.compare.control_note)
+    control: str | None = Field(None, exclude_if=lambda v: v is None)
     prediction_fit: str | None = None  # 'inside the measured interval' or by how much it misses
     requests_for_5pct: int | None = None  # requests per run for a ±5% speedup interval at this spread
     paired_requests: int | None = None  # interleaved blocks: spec/baseline request pairs the interval resampled
