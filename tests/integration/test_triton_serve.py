@@ -232,7 +232,7 @@ def test_chat_and_code_get_the_target_greedy_text_with_their_tuned_k(dt):
         assert text_of(pieces) == want and len(pieces) > 2  # streamed in pieces
         assert value(last, "num_draft_tokens") == k
         assert value(last, "route") == f"{workload}@1:K={k}"
-        assert label_band(value(last, "route")) == 1  # what perf reads the served band from
+        assert label_band(value(last, "route")) == (workload, 1, k)  # what perf reads the served band from
         assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6)
         assert 1.0 < al <= k + 1
         assert value(last, "total_accepted_draft_tokens") > 0
@@ -486,7 +486,8 @@ def test_eagle_profiles_route_by_workload(eagle):
         assert [t for p in ref for t in p.tokens] == greedy
         pieces, last = request(eagle["url"], PROMPTS[workload], workload)
         assert text_of(pieces) == tok.decode(greedy, skip_special_tokens=True)
-        assert value(last, "route") == f"{workload}:{model}" and value(last, "num_draft_tokens") == len(tree)
+        assert value(last, "route") == f"{workload}@1:{model}" and value(last, "num_draft_tokens") == len(tree)
+        assert label_band(value(last, "route")) == (workload, 1, None)  # the one band this repository serves
         assert value(last, "acceptance_length") == pytest.approx(ref[-1].stats.acceptance_length, rel=1e-6)
     with pytest.raises(Exception, match="engines always draft; measure the baseline against a target-only"):
         request(eagle["url"], PROMPTS["chat"], "chat", extra={"speculation": (False, "BOOL")})

@@ -155,9 +155,17 @@ def test_the_prediction_is_the_mix_of_the_bands_the_route_labels_name():
     assert row.predicted_step_speedup == pytest.approx(len(ok) / ((len(ok) - n4) / 2.0 + n4 / 1.5))
     assert row.predicted_acceptance_length == pytest.approx(len(ok) / ((len(ok) - n4) / 3.0 + n4 / 2.2))
     assert 0.1 < row.predicted_acceptance_length_se < 0.2 and row.predicted_draft_len == 4  # the commonest band's K
-    ok[0].route = "chat@2:K=3"  # a band tuning.json does not have (another repository): the load's band
-    row = comparisons([spec, base], Tuning({"chat": WorkloadBands(bands)}))[0]
-    assert row.predicted_served_bands is None and row.predicted_step_speedup in (2.0, 1.5)
+    same = [Band(1, 4, 2.0, 3.0, 0.2), Band(4, 4, 2.0, 3.0, 0.2)]  # one setting in both bands: its SE is kept
+    for r in ok[::4]:
+        r.route = "chat@4:K=4:ngram:n=2"
+    row = comparisons([spec, base], Tuning({"chat": WorkloadBands(same)}))[0]
+    assert row.predicted_served_bands == {1: len(ok) - n4, 4: n4}
+    assert row.predicted_acceptance_length_se == pytest.approx(0.2) and row.predicted_step_speedup == pytest.approx(2.0)
+    # labels the tuning cannot have written: another band, another K, the default route of an unknown workload
+    for label in ("chat@2:K=3", "chat@4:K=3", "default@1:K=4"):
+        ok[0].route = label
+        row = comparisons([spec, base], Tuning({"chat": WorkloadBands(bands)}))[0]
+        assert row.predicted_served_bands is None and row.predicted_step_speedup in (2.0, 1.5)  # the load's band
 
 
 def test_csv_files_agree_with_results_json(tmp_path):

@@ -133,6 +133,26 @@ def test_single_eagle_profile_runs_in_leader_mode(w):
     assert "leader mode" in (repo / "README.md").read_text()
 
 
+def test_a_tuning_priced_for_another_kind_of_server_is_warned_about(w):
+    """tuning_file tunes as for TensorRT-LLM (bands as batched forwards); the cpu flavor steps each
+    request alone, so its repository says to tune again, unless the tuning says it priced batch 1."""
+    pair = w["root"] / "ckpt_pair_b"
+    fake_ckpt(pair / "target", LLAMA)
+    fake_ckpt(pair / "draft", DRAFT)
+    warned = lambda repo: [x for x in json.loads((repo / "trtspec-repo.json").read_text())["warnings"]  # noqa: E731
+                           if "in_flight_batching" in x]
+    repo = make(w, "cpu_b", tuning=w["dt_tuning"], flavor="cpu", ckpt=pair, tokenizer=w["tok"])
+    assert warned(repo) == ["tuning.json priced its concurrency bands as one batched forward (tune.in_flight_batching "
+                            "true), but the cpu flavor steps each request alone: tune again with in_flight_batching "
+                            "false"]
+    data = json.loads(w["dt_tuning"].read_text())
+    data["cost"]["in_flight_batching"] = False
+    alone = w["root"] / "t_alone" / "tuning.json"
+    alone.parent.mkdir()
+    alone.write_text(json.dumps(data))
+    assert warned(make(w, "cpu_a", tuning=alone, flavor="cpu", ckpt=pair, tokenizer=w["tok"])) == []
+
+
 def test_cpu_flavor_configs(w):
     pair = w["root"] / "ckpt_pair"
     fake_ckpt(pair / "target", LLAMA)

@@ -172,7 +172,9 @@ def test_check_positions_and_one_row():
 
 
 def test_label_band_reads_the_band_a_route_label_names():
-    assert r.label_band("chat@4:K=2") == 4 and r.label_band("default@1:K=3:ngram:n=2:head=code") == 1
+    assert r.label_band(r.band_label("chat", 4, "K=2")) == ("chat", 4, 2)
+    assert r.label_band("default@1:K=3:ngram:n=2:head=code") == ("default", 1, 3)
+    assert r.label_band(r.band_label("code", 1, "tensorrt_llm_c1_p0")) == ("code", 1, None)  # a served model
     routing = {"mode": "ngram"}
     swept = r.swept_route(routing, {"num_draft_tokens": 2, "label": "code@2:K=2"}, k="3")
     # a sweep, speculation off, a served model, nothing: no tuned band served the request

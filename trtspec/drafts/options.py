@@ -62,9 +62,14 @@ class TrainDraftOptions(StageOptions):
     def _self_is_reserved(self):
         """The self-written prompts train as workload SELF; a named workload of that name would be
         mixed into them (and never held out), so it is refused."""
+        from ..errors import TrtspecError
         from ..workloads.spec import parse_workload_specs
 
-        if self.self_prompts and self.workloads and SELF in (s.name for s in parse_workload_specs(self.workloads)):
+        try:
+            names = [s.name for s in parse_workload_specs(self.workloads)] if self.self_prompts and self.workloads else []
+        except TrtspecError as e:
+            raise ValueError(f"workloads: {e}") from None
+        if SELF in names:
             raise ValueError(f"workloads: the name {SELF!r} is reserved for the self_prompts prompts "
                              "when self_prompts > 0; give that workload another NAME=")
         return self

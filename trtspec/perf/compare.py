@@ -2,7 +2,8 @@
 
 The prediction is the tuned band the repository served: its `generate` model picks one per request
 by the requests in flight at its arrival (serving_rules.pick_band: the largest tuned band <= that,
-else the smallest) and names it in the request's route label, which perf records; where labels are
+else the smallest; EAGLE engines and llmapi serve one band to all) and names it in the request's
+route label (serving_rules.band_label), which perf records; where labels are
 missing, the band the run's load picks by the same rule (`load_of`: its concurrency, or what an open
 loop's Poisson arrivals found, Little's law). So a measured speedup is compared with the number the
 served K came from, made end to end with the baseline's measured time to first token and, under
@@ -74,30 +75,39 @@ def load_of(run: Run) -> float | None:
 def served_bands(bands, run: Run) -> dict[int, int] | None:
     """{band concurrency: successful requests it served}, read from the requests' route labels
     (serving_rules.label_band: the repository's generate picks a band per request, by the load at its
-    arrival); None when a request's label names no band of `bands` (another server, an older
-    results.json, a tuning.json other than the repository's)."""
-    tuned = {band_concurrency(b) for b in bands}
-    served = [label_band(r.route) for r in run.requests if r.status == "ok"]
-    if not served or any(c not in tuned for c in served):
-        return None
-    return dict(sorted(Counter(served).items()))
+    arrival, or serves one band to all); None unless every label names `run`'s workload, one of
+    `bands` and, where it says, that band's K (not so: another server, an older results.json, a
+    workload the repository routes to its default, a tuning.json other than the repository's)."""
+    by_c = {band_concurrency(b): b for b in bands}
+    counts: Counter = Counter()
+    for r in run.requests:
+        if r.status != "ok":
+            continue
+        parsed = label_band(r.route)
+        if parsed is None or parsed[0] != run.workload or parsed[1] not in by_c:
+            return None
+        if parsed[2] is not None and parsed[2] != _draft_len(by_c[parsed[1]]):
+            return None
+        counts[parsed[1]] += 1
+    return dict(sorted(counts.items())) or None
 
 
 def mixed(bands, served: dict[int, int]) -> tuple[float, float | None, float | None]:
     """(step speedup, AL, AL's standard error) of requests served by several bands, n_b by band b.
-    Each request decodes in its band's steps, so times add: over equal baseline decodes the step
-    speedup is the requests' harmonic mean N / sum(n_b / s_b), and AL (tokens per step) likewise
-    N / sum(n_b / AL_b), whose standard error follows by the delta method from the bands' own."""
+    Each request decodes in its band's steps, so times add: over equal baseline decodes (and equal
+    answers: an approximation, the measured AL weighs requests by their tokens) the step speedup is
+    the requests' harmonic mean N / sum(n_b / s_b), and AL (tokens per step) likewise
+    N / sum(n_b / AL_b). Its standard error is the delta method's sum d_b * SE_b, the bands' errors
+    taken as fully correlated: every band's AL is replayed from the same profiled prompts (bands
+    that chose the same setting have the same AL and SE, which this then keeps exactly)."""
     by_c = {band_concurrency(b): b for b in bands}
     n = sum(served.values())
     step = n / sum(k / by_c[c].speedup for c, k in served.items())
     als = {c: by_c[c].acceptance_length for c in served}
-    if any(a is None or a <= 0 for a in als.values()):
-        return step, None, None
     al = n / sum(k / als[c] for c, k in served.items())
     ses = {c: by_c[c].acceptance_length_se for c in served}
     se = None if any(v is None for v in ses.values()) else \
-        sum((al * al * k / (n * als[c] ** 2) * ses[c]) ** 2 for c, k in served.items()) ** 0.5
+        sum(al * al * k / (n * als[c] ** 2) * ses[c] for c, k in served.items())
     return step, al, se
 
 
@@ -139,7 +149,7 @@ def control_note(ci) -> str:
     excludes 1.0 anyway (1 run in 20 by chance at 95%, more when the box's load changed during the
     run) says this run's noise is larger than its intervals, the other rows' included."""
     note = "the same computation, no speculation served: any difference is noise"
-    if ci is not None and (ci.low > 1.0 or ci.high < 1.0):
+    if verdict(ci) not in (None, NO_DIFFERENCE):
         note += ("; its interval excludes 1.0 all the same, so this run's noise exceeds its intervals (a load "
                  "change on the box?), the other rows' too")
     return note

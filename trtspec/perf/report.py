@@ -154,7 +154,7 @@ def _speed_note(h: Headline) -> str:
     """Verdict, where the prediction lies against the interval, and requests for a ±5% claim."""
     if h.speedup is None:
         return ""
-    if h.speedup_ci is None:
+    if h.speedup_ci is None and not h.control:
         return '<span class="muted">too few requests for an interval</span>'
     parts = [h.verdict] + ([h.control] if h.control else [])
     fit = prediction_fit(h.predicted_speedup, h.speedup_ci)

@@ -40,6 +40,7 @@ def routing(routes: dict, mode: str) -> dict:
                     **({"draft_head": h} if h else {})}
         table = {w: entry(bands) for w, bands in routes["workloads"].items()}
         default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
+        band = routes["default"]["bands"][0]["concurrency"]
     else:
         depth = {m["model"]: max(len(p) for p in m["eagle_choices"]) for m in routes["models"]}
 
@@ -48,7 +49,9 @@ def routing(routes: dict, mode: str) -> dict:
             return {"model": f"{c.TENSORRT_LLM}_k{k}", "num_draft_tokens": k}
         table = {w: entry(e) for w, e in routes["workloads"].items()}
         default = {"source": routes["default"]["source"], **entry(routes["default"])}
-    return {"mode": "llmapi", "workloads": table, "default": default, "models": []}
+        band = routes["band"]
+    # band: the one served (generate names it in each request's route label, which perf reads)
+    return {"mode": "llmapi", "band": band, "workloads": table, "default": default, "models": []}
 
 
 def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload: str | None,

@@ -162,10 +162,23 @@ class _Builder:
         self.routing: dict = {}
         self.sampling: dict = {}
 
+    def _check_batching(self) -> None:
+        """tuning.json priced its bands for a server that batches concurrent requests or for one that
+        steps each alone (tune.in_flight_batching); a flavor that serves them the other way gets a
+        warning: its bands above the smallest were tuned for another server."""
+        batched, serves = self.tuning.cost.in_flight_batching, in_flight_batching(self.flavor)
+        if batched != serves and len(self.tuning.concurrency_bands) > 1:
+            how = "one batched forward" if batched else "each request alone"
+            self.warnings.append(f"tuning.json priced its concurrency bands as {how} (tune.in_flight_batching "
+                                 f"{str(batched).lower()}), but the {self.flavor} flavor "
+                                 f"{'batches concurrent requests' if serves else 'steps each request alone'}: "
+                                 f"tune again with in_flight_batching {str(serves).lower()}")
+
     # ---- models ---------------------------------------------------------------------------------
     def build(self) -> list[r.ModelFiles]:
         req = self.req
         B = batch_size(req.max_batch_size, self.flavor, self.arts, self.warnings)
+        self._check_batching()
         tok = str(self.tokenizer)
         if self.flavor == "llmapi":
             return self._build_llmapi(B)

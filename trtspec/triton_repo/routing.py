@@ -3,8 +3,10 @@
 Draft-target: K (num_draft_tokens) per workload and concurrency band, all bands served by one
 target/draft pair (K is a per-request setting, so every band costs nothing extra). `generate`
 picks the band from the number of requests it has in flight when a request arrives: the largest
-tuned band <= in-flight (the smallest band below that; models/serving_rules.py `pick_band`). That
-is the batch the engines will see, which is what the tuning's step-time model was evaluated at.
+tuned band <= in-flight (the smallest band below that; models/serving_rules.py `pick_band`). On
+TensorRT-LLM that is the batch the engines will see, which is what the tuning's step-time model was
+evaluated at; the cpu flavor steps each request alone, and its tuning prices every band at batch 1
+(tune.in_flight_batching). Each request's route label names its band (serving_rules.band_label).
 
 N-gram: the same routes, each band also carrying its max_matching_ngram_size (no draft model; the
 orchestration drafts from a per-request pool, so both settings are per request as K is). Several

@@ -4,6 +4,9 @@ Objective, per workload and concurrency band b (b sequences decoding together):
 
     predicted output tokens/s = b * AL / step_time(b)
 
+(step_time(b): one forward of batch b on a server that batches concurrent requests, TensorRT-LLM's
+in-flight batching; the batch-1 step where each request steps alone, CostModel.in_flight_batching.)
+
 AL comes from exact replay of the profile (trtspec/tuning/acceptance.py), step_time from the cost
 model (trtspec/tuning/cost.py) at the workload's mean KV length. "No speculation" is always a
 candidate (AL 1, one target forward per token), so a useless or expensive draft is switched off.

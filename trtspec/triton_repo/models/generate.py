@@ -53,7 +53,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
-                           check_limits, output_len, pick_band, sampling_fallback, swept_route, tree_depth,
+                           band_label, check_limits, output_len, pick_band, sampling_fallback, swept_route, tree_depth,
                            trtllm_steps)
 from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar
 from trtspec_triton_pool import PooledModel
@@ -93,7 +93,7 @@ class TritonPythonModel(PooledModel):
             bands = entry if known else entry["bands"]
             band = pick_band(bands, inflight)
             route = {"num_draft_tokens": int(band["num_draft_tokens"]),
-                     "label": f"{label}@{band['concurrency']}:K={band['num_draft_tokens']}"}
+                     "label": band_label(label, band["concurrency"], f"K={band['num_draft_tokens']}")}
             if "max_matching_ngram_size" in band:  # n-gram: the band's matching size travels with K
                 route["max_matching_ngram_size"] = int(band["max_matching_ngram_size"])
                 route["label"] += f":ngram:n={band['max_matching_ngram_size']}"  # the drafter, reported
@@ -101,8 +101,10 @@ class TritonPythonModel(PooledModel):
                 route["draft_head"] = band["draft_head"]
                 route["label"] += f":head={band['draft_head']}"
             return route
+        # one band serves every request here (EAGLE engines: triton.eagle_band; llmapi: the smallest)
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
-                "label": f"{label}:{entry['model']}"}
+                "label": band_label(label, self.routing["band"], entry["model"]) if "band" in self.routing
+                else f"{label}:{entry['model']}"}
 
     def _fallback(self, request):
         """sampling_fallback of this request: EAGLE engines (and llmapi routes written as greedy-only)

@@ -176,12 +176,20 @@ def served_models(routing):
     return models
 
 
+def band_label(workload, concurrency, setting):
+    """The route label of a request served by a tuned band: `chat@2:K=3` (a chain, then `:ngram:n=2`
+    or `:head=...` where they apply), `chat@1:tensorrt_llm_c1_p0` (a served model). `workload` is the
+    routing's name for it ("default" for a workload the repository does not know)."""
+    return f"{workload}@{concurrency}:{setting}"
+
+
 def label_band(label):
-    """The concurrency of the tuned band a route label names (`chat@2:K=3...`, written by generate's
-    route), None for a label that names none (speculation off, a sweep, an EAGLE or llmapi model):
-    perf reads from it which band served each request."""
-    m = re.match(r"[^@:]*@(\d+):", label or "")
-    return int(m.group(1)) if m else None
+    """(workload, band concurrency, K or None) of a `band_label`; None for a label that names no
+    tuned band (speculation off, a sweep, no label): perf reads from it which band served a request."""
+    m = re.match(r"([^@:]*)@(\d+):(?:K=(\d+))?", label or "")
+    if not m:
+        return None
+    return m.group(1), int(m.group(2)), None if m.group(3) is None else int(m.group(3))
 
 
 def swept_route(routing, route, k=None, ngram=None, model=None):
