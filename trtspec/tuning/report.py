@@ -222,7 +222,8 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
 
 def summary_table(tuning: Tuning) -> Table:
     drafters = tuning.mode if tuning.choice is None else " + ".join(tuning.choice.drafters)  # all offered
-    t = Table(title=f"trtspec tune ({drafters}, {tuning.cost.gpu.name}, {tuning.cost.source} cost)")
+    alone = "" if tuning.cost.in_flight_batching else ", each request alone: every band at batch 1"
+    t = Table(title=f"trtspec tune ({drafters}, {tuning.cost.gpu.name}, {tuning.cost.source} cost{alone})")
     for col, just in (("workload", "left"), ("conc.", "right"), ("setting", "left"), ("AL", "right"),
                       ("step ms", "right"), ("tok/s", "right"), ("base tok/s", "right"), ("speedup", "right")):
         t.add_column(col, justify=just)
