@@ -14,6 +14,7 @@ from trtspec.perf import sweep as perf_sweep
 from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetting, dump_results
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.cost import CostModel, gpu_preset, prefill_time, price, with_framework
+from trtspec.tuning.tuning_schema import CostInfo
 from trtspec.tuning.cost import forward_time as cost_forward
 from trtspec.tuning.fit import fit_steps
 from trtspec.tuning.report import calibration_lines, calibration_table
@@ -178,6 +179,10 @@ def test_a_server_without_in_flight_batching_has_only_its_concurrency_1_points_m
     pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, _truth("cpu").shapes)
     assert {p.run.concurrency for p in pts} == {1} and len(pts) == len(skipped)
     assert all("c=2" in s and "no in-flight batching" in s for s in skipped)
+    m = _truth("cpu")
+    model, info = cal.calibrate_cost(tmp_path / "results.json", m, CostInfo(source="analytic", gpu=m.gpu,
+                                     target=m.target, draft=m.draft), CTX, PROMPT, "cpu")
+    assert model.in_flight_batching is False and info.in_flight_batching is False  # bands priced as measured
 
 
 def test_points_that_cannot_be_modelled_are_skipped_with_the_reason(tmp_path):

@@ -261,7 +261,9 @@ def within_share(table: list[CalibrationPoint], after: bool = True, fitted: bool
 def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, float], prompts: dict[str, float],
                    before: str):
     """(calibrated CostModel, CostInfo recording the calibration) from results.json's sweep;
-    contexts / prompts: per workload, the KV length steps are costed at and the prompt length."""
+    contexts / prompts: per workload, the KV length steps are costed at and the prompt length. Where
+    the sweep recorded whether its server batches concurrent requests (`in_flight_batching`), the
+    calibrated model prices bands that way too: the deployment measured is the one being tuned."""
     sweep = load_sweep(results)
     shapes = model.shapes
     pts, skipped = points(sweep, contexts, prompts, shapes)
@@ -270,5 +272,7 @@ def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, fl
     gpu, report, table = calibrate_points(pts, shapes, model.gpu)
     cal = Calibration(results=str(results), sha256=sha256_file(Path(results)), before=before, fit=report,
                       points=table, skipped=skipped)
-    return model.model_copy(update={"gpu": gpu}), info.model_copy(update={"source": "calibrated", "gpu": gpu,
-                                                                            "calibration": cal})
+    batching = model.in_flight_batching if sweep.in_flight_batching is None else sweep.in_flight_batching
+    return (model.model_copy(update={"gpu": gpu, "in_flight_batching": batching}),
+            info.model_copy(update={"source": "calibrated", "gpu": gpu, "calibration": cal,
+                                    "in_flight_batching": batching}))
