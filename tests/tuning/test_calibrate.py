@@ -14,7 +14,6 @@ from trtspec.perf import sweep as perf_sweep
 from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetting, dump_results
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.cost import CostModel, gpu_preset, prefill_time, price, with_framework
-from trtspec.tuning.tuning_schema import CostInfo
 from trtspec.tuning.cost import forward_time as cost_forward
 from trtspec.tuning.fit import fit_steps
 from trtspec.tuning.report import calibration_lines, calibration_table
