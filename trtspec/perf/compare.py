@@ -126,8 +126,7 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
     else:
         most = max(served, key=lambda c: (served[c], -c))
         band = next(b for b in wt.bands if band_concurrency(b) == most)
-        step, al, se = mixed(wt.bands, served) if len(served) > 1 else \
-            (band.speedup, band.acceptance_length, band.acceptance_length_se)
+        step, al, se = mixed(wt.bands, served)  # one band: its own numbers
     mix = served if served is not None and len(served) > 1 else None
     if base is None:
         return Prediction(band, None, step, al, se, mix)
@@ -195,11 +194,11 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         speedup = tps / btps if btps > 0 else 0.0
         ci, pairs = speedup_ci(r.requests, b.requests, speedup), pair_up(r.requests, b.requests)
         n = len(pairs) if pairs is not None else min(r.summary.requests_ok, b.summary.requests_ok)
+        aa = served_off(r)
         row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
                          tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=speedup,
                          acceptance_length=r.summary.acceptance_length, speedup_ci=ci,
-                         verdict=NO_DIFFERENCE if served_off(r) else verdict(ci),
-                         control=control_note(ci) if served_off(r) else None,
+                         verdict=NO_DIFFERENCE if aa else verdict(ci), control=control_note(ci) if aa else None,
                          requests_for_5pct=requests_for(ci, speedup, n),
                          paired_requests=None if pairs is None else len(pairs), acceptance_length_ci=al_ci(r.requests))
         if r.sampling is not None:

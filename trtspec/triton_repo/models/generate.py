@@ -103,8 +103,7 @@ class TritonPythonModel(PooledModel):
             return route
         # one band serves every request here (EAGLE engines: triton.eagle_band; llmapi: the smallest)
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
-                "label": band_label(label, self.routing["band"], entry["model"]) if "band" in self.routing
-                else f"{label}:{entry['model']}"}
+                "label": band_label(label, self.routing["band"], entry["model"])}
 
     def _fallback(self, request):
         """sampling_fallback of this request: EAGLE engines (and llmapi routes written as greedy-only)
