@@ -100,9 +100,10 @@ def run(workload, spec, concurrency, seed) -> Run:
 
 
 class Band:
-    def __init__(self, concurrency, draft_len, speedup, al, al_se=None):
+    def __init__(self, concurrency, draft_len, speedup, al, al_se=None, base_step=0.01):
         self.concurrency, self.draft_len, self.eagle_choices = concurrency, draft_len, None
         self.speedup, self.acceptance_length, self.acceptance_length_se = speedup, al, al_se
+        self.baseline_step_time_s = base_step
 
 
 class Tuning:
@@ -147,19 +148,28 @@ def test_the_prediction_is_the_mix_of_the_bands_the_route_labels_name():
     ok = [r for r in spec.requests if r.status == "ok"]
     for i, r in enumerate(ok):  # a quarter of the requests found 4 in flight at their arrival
         r.route = "chat@4:K=2" if i % 4 == 0 else "chat@1:K=4:ngram:n=2"
+        r.output_tokens = 40 if i % 4 == 0 else 10  # the c=4 requests wrote longer answers
+    n4 = len(ok[::4])
+    n1, t4, t1 = len(ok) - n4, 40 * n4, 10 * (len(ok) - n4)
     bands = [Band(1, 4, 2.0, 3.0, 0.2), Band(4, 2, 1.5, 2.2, 0.1)]
     row = comparisons([spec, base], Tuning({"chat": WorkloadBands(bands)}))[0]
-    n4 = len(ok[::4])
-    assert row.predicted_served_bands == {1: len(ok) - n4, 4: n4}
-    # decode times add: the harmonic mean of the per-step speedups, and of the ALs (tokens per step)
-    assert row.predicted_step_speedup == pytest.approx(len(ok) / ((len(ok) - n4) / 2.0 + n4 / 1.5))
-    assert row.predicted_acceptance_length == pytest.approx(len(ok) / ((len(ok) - n4) / 3.0 + n4 / 2.2))
+    assert row.predicted_served_bands == {1: n1, 4: n4}
+    # decode times add: the harmonic mean of the per-step speedups weighted by the bands' tokens, and
+    # of the ALs (tokens per step); a plain mean over requests would weigh the long c=4 answers 1/4
+    assert row.predicted_step_speedup == pytest.approx((t1 + t4) / (t1 / 2.0 + t4 / 1.5))
+    assert row.predicted_acceptance_length == pytest.approx((t1 + t4) / (t1 / 3.0 + t4 / 2.2))
+    assert row.predicted_step_speedup < len(ok) / (n1 / 2.0 + n4 / 1.5)
     assert 0.1 < row.predicted_acceptance_length_se < 0.2 and row.predicted_draft_len == 4  # the commonest band's K
+    # bands priced batched: a c=4 baseline step twice as long makes its tokens weigh twice in time
+    slow = [Band(1, 4, 2.0, 3.0, 0.2), Band(4, 2, 1.5, 2.2, 0.1, base_step=0.02)]
+    row = comparisons([spec, base], Tuning({"chat": WorkloadBands(slow)}))[0]
+    assert row.predicted_step_speedup == pytest.approx((t1 + 2 * t4) / (t1 / 2.0 + 2 * t4 / 1.5))
+    assert row.predicted_acceptance_length == pytest.approx((t1 + t4) / (t1 / 3.0 + t4 / 2.2))  # AL: tokens only
     same = [Band(1, 4, 2.0, 3.0, 0.2), Band(4, 4, 2.0, 3.0, 0.2)]  # one setting in both bands: its SE is kept
     for r in ok[::4]:
         r.route = "chat@4:K=4:ngram:n=2"
     row = comparisons([spec, base], Tuning({"chat": WorkloadBands(same)}))[0]
-    assert row.predicted_served_bands == {1: len(ok) - n4, 4: n4}
+    assert row.predicted_served_bands == {1: n1, 4: n4}
     assert row.predicted_acceptance_length_se == pytest.approx(0.2) and row.predicted_step_speedup == pytest.approx(2.0)
     # labels the tuning cannot have written: another band, another K, the default route of an unknown workload
     for label in ("chat@2:K=3", "chat@4:K=3", "default@1:K=4"):

@@ -72,14 +72,15 @@ def load_of(run: Run) -> float | None:
     return run.concurrency if run.concurrency is not None else inflight(run.requests)
 
 
-def served_bands(bands, run: Run) -> dict[int, int] | None:
-    """{band concurrency: successful requests it served}, read from the requests' route labels
-    (serving_rules.label_band: the repository's generate picks a band per request, by the load at its
-    arrival, or serves one band to all); None unless every label names `run`'s workload, one of
-    `bands` and, where it says, that band's K (not so: another server, an older results.json, a
-    workload the repository routes to its default, a tuning.json other than the repository's)."""
+def served_bands(bands, run: Run) -> dict[int, list[int]] | None:
+    """{band concurrency: the output tokens of each successful request it served}, read from the
+    requests' route labels (serving_rules.label_band: the repository's generate picks a band per
+    request, by the load at its arrival, or serves one band to all); None unless every label names
+    `run`'s workload, one of `bands` and, where it says, that band's K (not so: another server, an
+    older results.json, a workload the repository routes to its default, a tuning.json other than
+    the repository's)."""
     by_c = {band_concurrency(b): b for b in bands}
-    counts: Counter = Counter()
+    served: dict[int, list[int]] = {}
     for r in run.requests:
         if r.status != "ok":
             continue
@@ -88,26 +89,33 @@ def served_bands(bands, run: Run) -> dict[int, int] | None:
             return None
         if parsed[2] is not None and parsed[2] != _draft_len(by_c[parsed[1]]):
             return None
-        counts[parsed[1]] += 1
-    return dict(sorted(counts.items())) or None
+        served.setdefault(parsed[1], []).append(r.output_tokens)
+    return dict(sorted(served.items())) or None
 
 
-def mixed(bands, served: dict[int, int]) -> tuple[float, float | None, float | None]:
-    """(step speedup, AL, AL's standard error) of requests served by several bands, n_b by band b.
-    Each request decodes in its band's steps, so times add: over equal baseline decodes (and equal
-    answers: an approximation, the measured AL weighs requests by their tokens) the step speedup is
-    the requests' harmonic mean N / sum(n_b / s_b), and AL (tokens per step) likewise
-    N / sum(n_b / AL_b). Its standard error is the delta method's sum d_b * SE_b, the bands' errors
+def mixed(bands, served: dict[int, list[int]]) -> tuple[float, float | None, float | None]:
+    """(step speedup, AL, AL's standard error) of requests served by several bands (`served_bands`).
+    Each request decodes its t tokens in its band's steps, so times add. Band b's t_b tokens take
+    t_b * base_b without speculation (base_b: its baseline step, tuning.json's; bands priced batched
+    differ) and that over its step speedup s_b with it, so the step speedup of the whole is the
+    harmonic mean of the s_b weighted by w_b = t_b * base_b: sum(w_b) / sum(w_b / s_b). AL, tokens
+    per step, is likewise T / sum(t_b / AL_b), as the measured AL weighs requests (stats.
+    token_weighted_al). Its standard error is the delta method's sum d_b * SE_b, the bands' errors
     taken as fully correlated: every band's AL is replayed from the same profiled prompts (bands
-    that chose the same setting have the same AL and SE, which this then keeps exactly)."""
+    that chose the same setting have the same AL and SE, which this then keeps exactly). Requests
+    that returned no tokens at all count one each (an approximation that only a broken run needs)."""
     by_c = {band_concurrency(b): b for b in bands}
-    n = sum(served.values())
-    step = n / sum(k / by_c[c].speedup for c, k in served.items())
+    tokens = {c: sum(ts) for c, ts in served.items()}
+    if sum(tokens.values()) == 0:
+        tokens = {c: len(ts) for c, ts in served.items()}
+    t = sum(tokens.values())
+    w = {c: k * by_c[c].baseline_step_time_s for c, k in tokens.items()}
+    step = sum(w.values()) / sum(w[c] / by_c[c].speedup for c in served)
     als = {c: by_c[c].acceptance_length for c in served}
-    al = n / sum(k / als[c] for c, k in served.items())
+    al = t / sum(k / als[c] for c, k in tokens.items())
     ses = {c: by_c[c].acceptance_length_se for c in served}
     se = None if any(v is None for v in ses.values()) else \
-        sum(al * al * k / (n * als[c] ** 2) * ses[c] for c, k in served.items())
+        sum(al * al * k / (t * als[c] ** 2) * ses[c] for c, k in tokens.items())
     return step, al, se
 
 
@@ -124,10 +132,10 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
         band = pick_band(wt.bands, load_of(run))
         step, al, se = band.speedup, band.acceptance_length, band.acceptance_length_se
     else:
-        most = max(served, key=lambda c: (served[c], -c))
+        most = max(served, key=lambda c: (len(served[c]), -c))
         band = next(b for b in wt.bands if band_concurrency(b) == most)
         step, al, se = mixed(wt.bands, served)  # one band: its own numbers
-    mix = served if served is not None and len(served) > 1 else None
+    mix = {c: len(rs) for c, rs in served.items()} if served is not None and len(served) > 1 else None
     if base is None:
         return Prediction(band, None, step, al, se, mix)
     stall = stall_s(base.requests, load_of(base) or 1, open_loop=run.concurrency is None)
