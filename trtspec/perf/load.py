@@ -9,6 +9,8 @@ Every request is bounded by its own timeout (client.Stream.send), so both loops 
 the caller still puts a run-level guard around them. A lost connection (ServerGone) stops the
 loop at once and propagates; the results gathered so far stay in `results`, with the request that
 found out as an error (the other requests in flight then are cancelled and not recorded).
+
+`block_schedule` orders a comparison's interleaved blocks (perf.blocks > 1) in time.
 """
 
 from __future__ import annotations
@@ -135,3 +137,12 @@ async def _all(aws) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def block_schedule(requests: int, blocks: int) -> list[tuple[int, bool, range]]:
+    """(block, speculation on?, indices of the run's requests it sends) in the order sent: blocks
+    of near-equal size, on,off | off,on | on,off ... (ABBA: a drift linear in time costs both
+    modes alike), each block sending the same requests in both modes."""
+    edges = [round(j * requests / blocks) for j in range(blocks + 1)]
+    return [(j, on, range(edges[j], edges[j + 1])) for j in range(blocks)
+            for on in ((True, False) if j % 2 == 0 else (False, True))]

@@ -288,7 +288,7 @@ async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload,
         for on in (True, False)}
     pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
     try:
-        for j, on, sent in block_schedule(n, o.blocks):
+        for j, on, sent in load.block_schedule(n, o.blocks):
             log, p = logs[on], plans[on]
             block = load.Plan([p.prompts[i % len(p.prompts)] for i in sent], len(sent), None, p.timeout_s, p.counted)
             got, clock = [], {}
@@ -360,15 +360,6 @@ async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, render
                 raise PerfRunError(f"{res.error}; partial results in {write_results(res, o.out)}", res)
             write_results(res, o.out)
     return res.sweep
-
-
-def block_schedule(requests: int, blocks: int) -> list[tuple[int, bool, range]]:
-    """(block, speculation on?, indices of the run's requests it sends) in the order sent: blocks
-    of near-equal size, on,off | off,on | on,off ... (ABBA: a drift linear in time costs both
-    modes alike), each block sending the same requests in both modes."""
-    edges = [round(j * requests / blocks) for j in range(blocks + 1)]
-    return [(j, on, range(edges[j], edges[j + 1])) for j in range(blocks)
-            for on in ((True, False) if j % 2 == 0 else (False, True))]
 
 
 def _label(workload, spec_on, concurrency, rate) -> str:
