@@ -112,3 +112,12 @@ EOF
     *) echo "gpu_checks: unknown step '$step' (env, tests, profile, cost, compile, train)"; exit 2 ;;
   esac
 done
+
+# what the device tool brings back from $OUT: at most 8 files, 16 MiB each, 64 MiB together
+# (its stated limits); say so here rather than find a file missing afterwards
+n=$(find "$OUT" -type f | wc -l); total=$(find "$OUT" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+big=$(find "$OUT" -type f -size +16M)
+if [ "$n" -gt 8 ] || [ "$total" -gt $((64 * 1024 * 1024)) ] || [ -n "$big" ]; then
+  echo "gpu_checks: WARNING $OUT holds $n files, $(($total / 1048576)) MiB${big:+, over 16 MiB: $big};" \
+    "only 8 files of 16 MiB, 64 MiB in all come back: run fewer steps per call"
+fi
