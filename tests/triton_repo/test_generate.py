@@ -118,8 +118,15 @@ def fake_pb_utils(server):
     pb.InferenceRequest, pb.Tensor, pb.TritonError = InferenceRequest, Tensor, str
     pb.get_output_tensor_by_name = lambda resp, name: resp.outputs.get(name)
     pb.get_input_tensor_by_name = lambda req, name: req.inputs.get(name)
-    pb.InferenceResponse = lambda output_tensors=None, error=None: ("response", error)
+    pb.InferenceResponse = Sent
     return pb
+
+
+class Sent:
+    """A response generate sent: its outputs by name."""
+
+    def __init__(self, output_tensors=None, error=None):
+        self.outputs, self.error = {t.name: t.value.reshape(-1)[0] for t in output_tensors or []}, error
 
 
 class ClientRequest:
@@ -148,8 +155,8 @@ class Sender:
 
 @pytest.fixture()
 def load(monkeypatch):
-    def load_generate(params, with_cancel):
-        server = Server(with_cancel)
+    def load_generate(params, with_cancel, server=None):
+        server = server or Server(with_cancel)
         monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils(server))
         monkeypatch.syspath_prepend(str(MODELS))
         for name in ("generate", *HELPER_MODULES):
@@ -223,3 +230,43 @@ def test_a_request_beyond_the_repositorys_limits_is_refused_before_any_engine_ca
         model._generate(request, Sender(), 1)
     assert len(server.streams) == 1
     model.finalize()
+
+
+class EndsOnEos:
+    """A draft-target repository's spec_decode: a round of 3 tokens, then a round whose only token is
+    the end id, which postprocessing drops (skip_special_tokens) and so decodes to no text."""
+    EOS = 2
+
+    def exec(self, req, decoupled):
+        if req.model == "preprocessing":
+            return Response(INPUT_ID=[[5, 6, 7]], REQUEST_INPUT_LEN=[[3]], OUT_END_ID=[[self.EOS]], OUT_PAD_ID=[[0]])
+        if req.model == "postprocessing":
+            ids = req.inputs["TOKENS_BATCH"].reshape(-1)[:int(req.inputs["SEQUENCE_LENGTH"].reshape(-1)[0])]
+            return Response(OUTPUT=[["".join(chr(87 + int(t)) for t in ids if t != self.EOS).encode()]])
+        assert req.model == "spec_decode", req.model
+        return iter([Response(output_ids=[[[10, 11, 12]]], sequence_length=[[3]], acceptance_length=[[3.0]],
+                              total_accepted_draft_tokens=[[2]], total_draft_tokens=[[3]]),
+                     Response(output_ids=[[[self.EOS]]], sequence_length=[[1]], acceptance_length=[[2.0]],
+                              total_accepted_draft_tokens=[[2]], total_draft_tokens=[[6]])])
+
+
+def test_a_stream_whose_last_round_decodes_to_no_text_still_sends_the_final_statistics(load):
+    """perf reads a request's statistics from its last response with outputs: a stream that ends on
+    an end id must send them (with empty text) rather than stop at the previous round's numbers."""
+    band = {"concurrency": 1, "num_draft_tokens": 3}
+    routing = {"mode": "draft-target", "workloads": {"chat": [band]}, "default": {"bands": [band]}}
+    model, _, _ = load({"routing": json.dumps(routing), "max_concurrency": "1"}, False, EndsOnEos())
+    sent = {}
+    for stream in (False, True):
+        request, sender = ClientRequest(None), Sender()
+        request.inputs["stream"] = Tensor("stream", [[stream]])
+        model._generate(request, sender, 1)
+        assert sender.sent[-1][1] == 1  # FINAL
+        sent[stream] = [r.outputs for r, _ in sender.sent if r is not None]
+    model.finalize()
+    [whole], pieces = sent[False], sent[True]
+    assert whole["text_output"] == b"abc" and b"".join(p["text_output"] for p in pieces) == b"abc"
+    assert [p["num_output_tokens"] for p in pieces] == [3, 4] and pieces[-1]["text_output"] == b""
+    for name in ("num_output_tokens", "acceptance_length", "total_draft_tokens", "total_accepted_draft_tokens"):
+        assert pieces[-1][name] == whole[name], name
+    assert (whole["num_output_tokens"], whole["acceptance_length"], whole["total_draft_tokens"]) == (4, 2.0, 6)

@@ -176,7 +176,7 @@ class TritonPythonModel(PooledModel):
             inputs["exclude_input_in_output"] = np.array([[True]], bool)
             inputs["return_perf_metrics"] = np.array([[True]], bool)
 
-        tokens, sent = [], ""
+        tokens, sent, told = [], "", 0  # told: the tokens the last streamed response counted
         stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
         steps = bls(model, inputs, outputs, True, self.workers.stop, cancellable=self.cancel_messages)
         with contextlib.closing(steps):  # closing early (Cancelled, an error) cancels the call's stream
@@ -192,9 +192,12 @@ class TritonPythonModel(PooledModel):
                     piece, sent = self._piece(tokens, sent, final=False)
                     if piece:
                         sender.send(self._response(piece, stats, route, len(tokens)))
+                        told = len(tokens)
         self.check_running(request)
         piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
-        if piece or not stream:
+        # the last round's statistics go out even when its text is empty (an end id, which
+        # postprocessing drops): the final numbers are the last response's
+        if piece or not stream or len(tokens) != told:
             sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
         if stream:
             sender.send(flags=FINAL)
