@@ -14,6 +14,7 @@ learns (tests/drafts cover training)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,12 @@ def test_each_workload_is_routed_to_its_own_head_and_every_repository_serves_bot
 
     repo = out / "triton-repo"
     assert check_repository(repo) == []
+    calls = {(c["caller"], c["callee"]): c for c in json.loads((repo / "trtspec-repo.json").read_text())["calls"]}
+    assert "draft_head" in calls[("generate", "spec_decode")]["sends"] and ("generate", "postprocessing") in calls
+    broken = shutil.copytree(repo, tmp_path / "broken")  # a spec_decode that lost an input generate sends it
+    cfg = broken / "spec_decode" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "draft_head"', 'name: "draft_head_renamed"'))
+    assert "call generate -> spec_decode: spec_decode has no input 'draft_head'" in "\n".join(check_repository(broken))
     routing = json.loads((repo / "trtspec-repo.json").read_text())["routing"]
     assert routing["workloads"]["chat"][0]["draft_head"] == "eagle3-chat"
     assert routing["workloads"]["edit"][0]["draft_head"] == "eagle3-edit"

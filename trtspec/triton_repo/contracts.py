@@ -27,6 +27,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ..upstream.triton import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, Tensor
+from .models.serving_rules import CHAIN_MODES
 
 PREPROCESSING = "preprocessing"
 POSTPROCESSING = "postprocessing"
@@ -134,12 +135,16 @@ def _sampling_sends() -> dict[str, str]:
     return {SAMPLING_TO_TRTLLM[s]: f"{GENERATE}.input.{s}" for s in SAMPLING}
 
 
-def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits: bool = False) -> list[Call]:
-    """Every BLS call of a repository: mode draft-target | ngram | eagle; llm_models = the tensorrt_llm*
-    models generate routes to (EAGLE profiles); bls_spec_decode: spec_decode calls the engines
-    through BLS (trtllm flavor) instead of running them in-process (cpu flavor); draft_logits: at
-    temperature > 0 the draft samples with the request's settings and returns its generation
-    logits, and the target gets draft_logits (models/spec_decode.py)."""
+def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits: bool = False,
+          route_inputs: tuple[str, ...] = ()) -> list[Call]:
+    """Every BLS call of a repository: mode draft-target | ngram | eagle3 (the chain modes, served
+    by spec_decode) | eagle; llm_models = the tensorrt_llm* models generate routes to (EAGLE
+    profiles); bls_spec_decode: spec_decode calls the engines through BLS (trtllm flavor) instead of
+    running them in-process (cpu flavor); draft_logits: at temperature > 0 the draft samples with
+    the request's settings and returns its generation logits, and the target gets draft_logits
+    (models/spec_decode.py); route_inputs: what the routes' bands send spec_decode beside K
+    (max_matching_ngram_size: an n-gram band in a draft-target repository; draft_head: a band of
+    another EAGLE-3 head), always max_matching_ngram_size in an n-gram repository."""
     pre = Call(GENERATE, PREPROCESSING, False,
                {"QUERY": f"{GENERATE}.input.text_input", "REQUEST_OUTPUT_LEN": f"{GENERATE}.input.max_tokens",
                 "END_ID": f"{GENERATE}.input.end_id", "PAD_ID": f"{GENERATE}.input.pad_id"},
@@ -150,10 +155,12 @@ def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits:
                "end_id": f"{PREPROCESSING}.output.OUT_END_ID", "pad_id": f"{PREPROCESSING}.output.OUT_PAD_ID",
                "streaming": "const:TYPE_BOOL:1", **_sampling_sends()}
     out: list[Call] = [pre]
-    if mode in ("draft-target", "ngram"):
+    if mode in CHAIN_MODES:
         settings = {"num_draft_tokens": "const:TYPE_INT32:1"}
-        if mode == "ngram":
+        if mode == "ngram" or "max_matching_ngram_size" in route_inputs:
             settings["max_matching_ngram_size"] = "const:TYPE_INT32:1"
+        if "draft_head" in route_inputs:
+            settings["draft_head"] = "const:TYPE_STRING:1"
         out.append(Call(GENERATE, SPEC_DECODE, True, {**request, **settings}, [t.name for t in SPEC_OUTPUTS]))
         producers = [SPEC_DECODE]
         if bls_spec_decode:

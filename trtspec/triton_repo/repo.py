@@ -41,7 +41,7 @@ from .heads import resolve_heads
 from .models.serving_rules import SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
-from .routing import check_tuning, draft_target_routes, eagle_routes
+from .routing import check_tuning, draft_target_routes, eagle_routes, route_inputs
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
@@ -259,7 +259,7 @@ class _Builder:
         gen.files = _python_files("generate")
         files.insert(0, gen)
         self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm",
-                                                      bool(self.sampling.get("draft_logits"))))
+                                                      bool(self.sampling.get("draft_logits")), route_inputs(routing)))
         return files
 
     def _ngram_models(self, B: int, tok: str, max_k: int) -> list[r.ModelFiles]:
