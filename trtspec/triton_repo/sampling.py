@@ -53,9 +53,10 @@ def route_sampling(flavor: str, mode: str, draft_logits: bool = False, cpu_rule:
     cpu_rule: the cpu flavor's spec_decode `accept_rule` (draft-target). serving_rules states the
     same per model; this is the repository-level summary the README prints."""
     flavor = canonical(flavor)
-    if mode == "eagle" or (flavor == "llmapi" and mode == "eagle3"):
-        path = {"trtllm": "engine-eagle-triton", PYTORCH: "engine-eagle-triton",
-                "llmapi": "llmapi-eagle3-one-model"}[flavor]
+    if flavor == "llmapi" and mode == "eagle3":
+        path = "llmapi-eagle3-one-model"
+    elif mode == "eagle":  # trtllm engines or the cpu flavor (the PyTorch backend has no EAGLE-1: repo.py)
+        path = "engine-eagle-triton"
     elif flavor == "trtllm":
         path = "engine-draft-target-logits" if draft_logits else "engine-draft-target"
     elif flavor == "llmapi":

@@ -104,6 +104,11 @@ LLMAPI_KV_CACHE_DTYPE = "auto"
 EAGLE3_FP8_TARGET_ISSUE = "https://github.com/NVIDIA/TensorRT-LLM/issues/7842"
 
 # --- Speculative decoding (§1.2, §4, §5.1, §7.2) -------------------------------------------------
+# The PyTorch backend (the LLM API's, the llmapi flavor's) has no EAGLE-1 drafter and no EAGLE tree:
+# its "Eagle" decoding type is EAGLE-3, drafting a chain (§1's mode table; _torch/speculative/
+# interface.py's SpeculativeDecodingMode: MTP, EAGLE3, EAGLE3_ONE_MODEL, NGRAM, DRAFT_TARGET, ...).
+# trtspec's modes it serves:
+PYTORCH_SPEC_MODES = ("eagle3", "draft-target", "ngram")
 SPEC_MODE_EAGLE = "eagle"
 SPEC_MODE_DRAFT_TOKENS_EXTERNAL = "draft_tokens_external"
 # EagleForCausalLM subclasses TRT-LLM's LLaMA model (§4.7): only Llama-type bases can carry an
