@@ -180,3 +180,15 @@ def test_label_band_reads_the_band_a_route_label_names():
     # a sweep, speculation off, a served model, nothing: no tuned band served the request
     for label in (swept["label"], "code:speculation-off:K=0", "sweep:tensorrt_llm_c1_p0", "chat:tensorrt_llm", None):
         assert r.label_band(label) is None
+
+
+def test_min_tokens_on_the_cpu_flavor_is_nothing_or_the_whole_length():
+    """0: the first end id stops the request; >= request_output_len: end ids are ignored (a
+    benchmark's fixed output length); a length in between would need TensorRT-LLM's end-id logit
+    mask, which the cpu runtime lacks, and is refused rather than silently not honoured."""
+    assert r.ignores_end_ids(None, 16) is False and r.ignores_end_ids(0, 16) is False
+    assert r.ignores_end_ids(16, 16) is True and r.ignores_end_ids(40, 16) is True
+    for bad in (1, 15, -1):
+        with pytest.raises(r.RequestError, match=rf"^min_tokens: {bad}; the cpu flavor takes 0 or at least "
+                                                 r"request_output_len \(16\)"):
+            r.ignores_end_ids(bad, 16)

@@ -4,7 +4,8 @@ It takes the subset of `tensorrt_llm`'s tensors that trtspec's models and a dire
 with the same names, types and shapes, and runs the TRT-LLM checkpoint with trtspec.runtime:
 - input_ids / input_lengths / request_output_len / end_id, streaming (one response per target
   step, carrying that step's new tokens; otherwise one response), exclude_input_in_output (else
-  the prompt is prepended when not streaming), min_tokens (eos is ignored until then);
+  the prompt is prepended when not streaming), min_tokens (0, or at least request_output_len: end
+  ids are then ignored; serving_rules.ignores_end_ids);
 - draft_input_ids (a `draft_tokens_external` target): prompt + draft in one forward, the accepted
   draft prefix plus the target's next token, then plain decoding up to request_output_len, as the
   executor does with external draft tokens;
@@ -37,8 +38,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, load_device, parse_braces, stop_ids,
-                           tree_depth)
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, ignores_end_ids, load_device, parse_braces,
+                           stop_ids, tree_depth)
 from trtspec_triton_common import FINAL, is_true, llm_request, out, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -89,12 +90,10 @@ class TritonPythonModel(PooledModel):
         exclude = scalar(request, "exclude_input_in_output")
         exclude = self.exclude_default if exclude is None else bool(exclude)
         perf = bool(scalar(request, "return_perf_metrics", False))
-        min_tokens = int(scalar(request, "min_tokens", 0) or 0)
+        ignore_eos = ignores_end_ids(scalar(request, "min_tokens", 0), n)
         draft = tensor_list(request, "draft_input_ids")
         m = self._load()
-        eos = stop_ids(end_id, m.eos_ids)
-        if min_tokens >= n:
-            eos = ()
+        eos = () if ignore_eos else stop_ids(end_id, m.eos_ids)
         acc = {"accepted": 0, "drafted": 0}
         if self.role == "eagle":
             depth = tree_depth(self.choices) if self.choices else None

@@ -230,6 +230,18 @@ def check_beam_width(value):
         raise RequestError("beam_width: the cpu flavor decodes with beam width 1 only")
 
 
+def ignores_end_ids(min_tokens, request_output_len: int) -> bool:
+    """The cpu flavor's min_tokens: 0 (the first end id stops the request) or at least
+    request_output_len (the request runs to its length whatever it decodes: the benchmark use,
+    genai-perf's ignore_eos). TensorRT-LLM masks the end id's logit until min_tokens; the cpu
+    runtime has no such mask, so a length in between, which would need it, is refused."""
+    m = int(min_tokens or 0)
+    if m < 0 or 0 < m < request_output_len:
+        raise RequestError(f"min_tokens: {m}; the cpu flavor takes 0 or at least request_output_len "
+                           f"({request_output_len}), running the request to its first end id or to its length")
+    return m > 0
+
+
 # ---- sampling at temperature > 0: the accept rule of each route --------------------------------
 # Stated once, here, because the models (which import nothing but the standard library) and
 # trtspec (readme, perf) both need it. The names are trtspec.upstream.sampling's AcceptRule names
