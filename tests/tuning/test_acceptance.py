@@ -13,7 +13,7 @@ import pytest
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning.acceptance import (TreeIndex, acceptance_length, chain_accepted, rank_paths_to_chain,
-                                       replay_chain, replay_tree, summarize)
+                                       ratio_se, replay_chain, replay_tree, summarize)
 from trtspec.tuning.schema import build_profile, dump_json, load_profile
 from trtspec.tuning.synthetic import chain_profile, eagle_profile
 
@@ -152,3 +152,11 @@ def test_rank_path_rules(tmp_path):
     with pytest.raises(ValueError, match="no verify steps"):
         build_profile("eagle", 2, 3, {"target": "t", "max_new_tokens": 1, "dtype": "float16",
                                       "trtspec_version": "x"}, {"w": [{"id": "a", "rank_paths": [[0]]}]})
+
+
+def test_the_standard_error_counts_only_prompts_with_steps():
+    """A one-token answer has no step: it is not a second prompt whose spread was measured, so one
+    real prompt beside it has no SE (None), not a zero one the tuner would take as exact."""
+    assert ratio_se([(7.0, 4.0), (1.0, 0.0)]) is None
+    assert ratio_se([(7.0, 4.0), (5.0, 4.0), (1.0, 0.0)]) == pytest.approx(ratio_se([(7.0, 4.0), (5.0, 4.0)]))
+    assert ratio_se([(7.0, 4.0), (5.0, 4.0)]) > 0

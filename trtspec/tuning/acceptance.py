@@ -117,12 +117,15 @@ def acceptance_length(per_sample_accepted: Iterable[Sequence[int]]) -> float | N
 
 def ratio_se(counts: Sequence[tuple[float, float]], clusters: Sequence | None = None) -> float | None:
     """Standard error of sum(tokens) / sum(steps) over samples' (tokens, steps) `counts`, samples with
-    the same cluster key pooled first (default: each sample its own cluster); module docstring."""
+    the same cluster key pooled first (default: each sample its own cluster); module docstring.
+    A cluster without steps (an answer of one token) adds nothing to the ratio, nor is it a prompt
+    whose spread is measured: with one other cluster it would make a zero SE of one prompt."""
     pooled: dict = {}
     for i, (y, x) in enumerate(counts):
         key = i if clusters is None else clusters[i]
         py, px = pooled.get(key, (0.0, 0.0))
         pooled[key] = (py + y, px + x)
+    pooled = {k: (y, x) for k, (y, x) in pooled.items() if x > 0}
     n, total_x = len(pooled), sum(x for _, x in pooled.values())
     if n < 2 or total_x == 0:
         return None
