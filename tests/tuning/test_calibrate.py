@@ -175,13 +175,22 @@ def test_a_server_without_in_flight_batching_has_only_its_concurrency_1_points_m
     data = json.loads((tmp_path / "results.json").read_text())
     data["sweep"]["in_flight_batching"] = False  # the pytorch flavor: a worker thread per request
     (tmp_path / "results.json").write_text(json.dumps(data))
-    pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, _truth("cpu").shapes)
+    pts, skipped = cal.points(cal.load_sweep(tmp_path / "results.json"), CTX, PROMPT, _truth("cpu").shapes, False)
     assert {p.run.concurrency for p in pts} == {1} and len(pts) == len(skipped)
     assert all("c=2" in s and "no in-flight batching" in s for s in skipped)
     m = _truth("cpu")
     model, info = cal.calibrate_cost(tmp_path / "results.json", m, CostInfo(source="analytic", gpu=m.gpu,
                                      target=m.target, draft=m.draft), CTX, PROMPT, "cpu")
     assert model.in_flight_batching is False and info.in_flight_batching is False  # bands priced as measured
+    assert info.calibration.skipped == skipped
+    # a sweep that did not record it (an older results.json): the tuner's own setting decides both
+    # which points are modelled and how bands are priced, here batch 1 for both
+    data["sweep"].pop("in_flight_batching")
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    alone = m.model_copy(update={"in_flight_batching": False})
+    model, info = cal.calibrate_cost(tmp_path / "results.json", alone, CostInfo(source="analytic", gpu=m.gpu,
+                                     target=m.target, draft=m.draft), CTX, PROMPT, "cpu")
+    assert info.calibration.skipped == skipped and model.in_flight_batching is False
 
 
 def test_points_that_cannot_be_modelled_are_skipped_with_the_reason(tmp_path):

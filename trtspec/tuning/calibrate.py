@@ -194,9 +194,11 @@ def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: f
                 eagle_steps=step.eagle_steps * steps)
 
 
-def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape]
-           ) -> tuple[list[Point], list[str]]:
-    """The sweep's usable points and a note for each one skipped."""
+def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape],
+           batching: bool = True) -> tuple[list[Point], list[str]]:
+    """The sweep's usable points and a note for each one skipped; batching: whether the server
+    measured steps concurrent requests as one batch (calibrate_cost: the sweep's record, else the
+    tuner's setting)."""
     out, skipped = [], []
     for i, run in enumerate(sweep.runs):
         where = f"sweep.runs.{i} ({run.workload} c={run.concurrency} {run.setting.label})"
@@ -209,7 +211,7 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
             why = "no acceptance length reported"
         elif run.workload not in contexts or prompts.get(run.workload) is None:
             why = "workload not in the profile (its prompt and context lengths are unknown)"
-        elif run.concurrency > 1 and sweep.in_flight_batching is False:
+        elif run.concurrency > 1 and not batching:
             why = ("the server serves each request on its own (no in-flight batching), so concurrent "
                    "requests are not steps at batch c: only concurrency 1 is modelled")
         fw = None if why else request_forwards(run.setting, run.concurrency, contexts[run.workload],
@@ -266,13 +268,13 @@ def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, fl
     calibrated model prices bands that way too: the deployment measured is the one being tuned."""
     sweep = load_sweep(results)
     shapes = model.shapes
-    pts, skipped = points(sweep, contexts, prompts, shapes)
+    batching = model.in_flight_batching if sweep.in_flight_batching is None else sweep.in_flight_batching
+    pts, skipped = points(sweep, contexts, prompts, shapes, batching)
     if not pts:
         raise TrtspecError(f"tune.calibrate: {results}: no usable sweep point ({skipped[0] if skipped else 'none'})")
     gpu, report, table = calibrate_points(pts, shapes, model.gpu)
     cal = Calibration(results=str(results), sha256=sha256_file(Path(results)), before=before, fit=report,
                       points=table, skipped=skipped)
-    batching = model.in_flight_batching if sweep.in_flight_batching is None else sweep.in_flight_batching
     return (model.model_copy(update={"gpu": gpu, "in_flight_batching": batching}),
             info.model_copy(update={"source": "calibrated", "gpu": gpu, "calibration": cal,
                                     "in_flight_batching": batching}))
