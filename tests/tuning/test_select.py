@@ -230,6 +230,7 @@ def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguisha
     noisy = tune_draft_target(chain_profile({"code": 0.6}, num_samples=3, T=24, max_k=6, seed=1), cost,
                               SelectConfig(concurrency_bands=[1]))["code"]
     band = noisy.bands[0]
+    assert noisy.num_prompts == 3  # tuning.json records the prompts the standard errors are over
     assert band.tokens_per_s == max(s.tokens_per_s for s in band.sweep)  # still the argmax
     ks = indistinguishable(band, noisy.accept_length_se_by_k)
     assert ks and band.draft_len not in ks and 0 not in ks  # K=0 (SE 0) is far below: distinguishable
@@ -282,6 +283,10 @@ def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_d
     # how many prompts would tell it from off, if AL and spread hold: 4 * (1.96 * 12.0 / 6.12)^2 = 59.1
     assert line.endswith("; ~60 prompts would separate it from off at this AL)")
     assert prompts_to_separate_from_off(chat, 4) == 60 and prompts_to_separate_from_off(edit, 4) == 1
+    # 2 sampled draws of each of the 4 prompts (profile.samples_per_prompt): the errors are over 4 prompts
+    wt = WorkloadTuning.model_construct(num_samples=8, num_prompts=4, bands=[chat], accept_length_se_by_k=None)
+    (drawn,) = indistinguishable_lines(Tuning.model_construct(mode="eagle3", workloads={"chat": wt}))
+    assert drawn == line
     assert prompts_to_separate_from_off(chat.model_copy(update={"speculate": False}), 4) is None
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .cost import CostModel
 from .schema import BandChoice, Profile, WorkloadProfile, WorkloadTuning
-from .select import SelectConfig, _al, _band, chain_sweep, context_of, sampling_record
+from .select import SelectConfig, _al, _band, chain_sweep, context_of, profile_record
 
 DRAFTER = "ngram"
 
@@ -52,5 +52,5 @@ def tune_ngram(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str
         out[name] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx,
                                    accept_length_by_k=w.accept_length_by_k, bands=bands,
                                    accept_length_se_by_k=w.accept_length_se_by_k,
-                                   accept_length_by_n_k=w.accept_length_by_n_k, **sampling_record(profile, w))
+                                   accept_length_by_n_k=w.accept_length_by_n_k, **profile_record(profile, w))
     return out

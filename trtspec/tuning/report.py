@@ -203,18 +203,19 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
     out = []
     for name, wt in tuning.workloads.items():
         for band in wt.bands:
+            prompts = wt.num_prompts or wt.num_samples
             if band.held_off is not None:
                 held = band.held_off
                 out.append(f"{name} c={band.concurrency}: served off: {setting_text(held)} (x{held.speedup:.2f}, AL "
-                           f"{held.acceptance_length:.2f} ±{held.acceptance_length_se or 0:.2f} over {wt.num_samples} "
+                           f"{held.acceptance_length:.2f} ±{held.acceptance_length_se or 0:.2f} over {prompts} "
                            "prompts) is not distinguishable from off (tune.speculate_only_if_clear)")
                 continue
             ks = indistinguishable(band, wt.accept_length_se_by_k)
             if ks:
-                need = prompts_to_separate_from_off(band, wt.num_samples) if 0 in ks else None
+                need = prompts_to_separate_from_off(band, prompts) if 0 in ks else None
                 out.append(f"{name} c={band.concurrency}: {setting_text(band)} is not distinguishable from "
                            + ", ".join("off (K=0)" if k == 0 else f"K={k}" for k in ks)
-                           + f" (95%, AL standard errors over {wt.num_samples} prompts; predicted "
+                           + f" (95%, AL standard errors over {prompts} prompts; predicted "
                            + f"{band.tokens_per_s:,.0f} tok/s is not a clear winner"
                            + (f"; ~{need} prompts would separate it from off at this AL)" if need else ")"))
     return out

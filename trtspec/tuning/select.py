@@ -171,7 +171,7 @@ def held_off(band: BandChoice, se_by_k: dict[str, float | None] | None) -> BandC
                  held_off=band.model_copy(update={"sweep": []}))
 
 
-def prompts_to_separate_from_off(band: BandChoice, num_samples: int, z: float = 1.96) -> int | None:
+def prompts_to_separate_from_off(band: BandChoice, num_prompts: int, z: float = 1.96) -> int | None:
     """Profiled prompts that would tell the band's speculating choice from off at 95%, if its AL and
     the spread over prompts hold: SE shrinks as 1/sqrt(prompts), so n' = n * (z * SE(tok/s) / gain)^2.
     None when the band does not speculate, has no standard error or no gain."""
@@ -179,14 +179,16 @@ def prompts_to_separate_from_off(band: BandChoice, num_samples: int, z: float = 
     if not band.speculate or not band.acceptance_length_se or gain <= 0:
         return None
     se = tokens_per_s_se(band.tokens_per_s, band.acceptance_length, band.acceptance_length_se)
-    return math.ceil(num_samples * (z * se / gain) ** 2)
+    return math.ceil(num_prompts * (z * se / gain) ** 2)
 
 
-def sampling_record(profile: Profile, w: WorkloadProfile) -> dict:
+def profile_record(profile: Profile, w: WorkloadProfile) -> dict:
     """What tuning.json says each workload's predictions assumed: its sampling settings and the
-    accept rule of the profile (None for profiles written before either was recorded)."""
+    accept rule of the profile (None for profiles written before either was recorded), and the
+    distinct prompts its standard errors are over (acceptance.ratio_se clusters by prompt id)."""
     cond = profile.measurement_conditions
-    return {"sampling": w.sampling or cond.sampling, "accept_rule": cond.accept_rule}
+    return {"sampling": w.sampling or cond.sampling, "accept_rule": cond.accept_rule,
+            "num_prompts": len({s.id for s in w.samples})}
 
 
 def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:
@@ -205,7 +207,7 @@ def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> d
         out[name] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx,
                                    accept_length_by_k={str(k): als[k] for k in range(1, K + 1)}, bands=bands,
                                    accept_length_se_by_k={str(k): ses[k] for k in range(1, K + 1)},
-                                   **sampling_record(profile, w))
+                                   **profile_record(profile, w))
     return out
 
 
@@ -306,7 +308,7 @@ def tune_eagle(profile: Profile, cost: CostModel, cfg: SelectConfig
         out[n] = WorkloadTuning(num_samples=w.num_samples, num_tokens=w.num_tokens, context_tokens=ctx[n],
                                 accept_length_by_k=w.accept_length_by_k,
                                 bands=tunings[n], accept_length_se_by_k=w.accept_length_se_by_k,
-                                **sampling_record(profile, w))
+                                **profile_record(profile, w))
     return out, served
 
 
