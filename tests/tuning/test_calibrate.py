@@ -254,6 +254,8 @@ def test_per_step_length_corrections_are_recovered_with_the_model(tmp_path):
     assert model.gpu.step_tokens_s == pytest.approx(extra, abs=1e-5)  # alternating fits converge linearly
     assert model.gpu.compute_efficiency == pytest.approx(0.3, rel=1e-3)
     assert "step_tokens_s" in info.calibration.fit.fitted
+    fit = info.calibration.fit  # a row is a request: its prefill and its steps are several forwards
+    assert fit.forwards > fit.num_rows and 0 <= fit.memory_bound_forwards <= fit.forwards
     assert cal.within_share(info.calibration.points) == 1.0
     # a prefill (context 0) and the draft network get no correction, a 1-token step neither
     assert cost_forward(model.gpu, model.target, 1, 3, 0.0) == cost_forward(start.gpu.model_copy(

@@ -135,7 +135,7 @@ def test_fit_recovers_known_parameters():
     for k, v in TRUE.items():
         assert getattr(fitted, k) == pytest.approx(v, rel=1e-6), k
     assert report.rms_relative_error < 1e-9 and sorted(report.fitted) == sorted(TRUE)
-    assert 0 < report.memory_bound_rows < report.num_rows
+    assert report.forwards == report.num_rows and 0 < report.memory_bound_forwards < report.forwards  # a row: a forward
 
 
 def test_fit_with_noise_and_roundtrip(tmp_path):

@@ -87,7 +87,10 @@ class FitReport(BaseModel):
     max_relative_error: float
     fitted: list[str]  # parameters the rows determined
     kept: list[str]  # parameters left at the preset's value (no row informs them)
-    memory_bound_rows: int
+    # of the rows' forwards (each distinct forward of a row: a calibration row, a request, has
+    # prefills, drafter and verify steps), those the fit found bound by memory rather than compute
+    forwards: int | None = None
+    memory_bound_forwards: int | None = None
 
 
 class CalibrationPoint(BaseModel):
@@ -244,7 +247,8 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
     fitted_names = sorted(names.get(n, n) for n in fitted)
     return gpu, FitReport(num_rows=len(rows), rms_relative_error=float(np.sqrt(np.mean(err ** 2))),
                           max_relative_error=float(np.abs(err).max()), fitted=fitted_names,
-                          kept=[p for p in PARAMS if p not in fitted_names], memory_bound_rows=int(mem_bound.sum()))
+                          kept=[p for p in PARAMS if p not in fitted_names], forwards=int(mem_bound.size),
+                          memory_bound_forwards=int(mem_bound.sum()))
 
 
 def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None):
