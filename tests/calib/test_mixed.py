@@ -115,6 +115,32 @@ def test_keep_sensitive_equals_modelopt_export(tmp_path):
     assert excluded_by(ours, names) == excluded_by(theirs, names) == set(layout.exclude)
 
 
+HF_SOURCES = {"attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+              "attention.dense": ("self_attn.o_proj",), "mlp.fc": ("mlp.gate_proj",), "mlp.gate": ("mlp.up_proj",),
+              "mlp.proj": ("mlp.down_proj",)}
+
+
+def test_keep_sensitive_after_smoothing_writes_the_hf_weights(tmp_path):
+    """SmoothQuant calibrates by moving a per-input-channel scale s from the weight into the input
+    (w / s, x * s): a linear measured sensitive and excluded after calibration is a plain linear in
+    the checkpoint and must hold w, the HF model's weight; ModelOpt's export of the same model,
+    with those quantizers disabled, holds the same tensors."""
+    from safetensors.torch import load_file
+
+    layout, dirs = export_both(tmp_path, "int8_sq", None, keep=2, tps=(1,))
+    ours, theirs = dirs[1]
+    kept = sorted(set(layout.exclude) - set(WANT))
+    assert kept
+    hf, ckpt = load_file(str(tmp_path / "hf" / "model.safetensors")), load_checkpoint(ours)
+    for name in kept:
+        i, kind = name.split(".")[2], name.split(".", 3)[3]
+        want = torch.cat([hf[f"model.layers.{i}.{s}.weight"] for s in HF_SOURCES[kind]]).to(torch.float16)
+        got = ckpt.tensor(name + ".weight")
+        assert got.dtype == torch.float16 and f"{name}.prequant_scaling_factor" not in ckpt, name
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=1e-6, msg=name)  # w / s * s, in float16
+    assert_same_tensors(ours, theirs, 1)
+
+
 # ---- the measurement finds a fragile GEMM -----------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -155,6 +155,23 @@ def collect(model: nn.Module) -> QuantState:
     return QuantState(linears, kv)
 
 
+def unsmooth(linear: nn.Module) -> None:
+    """Undo SmoothQuant's / AWQ's smoothing of a quantized linear that will be written unquantized.
+    Calibrating them moves a per-input-channel scale s out of the weight into the input: the
+    module then holds w / s and its input quantizer multiplies x by s (pre_quant_scale), which
+    still happens with the quantizer disabled. A plain linear of the checkpoint has no such
+    input scale, so it must hold w itself: multiply s back into the weight's columns and drop it."""
+    q = getattr(linear, "input_quantizer", None)
+    s = getattr(q, "_pre_quant_scale", None) if q is not None else None
+    if s is None:
+        return
+    with torch.no_grad():
+        w = linear.weight
+        w.copy_((w.float() * s.float().reshape(1, -1).to(w.device)).to(w.dtype))
+    q._enable_pre_quant_scale = False
+    del q._pre_quant_scale
+
+
 def plain_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's own tensors (quantizer buffers left out), for the checkpoint plans."""
     return {n: t.detach() for n, t in model.state_dict().items() if "_quantizer" not in n}

@@ -29,7 +29,7 @@ from ..errors import TrtspecError
 from ..fsutil import write_json
 from ..runtime.model import Decoder
 from ..upstream.modelopt import MODELOPT_VERSION
-from .calibrate import QuantState, calibrate, collect, plain_weights
+from .calibrate import QuantState, calibrate, collect, plain_weights, unsmooth
 from .data import CalibSet
 from .export import QuantSource
 from .formats import QuantFormat, modelopt_config
@@ -130,7 +130,8 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme,
     most sensitive: returns the new layout and the manifest record. The measurement runs on the
     checkpoint as written with the current layout (a temporary copy) against the float32
     conversion of the same HF model; the chosen units' quantizers are then disabled in the
-    ModelOpt model too, so model and checkpoint say the same thing."""
+    ModelOpt model too, and their smoothing (int8_sq, w4a16_awq) undone, so model and checkpoint
+    say the same thing: a plain linear of the HF model's own weights."""
     units = linear_units(d.plans)
     candidates = [u for u, ls in units.items() if all(layout.quantizes(x) for x in ls)]
     prompts = sensitivity_prompts(cal.calib.prompts, keep.samples, keep.seq_len)
@@ -147,6 +148,8 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme,
     chosen = expand_units(top, units)
     disable = set(hf_modules(d.plans, set(chosen)))
     for name, module in cal.model.named_modules():
+        if name in disable:
+            unsmooth(module)  # int8_sq / w4a16_awq calibrated these smoothed: written plain, they hold w
         if name.rsplit(".", 1)[0] in disable and name.endswith(("input_quantizer", "weight_quantizer")):
             module.disable()
     progress(f"kept in {d.dtype}: {', '.join(unit_of(u) for u in top)} ({sens.seconds:.0f} s)")
