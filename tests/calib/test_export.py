@@ -190,6 +190,25 @@ def eagle_fp8(tmp_path_factory):
     return root
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_eagle_calibration_matches_cpu(eagle_fp8):
+    """The EAGLE head calibrated on CUDA (its positions, features and ids on the device) writes the
+    CPU run's weights bit for bit and its activation scales up to float summation order."""
+    root = eagle_fp8
+    quantize_eagle(root / "hf", root / "head", root / "ckpt_cuda", "fp8", "fp8",
+                   CalibOptions(prompts=prompts(), device="cuda"), dtype="float16", tp=2, num_eagle_layers=3)
+    from safetensors.torch import load_file
+
+    for rank in (0, 1):
+        cpu, gpu = (load_file(root / d / f"rank{rank}.safetensors") for d in ("ckpt", "ckpt_cuda"))
+        assert cpu.keys() == gpu.keys()
+        for k in cpu:
+            if k.endswith(".weight") or k.endswith("weights_scaling_factor"):
+                assert torch.equal(cpu[k].view(torch.uint8), gpu[k].view(torch.uint8)), k
+            elif k.endswith("scaling_factor"):
+                assert torch.allclose(cpu[k].float(), gpu[k].float(), rtol=1e-3), k
+
+
 def test_eagle_fp8_head_is_quantized_with_kv_scales(eagle_fp8):
     ckpt = validate_checkpoint(eagle_fp8 / "ckpt")
     cfg = ckpt.config

@@ -41,7 +41,7 @@ class EagleHead(nn.Module):
     def forward(self, input_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Pairs (token x_{t+1}, base feature f_t) at RoPE position t, causal; returns the drafted features."""
         x = self.fc(torch.cat([self.embed_tokens(input_ids[:, 1:]), features[:, :-1]], dim=-1))
-        positions = torch.arange(x.shape[1]).unsqueeze(0)
+        positions = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
         pos_emb = self.rotary_emb(x, positions)
         for layer in self.layers:  # attention_mask None + sdpa: causal
             out = layer(x, attention_mask=None, position_ids=positions, position_embeddings=pos_emb)
