@@ -144,3 +144,12 @@ def test_index_pointing_to_missing_shard(tmp_path, hf, capsys):
         {"weight_map": {"model.norm.weight": "model-00009.safetensors"}}))
     err = convert_fails(capsys, hf, tmp_path / "out")
     assert "model-00009.safetensors" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize("index", [[], {"weight_map": ["model.norm.weight"]}, {"weight_map": {"model.norm.weight": 3}},
+                                   "{not json"])
+def test_a_malformed_index_is_one_line_naming_it(tmp_path, hf, capsys, index):
+    path = hf / "model.safetensors.index.json"
+    path.write_text(index if isinstance(index, str) else json.dumps(index))
+    err = convert_fails(capsys, hf, tmp_path / "out")
+    assert f"{path}: expected a JSON object whose 'weight_map' maps tensor names to shard files" in err

@@ -71,6 +71,15 @@ def test_modelopts_export_loads(heads):
     assert ids.tolist() == sorted(set(ids.tolist())) and int(ids.max()) < V
 
 
+@pytest.mark.parametrize("archs", [[], "LlamaForCausalLMEagle3"])
+def test_a_head_without_an_architectures_list_still_loads(heads, archs):
+    """`architectures` only labels the head (null is dropped by variant, so the field is absent)."""
+    d, target = heads
+    for name, value in (("archs_absent", None), ("archs_odd", archs)):
+        head = load_eagle3_head(variant(heads, name, config={"architectures": value}), target)
+        assert head.spec.architecture == "?" and head.draft_vocab == DRAFT_V
+
+
 def test_safeailab_layout_loads_to_the_same_tensors(heads):
     d, target = heads
     ours, theirs = load_eagle3_head(safeailab(heads), target), load_eagle3_head(d / "modelopt", target)

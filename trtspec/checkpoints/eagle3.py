@@ -104,6 +104,11 @@ def head_aux_layers(cfg: dict, target_layers: int, where: Path | str) -> tuple[i
     return tuple(sorted(ids))  # TensorRT-LLM sorts given ids (Eagle3OneModelSpecMetadata)
 
 
+def _first_architecture(cfg: dict) -> str:
+    archs = cfg.get("architectures")
+    return str(archs[0]) if isinstance(archs, list) and archs else "?"
+
+
 def _head_spec(f: ConfigFields, target: DecoderSpec) -> DecoderSpec:
     eagle = f.cfg.get("eagle_config") or {}
     on = [k for k in UNSUPPORTED_SWITCHES if eagle.get(k) or f.cfg.get(k)]
@@ -127,7 +132,7 @@ def _head_spec(f: ConfigFields, target: DecoderSpec) -> DecoderSpec:
     heads = f.int("num_attention_heads")
     kv_heads, head_dim = f.int("num_key_value_heads", heads), f.int("head_dim", None)
     f.head_counts(hidden, heads, kv_heads, head_dim is not None)
-    return replace(target, architecture=f.cfg.get("architectures", ["?"])[0], family="llama", num_layers=1,
+    return replace(target, architecture=_first_architecture(f.cfg), family="llama", num_layers=1,
                    num_heads=heads, num_kv_heads=kv_heads, head_size=head_dim or hidden // heads,
                    intermediate_size=f.int("intermediate_size"), norm_eps=f.number("rms_norm_eps", 1e-6),
                    rope_theta=f.number("rope_theta", 10000.0), rope_scaling=rope,

@@ -168,9 +168,12 @@ def open_weights(model_dir: Path, allow_pickle: bool = False) -> WeightSource:
     index = model_dir / "model.safetensors.index.json"
     if index.exists():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError):
-            raise TrtspecError(f"{index}: expected a JSON object with a 'weight_map'") from None
+            data = json.loads(index.read_text())
+        except json.JSONDecodeError:
+            data = None
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise TrtspecError(f"{index}: expected a JSON object whose 'weight_map' maps tensor names to shard files")
         infos: dict[str, TensorInfo] = {}
         for shard in sorted(set(weight_map.values())):
             shard_path = model_dir / shard
