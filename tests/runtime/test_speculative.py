@@ -103,6 +103,19 @@ def test_draft_target_reproduces_greedy(m, draft, k):
         assert max(al) < 1.5
 
 
+def test_a_draft_with_a_smaller_vocabulary_reads_the_targets_extra_ids_and_stays_exact(m):
+    """Same tokenizer, vocabularies padded differently (Qwen2.5-0.5B drafting for 7B): the target's
+    ids past the draft's vocabulary, in a prompt or emitted, reach the draft as an id it has."""
+    small = m["dir"] / "small_vocab_hf"
+    make_hf_model("llama", small, seed=5, num_key_value_heads=1, num_hidden_layers=1, vocab_size=960)
+    convert_hf(small, m["dir"] / "small_vocab_ckpt", dtype="float32")
+    draft = Decoder(load_checkpoint(m["dir"] / "small_vocab_ckpt"))
+    prompts = m["prompts"] + [[5, 990, 7, 999]]
+    assert draft.vocab_size < m["target"].vocab_size and any(t >= 960 for p in prompts for t in p)
+    greedy = [r.output_ids for r in generate_greedy(m["target"], prompts, NEW)]
+    assert [r.output_ids for r in generate_draft_target(m["target"], draft, prompts, NEW, 3)] == greedy
+
+
 def test_truncated_output_keeps_full_acceptance_count(m):
     out = generate_draft_target(m["target"], m["target"], m["prompts"], 10, 4)
     assert [r.output_ids for r in out] == [g[:10] for g in m["greedy"]]
