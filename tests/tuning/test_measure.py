@@ -27,8 +27,18 @@ def test_timed_forwards_are_synchronized_and_the_device_is_named(ckpt, device, d
     assert len(table.rows) == 4 and all(r.seconds > 0 for r in table.rows)
     assert len(synced) == 4 * 2 * 2 and {d.type for d in synced} == {device}  # before and after each timed run
     if device == "cuda":
-        assert torch.cuda.get_device_name(0) in table.device
+        assert torch.cuda.get_device_name(0) in table.device and table.gpu in ("h100", "h200")
     else:
-        assert table.device.startswith(f"torch {torch.__version__} cpu, ")
+        assert table.device.startswith(f"torch {torch.__version__} cpu, ") and table.gpu == "cpu"
     want = "bfloat16" if dtype or device == "cuda" else None  # the GPU default is bfloat16
     assert table.device.endswith(f", {want}") if want else "float" not in table.device
+
+
+def test_a_table_timed_on_a_gpu_is_fitted_from_that_gpus_preset(monkeypatch):
+    """The preset the fit starts from: the CPU's (times add) on the CPU; on CUDA the H200's or, for
+    any other GPU, the H100's (memory and compute overlap), whatever its name."""
+    names = iter(["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: next(names))
+    cuda = [torch.device("cuda", 0)]
+    assert [measure.preset_for(cuda) for _ in range(3)] == ["h200", "h100", "h100"]
+    assert measure.preset_for([torch.device("cpu")]) == "cpu"

@@ -81,15 +81,27 @@ def _decoder(ckpt, dtype: torch.dtype, devices: list[torch.device], cfg: Measure
     return model
 
 
+def preset_for(devices: list[torch.device]) -> str:
+    """The GPU preset a table timed on `devices` is fitted from (fit.fit_gpu): "cpu" on the CPU
+    (memory and compute times add), else the H200's or, for any other GPU, the H100's peaks, whose
+    efficiencies the fit rescales (memory and compute overlap on a GPU)."""
+    cuda = [d for d in devices if d.type == "cuda"]
+    if not cuda:
+        return "cpu"
+    return "h200" if "H200" in torch.cuda.get_device_name(cuda[0]) else "h100"
+
+
 @torch.inference_mode()
 def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: MeasureConfig | None = None,
-                    gpu: str = "cpu") -> CostTable:
+                    gpu: str | None = None) -> CostTable:
     """A cost table of the target (and draft / EAGLE drafter) timed with the PyTorch runtime on
     cfg.device in cfg.dtype (errors name measure_cost.device / .dtype); the table's `device` text
-    names the GPU (or the CPU and its threads) and the dtype when it is not float32."""
+    names the GPU (or the CPU and its threads) and the dtype when it is not float32, its `gpu` the
+    preset it is fitted from (default: preset_for the devices)."""
     cfg = cfg or MeasureConfig()
     g = torch.Generator().manual_seed(cfg.seed)
     devices = resolve(cfg.device, "measure_cost.device")
+    gpu = gpu or preset_for(devices)
     dtype = compute_dtype(cfg.dtype, devices, "measure_cost.dtype")
     c = load_checkpoint(Path(target_ckpt))
     target = _decoder(c, dtype, devices, cfg)
