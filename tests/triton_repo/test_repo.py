@@ -153,6 +153,22 @@ def test_a_tuning_priced_for_another_kind_of_server_is_warned_about(w):
     assert warned(make(w, "cpu_a", tuning=alone, flavor="cpu", ckpt=pair, tokenizer=w["tok"])) == []
 
 
+def test_bands_above_the_repositorys_concurrency_are_warned_about(w):
+    """generate runs at most max_batch_size requests at once (the rest queue in Triton), so it never
+    sees the load that would pick a larger band."""
+    pair = w["root"] / "ckpt_pair_c"
+    fake_ckpt(pair / "target", LLAMA)
+    fake_ckpt(pair / "draft", DRAFT)
+    capped = lambda repo: [x for x in json.loads((repo / "trtspec-repo.json").read_text())["warnings"]  # noqa: E731
+                           if "never served" in x]
+    assert capped(make(w, "cpu_c4", tuning=w["dt_tuning"], flavor="cpu", ckpt=pair, tokenizer=w["tok"],
+                       max_batch_size=4)) == []  # bands (1, 4)
+    assert capped(make(w, "cpu_c2", tuning=w["dt_tuning"], flavor="cpu", ckpt=pair, tokenizer=w["tok"],
+                       max_batch_size=2)) == [
+        "tuned concurrency bands [4] exceed the repository's max_batch_size 2: generate runs at most 2 requests "
+        "at once, so they are never served (triton.max_batch_size)"]
+
+
 def test_cpu_flavor_configs(w):
     pair = w["root"] / "ckpt_pair"
     fake_ckpt(pair / "target", LLAMA)

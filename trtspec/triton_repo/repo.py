@@ -38,7 +38,7 @@ from .runtime_device import place
 from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
 from .engine_limits import batch_size, check_draft_lengths, check_trees, request_limits
 from .heads import resolve_heads
-from .models.serving_rules import SPEC_DECODE_RULES
+from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
 from .routing import check_tuning, draft_target_routes, eagle_routes, route_inputs
@@ -256,6 +256,11 @@ class _Builder:
                 f.files = _python_files("cpu_llm")
         routing.update(limits=request_limits(self.flavor, self.arts),
                        in_flight_batching=in_flight_batching(self.flavor))
+        unreachable = [c for c in routing.get("bands", []) if c > B] if self.mode in CHAIN_MODES else []
+        if unreachable:
+            self.warnings.append(f"tuned concurrency bands {unreachable} exceed the repository's max_batch_size {B}: "
+                                 f"generate runs at most {B} requests at once, so they are never served "
+                                 "(triton.max_batch_size)")
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
                                llm_cancel_messages=is_pytorch(self.flavor))
@@ -327,6 +332,11 @@ class _Builder:
             routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
         routing.update(limits=request_limits(self.flavor, self.arts),
                        in_flight_batching=in_flight_batching(self.flavor))
+        unreachable = [c for c in routing.get("bands", []) if c > B] if self.mode in CHAIN_MODES else []
+        if unreachable:
+            self.warnings.append(f"tuned concurrency bands {unreachable} exceed the repository's max_batch_size {B}: "
+                                 f"generate runs at most {B} requests at once, so they are never served "
+                                 "(triton.max_batch_size)")
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")
