@@ -305,3 +305,22 @@ def test_held_off_serves_off_where_the_choice_is_not_distinguishable_from_off():
     assert off.drafter == "ngram" and off.held_off == chat and indistinguishable(off, None) == []
     assert setting_text(off) == "off (held ngram K=1 n=3 x1.07: not clear)"
     assert held_off(edit, None) is edit and held_off(off, None) is off
+
+
+def test_other_heads_chains_in_a_merged_sweep_are_not_compared_with_the_general_heads_errors():
+    """A drafter choice's sweep holds every head's chain (choose._merged, cheapest drafter first);
+    a band served by the general head is compared with its own K's, not another head's."""
+    from trtspec.tuning.schema import BandChoice, SweepPoint
+    from trtspec.tuning.select import indistinguishable
+
+    def points(tps: list[float], label=None):
+        als = [1.0, 1.5, 1.8, 1.9]
+        return [SweepPoint(draft_len=k, label=label, acceptance_length=als[k], step_time_s=als[k] / t, tokens_per_s=t)
+                for k, t in enumerate(tps)]
+
+    sweep = points([100.0, 300.0, 200.0, 199.0], "eagle3-chat") + points([100.0, 150.0, 152.0, 120.0])
+    band = BandChoice(concurrency=1, speculate=True, draft_len=2, acceptance_length=1.8, acceptance_length_se=0.05,
+                      step_time_s=1.8 / 152.0, draft_step_s=0.0, target_step_s=1.8 / 152.0, tokens_per_s=152.0,
+                      baseline_step_time_s=0.01, baseline_tokens_per_s=100.0, speedup=1.52,
+                      own_best_tokens_per_s=300.0, sweep=sweep)
+    assert indistinguishable(band, {"1": 0.05, "2": 0.05, "3": 0.05}) == [1]  # 150 vs 152, not the head's 199

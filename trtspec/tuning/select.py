@@ -140,11 +140,11 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
         s = se.get(p.draft_len)
         return None if s is None else tokens_per_s_se(p.tokens_per_s, p.acceptance_length, s)
 
-    # the model drafter's points, one per K (a drafter choice's sweep also holds n-gram points, and
-    # each drafter's own K = 0 point)
+    # the model drafter's points, one per K (a drafter choice's sweep also holds n-gram points, other
+    # EAGLE-3 heads' chains, labelled with their names, and each drafter's own K = 0 point)
     points, seen = [], set()
     for p in band.sweep:
-        if p.max_matching_ngram_size is None and p.draft_len not in seen:
+        if p.max_matching_ngram_size is None and p.label is None and p.draft_len not in seen:
             points.append(p)
             seen.add(p.draft_len)
     chosen = next((p for p in points if p.draft_len == band.draft_len), None)
