@@ -30,6 +30,8 @@ def test_request_sampling_reads_tensorrt_llm_inputs():
     values = {"temperature": 0.8, "runtime_top_k": 40, "runtime_top_p": 0.9, "seed": 7}
     assert request_sampling(values.get) == Sampling(temperature=0.8, top_k=40, top_p=0.9, seed=7)
     assert request_sampling({}.get) == Sampling()  # absent: greedy, seed 0
+    off = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}  # penalties set to off
+    assert request_sampling({**values, **off}.get) == request_sampling(values.get)
 
 
 @pytest.mark.parametrize("values, message", [
@@ -37,6 +39,8 @@ def test_request_sampling_reads_tensorrt_llm_inputs():
     ({"runtime_top_k": -1}, r"^runtime_top_k \(top_k\): Input should be greater than or equal to 0 \(got -1\)$"),
     ({"runtime_top_p": 1.5}, r"^runtime_top_p \(top_p\): Input should be less than or equal to 1"),
     ({"seed": 2 ** 63}, r"^seed: Input should be less than"),
+    ({"repetition_penalty": 1.3}, r"^repetition_penalty: 1.3; trtspec.runtime \(the cpu flavor\) applies no penalties"),
+    ({"presence_penalty": 0.5}, r"^presence_penalty: 0.5; .* leave it unset or 0 "),
 ])
 def test_bad_sampling_values_name_the_input(values, message):
     with pytest.raises(TrtspecError, match=message):

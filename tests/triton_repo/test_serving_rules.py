@@ -192,3 +192,13 @@ def test_min_tokens_on_the_cpu_flavor_is_nothing_or_the_whole_length():
         with pytest.raises(r.RequestError, match=rf"^min_tokens: {bad}; the cpu flavor takes 0 or at least "
                                                  r"request_output_len \(16\)"):
             r.ignores_end_ids(bad, 16)
+
+
+def test_the_llmapi_flavor_refuses_what_its_model_cannot_take():
+    """Its model stops at its own end token and has no repetition penalty: a request setting either
+    is refused naming the input; unset (or end_id -1, repetition_penalty 1: the defaults) passes."""
+    for given in ({}, {"end_id": -1}, {"repetition_penalty": 1.0}, {"presence_penalty": 0.5}):
+        r.check_llmapi_inputs(given.get)
+    for name, value in (("end_id", 7), ("repetition_penalty", 1.2)):
+        with pytest.raises(r.RequestError, match=rf"^{name}: the llmapi flavor's model takes no {name}"):
+            r.check_llmapi_inputs({name: value}.get)

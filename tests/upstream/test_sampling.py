@@ -70,3 +70,14 @@ def test_sampling_settings_go_to_real_inputs():
     assert set(s.TRTLLM_SAMPLING_INPUTS.values()) <= _input_names(triton.TENSORRT_LLM_INPUTS)
     assert set(s.LLMAPI_SAMPLING_INPUTS.values()) <= _input_names(triton.LLMAPI_INPUTS)
     assert s.LLMAPI_ADVANCED_SAMPLING_DEFAULT is False
+
+
+def test_penalties_are_tensorrt_llm_inputs_and_the_llmapi_model_lacks_what_generate_refuses_there():
+    from trtspec.triton_repo.models import serving_rules
+
+    assert set(s.PENALTY_OFF) <= _input_names(triton.TENSORRT_LLM_INPUTS)
+    llmapi = _input_names(triton.LLMAPI_INPUTS)
+    assert {"sampling_param_presence_penalty", "sampling_param_frequency_penalty"} <= llmapi
+    for name, unset in serving_rules.LLMAPI_REFUSED.items():  # the models' own copy of the facts
+        assert f"sampling_param_{name}" not in llmapi and name not in llmapi
+        assert unset is None or unset == s.PENALTY_OFF[name]

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from ..errors import TrtspecError
 from ..options import Sampling, first_problem
 from .flavors import PYTORCH, canonical
-from ..upstream.sampling import (BLS_SAMPLING_INPUTS, EXACT_MATCH, EXACT_MATCH_RESAMPLE, GREEDY, PATH_RULES, REJECTION,
-                                TRTLLM_SAMPLING_INPUTS)
+from ..upstream.sampling import (BLS_SAMPLING_INPUTS, EXACT_MATCH, EXACT_MATCH_RESAMPLE, GREEDY, PATH_RULES,
+                                PENALTY_OFF, REJECTION, TRTLLM_SAMPLING_INPUTS)
 
 
 def input_name(field: str) -> str:
@@ -30,7 +30,13 @@ def input_name(field: str) -> str:
 
 
 def request_sampling(get) -> Sampling:
-    """Sampling from `get(tensorrt_llm input name) -> value or None`; errors name the input."""
+    """Sampling from `get(tensorrt_llm input name) -> value or None`; errors name the input. The
+    runtime applies no penalties: one set to anything but off is refused, not ignored."""
+    for name, off in PENALTY_OFF.items():
+        value = get(name)
+        if value is not None and float(value) != off:
+            raise TrtspecError(f"{name}: {float(value):g}; trtspec.runtime (the cpu flavor) applies no penalties, "
+                               f"leave it unset or {off:g} (TensorRT-LLM's engines apply it: the trtllm flavor)")
     given = {}
     for field, name in TRTLLM_SAMPLING_INPUTS.items():
         value = get(name)

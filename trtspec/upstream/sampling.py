@@ -153,6 +153,11 @@ TRTLLM_SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k"
                           "seed": "seed"}
 # tensorrt_llm_bls inputs (same file's name_map keys).
 BLS_SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed"}
+# Penalties (tensorrt_llm inputs) and the values that turn them off: the executor SamplingConfig's
+# defaults (repetitionPenalty 1, presencePenalty 0, frequencyPenalty 0; cpp/include/tensorrt_llm/
+# executor/executor.h). The llmapi model takes sampling_param_presence_penalty and
+# _frequency_penalty, no repetition penalty and no end_id (its config.pbtxt, v0.19 template).
+PENALTY_OFF = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 # llmapi model inputs -> tensorrt_llm.SamplingParams(temperature, top_k, top_p, seed)
 # (triton_backend/all_models/llmapi/tensorrt_llm/1/helpers.py get_sampling_params_from_request @0df60f9a).
 LLMAPI_SAMPLING_INPUTS = {k: f"sampling_param_{k}" for k in ("temperature", "top_k", "top_p", "seed")}

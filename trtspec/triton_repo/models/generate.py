@@ -53,8 +53,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
-                           band_label, check_limits, output_len, pick_band, sampling_fallback, swept_route, tree_depth,
-                           trtllm_steps)
+                           band_label, check_limits, check_llmapi_inputs, output_len, pick_band, sampling_fallback,
+                           swept_route, tree_depth, trtllm_steps)
 from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -206,6 +206,7 @@ class TritonPythonModel(PooledModel):
         """llmapi flavor: the LLM API model tokenizes, drafts and detokenizes itself; its streamed
         text_output pieces are forwarded as they are. It reports no acceptance counters to Triton
         (acceptance_length stays 0)."""
+        check_llmapi_inputs(lambda name: scalar(request, name))
         inputs = {"text_input": np.array([text.encode("utf-8")], dtype=object),
                   "sampling_param_max_tokens": np.array([max_tokens], np.int32),
                   "sampling_param_exclude_input_from_output": np.array([True], bool),

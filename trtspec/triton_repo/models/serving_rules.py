@@ -230,6 +230,19 @@ def check_beam_width(value):
         raise RequestError("beam_width: the cpu flavor decodes with beam width 1 only")
 
 
+LLMAPI_REFUSED = {"end_id": None, "repetition_penalty": 1.0}  # name: the value that means unset (upstream.sampling)
+
+
+def check_llmapi_inputs(get) -> None:
+    """generate's inputs the llmapi flavor's model has no input for (it stops at the model's own end
+    token and applies presence / frequency penalties only): refused when set, not dropped."""
+    for name, unset in LLMAPI_REFUSED.items():
+        value = get(name)
+        if value is not None and value != unset and not (name == "end_id" and int(value) == -1):
+            raise RequestError(f"{name}: the llmapi flavor's model takes no {name} (TensorRT-LLM's llmapi model); "
+                               "leave it unset")
+
+
 def ignores_end_ids(min_tokens, request_output_len: int) -> bool:
     """The cpu flavor's min_tokens: 0 (the first end id stops the request) or at least
     request_output_len (the request runs to its length whatever it decodes: the benchmark use,
