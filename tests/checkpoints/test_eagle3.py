@@ -117,6 +117,9 @@ BROKEN = [
     ("hidden", {}, {"hidden_size": 32}, [], "field 'hidden_size' is 32"),
     ("layers_cfg", {}, {"num_hidden_layers": 2}, [], "field 'num_hidden_layers' is 2"),
     ("switch", {}, {"eagle_config": {"eh_proj_before_attn": True}}, [], "field 'eh_proj_before_attn' is set"),
+    # TensorRT-LLM reads fc.bias only with config `bias: true` (upstream.trtllm.EAGLE3_FC_BIAS_KEY)
+    ("fc_bias", {"fc.bias": torch.zeros(64)}, {}, [], "field 'bias' is not true, but"),
+    ("bias_cfg", {}, {"bias": True}, [], "field 'bias' is true, but"),
 ]
 
 
@@ -143,3 +146,9 @@ def test_default_capture_needs_six_target_layers(heads, tmp_path):
     make_hf_model("llama", tmp_path / "small", num_hidden_layers=5, vocab_size=V)
     with pytest.raises(TrtspecError, match="default capture needs >= 6"):
         load_eagle3_head(safeailab(heads, "default_small"), spec_from_hf(tmp_path / "small"))
+
+
+def test_an_fc_bias_declared_in_the_config_is_loaded(heads):
+    d, target = heads
+    head = load_eagle3_head(variant(heads, "fc_bias_ok", {"fc.bias": torch.full((64,), 0.5)}, {"bias": True}), target)
+    assert torch.equal(head.tensors["fc.bias"], torch.full((64,), 0.5))

@@ -104,6 +104,19 @@ def head_aux_layers(cfg: dict, target_layers: int, where: Path | str) -> tuple[i
     return tuple(sorted(ids))  # TensorRT-LLM sorts given ids (Eagle3OneModelSpecMetadata)
 
 
+def _check_fc_bias(f: ConfigFields, has_bias: bool, head_dir: Path) -> None:
+    """TensorRT-LLM gives the fc a bias only when config.json says `bias: true` (upstream.trtllm
+    EAGLE3_FC_BIAS_KEY): a bias tensor it would not read, or a bias it would miss, is refused here
+    rather than drafted with by the runtime and served without."""
+    wants = f.flag(trtllm.EAGLE3_FC_BIAS_KEY, False)
+    if has_bias and not wants:
+        raise TrtspecError(f"{f.where}: field '{trtllm.EAGLE3_FC_BIAS_KEY}' is not true, but {head_dir} has an "
+                           "fc.bias, which TensorRT-LLM then does not load; set it to true if the head was trained "
+                           "with it")
+    if wants and not has_bias:
+        raise TrtspecError(f"{f.where}: field '{trtllm.EAGLE3_FC_BIAS_KEY}' is true, but {head_dir} has no fc.bias")
+
+
 def _first_architecture(cfg: dict) -> str:
     archs = cfg.get("architectures")
     return str(archs[0]) if isinstance(archs, list) and archs else "?"
@@ -183,5 +196,6 @@ def load_eagle3_head(head_dir: Path, target: DecoderSpec, allow_pickle: bool = F
     src = open_weights(head_dir, allow_pickle=allow_pickle)
     layout, mapping = _canonical(src, head_dir)
     tensors = {c: src.get(s) for c, s in mapping.items() if c not in ("t2d", "embed_tokens.weight")}
+    _check_fc_bias(f, "fc.bias" in tensors, head_dir)
     _check_shapes(tensors, spec, len(aux), draft_vocab, target.vocab_size, head_dir)
     return Eagle3Head(head_dir, layout, spec, aux, draft_vocab, tensors)

@@ -250,6 +250,7 @@ EAGLE3_LAYERS_FIELD = "eagle3_layers_to_capture"
 # from hidden_size, else the target's embedding is shared); `bias` (fc bias, default False);
 # `num_hidden_layers` (decoder layers of the head: `midlayer`, a list when > 1).
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "EAGLE3LlamaForCausalLM")
+EAGLE3_FC_BIAS_KEY = "bias"  # the fc is built Linear(..., bias=config.bias): an fc.bias tensor is read only then
 # Tensor names: single-layer heads use `midlayer.*`; `layers.0.*` is renamed to `midlayer.*`
 # (Eagle3ForCausalLM.load_weights). A head `lm_head` is loaded when present, else the target's
 # (load_lm_head_from_target). `d2t` [draft_vocab] int offsets exist when draft_vocab_size !=
