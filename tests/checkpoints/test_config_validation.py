@@ -77,6 +77,16 @@ def test_hf_config_nulls_and_integral_floats_are_fine(tmp_path):
     assert isinstance(spec.hidden_size, int)
 
 
+def test_default_rope_type_is_written_as_no_scaling(tmp_path):
+    """transformers names unscaled RoPE rope_type "default"; TensorRT-LLM versions whose
+    RotaryScalingType lacks the name refuse it, and every version reads null as unscaled."""
+    spec = spec_from_hf(write_hf(tmp_path, "llama", rope_scaling={"rope_type": "default"}))
+    assert spec.rope_scaling is None
+    assert trtllm_config(spec, "float32", 1, parallel_embedding=True)["rotary_scaling"] is None
+    scaled = spec_from_hf(write_hf(tmp_path, "llama", rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    assert scaled.rope_scaling["rope_type"] == "linear"
+
+
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
 def test_good_configs_round_trip(tmp_path, family):
     spec = spec_from_hf(write_hf(tmp_path, family))

@@ -78,7 +78,9 @@ class ConfigFields:
                              "one of " + ", ".join(allowed))
 
     def rope_scaling(self, key: str) -> dict | None:
-        """The RoPE scaling block: null, or an object whose type names its numeric parameters."""
+        """The RoPE scaling block: null, or an object whose type names its numeric parameters. Type
+        "default" (transformers' name for unscaled RoPE) reads as null: TensorRT-LLM versions whose
+        RotaryScalingType has no such name refuse it, and all of them take null as unscaled."""
         value = self._value(key, None)
         if not value:
             return None
@@ -88,7 +90,7 @@ class ConfigFields:
         kind = inner.text("rope_type", None) or inner.text("type", None)
         for name in ROPE_SCALING_FIELDS.get(kind or "default", ()):
             inner.number(name)
-        return value
+        return None if kind == "default" else value
 
     def head_counts(self, hidden: int, heads: int, kv_heads: int, explicit_head_size: bool) -> None:
         """Head counts that make a decoder: named by field here, not as a tensor shape later."""
