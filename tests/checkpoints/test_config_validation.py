@@ -70,11 +70,29 @@ def test_hf_config_not_an_object(tmp_path):
 
 
 def test_hf_config_nulls_and_integral_floats_are_fine(tmp_path):
-    """Null means absent (HF writes `head_dim: null`); 64.0 is 64, only 64.9 is refused."""
-    spec = spec_from_hf(write_hf(tmp_path, "mistral", hidden_size=64.0, head_dim=None, rope_scaling=None,
-                                 num_key_value_heads=None, max_position_embeddings=None))
-    assert (spec.hidden_size, spec.head_size, spec.num_kv_heads, spec.max_position_embeddings) == (64, 16, 4, 2048)
+    """Null means absent (HF writes `head_dim: null`), except num_key_value_heads, whose null is
+    num_attention_heads as in transformers; 64.0 is 64, only 64.9 is refused."""
+    (tmp_path / "a").mkdir()
+    cfg = json.loads((write_hf(tmp_path / "a", "mistral", hidden_size=64.0)).joinpath("config.json").read_text())
+    cfg.update(head_dim=None, rope_scaling=None, num_key_value_heads=None, max_position_embeddings=None)
+    (tmp_path / "a" / "config.json").write_text(json.dumps(cfg))
+    spec = spec_from_hf(tmp_path / "a")
+    assert (spec.hidden_size, spec.head_size, spec.num_kv_heads, spec.max_position_embeddings) == (64, 16, 4, 131072)
     assert isinstance(spec.hidden_size, int)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
+def test_fields_a_config_leaves_out_take_transformers_defaults(tmp_path, family):
+    """The oracle is transformers reading the same file: the KV heads, head size, RoPE base, positions
+    and norm epsilon it takes for each field left out (Mistral's 8 KV heads, Qwen3's head_dim 128)."""
+    from transformers import AutoConfig
+
+    optional = ("num_key_value_heads", "head_dim", "rope_theta", "max_position_embeddings", "rms_norm_eps")
+    d = write_hf(tmp_path, family, num_attention_heads=32, hidden_size=256, **{k: None for k in optional})
+    spec, ref = spec_from_hf(d), AutoConfig.from_pretrained(d)
+    head = getattr(ref, "head_dim", None) or ref.hidden_size // ref.num_attention_heads
+    assert (spec.num_kv_heads, spec.head_size, spec.rope_theta, spec.max_position_embeddings, spec.norm_eps) == (
+        ref.num_key_value_heads, head, ref.rope_theta, ref.max_position_embeddings, ref.rms_norm_eps)
 
 
 def test_default_rope_type_is_written_as_no_scaling(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..upstream import trtllm
+from ..upstream.transformers import HF_CONFIG_DEFAULTS
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from .config_fields import ConfigFields
@@ -72,9 +73,10 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
     if act != "silu":
         raise TrtspecError(f"{path}: field 'hidden_act' is {act!r}; expected 'silu' (SwiGLU MLP)")
     hidden, heads = f.int("hidden_size"), f.int("num_attention_heads")
-    kv_heads, head_dim = f.int("num_key_value_heads", heads), f.int("head_dim", None)
+    missing = HF_CONFIG_DEFAULTS[family]  # what transformers takes for a field the file leaves out
+    kv_default = missing["num_key_value_heads"] if "num_key_value_heads" not in f.cfg else None
+    kv_heads, head_dim = f.int("num_key_value_heads", kv_default or heads), f.int("head_dim", missing["head_dim"])
     f.head_counts(hidden, heads, kv_heads, head_dim is not None)
-    default_theta = 1000000.0 if family in ("qwen2", "qwen3") else 10000.0
     extras = {}
     sliding_window = f.int("sliding_window", None)
     if sliding_window and family == "mistral":
@@ -85,10 +87,10 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
         num_layers=f.int("num_hidden_layers"), num_heads=heads,
         num_kv_heads=kv_heads, head_size=head_dim or hidden // heads,
         intermediate_size=f.int("intermediate_size"),
-        norm_eps=f.number("rms_norm_eps", 1e-6),
-        rope_theta=f.number("rope_theta", default_theta),
+        norm_eps=f.number("rms_norm_eps", missing["rms_norm_eps"]),
+        rope_theta=f.number("rope_theta", missing["rope_theta"]),
         rope_scaling=full_rope_scaling(f.rope_scaling("rope_scaling")),
-        max_position_embeddings=f.int("max_position_embeddings", 2048),
+        max_position_embeddings=f.int("max_position_embeddings", missing["max_position_embeddings"]),
         attn_bias=family == "qwen2" or f.flag("attention_bias", False),
         qk_norm=family == "qwen3",
         tie_word_embeddings=f.flag("tie_word_embeddings", False),

@@ -4,6 +4,22 @@ from __future__ import annotations
 
 TRANSFORMERS_VERSION = "4.57.6"
 
+# What a family's config.json may leave out, and the value its transformers config class then
+# takes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config __init__; tests/checkpoints/
+# test_config_validation.py reads the same files with transformers
+# to check). num_key_value_heads None: num_attention_heads (also what an explicit null
+# gives in every family); head_dim None: hidden_size // num_attention_heads.
+HF_CONFIG_DEFAULTS = {
+    "llama": {"num_key_value_heads": None, "head_dim": None, "rope_theta": 10000.0,
+              "max_position_embeddings": 2048, "rms_norm_eps": 1e-6},
+    "mistral": {"num_key_value_heads": 8, "head_dim": None, "rope_theta": 10000.0,
+                "max_position_embeddings": 131072, "rms_norm_eps": 1e-6},
+    "qwen2": {"num_key_value_heads": 32, "head_dim": None, "rope_theta": 10000.0,
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "rope_theta": 10000.0,
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
+}
+
 # Tokenizer files AutoTokenizer reads from a model directory. They travel with a checkpoint so
 # later stages have a default tokenizer; TRT-LLM ignores them.
 TOKENIZER_FILES = (
