@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from triton_fixtures import TREE_A, tiny_eagle, tiny_pair
+from trtspec.errors import TrtspecError
 from trtspec.runtime.decode import verify_external
 from trtspec.runtime.generate import generate_batch, load_models, stream_request
 
@@ -86,3 +87,5 @@ def test_verify_draft(m):
     assert (tokens, accepted) == (ref[:6], 5)  # all accepted + bonus
     tokens, accepted = verify_draft(target, prompt, ref[:5], 2)
     assert (tokens, accepted) == (ref[:2], 5)  # cut at max_new_tokens, acceptance counted before the cut
+    with pytest.raises(TrtspecError, match="^prompt: empty; draft tokens are verified"):
+        verify_draft(target, [], ref[:3], 8)  # nothing to check the first draft token against

@@ -5,10 +5,10 @@ from __future__ import annotations
 TRANSFORMERS_VERSION = "4.57.6"
 
 # What a family's config.json may leave out, and the value its transformers config class then
-# takes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config __init__; tests/checkpoints/
-# test_config_validation.py reads the same files with transformers
-# to check). num_key_value_heads None: num_attention_heads (also what an explicit null
-# gives in every family); head_dim None: hidden_size // num_attention_heads.
+# takes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config __init__; checked by reading the same
+# files with transformers, tests/checkpoints/test_config_validation.py). num_key_value_heads None:
+# num_attention_heads (also what an explicit null gives in every family); head_dim None:
+# hidden_size // num_attention_heads.
 HF_CONFIG_DEFAULTS = {
     "llama": {"num_key_value_heads": None, "head_dim": None, "rope_theta": 10000.0,
               "max_position_embeddings": 2048, "rms_norm_eps": 1e-6},
