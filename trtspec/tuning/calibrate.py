@@ -195,10 +195,12 @@ def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: f
 
 
 def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape],
-           batching: bool = True) -> tuple[list[Point], list[str]]:
+           batching: bool | None = None) -> tuple[list[Point], list[str]]:
     """The sweep's usable points and a note for each one skipped; batching: whether the server
     measured steps concurrent requests as one batch (calibrate_cost: the sweep's record, else the
-    tuner's setting)."""
+    tuner's setting; None: the sweep's record, else batched)."""
+    if batching is None:
+        batching = sweep.in_flight_batching is not False
     out, skipped = [], []
     for i, run in enumerate(sweep.runs):
         where = f"sweep.runs.{i} ({run.workload} c={run.concurrency} {run.setting.label})"
@@ -212,8 +214,8 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
         elif run.workload not in contexts or prompts.get(run.workload) is None:
             why = "workload not in the profile (its prompt and context lengths are unknown)"
         elif run.concurrency > 1 and not batching:
-            why = ("the server serves each request on its own (no in-flight batching), so concurrent "
-                   "requests are not steps at batch c: only concurrency 1 is modelled")
+            why = ("concurrent requests are each served on their own (no in-flight batching: the sweep's "
+                   "record, else tune.in_flight_batching), not as steps at batch c: only concurrency 1 is modelled")
         fw = None if why else request_forwards(run.setting, run.concurrency, contexts[run.workload],
                                                prompts[run.workload], sm.output_tokens / sm.requests_ok / al, shapes,
                                                run.draft_tokens_per_step)
