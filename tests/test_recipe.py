@@ -51,3 +51,14 @@ def test_per_workload_heads_are_named_by_the_workload_names_the_prompts_get():
 
     found = {k: v for k, v in external_inputs(r).items() if k.startswith("draft.train.")}
     assert found == {"draft.train.workloads.support": "/data/support.jsonl"}  # packaged humaneval is no file
+
+
+def test_an_eagle1_recipe_is_refused_for_the_llmapi_flavor_before_any_stage_runs():
+    """The PyTorch backend drafts EAGLE-3 chains only (upstream.trtllm.PYTORCH_SPEC_MODES): the
+    repository stage would refuse it, so the recipe does, naming the field, instead of after profiling."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not eagle"):
+        Recipe.model_validate({**BASE, "draft": {"eagle": "/head"}, "triton": {"flavor": "llmapi"}})
+    for flavor in ("trtllm", "cpu"):
+        Recipe.model_validate({**BASE, "draft": {"eagle": "/head"}, "triton": {"flavor": flavor}})

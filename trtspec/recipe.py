@@ -44,6 +44,7 @@ from .quality.options import QualityReportOptions, QuantizeStage
 from .triton_repo.options import ServeOptions, TritonOptions
 from .triton_repo.flavors import in_flight_batching
 from .triton_repo.sampling import route_sampling
+from .upstream.trtllm import PYTORCH_SPEC_MODES
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
 DEFAULT_TARGET = "default"
@@ -220,6 +221,9 @@ class Recipe(ConvertOptions):
                              f"leave the build section out{why}")
         if self.mode in ("eagle3", "ngram") and self.triton is not None and self.triton.flavor == "trtllm":
             raise ValueError(f"triton.flavor: trtllm serves engines; {self.mode} here needs llmapi or cpu")
+        if self.triton is not None and self.triton.flavor == "llmapi" and self.mode not in PYTORCH_SPEC_MODES:
+            raise ValueError(f"triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not {self.mode} "
+                             "(EAGLE-1 trees): serve it with trtllm or cpu")
 
     def _instances(self) -> None:
         """The llmapi flavor loads every drafter into its own model instance (speculative_config is
