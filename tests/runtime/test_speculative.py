@@ -113,7 +113,17 @@ def test_a_draft_with_a_smaller_vocabulary_reads_the_targets_extra_ids_and_stays
     prompts = m["prompts"] + [[5, 990, 7, 999]]
     assert draft.vocab_size < m["target"].vocab_size and any(t >= 960 for p in prompts for t in p)
     greedy = [r.output_ids for r in generate_greedy(m["target"], prompts, NEW)]
-    assert [r.output_ids for r in generate_draft_target(m["target"], draft, prompts, NEW, 3)] == greedy
+    out = generate_draft_target(m["target"], draft, prompts, NEW, 3)
+    assert [r.output_ids for r in out] == greedy
+    # the profiler reads them the same way: its replay at K=3 is the runtime's acceptance
+    from trtspec.runtime.generate import Models
+    from trtspec.tuning.acceptance import replay_chain
+    from trtspec.tuning.profile_pass import chain_match_lengths
+
+    lists = chain_match_lengths(Models(m["target"], draft), [p + g for p, g in zip(prompts, greedy)],
+                                [len(p) for p in prompts], 3)
+    for one, r in zip(lists, out):
+        assert replay_chain([one], 3).acceptance_length == pytest.approx(r.stats.acceptance_length)
 
 
 def test_truncated_output_keeps_full_acceptance_count(m):

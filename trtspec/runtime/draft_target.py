@@ -34,6 +34,16 @@ from .stats import GenerationResult
 from .tree import chain
 
 
+def as_draft_ids(ids, vocab_size: int):
+    """Committed tokens (a list or a tensor) as a draft model of `vocab_size` reads them: an id
+    beyond its vocabulary (the target's padding rows, which a prompt or sampling can hold; same
+    tokenizer, vocabularies padded differently) becomes 0. The draft then guesses worse for a step;
+    the target verifies every draft token, so the output stays the target's."""
+    if isinstance(ids, torch.Tensor):
+        return torch.where(ids < vocab_size, ids, torch.zeros_like(ids))
+    return [t if t < vocab_size else 0 for t in ids]
+
+
 class DraftModelProposer:
     def __init__(self, draft: Decoder, k: int, target_vocab: int, batch_invariant: bool = False,
                  sampling: Sampling | None = None):
@@ -56,22 +66,16 @@ class DraftModelProposer:
         return torch.tensor([draw(p[j], uniform(requests[b].seed, len(requests[b].output) + i, DRAFT))
                              for j, b in enumerate(rows.tolist())])
 
-    def _seen(self, ids: list[int]) -> list[int]:
-        """The committed tokens as the draft reads them: an id beyond its vocabulary (the target's
-        padding rows, which sampling or a prompt can hold) becomes 0. The draft then guesses worse
-        for a step; the target verifies every draft token, so the output stays the target's."""
-        n = self.draft.vocab_size
-        return [t if t < n else 0 for t in ids]
-
     def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
         longest = max(len(r.prompt) for r in requests)
         self.cache = self.draft.new_cache(len(requests), longest + requests[0].max_new_tokens + self.k + 2)
         if self.batch_invariant:  # the prompts in one block each, as the target ran them; the rest one by one
-            prefill(self.draft, self.cache, rows, [self._seen(requests[b].prompt) for b in rows.tolist()], True)
+            prompts = [as_draft_ids(requests[b].prompt, self.draft.vocab_size) for b in rows.tolist()]
+            prefill(self.draft, self.cache, rows, prompts, True)
 
     def propose(self, requests: list[Request], rows: torch.Tensor) -> Proposal:
         lens = self.cache.lens
-        pending = [self._seen(requests[b].tokens[int(lens[b]):]) for b in rows.tolist()]
+        pending = [as_draft_ids(requests[b].tokens[int(lens[b]):], self.draft.vocab_size) for b in rows.tolist()]
         logits, _, _ = prefill(self.draft, self.cache, rows, pending, self.batch_invariant)  # catch up, commit
         forward = forward_stepwise if self.batch_invariant else Decoder.forward
         tokens, dists = [], []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..runtime.device import to_device
+from ..runtime.draft_target import as_draft_ids
 from ..runtime.generate import Models
 from ..runtime.model import pad_right
 
@@ -35,7 +36,8 @@ def chain_match_lengths(models: Models, seqs: list[list[int]], prompt_lens: list
     argmax after s[..j] is s[j+1] (the lm_head per row, over that row's own positions)."""
     draft = models.draft
     tokens, lengths = pad_right(seqs)
-    _, hidden = draft.forward(tokens, draft.new_cache(len(seqs), tokens.shape[1]), with_logits=False)
+    _, hidden = draft.forward(as_draft_ids(tokens, draft.vocab_size), draft.new_cache(len(seqs), tokens.shape[1]),
+                              with_logits=False)
     dev = hidden.device
     agree = torch.cat([draft.logits(hidden[i:i + 1, :n])[0, :-1].argmax(-1) == to_device(tokens[i, 1:n], dev)
                        for i, n in enumerate(lengths.tolist())]).tolist()  # one device read for the batch
