@@ -21,49 +21,36 @@ from . import contracts as c
 from . import ngram_serving
 from . import render as r
 from .deploy import Artifact, eagle3_capture
-from .models.serving_rules import CHAIN_MODES
-from .routing import draft_target_routes, eagle_routes
+from .routing import draft_target_routes
 
 Spec = tuple[str, dict | None, str]  # (model name, speculative_config or None, what it serves)
 
 
-def routing(routes: dict, mode: str) -> dict:
-    """generate's llmapi routing from the flavor-free routes (routing.py): per workload the model of
-    its smallest band's setting (an EAGLE tuning: a chain as deep as the served tree)."""
-    if mode in CHAIN_MODES:
-        def entry(bands):
-            k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
-            n = bands[0].get("max_matching_ngram_size")  # n-gram: and its matching size
-            h = bands[0].get("draft_head")  # another EAGLE-3 head: a model of its own per K (heads.py)
-            name = ngram_serving.model_name(k, n) + (f"_{c.sanitize(h)}" if h else "")
-            return {"model": name, "num_draft_tokens": k, **({"max_matching_ngram_size": n} if n is not None else {}),
-                    **({"draft_head": h} if h else {})}
-        table = {w: entry(bands) for w, bands in routes["workloads"].items()}
-        default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
-        band = routes["default"]["bands"][0]["concurrency"]
-    else:
-        depth = {m["model"]: max(len(p) for p in m["eagle_choices"]) for m in routes["models"]}
-
-        def entry(e):
-            k = depth[e["model"]]
-            return {"model": f"{c.TENSORRT_LLM}_k{k}", "num_draft_tokens": k}
-        table = {w: entry(e) for w, e in routes["workloads"].items()}
-        default = {"source": routes["default"]["source"], **entry(routes["default"])}
-        band = routes["band"]
+def routing(routes: dict) -> dict:
+    """generate's llmapi routing from the flavor-free chain routes (routing.py): per workload the
+    model of its smallest band's setting. (EAGLE-1 tree tunings are refused for this flavor:
+    make_repository, upstream.trtllm.PYTORCH_SPEC_MODES.)"""
+    def entry(bands):
+        k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
+        n = bands[0].get("max_matching_ngram_size")  # n-gram: and its matching size
+        h = bands[0].get("draft_head")  # another EAGLE-3 head: a model of its own per K (heads.py)
+        name = ngram_serving.model_name(k, n) + (f"_{c.sanitize(h)}" if h else "")
+        return {"model": name, "num_draft_tokens": k, **({"max_matching_ngram_size": n} if n is not None else {}),
+                **({"draft_head": h} if h else {})}
+    table = {w: entry(bands) for w, bands in routes["workloads"].items()}
+    default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
+    band = routes["default"]["bands"][0]["concurrency"]
     # band: the one served (generate names it in each request's route label, which perf reads)
     return {"mode": "llmapi", "band": band, "workloads": table, "default": default, "models": []}
 
 
-def specs(tuning, arts: list[Artifact], eagle_band: int | None, default_workload: str | None,
+def specs(tuning, arts: list[Artifact], default_workload: str | None,
           heads: dict[str, Artifact] | None = None) -> tuple[dict, list[Spec]]:
-    """(routing, one Spec per served model). heads: the other EAGLE-3 heads routes name
-    (triton_repo/heads.py)."""
+    """(routing, one Spec per served model) of a chain tuning. heads: the other EAGLE-3 heads routes
+    name (triton_repo/heads.py)."""
     target, draft = arts[0], (arts[1] if len(arts) > 1 else None)
     eagle3 = tuning.mode == "eagle3"  # deploy.resolve_hf made the draft an EAGLE-3 head then, and only then
-    if tuning.mode in CHAIN_MODES:  # a chain: one K (and n-gram size) per workload x band
-        table = routing(draft_target_routes(tuning, default_workload), tuning.mode)
-    else:
-        table = routing(eagle_routes(tuning, eagle_band, default_workload), tuning.mode)
+    table = routing(draft_target_routes(tuning, default_workload))  # one K (and n-gram size) per workload x band
     served = {e["model"]: e for e in [*table["workloads"].values(), table["default"]]}
     out = []
     for name, e in sorted(served.items()):

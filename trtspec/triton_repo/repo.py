@@ -256,11 +256,7 @@ class _Builder:
                 f.files = _python_files("cpu_llm")
         routing.update(limits=request_limits(self.flavor, self.arts),
                        in_flight_batching=in_flight_batching(self.flavor))
-        unreachable = [c for c in routing.get("bands", []) if c > B] if self.mode in CHAIN_MODES else []
-        if unreachable:
-            self.warnings.append(f"tuned concurrency bands {unreachable} exceed the repository's max_batch_size {B}: "
-                                 f"generate runs at most {B} requests at once, so they are never served "
-                                 "(triton.max_batch_size)")
+        self._check_reachable(routing, B)
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
                                llm_cancel_messages=is_pytorch(self.flavor))
@@ -323,20 +319,23 @@ class _Builder:
         m = next((m for m in self.memory.models if m.model == name), None) if self.memory else None
         return m.kv_tokens if m and m.kv_tokens > 0 else None
 
+    def _check_reachable(self, routing: dict, B: int) -> None:
+        """A chain repository's bands above B are never picked: generate runs at most B requests at
+        once (the rest queue in Triton), so it never sees the load that would choose them."""
+        unreachable = [c for c in routing.get("bands", []) if c > B] if self.mode in CHAIN_MODES else []
+        if unreachable:
+            self.warnings.append(f"tuned concurrency bands {unreachable} exceed the repository's max_batch_size {B}: "
+                                 f"generate runs at most {B} requests at once, so they are never served "
+                                 "(triton.max_batch_size)")
+
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
-        routing, specs = llmapi.specs(self.tuning, self.arts, self.req.eagle_band, self.req.default_workload,
-                                      self.heads)
+        routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads)
         files = llmapi.models(self.arts[0], specs)
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:
             routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
         routing.update(limits=request_limits(self.flavor, self.arts),
                        in_flight_batching=in_flight_batching(self.flavor))
-        unreachable = [c for c in routing.get("bands", []) if c > B] if self.mode in CHAIN_MODES else []
-        if unreachable:
-            self.warnings.append(f"tuned concurrency bands {unreachable} exceed the repository's max_batch_size {B}: "
-                                 f"generate runs at most {B} requests at once, so they are never served "
-                                 "(triton.max_batch_size)")
         self.routing = routing
         gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
         gen.files = _python_files("generate")
