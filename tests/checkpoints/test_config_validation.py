@@ -87,12 +87,16 @@ def test_fields_a_config_leaves_out_take_transformers_defaults(tmp_path, family)
     and norm epsilon it takes for each field left out (Mistral's 8 KV heads, Qwen3's head_dim 128)."""
     from transformers import AutoConfig
 
-    optional = ("num_key_value_heads", "head_dim", "rope_theta", "max_position_embeddings", "rms_norm_eps")
-    d = write_hf(tmp_path, family, num_attention_heads=32, hidden_size=256, **{k: None for k in optional})
+    optional = ("num_key_value_heads", "head_dim", "rope_theta", "max_position_embeddings", "rms_norm_eps",
+                "sliding_window")
+    # 64 query heads: Qwen's default 32 KV heads differ from "as many as the query heads"
+    d = write_hf(tmp_path, family, num_attention_heads=64, hidden_size=512, **{k: None for k in optional})
     spec, ref = spec_from_hf(d), AutoConfig.from_pretrained(d)
     head = getattr(ref, "head_dim", None) or ref.hidden_size // ref.num_attention_heads
     assert (spec.num_kv_heads, spec.head_size, spec.rope_theta, spec.max_position_embeddings, spec.norm_eps) == (
         ref.num_key_value_heads, head, ref.rope_theta, ref.max_position_embeddings, ref.rms_norm_eps)
+    if family == "mistral":  # the only family whose window the runtime applies
+        assert spec.extras.get("sliding_window") == ref.sliding_window == 4096
 
 
 def test_default_rope_type_is_written_as_no_scaling(tmp_path):
@@ -103,6 +107,10 @@ def test_default_rope_type_is_written_as_no_scaling(tmp_path):
     assert trtllm_config(spec, "float32", 1, parallel_embedding=True)["rotary_scaling"] is None
     scaled = spec_from_hf(write_hf(tmp_path, "llama", rope_scaling={"rope_type": "linear", "factor": 2.0}))
     assert scaled.rope_scaling["rope_type"] == "linear"
+    from trtspec.checkpoints.spec import SUPPORTED_ROPE_TYPES
+    from trtspec.upstream import trtllm
+
+    assert set(SUPPORTED_ROPE_TYPES) - {"default"} <= set(trtllm.ROTARY_SCALING_TYPES)  # every type written is read
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from ..errors import TrtspecError
+from ..upstream.transformers import HF_UNSCALED_ROPE_TYPE
 
 _REQUIRED = object()
 _JSON_KINDS = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
@@ -79,8 +80,8 @@ class ConfigFields:
 
     def rope_scaling(self, key: str) -> dict | None:
         """The RoPE scaling block: null, or an object whose type names its numeric parameters. Type
-        "default" (transformers' name for unscaled RoPE) reads as null: TensorRT-LLM versions whose
-        RotaryScalingType has no such name refuse it, and all of them take null as unscaled."""
+        "default" (transformers' unscaled RoPE) reads as null, which every TensorRT-LLM version takes
+        as unscaled; older ones refuse the name (upstream.trtllm.ROTARY_SCALING_TYPES)."""
         value = self._value(key, None)
         if not value:
             return None
@@ -90,7 +91,7 @@ class ConfigFields:
         kind = inner.text("rope_type", None) or inner.text("type", None)
         for name in ROPE_SCALING_FIELDS.get(kind or "default", ()):
             inner.number(name)
-        return None if kind == "default" else value
+        return None if kind == HF_UNSCALED_ROPE_TYPE else value
 
     def head_counts(self, hidden: int, heads: int, kv_heads: int, explicit_head_size: bool) -> None:
         """Head counts that make a decoder: named by field here, not as a tensor shape later."""

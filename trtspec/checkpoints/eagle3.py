@@ -26,6 +26,7 @@ import torch
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
+from ..upstream.transformers import HF_CONFIG_DEFAULTS
 from .config_fields import ConfigFields
 from .safetensors_io import WeightSource, open_weights
 from .spec import SUPPORTED_ROPE_TYPES, DecoderSpec
@@ -122,6 +123,9 @@ def _first_architecture(cfg: dict) -> str:
     return str(archs[0]) if isinstance(archs, list) and archs else "?"
 
 
+LLAMA_DEFAULTS = HF_CONFIG_DEFAULTS["llama"]  # an EAGLE-3 head's config is read as a LlamaConfig
+
+
 def _head_spec(f: ConfigFields, target: DecoderSpec) -> DecoderSpec:
     eagle = f.cfg.get("eagle_config") or {}
     on = [k for k in UNSUPPORTED_SWITCHES if eagle.get(k) or f.cfg.get(k)]
@@ -147,8 +151,9 @@ def _head_spec(f: ConfigFields, target: DecoderSpec) -> DecoderSpec:
     f.head_counts(hidden, heads, kv_heads, head_dim is not None)
     return replace(target, architecture=_first_architecture(f.cfg), family="llama", num_layers=1,
                    num_heads=heads, num_kv_heads=kv_heads, head_size=head_dim or hidden // heads,
-                   intermediate_size=f.int("intermediate_size"), norm_eps=f.number("rms_norm_eps", 1e-6),
-                   rope_theta=f.number("rope_theta", 10000.0), rope_scaling=rope,
+                   intermediate_size=f.int("intermediate_size"),
+                   norm_eps=f.number("rms_norm_eps", LLAMA_DEFAULTS["rms_norm_eps"]),  # a LlamaConfig's
+                   rope_theta=f.number("rope_theta", LLAMA_DEFAULTS["rope_theta"]), rope_scaling=rope,
                    max_position_embeddings=f.int("max_position_embeddings", target.max_position_embeddings),
                    attn_bias=f.flag("attention_bias", False), qk_norm=False, tie_word_embeddings=False)
 

@@ -78,7 +78,7 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
     kv_heads, head_dim = f.int("num_key_value_heads", kv_default or heads), f.int("head_dim", missing["head_dim"])
     f.head_counts(hidden, heads, kv_heads, head_dim is not None)
     extras = {}
-    sliding_window = f.int("sliding_window", None)
+    sliding_window = f.int("sliding_window", None) if "sliding_window" in f.cfg else missing.get("sliding_window")
     if sliding_window and family == "mistral":
         extras["sliding_window"] = sliding_window
     return DecoderSpec(

@@ -13,12 +13,15 @@ HF_CONFIG_DEFAULTS = {
     "llama": {"num_key_value_heads": None, "head_dim": None, "rope_theta": 10000.0,
               "max_position_embeddings": 2048, "rms_norm_eps": 1e-6},
     "mistral": {"num_key_value_heads": 8, "head_dim": None, "rope_theta": 10000.0,
-                "max_position_embeddings": 131072, "rms_norm_eps": 1e-6},
+                "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "sliding_window": 4096},
     "qwen2": {"num_key_value_heads": 32, "head_dim": None, "rope_theta": 10000.0,
               "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
     "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "rope_theta": 10000.0,
               "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
 }
+
+# rope_scaling's rope_type for plain, unscaled RoPE (modeling_rope_utils ROPE_INIT_FUNCTIONS).
+HF_UNSCALED_ROPE_TYPE = "default"
 
 # Tokenizer files AutoTokenizer reads from a model directory. They travel with a checkpoint so
 # later stages have a default tokenizer; TRT-LLM ignores them.

@@ -103,6 +103,12 @@ LLMAPI_KV_CACHE_DTYPE = "auto"
 # target it is reported broken upstream (open issue below); not verified on a GPU here.
 EAGLE3_FP8_TARGET_ISSUE = "https://github.com/NVIDIA/TensorRT-LLM/issues/7842"
 
+# RotaryScalingType (tensorrt_llm/functional.py): the `rotary_scaling` types a checkpoint's config
+# may name. Older versions look the name up as it is and refuse anything else ("Unsupported rotary
+# scaling type"); later ones also map transformers' "default" to none. Null is none in all, so an
+# unscaled RoPE is written as null (checkpoints/config_fields.py).
+ROTARY_SCALING_TYPES = ("none", "linear", "dynamic", "longrope", "llama3", "yarn", "mrope")
+
 # --- Speculative decoding (§1.2, §4, §5.1, §7.2) -------------------------------------------------
 # The PyTorch backend (the LLM API's, the llmapi flavor's) has no EAGLE-1 drafter and no EAGLE tree:
 # its "Eagle" decoding type is EAGLE-3, drafting a chain (§1's mode table; _torch/speculative/
