@@ -270,3 +270,26 @@ def test_a_stream_whose_last_round_decodes_to_no_text_still_sends_the_final_stat
     for name in ("num_output_tokens", "acceptance_length", "total_draft_tokens", "total_accepted_draft_tokens"):
         assert pieces[-1][name] == whole[name], name
     assert (whole["num_output_tokens"], whole["acceptance_length"], whole["total_draft_tokens"]) == (4, 2.0, 6)
+
+
+class CountersLast(EndsOnEos):
+    """A stream whose last response carries updated counters and no tokens."""
+
+    def exec(self, req, decoupled):
+        if req.model != "spec_decode":
+            return super().exec(req, decoupled)
+        return iter([Response(output_ids=[[[10, 11, 12]]], sequence_length=[[3]], acceptance_length=[[3.0]],
+                              total_accepted_draft_tokens=[[2]], total_draft_tokens=[[3]]),
+                     Response(acceptance_length=[[2.5]], total_accepted_draft_tokens=[[2]], total_draft_tokens=[[9]])])
+
+
+def test_a_stream_whose_last_response_carries_counters_only_sends_them(load):
+    band = {"concurrency": 1, "num_draft_tokens": 3}
+    routing = {"mode": "draft-target", "workloads": {"chat": [band]}, "default": {"bands": [band]}}
+    model, _, _ = load({"routing": json.dumps(routing), "max_concurrency": "1"}, False, CountersLast())
+    request, sender = ClientRequest(None), Sender()
+    request.inputs["stream"] = Tensor("stream", [[True]])
+    model._generate(request, sender, 1)
+    model.finalize()
+    last = [r.outputs for r, _ in sender.sent if r is not None][-1]
+    assert (last["total_draft_tokens"], last["acceptance_length"], last["num_output_tokens"]) == (9, 2.5, 3)

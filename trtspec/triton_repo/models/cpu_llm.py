@@ -15,7 +15,8 @@ with the same names, types and shapes, and runs the TRT-LLM checkpoint with trts
   accounting (per verification step: accepted tokens, and min(draft tokens, max path length));
   acceptance_rate = accepted / drafted.
 Sampling: temperature / runtime_top_k / runtime_top_p / seed per request (checked by
-trtspec.options.Sampling; a bad value is a one-line error naming the input), with the rule of the
+trtspec.options.Sampling; a bad value is a one-line error naming the input; a penalty set to
+anything but off is refused, the runtime has none), with the rule of the
 engine path each role stands for (serving_rules, "sampling at temperature > 0"): plain decoding
 samples the target; draft_input_ids are checked by exact_match_resample (the engine without
 draft logits); the "eagle" role decodes greedily whatever the temperature, as TensorRT-LLM's

@@ -3,8 +3,9 @@
 Inputs: text_input, max_tokens, optional stream, workload, temperature, top_k, top_p,
 repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id (the user-facing
 names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are; that
-includes exclude_input_in_output, which must be true: the prompt is never echoed), and
-speculation (default true; false = speculation off for this request, so that a baseline is measured
+includes exclude_input_in_output, which must be true: the prompt is never echoed; an input a
+flavor's models cannot honour is refused, not dropped: penalties on the cpu flavor, end_id and
+repetition_penalty on llmapi), and speculation (default true; false = speculation off for this request, so that a baseline is measured
 through the same repository: draft-target sends K=0 to spec_decode, the plain target; EAGLE and
 llmapi engines always draft, so they refuse it and a baseline needs a target-only deployment).
 Outputs: text_output (one piece per response when streaming, the whole text otherwise), and per
@@ -176,7 +177,7 @@ class TritonPythonModel(PooledModel):
             inputs["exclude_input_in_output"] = np.array([[True]], bool)
             inputs["return_perf_metrics"] = np.array([[True]], bool)
 
-        tokens, sent, told = [], "", 0  # told: the tokens the last streamed response counted
+        tokens, sent, told = [], "", None  # told: what the last streamed response reported
         stats = {"acceptance_length": 1.0, "accepted": 0, "drafted": 0}
         steps = bls(model, inputs, outputs, True, self.workers.stop, cancellable=self.cancel_messages)
         with contextlib.closing(steps):  # closing early (Cancelled, an error) cancels the call's stream
@@ -192,12 +193,12 @@ class TritonPythonModel(PooledModel):
                     piece, sent = self._piece(tokens, sent, final=False)
                     if piece:
                         sender.send(self._response(piece, stats, route, len(tokens)))
-                        told = len(tokens)
+                        told = (len(tokens), dict(stats))
         self.check_running(request)
         piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
         # the last round's statistics go out even when its text is empty (an end id, which
-        # postprocessing drops): the final numbers are the last response's
-        if piece or not stream or len(tokens) != told:
+        # postprocessing drops) or it brought counters only: the final numbers are the last response's
+        if piece or not stream or (len(tokens), stats) != told:
             sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
         if stream:
             sender.send(flags=FINAL)
