@@ -149,7 +149,8 @@ def verify_external(target: Decoder, prompt: list[int], draft: list[int], max_ne
     token after `prompt` (sampling rules); draft_logits [K, V]: the distribution the draft sampled
     each token from (TensorRT-LLM's `draft_logits`, for rejection sampling)."""
     if not prompt:  # the first draft token is checked against the logits after the last prompt token
-        raise TrtspecError("prompt: empty; draft tokens are verified against the logits after its last token")
+        raise TrtspecError("prompt (input_ids): empty; draft tokens are verified against the logits after its last "
+                           "token")
     req = make_requests([prompt + draft], max_new_tokens, eos_ids, target.vocab_size, len(draft))[0]
     req.prompt = req.prompt[:len(prompt)]  # checked as one sequence; emit() counts after the prompt
     logits, _ = target.forward(torch.tensor([prompt + draft]), target.new_cache(1, len(prompt) + len(draft)))
