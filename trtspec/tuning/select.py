@@ -185,10 +185,11 @@ def prompts_to_separate_from_off(band: BandChoice, num_prompts: int, z: float = 
 def profile_record(profile: Profile, w: WorkloadProfile) -> dict:
     """What tuning.json says each workload's predictions assumed: its sampling settings and the
     accept rule of the profile (None for profiles written before either was recorded), and the
-    distinct prompts its standard errors are over (acceptance.ratio_se clusters by prompt id)."""
+    distinct prompts its standard errors are over (acceptance.ratio_se clusters by prompt id and
+    leaves out a prompt without a step: an answer of at most one token)."""
     cond = profile.measurement_conditions
     return {"sampling": w.sampling or cond.sampling, "accept_rule": cond.accept_rule,
-            "num_prompts": len({s.id for s in w.samples})}
+            "num_prompts": len({s.id for s in w.samples if s.num_states > 1})}
 
 
 def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:
