@@ -26,7 +26,7 @@ def routes(tmp_path_factory):
     ng = load_tuning(tuning_file(d / "ng" / "tuning.json", "ngram", {"chat": (3, 2), "code": (4, 2), "off": (0, None)}))
     eg = load_tuning(tuning_file(d / "eg" / "tuning.json", "eagle", {"chat": TREE_A, "code": TREE_B}))
     return {"draft-target": draft_target_routes(dt), "ngram": draft_target_routes(ng), "eagle": eagle_routes(eg),
-            "llmapi": llmapi.routing(draft_target_routes(ng), "ngram")}
+            "llmapi": llmapi.routing(draft_target_routes(ng))}
 
 
 def test_a_draft_target_repository_serves_off_and_every_k_up_to_spec_decodes_bound(routes):
