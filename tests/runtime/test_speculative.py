@@ -124,6 +124,12 @@ def test_a_draft_with_a_smaller_vocabulary_reads_the_targets_extra_ids_and_stays
                                 [len(p) for p in prompts], 3)
     for one, r in zip(lists, out):
         assert replay_chain([one], 3).acceptance_length == pytest.approx(r.stats.acceptance_length)
+    from trtspec.options import Sampling
+    from trtspec.tuning.sampled import rejection_agreement  # the sampled profile's draft pass reads them too
+
+    seq = prompts[-1] + greedy[-1]
+    agree = rejection_agreement(Models(m["target"], draft), seq, len(prompts[-1]), Sampling(temperature=0.8, seed=1))
+    assert len(agree) == len(seq) - 1
 
 
 def test_truncated_output_keeps_full_acceptance_count(m):

@@ -199,6 +199,8 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
     """The sweep's usable points and a note for each one skipped; batching: whether the server
     measured steps concurrent requests as one batch (calibrate_cost: the sweep's record, else the
     tuner's setting; None: the sweep's record, else batched)."""
+    recorded = batching is None or sweep.in_flight_batching is not None
+    source = "the sweep's record" if recorded else "tune.in_flight_batching"  # what the skip notes say
     if batching is None:
         batching = sweep.in_flight_batching is not False
     out, skipped = [], []
@@ -214,8 +216,8 @@ def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, floa
         elif run.workload not in contexts or prompts.get(run.workload) is None:
             why = "workload not in the profile (its prompt and context lengths are unknown)"
         elif run.concurrency > 1 and not batching:
-            why = ("concurrent requests are each served on their own (no in-flight batching: the sweep's "
-                   "record, else tune.in_flight_batching), not as steps at batch c: only concurrency 1 is modelled")
+            why = (f"concurrent requests are each served on their own (no in-flight batching: {source}), not "
+                   "as steps at batch c: only concurrency 1 is modelled")
         fw = None if why else request_forwards(run.setting, run.concurrency, contexts[run.workload],
                                                prompts[run.workload], sm.output_tokens / sm.requests_ok / al, shapes,
                                                run.draft_tokens_per_step)

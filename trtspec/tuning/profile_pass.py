@@ -38,8 +38,8 @@ def chain_match_lengths(models: Models, seqs: list[list[int]], prompt_lens: list
     tokens, lengths = pad_right(seqs)
     _, hidden = draft.forward(as_draft_ids(tokens, draft.vocab_size), draft.new_cache(len(seqs), tokens.shape[1]),
                               with_logits=False)
-    dev = hidden.device
-    agree = torch.cat([draft.logits(hidden[i:i + 1, :n])[0, :-1].argmax(-1) == to_device(tokens[i, 1:n], dev)
+    dev, vocab = hidden.device, min(draft.vocab_size, models.target.vocab_size)  # the proposer's restriction
+    agree = torch.cat([draft.logits(hidden[i:i + 1, :n])[0, :-1, :vocab].argmax(-1) == to_device(tokens[i, 1:n], dev)
                        for i, n in enumerate(lengths.tolist())]).tolist()  # one device read for the batch
     out, start = [], 0
     for seq, p in zip(seqs, prompt_lens):

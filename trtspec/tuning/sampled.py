@@ -57,6 +57,7 @@ import torch
 
 from ..errors import TrtspecError
 from ..options import GREEDY_SAMPLING, Sampling
+from ..runtime.draft_target import as_draft_ids
 from ..runtime.generate import Models, generate_batch
 from ..runtime.sampling import ACCEPT, probs, uniform
 from ..runtime.stats import GenerationResult
@@ -131,7 +132,8 @@ def rejection_agreement(models: Models, seq: list[int], prompt_len: int, samplin
     docstring: the kept indicators' law given the emitted sequence)."""
     tokens = torch.tensor([seq])
     p_logits, _ = models.target.forward(tokens, models.target.new_cache(1, len(seq)))
-    q_logits, _ = models.draft.forward(tokens, models.draft.new_cache(1, len(seq)))
+    q_logits, _ = models.draft.forward(as_draft_ids(tokens, models.draft.vocab_size),
+                                       models.draft.new_cache(1, len(seq)))
     vocab = min(p_logits.shape[-1], q_logits.shape[-1])  # the proposer's restriction (draft_target.py)
     nxt = tokens[0, 1:, None].to(p_logits.device)
     p = probs(p_logits[0, :-1], sampling).gather(-1, nxt)[:, 0]

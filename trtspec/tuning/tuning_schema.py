@@ -77,7 +77,8 @@ class WorkloadTuning(BaseModel):
     accept_rule: str | None = None  # the accept rule the profile's AL assumed at those settings
     accept_length_by_n_k: dict[str, dict[str, float | None]] | None = Field(None, exclude_if=lambda v: v is None)
     # the distinct prompts the standard errors are over, those with a step (num_samples counts each
-    # prompt's sampled draws: profile.samples_per_prompt); None in a tuning.json written before it
+    # prompt's sampled draws: profile.samples_per_prompt); None in a tuning.json written before it was
+    # recorded
     num_prompts: int | None = Field(None, exclude_if=lambda v: v is None)
 
 

@@ -5,8 +5,8 @@ repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id (t
 names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are; that
 includes exclude_input_in_output, which must be true: the prompt is never echoed; an input a
 flavor's models cannot honour is refused, not dropped: penalties on the cpu flavor, end_id and
-repetition_penalty on llmapi), and speculation (default true; false = speculation off for this request, so that a baseline is measured
-through the same repository: draft-target sends K=0 to spec_decode, the plain target; EAGLE and
+repetition_penalty on llmapi), and speculation (default true; false = speculation off for this
+request, so that a baseline is measured through the same repository: draft-target sends K=0 to spec_decode, the plain target; EAGLE and
 llmapi engines always draft, so they refuse it and a baseline needs a target-only deployment).
 Outputs: text_output (one piece per response when streaming, the whole text otherwise), and per
 request acceptance_length, num_draft_tokens, total_accepted_draft_tokens, total_draft_tokens,
