@@ -80,4 +80,4 @@ def test_penalties_are_tensorrt_llm_inputs_and_the_llmapi_model_lacks_what_gener
     assert {"sampling_param_presence_penalty", "sampling_param_frequency_penalty"} <= llmapi
     for name, unset in serving_rules.LLMAPI_REFUSED.items():  # the models' own copy of the facts
         assert f"sampling_param_{name}" not in llmapi and name not in llmapi
-        assert unset is None or unset == s.PENALTY_OFF[name]
+        assert unset == s.PENALTY_OFF.get(name, -1)  # a penalty's off value; end_id -1

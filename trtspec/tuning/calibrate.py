@@ -194,15 +194,19 @@ def request_forwards(s: SettingView, c: int, ctx: float, prompt: float, steps: f
                 eagle_steps=step.eagle_steps * steps)
 
 
+def sweep_batching(sweep: SweepView, tuner: bool = True) -> tuple[bool, str]:
+    """(whether the measured server stepped concurrent requests as one batch, where that was read):
+    the sweep's record, else the tuner's own setting (tune.in_flight_batching)."""
+    if sweep.in_flight_batching is not None:
+        return sweep.in_flight_batching, "the sweep's record"
+    return tuner, "tune.in_flight_batching"
+
+
 def points(sweep: SweepView, contexts: dict[str, float], prompts: dict[str, float], shapes: dict[str, ModelShape],
-           batching: bool | None = None) -> tuple[list[Point], list[str]]:
-    """The sweep's usable points and a note for each one skipped; batching: whether the server
-    measured steps concurrent requests as one batch (calibrate_cost: the sweep's record, else the
-    tuner's setting; None: the sweep's record, else batched)."""
-    recorded = batching is None or sweep.in_flight_batching is not None
-    source = "the sweep's record" if recorded else "tune.in_flight_batching"  # what the skip notes say
-    if batching is None:
-        batching = sweep.in_flight_batching is not False
+           tuner_batching: bool = True) -> tuple[list[Point], list[str]]:
+    """The sweep's usable points and a note for each one skipped; tuner_batching: the tuner's
+    in_flight_batching, which decides where the sweep did not record its server's (sweep_batching)."""
+    batching, source = sweep_batching(sweep, tuner_batching)
     out, skipped = [], []
     for i, run in enumerate(sweep.runs):
         where = f"sweep.runs.{i} ({run.workload} c={run.concurrency} {run.setting.label})"
@@ -272,8 +276,8 @@ def calibrate_cost(results: Path, model: CostModel, info, contexts: dict[str, fl
     calibrated model prices bands that way too: the deployment measured is the one being tuned."""
     sweep = load_sweep(results)
     shapes = model.shapes
-    batching = model.in_flight_batching if sweep.in_flight_batching is None else sweep.in_flight_batching
-    pts, skipped = points(sweep, contexts, prompts, shapes, batching)
+    batching, _ = sweep_batching(sweep, model.in_flight_batching)
+    pts, skipped = points(sweep, contexts, prompts, shapes, model.in_flight_batching)
     if not pts:
         raise TrtspecError(f"tune.calibrate: {results}: no usable sweep point ({skipped[0] if skipped else 'none'})")
     gpu, report, table = calibrate_points(pts, shapes, model.gpu)

@@ -6,8 +6,9 @@ names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as t
 includes exclude_input_in_output, which must be true: the prompt is never echoed; an input a
 flavor's models cannot honour is refused, not dropped: penalties on the cpu flavor, end_id and
 repetition_penalty on llmapi), and speculation (default true; false = speculation off for this
-request, so that a baseline is measured through the same repository: draft-target sends K=0 to spec_decode, the plain target; EAGLE and
-llmapi engines always draft, so they refuse it and a baseline needs a target-only deployment).
+request, so that a baseline is measured through the same repository: draft-target sends K=0 to
+spec_decode, the plain target; EAGLE and llmapi engines always draft, so they refuse it and a
+baseline needs a target-only deployment).
 Outputs: text_output (one piece per response when streaming, the whole text otherwise), and per
 request acceptance_length, num_draft_tokens, total_accepted_draft_tokens, total_draft_tokens,
 num_output_tokens, route (which tuned setting served it) and sampling_fallback; the statistics

@@ -230,7 +230,8 @@ def check_beam_width(value):
         raise RequestError("beam_width: the cpu flavor decodes with beam width 1 only")
 
 
-LLMAPI_REFUSED = {"end_id": None, "repetition_penalty": 1.0}  # name: the value that means unset (upstream.sampling)
+# name: the value that means "not set" (end_id -1: the model's own; upstream.sampling.PENALTY_OFF)
+LLMAPI_REFUSED = {"end_id": -1, "repetition_penalty": 1.0}
 
 
 def check_llmapi_inputs(get) -> None:
@@ -238,7 +239,7 @@ def check_llmapi_inputs(get) -> None:
     token and applies presence / frequency penalties only): refused when set, not dropped."""
     for name, unset in LLMAPI_REFUSED.items():
         value = get(name)
-        if value is not None and value != unset and not (name == "end_id" and int(value) == -1):
+        if value is not None and value != unset:
             raise RequestError(f"{name}: the llmapi flavor's model takes no {name} (TensorRT-LLM's llmapi model); "
                                "leave it unset")
 
