@@ -62,3 +62,15 @@ def test_an_eagle1_recipe_is_refused_for_the_llmapi_flavor_before_any_stage_runs
         Recipe.model_validate({**BASE, "draft": {"eagle": "/head"}, "triton": {"flavor": "llmapi"}})
     for flavor in ("trtllm", "cpu"):
         Recipe.model_validate({**BASE, "draft": {"eagle": "/head"}, "triton": {"flavor": flavor}})
+
+
+def test_the_recipe_refuses_a_flavor_with_the_repository_stages_words():
+    """One rule (triton_repo.flavors.mode_refusal) for the recipe and make_repository: the same text."""
+    import re
+    from pydantic import ValidationError
+    from trtspec.triton_repo.flavors import mode_refusal
+
+    for draft, flavor, mode in (({"eagle": "/head"}, "llmapi", "eagle"), ({"eagle3": "/head"}, "trtllm", "eagle3")):
+        with pytest.raises(ValidationError, match=re.escape(mode_refusal(flavor, mode))):
+            Recipe.model_validate({**BASE, "draft": draft, "triton": {"flavor": flavor}})
+    assert mode_refusal("cpu", "eagle") is None and mode_refusal("llmapi", "eagle3") is None

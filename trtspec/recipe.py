@@ -42,9 +42,8 @@ from .options import field_path, first_problem
 from .perf.options import PerfSettings
 from .quality.options import QualityReportOptions, QuantizeStage
 from .triton_repo.options import ServeOptions, TritonOptions
-from .triton_repo.flavors import in_flight_batching
+from .triton_repo.flavors import in_flight_batching, mode_refusal
 from .triton_repo.sampling import route_sampling
-from .upstream.trtllm import PYTORCH_SPEC_MODES
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 
 DEFAULT_TARGET = "default"
@@ -219,11 +218,12 @@ class Recipe(ConvertOptions):
             why = " (the engine flow has no EAGLE-3)" if self.mode == "eagle3" else ""
             raise ValueError(f"build: {self.mode} is served by the LLM-API (PyTorch) backend or the cpu flavor here; "
                              f"leave the build section out{why}")
-        if self.mode in ("eagle3", "ngram") and self.triton is not None and self.triton.flavor == "trtllm":
-            raise ValueError(f"triton.flavor: trtllm serves engines; {self.mode} here needs llmapi or cpu")
-        if self.triton is not None and self.triton.flavor == "llmapi" and self.mode not in PYTORCH_SPEC_MODES:
-            raise ValueError(f"triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not {self.mode} "
-                             "(EAGLE-1 trees): serve it with trtllm or cpu")
+        refusal = mode_refusal(self.triton.flavor, self.mode) if self.triton is not None else None
+        if refusal:
+            raise ValueError(refusal)
+        if self.mode == "ngram" and self.triton is not None and self.triton.flavor == "trtllm":
+            raise ValueError("triton.flavor: a recipe builds no engine for ngram (see build); serve it with llmapi "
+                             "or cpu, or give `trtspec triton` an engine built with draft_tokens_external")
 
     def _instances(self) -> None:
         """The llmapi flavor loads every drafter into its own model instance (speculative_config is

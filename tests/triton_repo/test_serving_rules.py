@@ -174,6 +174,7 @@ def test_check_positions_and_one_row():
 def test_label_band_reads_the_band_a_route_label_names():
     assert r.label_band(r.band_label("chat", 4, "K=2")) == ("chat", 4, 2)
     assert r.label_band("default@1:K=3:ngram:n=2:head=code") == ("default", 1, 3)
+    assert r.label_band(r.band_label("default", 1, r.chain_setting(3, 2, "code"))) == ("default", 1, 3)
     assert r.label_band(r.band_label("code", 1, "tensorrt_llm_c1_p0")) == ("code", 1, None)  # a served model
     routing = {"mode": "ngram"}
     swept = r.swept_route(routing, {"num_draft_tokens": 2, "label": "code@2:K=2"}, k="3")
@@ -202,3 +203,11 @@ def test_the_llmapi_flavor_refuses_what_its_model_cannot_take():
     for name, value in (("end_id", 7), ("repetition_penalty", 1.2)):
         with pytest.raises(r.RequestError, match=rf"^{name}: the llmapi flavor's model takes no {name}"):
             r.check_llmapi_inputs({name: value}.get)
+
+
+def test_a_swept_chain_route_keeps_the_workloads_head_in_route_and_label():
+    """A sweep of a workload routed to its own EAGLE-3 head drafts with that head, and says so."""
+    route = r.chain_route(2, None, "code", r.band_label("code", 1, r.chain_setting(2, None, "code")))
+    assert route == {"num_draft_tokens": 2, "draft_head": "code", "label": "code@1:K=2:head=code"}
+    swept = r.swept_route({"mode": "eagle3"}, route, k="4")
+    assert swept == {"num_draft_tokens": 4, "draft_head": "code", "label": "code:sweep:K=4:head=code"}

@@ -30,7 +30,8 @@ from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
 from ..errors import TrtspecError
-from ..triton_repo.models.serving_rules import CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, served_models
+from ..triton_repo.models.serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, chain_setting,
+                                                 served_models)
 from ..upstream.trtllm import NGRAM_DEFAULT_MAX_MATCHING_NGRAM_SIZE
 from .schema import Interval, RequestRecord, Sweep, SweepRun, SweepSetting
 from .stats import al_ci, summarize
@@ -71,7 +72,7 @@ def settings_for(routing: dict, workload: str, max_draft_len: int | None = None)
     if mode in CHAIN_MODES:
         n = _ngram_size(routing, workload)
         drafter = "ngram" if n is not None else "model"
-        return [OFF] + [SweepSetting(label=f"K={k}" + (f":ngram:n={n}" if n is not None else ""), speculation=True,
+        return [OFF] + [SweepSetting(label=chain_setting(k, n), speculation=True,
                                      drafter=drafter, num_draft_tokens=k, max_matching_ngram_size=n)
                         for k in range(1, chain_max_k(routing, max_draft_len) + 1)]
     if mode == "eagle":

@@ -8,10 +8,13 @@
 `cpu` is what the pytorch flavor was called while it only ran on the CPU; it stays accepted
 wherever a flavor is read (recipes, flags, the manifests of repositories written before), and a
 repository keeps the spelling it was requested with in its manifest, so tools that read `cpu`
-there keep working. Code that branches on the flavor compares `canonical(flavor)`. Light: no imports.
+there keep working. Code that branches on the flavor compares `canonical(flavor)`. Light: imports
+only upstream facts.
 """
 
 from __future__ import annotations
+
+from ..upstream.trtllm import PYTORCH_SPEC_MODES
 
 TRTLLM, LLMAPI, PYTORCH = "trtllm", "llmapi", "pytorch"
 ALIASES = {"cpu": PYTORCH}
@@ -36,3 +39,16 @@ def in_flight_batching(flavor: str | None) -> bool:
     in the routing, so that `perf --sweep` results say how their requests shared the engine
     (trtspec.tuning.calibrate prices them by it)."""
     return canonical(flavor) in (TRTLLM, LLMAPI)
+
+
+def mode_refusal(flavor: str | None, mode: str) -> str | None:
+    """Why `flavor` cannot serve a `mode` tuning (None when it can), as the `triton.flavor` error.
+    One rule for the recipe's validation (before any stage runs) and make_repository (a direct
+    `trtspec triton`): the engine flow has no EAGLE-3, and the PyTorch backend drafts EAGLE-3
+    chains and no EAGLE-1 trees (upstream.trtllm.PYTORCH_SPEC_MODES)."""
+    if canonical(flavor) == TRTLLM and mode == "eagle3":
+        return "triton.flavor: an eagle3 tuning is served by the llmapi or cpu flavor (EAGLE-3 is not in the TensorRT engine flow)"
+    if canonical(flavor) == LLMAPI and mode not in PYTORCH_SPEC_MODES:
+        return (f"triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not {mode} (EAGLE-1 trees): "
+                "serve it with trtllm or cpu")
+    return None

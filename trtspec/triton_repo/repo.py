@@ -33,7 +33,7 @@ from .configs import render as render_config
 from .memory import plan_memory
 from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
-from .flavors import FLAVORS, in_flight_batching, is_pytorch
+from .flavors import FLAVORS, in_flight_batching, is_pytorch, mode_refusal
 from .runtime_device import place
 from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
 from .engine_limits import batch_size, check_draft_lengths, check_trees, request_limits
@@ -44,7 +44,7 @@ from .sampling import route_sampling, tuned_rule
 from .routing import check_tuning, draft_target_routes, eagle_routes, route_inputs
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
-from ..upstream.trtllm import PYTORCH_SPEC_MODES, TRTLLM_VERSION_LABEL
+from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 
 MANIFEST = "trtspec-repo.json"
 MANIFEST_SCHEMA = "trtspec.triton-repo/1"
@@ -117,12 +117,9 @@ def make_repository(req: RepoRequest) -> RepoResult:
     tuning = load_tuning(tuning_path)
     check_tuning(tuning, str(tuning_path))
     mode = tuning.mode
-    if mode == "eagle3" and req.flavor == "trtllm":
-        raise TrtspecError("triton.flavor: an eagle3 tuning is served by the llmapi or cpu flavor (EAGLE-3 is not "
-                           "in the TensorRT engine flow)")
-    if req.flavor == "llmapi" and mode not in PYTORCH_SPEC_MODES:
-        raise TrtspecError(f"triton.flavor: an {mode} tuning (EAGLE-1 trees) is served by the trtllm or cpu flavor "
-                           "(the PyTorch backend drafts EAGLE-3 chains, not EAGLE-1 trees)")
+    refusal = mode_refusal(req.flavor, mode)
+    if refusal:
+        raise TrtspecError(refusal)
     if req.flavor == "trtllm":
         arts = resolve_engines(mode, req.engines, req.draft_engines)
     elif is_pytorch(req.flavor):

@@ -55,8 +55,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
-                           band_label, check_limits, check_llmapi_inputs, output_len, pick_band, sampling_fallback,
-                           swept_route, tree_depth, trtllm_steps)
+                           band_label, chain_route, chain_setting, check_limits, check_llmapi_inputs, output_len,
+                           pick_band, sampling_fallback, swept_route, tree_depth, trtllm_steps)
 from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -94,15 +94,9 @@ class TritonPythonModel(PooledModel):
         if self.mode in CHAIN_MODES:
             bands = entry if known else entry["bands"]
             band = pick_band(bands, inflight)
-            route = {"num_draft_tokens": int(band["num_draft_tokens"]),
-                     "label": band_label(label, band["concurrency"], f"K={band['num_draft_tokens']}")}
-            if "max_matching_ngram_size" in band:  # n-gram: the band's matching size travels with K
-                route["max_matching_ngram_size"] = int(band["max_matching_ngram_size"])
-                route["label"] += f":ngram:n={band['max_matching_ngram_size']}"  # the drafter, reported
-            if "draft_head" in band:  # another EAGLE-3 head than the general one (per-workload heads)
-                route["draft_head"] = band["draft_head"]
-                route["label"] += f":head={band['draft_head']}"
-            return route
+            # n-gram: the band's matching size travels with K; draft_head: a workload's own EAGLE-3 head
+            k, n, head = band["num_draft_tokens"], band.get("max_matching_ngram_size"), band.get("draft_head")
+            return chain_route(k, n, head, band_label(label, band["concurrency"], chain_setting(k, n, head)))
         # one band serves every request here (EAGLE engines: triton.eagle_band; llmapi: the smallest)
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": band_label(label, self.routing["band"], entry["model"])}

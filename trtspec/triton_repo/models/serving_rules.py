@@ -177,10 +177,27 @@ def served_models(routing):
 
 
 def band_label(workload, concurrency, setting):
-    """The route label of a request served by a tuned band: `chat@2:K=3` (a chain, then `:ngram:n=2`
-    or `:head=...` where they apply), `chat@1:tensorrt_llm_c1_p0` (a served model). `workload` is the
-    routing's name for it ("default" for a workload the repository does not know)."""
+    """The route label of a request served by a tuned band: `chat@2:K=3` (a chain: chain_setting),
+    `chat@1:tensorrt_llm_c1_p0` (a served model). `workload` is the routing's name for it ("default"
+    for a workload the repository does not know)."""
     return f"{workload}@{concurrency}:{setting}"
+
+
+def chain_setting(k, ngram=None, head=None):
+    """A chain's setting as labels name it: `K=3`, then the n-gram drafter's matching size
+    (`:ngram:n=2`) or a workload's own EAGLE-3 head (`:head=code`) where they apply. Route labels
+    (band_label, sweeps) and perf's sweep settings read alike, so results join on them."""
+    return f"K={k}" + (f":ngram:n={ngram}" if ngram is not None else "") + (f":head={head}" if head is not None else "")
+
+
+def chain_route(k, ngram, head, label):
+    """The route of a chain request: K, the n-gram size and the head where they apply, its label."""
+    route = {"num_draft_tokens": int(k), "label": label}
+    if ngram is not None:
+        route["max_matching_ngram_size"] = int(ngram)
+    if head is not None:
+        route["draft_head"] = head
+    return route
 
 
 def label_band(label):
@@ -203,14 +220,8 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
                                f"choose one with {SWEEP_MODEL}")
         k = int(k) if k is not None else route["num_draft_tokens"]
         n = int(ngram) if ngram is not None else route.get("max_matching_ngram_size")
-        new = {"num_draft_tokens": k, "label": route["label"].split("@")[0] + f":sweep:K={k}"}
-        if n is not None:
-            new["max_matching_ngram_size"] = n
-            new["label"] += f":ngram:n={n}"
-        if "draft_head" in route:  # a workload's own EAGLE-3 head drafts its sweep too
-            new["draft_head"] = route["draft_head"]
-            new["label"] += f":head={route['draft_head']}"
-        return new
+        head = route.get("draft_head")  # a workload's own EAGLE-3 head drafts its sweep too
+        return chain_route(k, n, head, route["label"].split("@")[0] + ":sweep:" + chain_setting(k, n, head))
     if model is not None:
         models = served_models(routing)
         if model not in models:
