@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -ra
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -ra --durations=15
 
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m "not slow"
