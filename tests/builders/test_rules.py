@@ -138,6 +138,31 @@ def test_eagle_draft_limit_and_mismatch(copy, base):
     refused(base / "eagle", "build.max_draft_len: 10 differs from the checkpoint's max_draft_len 63", max_draft_len=10)
 
 
+def test_eagle_draft_len_absent_or_null(copy):
+    """EagleConfig defaults an absent max_draft_len to 63 (models/eagle/config.py); a null is no length."""
+    ckpt = copy("eagle")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["max_draft_len"]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    plan = make_plan(ckpt, BuildOptions(**LIMITS))
+    assert plan.build().max_draft_len == 63 and "--max_draft_len" in plan.argv()
+    refused(edit_config(ckpt, max_draft_len=None), r"max_draft_len is None; EAGLE engines need 1\.\.256")
+
+
+def test_max_num_tokens_below_tokens_per_block_with_speculation(base):
+    """check_max_num_tokens raises any max_num_tokens below tokens_per_block, speculative builds too."""
+    refused(base / "pair", r"build.max_num_tokens: 16 is below tokens_per_block \(32\).*use at least 32",
+            max_batch_size=1, max_num_tokens=16)
+    plan = make_plan(base / "pair", BuildOptions(**{**LIMITS, "max_batch_size": 1, "max_num_tokens": 32}))
+    assert {b.max_num_tokens for b in plan.builds} == {32}
+
+
+def test_max_input_len_above_the_default_max_seq_len(base):
+    """_init_max_seq_len clips max_input_len to max_seq_len, the default one too (256 positions here)."""
+    refused(base / "llama", r"build.max_input_len: 1000 exceeds the default max_seq_len .* 256",
+            max_seq_len=None, max_input_len=1000)
+
+
 def test_max_num_tokens_bounds(base):
     refused(base / "eagle", r"build.max_num_tokens: 256 is below max_batch_size x \(max_draft_len \+ 1\) = 8 x \(63 \+ 1\) "
                             "= 512.*use at least 512", max_num_tokens=256)
@@ -167,6 +192,15 @@ def test_roles_that_do_not_fit_the_checkpoint(base):
 def test_not_a_checkpoint(base, tmp_path):
     refused(base / "hf_llama", "Hugging Face model directory.*trtspec convert")
     refused(tmp_path / "nope", "checkpoint directory not found")
+
+
+def test_modelopt_unified_hf_checkpoint(copy):
+    """An HF directory with hf_quant_config.json is the PyTorch backend's format: route it there,
+    not to `trtspec convert --hf`."""
+    ckpt = copy("hf_llama")
+    (ckpt / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    msg = refused(ckpt, "ModelOpt unified HF checkpoint .*--flavor llmapi")
+    assert "trtspec convert" not in msg
 
 
 def test_quant_formats_outside_the_h100_set(copy):

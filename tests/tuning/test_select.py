@@ -197,6 +197,16 @@ def test_eagle_limits_are_checked(eagle_prof):
         tune_eagle(eagle_prof, example_cost_model("eagle"), eagle_cfg(num_eagle_layers=4, eagle_node_budget=2))
 
 
+
+def test_eagle_limits_of_a_config_without_the_fields_are_the_engines(eagle_prof):
+    """An EAGLE config.json without num_eagle_layers / max_draft_len is built by EagleConfig's
+    defaults (1 layer, 63 nodes), not the converter's 4 layers: the tuner sizes trees for that engine."""
+    from trtspec.tuning.tune import eagle_limits
+
+    got = eagle_limits(eagle_prof, {}, eagle_cfg(), None)
+    assert (got.num_eagle_layers, got.eagle_node_budget) == (1, trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN)
+    assert eagle_limits(eagle_prof, {"num_eagle_layers": 3}, eagle_cfg(), 7).num_eagle_layers == 3
+
 # ---- k-medoids -----------------------------------------------------------------------------------
 
 def brute(loss, n):

@@ -131,7 +131,7 @@ def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint) -> int:
         one += c.vocab(e, bool(net_cfg.get("use_parallel_embedding"))) * c.dtype_bytes
         one += c.linear("eagle_nets.0.drafter.fc", 2 * e.hidden_size * math.ceil(e.hidden_size / c.tp))
         one += c.linear("eagle_nets.0.lm_head", c.vocab(e, True))
-        total += one * int(cfg.get("num_eagle_layers", 1))
+        total += one * int(cfg.get("num_eagle_layers", trtllm.EAGLE_CONFIG_DEFAULT_NUM_LAYERS))
     return int(total)
 
 

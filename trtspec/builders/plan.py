@@ -129,7 +129,7 @@ def make_plan(ckpt_dir: Path, options: BuildOptions | None = None) -> BuildPlan:
         rules.check_checkpoint(name, ckpt, opts, warnings)
     first = ckpts.get("target") or next(iter(ckpts.values()))
     seq = opts.max_seq_len or min(default_max_seq_len(c) for c in ckpts.values())
-    inp = opts.max_input_len or max(1, seq // 2)
+    inp = rules.max_input_len(opts, seq)
     k = rules.draft_len(role, first, opts)
     # A pair's requests live in both engines: same batch and the target's token budget for both (it is
     # within the draft's bounds too, whose max_seq_len is longer).
@@ -149,7 +149,7 @@ def _engine_build(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, seq: in
     max_seq = seq
     if name == "eagle":
         mode, draft = trtllm.SPEC_MODE_EAGLE, k
-        eagle_layers = int(ckpt.config.get("num_eagle_layers", 1))
+        eagle_layers = int(ckpt.config.get("num_eagle_layers", trtllm.EAGLE_CONFIG_DEFAULT_NUM_LAYERS))
         notes.append(f"max_draft_len {k} from the checkpoint (EagleForCausalLM sizes its inputs from it)")
     elif name == "target":
         mode, draft = trtllm.SPEC_MODE_DRAFT_TOKENS_EXTERNAL, k

@@ -29,9 +29,7 @@ def check_options(opts: BuildOptions) -> None:
     if opts.max_draft_len is not None and opts.max_draft_len < 1:
         raise TrtspecError(f"build.max_draft_len: expected >= 1, got {opts.max_draft_len}")
     if opts.max_input_len and opts.max_seq_len and opts.max_input_len > opts.max_seq_len:
-        raise TrtspecError(f"build.max_input_len: {opts.max_input_len} exceeds build.max_seq_len {opts.max_seq_len} "
-                           "(trtllm-build would silently clip it); raise build.max_seq_len or lower "
-                           "build.max_input_len")
+        max_input_len(opts, opts.max_seq_len)  # refused before any checkpoint is read
 
 
 def check_checkpoint(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]) -> None:
@@ -79,11 +77,7 @@ def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]
         raise TrtspecError(f"{ckpt.where('quantization.quant_algo')} is {q}: SmoothQuant with EAGLE is broken "
                            "upstream (TRT-LLM issue 3207, reference §3.6, §9.5); quantize the EAGLE checkpoint "
                            "to FP8 (with FP8 KV) instead")
-    k = int(ckpt.config.get("max_draft_len", 0))
-    limit = trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT
-    if not 1 <= k <= limit:
-        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{limit} "
-                           "(builder.py asserts it); reconvert with --max-draft-len")
+    k = eagle_draft_len(ckpt)
     if opts.max_draft_len is not None and opts.max_draft_len != k:
         raise TrtspecError(f"build.max_draft_len: {opts.max_draft_len} differs from the checkpoint's max_draft_len "
                            f"{k}; "
@@ -108,6 +102,16 @@ def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]
     if ckpt.spec.attn_bias:
         warnings.append("eagle: a base with qkv bias (Qwen2-style) under EagleForCausalLM is unverified upstream "
                         "(reference §4.7)")
+
+
+def eagle_draft_len(ckpt: TrtllmCheckpoint) -> int:
+    """The EAGLE checkpoint's max_draft_len: EagleConfig's default when the field is absent."""
+    k = ckpt.config.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN)
+    limit = trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limit:
+        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k!r}; EAGLE engines need 1..{limit} "
+                           "(builder.py asserts it); reconvert with --max-draft-len")
+    return k
 
 
 def _is_qwen3(ckpt: TrtllmCheckpoint) -> bool:
@@ -153,7 +157,7 @@ def _check_positions(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warn
 def draft_len(role: str, ckpt: TrtllmCheckpoint, opts: BuildOptions) -> int:
     """The engine's max_draft_len: the checkpoint's for EAGLE, --max-draft-len (default 8) for pairs."""
     if role == "eagle":
-        return int(ckpt.config["max_draft_len"])
+        return eagle_draft_len(ckpt)
     if role in ("pair", "target", "draft"):
         return opts.max_draft_len or trtllm.DTM_DEFAULT_MAX_DRAFT_LEN
     if opts.max_draft_len is not None:
@@ -162,17 +166,30 @@ def draft_len(role: str, ckpt: TrtllmCheckpoint, opts: BuildOptions) -> int:
     return 0
 
 
+def max_input_len(opts: BuildOptions, max_seq_len: int) -> int:
+    """build.max_input_len (default max_seq_len / 2); refuse one above max_seq_len, given or defaulted,
+    which _init_max_seq_len would silently clip to it."""
+    if opts.max_input_len is None:
+        return max(1, max_seq_len // 2)
+    if opts.max_input_len > max_seq_len:
+        seq = "build.max_seq_len" if opts.max_seq_len else "the default max_seq_len (min(8192, model positions))"
+        raise TrtspecError(f"build.max_input_len: {opts.max_input_len} exceeds {seq} {max_seq_len} (trtllm-build "
+                           "would silently clip it); raise build.max_seq_len or lower build.max_input_len")
+    return opts.max_input_len
+
+
 def max_num_tokens(opts: BuildOptions, max_seq_len: int, k: int, name: str) -> int:
     """The value trtllm-build will keep: refuse a user value it would silently clip or raise."""
     ceiling = max_seq_len * opts.max_batch_size  # _init_max_seq_len clips above this
-    floor = opts.max_batch_size * (k + 1) if k else trtllm.TOKENS_PER_BLOCK  # build() raises below this
+    spec_floor = opts.max_batch_size * (k + 1) if k else 0  # build() raises below this
+    floor = max(spec_floor, trtllm.TOKENS_PER_BLOCK)  # check_max_num_tokens raises below this, for every build
     if opts.max_num_tokens is None:
         return max(min(trtllm.CLI_MAX_NUM_TOKENS, ceiling), floor)
     if opts.max_num_tokens > ceiling:
         raise TrtspecError(f"build.max_num_tokens: {opts.max_num_tokens} exceeds max_batch_size x max_seq_len = "
                            f"{ceiling} for the {name} engine (trtllm-build would clip it); use at most {ceiling}")
     if opts.max_num_tokens < floor:
-        why = (f"max_batch_size x (max_draft_len + 1) = {opts.max_batch_size} x ({k} + 1)" if k
+        why = (f"max_batch_size x (max_draft_len + 1) = {opts.max_batch_size} x ({k} + 1)" if spec_floor == floor
                else f"tokens_per_block ({trtllm.TOKENS_PER_BLOCK})")
         raise TrtspecError(f"build.max_num_tokens: {opts.max_num_tokens} is below {why} = {floor} for the {name} "
                            f"engine (trtllm-build would silently raise it); use at least {floor}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint, load_checkpoint
+from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint, is_hf_unified, load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
@@ -48,6 +48,10 @@ def read_checkpoint(path: Path) -> TrtllmCheckpoint:
     marker = _eagle3_marker(config)
     if marker:
         raise TrtspecError(f"{cfg_path}: {marker} marks an EAGLE-3 head; {EAGLE3_ROUTE}")
+    if is_hf_unified(path):  # an HF config.json too: say what it is before the plain-HF advice below
+        raise TrtspecError(f"{path}: a ModelOpt unified HF checkpoint ({trtllm.HF_QUANT_CONFIG_FILE}) for the PyTorch "
+                           "backend, which TensorRT engines cannot be built from; serve it with trtspec triton "
+                           "--flavor llmapi, or quantize with quantization.output_format trtllm for an engine")
     if "architecture" not in config and config.get("architectures"):
         raise TrtspecError(f"{cfg_path}: this is a Hugging Face model directory, not a TensorRT-LLM checkpoint "
                            f"(run 'trtspec convert --hf {path} --out CKPT' first)")

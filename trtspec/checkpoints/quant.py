@@ -78,7 +78,7 @@ def check_exclusions(scheme: QuantScheme, cfg: dict, where: str) -> None:
         return
     heads = ["lm_head"]
     if cfg.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
-        heads += [f"eagle_nets.{i}.lm_head" for i in range(int(cfg.get("num_eagle_layers", 1)))]
+        heads += [f"eagle_nets.{i}.lm_head" for i in range(int(cfg.get("num_eagle_layers", trtllm.EAGLE_CONFIG_DEFAULT_NUM_LAYERS)))]
     for head in heads:
         if not scheme.is_excluded(head):
             raise TrtspecError(f"{where}: quantization.exclude_modules {list(scheme.exclude)} does not exclude "

@@ -110,7 +110,7 @@ def _check_checkpoint_fields(config: dict, where: Path) -> None:
     top.choice("logits_dtype", tuple(trtllm.DTYPE_BYTES), None)
     top.flag("use_parallel_embedding", False)
     if config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
-        top.int("num_eagle_layers", 1)
+        top.int("num_eagle_layers", trtllm.EAGLE_CONFIG_DEFAULT_NUM_LAYERS)
         ConfigFields(config["eagle_net_config"], where, "eagle_net_config.").flag("use_parallel_embedding", False)
 
 

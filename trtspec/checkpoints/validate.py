@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..upstream.modelopt import LEGACY_KV_SCALE_SUFFIXES
+from ..upstream.trtllm import EAGLE_CONFIG_DEFAULT_NUM_LAYERS
 from .layout import TensorPlan, decoder_plans, eagle_plans, shard_for
 from .quant import check_exclusions, check_gate_pairs, check_group_size, quant_plans
 from .trtllm_ckpt import TrtllmCheckpoint, load_checkpoint
@@ -22,7 +23,7 @@ from .writer import TORCH_DTYPES
 def expected_plans(ckpt: TrtllmCheckpoint) -> list[TensorPlan]:
     where = str(ckpt.path / "config.json")
     if ckpt.is_eagle:
-        plans = eagle_plans(ckpt.spec, ckpt.eagle_spec, int(ckpt.config.get("num_eagle_layers", 1)))
+        plans = eagle_plans(ckpt.spec, ckpt.eagle_spec, int(ckpt.config.get("num_eagle_layers", EAGLE_CONFIG_DEFAULT_NUM_LAYERS)))
         net_q = ckpt.config["eagle_net_config"].get("quantization") or {}
         top_q = ckpt.config.get("quantization") or {}
         if (top_q.get("quant_algo") or top_q.get("kv_cache_quant_algo")) and net_q != top_q:

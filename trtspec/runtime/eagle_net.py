@@ -71,7 +71,7 @@ class EagleNet:
         scheme = scheme_of(ckpt)
         self.spec, self.dtype = ckpt.eagle_spec, dtype
         cfg = ckpt.config
-        self.num_levels = int(cfg.get("num_eagle_layers", 1))
+        self.num_levels = int(cfg.get("num_eagle_layers", trtllm.EAGLE_CONFIG_DEFAULT_NUM_LAYERS))
         self.max_draft_len = int(cfg.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN))
         self.max_non_leaves = int(cfg.get("max_non_leaves_per_layer", trtllm.EAGLE_DEFAULT_MAX_NON_LEAVES))
         (self.device,) = resolve(device)

@@ -94,7 +94,7 @@ def build_cost(cost: str, shapes: dict[str, ModelShape], mode: str) -> tuple[Cos
 
 
 def eagle_limits(profile: Profile, config: dict, cfg: SelectConfig, budget: int | None) -> SelectConfig:
-    layers = int(config.get("num_eagle_layers", upstream.EAGLE_DEFAULT_NUM_LAYERS))
+    layers = int(config.get("num_eagle_layers", upstream.EAGLE_CONFIG_DEFAULT_NUM_LAYERS))
     max_len = int(config.get("max_draft_len", upstream.EAGLE_DEFAULT_MAX_DRAFT_LEN))
     if budget is not None and not 1 <= budget <= max_len:
         raise TrtspecError(f"tune.eagle_node_budget: {budget} is outside [1, max_draft_len={max_len}] of the checkpoint")

@@ -132,6 +132,10 @@ EAGLE_MAX_DRAFT_LEN_LIMIT = 256
 EAGLE_DEFAULT_MAX_DRAFT_LEN = 63
 EAGLE_DEFAULT_NUM_LAYERS = 4
 EAGLE_DEFAULT_MAX_NON_LEAVES = 10
+# What EagleConfig (models/eagle/config.py @0382a8ac) assumes when an EAGLE config.json omits a field:
+# max_draft_len 63 and max_non_leaves_per_layer 10 (the converter's), but num_eagle_layers 1, not 4.
+# A null is passed through as None (build() then fails), so only absence means the default.
+EAGLE_CONFIG_DEFAULT_NUM_LAYERS = 1
 # Medusa's mc_sim_7b_63 tree: TRT-LLM's default `eagle_choices` (63 nodes, depth 4).
 MC_SIM_7B_63 = [
     [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0],
@@ -202,7 +206,9 @@ KV_CACHE_TYPE = "paged"          # --kv_cache_type unset means paged in 1.x; --p
 CLI_MAX_BATCH_SIZE = 2048        # far beyond what a KV cache at max_seq_len holds on one H100
 CLI_MAX_NUM_TOKENS = 8192
 # check_max_num_tokens() (_common.py) warns above this: no expected gain, risk of TensorRT
-# tensor-volume errors at run time.
+# tensor-volume errors at run time. It also clips max_num_tokens to max_batch_size x max_seq_len and,
+# with context FMHA on, raises it to tokens_per_block, for every build; _init_max_seq_len (builder.py)
+# runs it before build() applies the speculative floor above, and clips max_input_len to max_seq_len.
 MAX_NUM_TOKENS_ADVISED = 16384
 TIMING_CACHE_DEFAULT = "model.cache"  # relative to the CWD, not --output_dir (§7.1, §9.14)
 
