@@ -203,6 +203,14 @@ def test_modelopt_unified_hf_checkpoint(copy):
     assert "trtspec convert" not in msg
 
 
+def test_malformed_mapping_and_eagle_blocks_are_refused_by_field(copy):
+    """A config.json whose mapping or eagle_net_config is not an object, or whose pp_size is not an
+    integer, gets an error naming the field, not an AttributeError."""
+    refused(edit_config(copy("eagle"), mapping=[1]), r"mapping: expected a JSON object, got a JSON list")
+    refused(edit_config(copy("eagle"), mapping={"pp_size": "two"}), r"mapping.pp_size: expected")
+    refused(edit_config(copy("eagle"), eagle_net_config="x"), r"without an 'eagle_net_config' object")
+
+
 def test_quant_formats_outside_the_h100_set(copy):
     refused(edit_config(copy("llama"), quantization={"quant_algo": "NVFP4"}), "NVFP4, which needs a Blackwell GPU")
     refused(edit_config(copy("llama"), quantization={"quant_algo": "W4A8_QSERVE_PER_GROUP"}),

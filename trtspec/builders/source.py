@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..checkpoints.config_fields import ConfigFields
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint, is_hf_unified, load_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import read_json
@@ -27,7 +28,8 @@ def is_pair_dir(path: Path) -> bool:
 
 def _eagle3_marker(config: dict) -> str | None:
     """The key or architecture that marks an EAGLE-3 config, if any (top level or nested)."""
-    for cfg in (config, config.get("eagle_net_config") or {}, config.get("eagle_config") or {}):
+    nested = [config.get(key) for key in ("eagle_net_config", "eagle_config")]
+    for cfg in [config] + [c for c in nested if isinstance(c, dict)]:  # other kinds: load_checkpoint names them
         archs = [cfg.get("architecture")] + list(cfg.get("architectures") or [])
         for arch in archs:
             if isinstance(arch, str) and "eagle3" in arch.lower():
@@ -55,8 +57,7 @@ def read_checkpoint(path: Path) -> TrtllmCheckpoint:
     if "architecture" not in config and config.get("architectures"):
         raise TrtspecError(f"{cfg_path}: this is a Hugging Face model directory, not a TensorRT-LLM checkpoint "
                            f"(run 'trtspec convert --hf {path} --out CKPT' first)")
-    mapping = config.get("mapping") or {}
-    pp = int(mapping.get("pp_size", 1))
+    pp = ConfigFields(config.get("mapping") or {}, cfg_path, "mapping.").int("pp_size", 1)
     if pp != 1 and config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
         raise TrtspecError(f"{cfg_path}: mapping.pp_size={pp}, but EAGLE engines need pp_size 1 (TRT-LLM asserts "
                            "it; reference §4.2, §9.4); reconvert with tensor parallelism (--tp) instead")
