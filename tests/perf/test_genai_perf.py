@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from trtspec.errors import TrtspecError
-from trtspec.perf.genai_perf import MANIFEST, SCRIPT, default_requests, export_genai_perf
+from trtspec.perf.genai_perf import MANIFEST, SCRIPT, default_requests, export_genai_perf, read_genai_perf_stats
 
 GP_PYTHON = Path.home() / ".cache" / "trtspec" / "venvs" / "genai-perf-0.0.16" / "bin" / "python"
 PROMPTS = {"chat": [("c1", "Write a haiku about the sea."), ("c2", "Name three colors.\n"), ("c3", "Why?")],
@@ -96,6 +96,18 @@ def test_export_open_loop_duration_and_errors(tmp_path):
                           concurrency=[1])
     assert not (tmp_path / "gp3").exists() and not (tmp_path / "gp4").exists()
 
+
+
+def test_a_truncated_genai_perf_export_is_an_error_naming_the_file(tmp_path):
+    """genai-perf killed mid-write leaves half a profile_export_genai_perf.json: one TrtspecError that
+    names it, not a bare JSONDecodeError; a whole one reads back."""
+    nested = tmp_path / "art" / "m-tensorrtllm-concurrency1"
+    nested.mkdir(parents=True)
+    (nested / "profile_export_genai_perf.json").write_text('{"time_to_first_token": {"avg": 1')
+    with pytest.raises(TrtspecError, match=r"profile_export_genai_perf\.json: not valid JSON"):
+        read_genai_perf_stats(tmp_path / "art")
+    (nested / "profile_export_genai_perf.json").write_text('{"time_to_first_token": {"avg": 1.5}}')
+    assert read_genai_perf_stats(tmp_path / "art") == {"time_to_first_token": {"avg": 1.5}}
 
 PROBE = r"""
 import json, sys, os

@@ -29,6 +29,17 @@ def test_ks_2samp_matches_scipys_asymptotic_test():
     assert ks_2samp([3, 3, 3], [3, 3]) == (0.0, 1.0)
 
 
+@pytest.mark.parametrize("n", [1000, 2500])
+def test_ks_p_of_a_tiny_distance_between_large_runs_is_one(n):
+    """Two large runs whose lengths differ in one request: D = 1/(2n), lambda ~0.01, where
+    Kolmogorov's series does not converge in its 100 terms (its partial sum read 0.87 at n=2500)."""
+    a = [10] * n + [20] * n
+    b = [10] * n + [20] * (n - 1) + [21]
+    d, p = ks_2samp(a, b)
+    assert d == pytest.approx(stats.ks_2samp(a, b, method="asymp").statistic)
+    assert p == pytest.approx(stats.ks_2samp(a, b, method="asymp").pvalue, abs=1e-6)
+
+
 def test_chi2_homogeneity_matches_scipy_and_detects_a_shift():
     rng = np.random.default_rng(1)
     words = [f"w{i}" for i in range(8)]

@@ -297,3 +297,30 @@ def test_a_speedup_inside_its_interval_is_not_coloured_as_a_win():
     assert note.startswith("no measurable difference; the same computation, no speculation served")
     assert notes[("fast", "c=1")]["verdict"].startswith("faster") and "±5% needs ~" in notes[("fast", "c=1")]["verdict"]
     assert "TTFT mean 95% CI (ms)" in html
+
+
+def test_an_interleaved_comparisons_request_count_is_its_pairs_in_the_report_as_in_the_summary():
+    """Interleaved runs whose failures hit different prompts: 9 successes each, 8 same-prompt pairs.
+    The speedup interval resampled the 8 pairs, so the report sizes a ±5% claim from 8, the number
+    the CLI's sentence (compare.comparisons' requests_for_5pct) gives, not from min(requests_ok) = 9."""
+    from trtspec.perf.compare import comparisons
+    from trtspec.perf.stats import summarize
+
+    rng = np.random.default_rng(0)
+    runs = []
+    for spec, fail in ((True, 1), (False, 7)):
+        recs, t = [], 0.0
+        for i in range(10):
+            e2e, ok = float(np.exp(rng.normal(0, 0.3))) / (1.3 if spec else 1.0), i != fail
+            recs.append(RequestRecord(index=i, prompt_id=f"p{i % 5}", start_s=t, status="ok" if ok else "error",
+                                      ttft_s=0.1 if ok else None, e2e_s=e2e if ok else None,
+                                      output_tokens=32 if ok else 0, block=i // 5))
+            t += e2e
+        runs.append(Run(workload="chat", speculation=spec, concurrency=1, started_at="2026-11-23T06:00:00Z",
+                        completed=True, requests=recs, summary=summarize(recs)))
+    res = make_results(workloads=("chat",), concs=(1,))
+    res.runs = runs
+    (c,) = comparisons(runs)
+    assert c.paired_requests == 8 and min(r.summary.requests_ok for r in runs) == 9
+    note = parse(render_report(res)).rows[("chat", "c=1")]["verdict"]
+    assert f"±5% needs ~{c.requests_for_5pct} requests per run (measured 8)" in note, note

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, write_text_atomic
+from ..fsutil import atomic_dir, read_json, write_text_atomic
 from . import client, prompts
 from .compare import load_predictions
 from .sampling import workload_sampling
@@ -202,7 +202,7 @@ def read_genai_perf_stats(artifact_dir: Path) -> dict:
         sorted(artifact_dir.glob("*/profile_export_genai_perf.json"))
     if not found:
         raise TrtspecError(f"{artifact_dir}: no profile_export_genai_perf.json (did the genai-perf run finish?)")
-    return json.loads(found[0].read_text())
+    return read_json(found[0], "genai-perf export")  # a truncated file (genai-perf killed) names itself
 
 
 def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) -> Path:

@@ -28,7 +28,9 @@ class Headline:
     tokens_per_s_ci: Interval | None = None
     baseline_tokens_per_s_ci: Interval | None = None
     speedup_ci: Interval | None = None
-    requests: int = 0  # successful requests of the smaller of the two runs
+    # the requests the speedup interval resampled: the interleaved pairs, else the successful requests
+    # of the smaller run (what compare.comparisons sizes a ±5% claim with)
+    requests: int = 0
     predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
     acceptance_length_ci: Interval | None = None
     predicted_acceptance_length_se: float | None = None  # the profile's standard error (with tuning.json)
@@ -69,7 +71,8 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
             h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
             h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
             h.verdict, h.control = c.verdict, c.control
-            h.requests = min(r.summary.requests_ok, b.summary.requests_ok)
+            h.requests = c.paired_requests if c.paired_requests is not None else \
+                min(r.summary.requests_ok, b.summary.requests_ok)
             h.per_request = per_request(r)
         else:
             h.tokens_per_s = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
