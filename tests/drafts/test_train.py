@@ -111,6 +111,61 @@ def test_a_library_error_names_the_field_and_the_cli_the_flag(tiny, tmp_path, ca
     assert not (tmp_path / "head").exists()
 
 
+def test_a_draft_vocabulary_above_the_targets_is_refused_before_the_target_answers(tiny, tmp_path):
+    from trtspec.errors import TrtspecError
+
+    target, prompts = tiny
+    with pytest.raises(TrtspecError, match=r"^draft\.train\.draft_vocab_size: 2000 exceeds the target's vocabulary"):
+        train_draft(target, tmp_path / "head", options(prompts, draft_vocab_size=2000))
+    assert not (tmp_path / "cache" / "draft-data").exists()  # refused before the costly regeneration
+
+
+def test_a_repeated_request_of_a_heldout_prompt_is_not_trained_on(tiny, tmp_path):
+    """A traffic log repeats requests (and workloads can share prompts): a copy of a held-out prompt
+    in the training set would make the held-out AL measure answers the head was trained on."""
+    from transformers import AutoTokenizer
+
+    from trtspec.drafts.data import split_prompts
+    from trtspec.errors import TrtspecError
+
+    target, prompts = tiny
+    log = tmp_path / "log.jsonl"
+    log.write_text(prompts.read_text() * 2)  # every request logged twice
+    tok = AutoTokenizer.from_pretrained(target)
+    chosen = split_prompts(options(log, workloads=f"p={log},q={prompts}"), tok)
+    held = {tuple(ids) for _, ids, h in chosen if h}
+    assert len(held) >= 4 and not [ids for _, ids, h in chosen if not h and tuple(ids) in held]
+    assert {n for n, _, h in chosen if not h} == {"p", "q"}
+    log.write_text(prompts.read_text().splitlines(keepends=True)[0] * 5)  # one request, five times
+    with pytest.raises(TrtspecError, match=r"^draft\.train\.heldout: workload 'p': every prompt not held out"):
+        split_prompts(options(log, workloads=f"p={log}"), tok)
+
+
+def test_the_answers_cache_sees_the_tokenizers_eos(tiny, tmp_path):
+    """The answers end at the tokenizer's EOS as well as the generation config's (load_target): a
+    changed tokenizer EOS must regenerate them, not reuse answers cut at the old one."""
+    import shutil
+    from collections import Counter
+
+    from trtspec.drafts import data
+    from trtspec.drafts.train import load_target
+
+    source, prompts = tiny
+    target = shutil.copytree(source, tmp_path / "target")
+    opts = options(prompts)
+
+    def answers():
+        tok, model, eos = load_target(target, torch.device("cpu"))
+        return tok, [e.response for e in data.load_examples(target, model, tok, opts, eos)]
+
+    tok, before = answers()
+    common = Counter(t for r in before for t in r[:-1]).most_common(1)[0][0]
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    (target / "tokenizer_config.json").write_text(json.dumps(config | {"eos_token": tok.convert_ids_to_tokens(common)}))
+    _, after = answers()
+    assert not [r for r in after if common in r[:-1]]
+
+
 def test_loss_on_prompt_masks_every_real_prediction_and_never_padding():
     from trtspec.drafts.data import Example
     from trtspec.drafts.train import batch_tensors

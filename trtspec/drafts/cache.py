@@ -1,7 +1,7 @@
 """Trained heads cached by their inputs, like the converted default model: a recipe's
 `draft: {train: ...}` (and the demo) trains a head once per machine, not once per output directory.
 
-The key covers everything the head depends on: the target's weights and config
+The key covers everything the head depends on: the target's weights, config and tokenizer
 (data.target_fingerprint), the options that shape training (TrainDraftOptions.shaping), the exact prompt ids
 (packaged sets and prompt files alike; tokenizing them is cheap), the device type the target answers on
 and train.TRAINING_VERSION. The head

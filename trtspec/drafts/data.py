@@ -7,8 +7,8 @@ Only token ids are kept (prompt, response); hidden states are computed on the fl
 
 Regeneration is the costly part on a CPU, so the responses are cached under
 `$TRTSPEC_CACHE/draft-data/<hash>.json`, the hash covering everything they depend on: the target's
-weights and config, the prompt ids, the response length and the batch size (batched decoding may
-round differently from unbatched decoding)."""
+weights, config and tokenizer, the prompt ids, the response length and the batch size (batched
+decoding may round differently from unbatched decoding)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ class Example:
 
 def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list[int], bool]]:
     """(workload, prompt ids, held out?) for every chosen prompt: per workload a seeded shuffle, the
-    first `heldout` prompts held out (never trained on), the rest for training."""
+    first `heldout` prompts held out (never trained on), the rest for training. A prompt that renders
+    to a held-out prompt's ids (traffic logs repeat requests; workloads can share prompts) is dropped
+    from training, or the held-out AL would measure answers the head was trained on."""
     out = []
     for wl in load_workloads(options.workloads, seed=options.seed, samples=options.samples):
         if len(wl.samples) <= options.heldout:
@@ -51,15 +53,24 @@ def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list
         for rank, i in enumerate(order):
             ids = render(wl.samples[i], tokenizer, max_prompt_tokens=options.max_prompt_tokens, keep="end")
             out.append((wl.name, ids, rank < options.heldout))
+    held = {tuple(ids) for _, ids, h in out if h}
+    out = [c for c in out if c[2] or tuple(c[1]) not in held]
+    trained = {n for n, _, h in out if not h}
+    for name in dict.fromkeys(n for n, _, _ in out):
+        if name not in trained:
+            raise TrtspecError(f"draft.train.heldout: workload {name!r}: every prompt not held out repeats a "
+                               "held-out one, so none is left to train on")
     return out
 
 
 def target_fingerprint(target: Path) -> str:
-    """sha256 over the target's config and weight files and its generation config (the EOS ids the
-    answers end at): what its greedy answers depend on."""
+    """sha256 over the target's config and weight files, its generation config and its tokenizer's
+    files (both name EOS ids the answers end at, train.load_target; the chat template sets where the
+    self-written prompts start): what its greedy answers and written prompts depend on."""
     h = hashlib.sha256()
-    files = sorted(p for p in Path(target).iterdir()
-                   if p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json"))
+    files = sorted(p for p in Path(target).iterdir() if p.is_file() and (
+                   p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json")
+                   or p.name.startswith(("tokenizer", "special_tokens_map", "chat_template"))))
     for p in files:
         h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()

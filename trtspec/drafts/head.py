@@ -43,13 +43,19 @@ def eagle3_config(target_config, options: TrainDraftOptions) -> dict:
     return cfg
 
 
+def check_draft_vocab(options: TrainDraftOptions, vocab_size: int) -> None:
+    """Refuse a draft vocabulary larger than the target's before the target answers any prompt (else
+    ModelOpt's conversion asserts, after the costly regeneration)."""
+    if options.draft_vocab_size and options.draft_vocab_size > vocab_size:
+        raise TrtspecError(f"draft.train.draft_vocab_size: {options.draft_vocab_size} exceeds the target's "
+                           f"vocabulary ({vocab_size})")
+
+
 def frequent_vocab(responses: list[list[int]], size: int, vocab_size: int) -> torch.Tensor:
     """ModelOpt's d2t for a draft vocabulary of the `size` most frequent response tokens (as its
     utils.calibrate_frequent_vocab, counted over token ids we already have rather than re-tokenised
     text), topped up with the lowest unused ids when fewer distinct tokens occur; sorted by id.
     d2t[i] = target id - i."""
-    if size > vocab_size:
-        raise TrtspecError(f"draft.train.draft_vocab_size: {size} exceeds the target's vocabulary ({vocab_size})")
     counts = Counter(t for r in responses for t in r)
     chosen = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
     taken = set(chosen)

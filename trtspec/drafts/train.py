@@ -197,6 +197,7 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
         torch.set_num_threads(options.threads)
     device = resolve_device(options.device)
     tok, model, eos = load_target(target, device)
+    head.check_draft_vocab(options, model.config.vocab_size)
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(eos)
     with progress_bar(console) as bar:
         task = bar.add_task("target answers prompts", total=None, status="")
