@@ -74,3 +74,40 @@ def test_the_recipe_refuses_a_flavor_with_the_repository_stages_words():
         with pytest.raises(ValidationError, match=re.escape(mode_refusal(flavor, mode))):
             Recipe.model_validate({**BASE, "draft": draft, "triton": {"flavor": flavor}})
     assert mode_refusal("cpu", "eagle") is None and mode_refusal("llmapi", "eagle3") is None
+
+
+@pytest.mark.parametrize("train,workloads,error", [
+    ({"self_prompts": 4}, {"self": "mt-bench"}, "r.yaml: workloads: the name 'self' is reserved"),
+    ({"workloads": "chat=mt-bench,chat=humaneval"}, {"chat": "mt-bench"},
+     "r.yaml: draft.train.workloads: workload name 'chat' used twice"),
+    ({"workloads": "chat=mt-bench,,code=humaneval"}, {"chat": "mt-bench"},
+     "r.yaml: draft.train.workloads: empty workload entry"),
+    ({"workloads": "chat="}, {"chat": "mt-bench"}, "r.yaml: draft.train.workloads: workload 'chat': no source"),
+])
+def test_a_trained_heads_prompt_list_is_checked_when_the_recipe_is_read(train, workloads, error):
+    """The head's NAME=SOURCE list (draft.train.workloads, else the recipe's workloads) is refused at
+    load, naming the file and field: not accepted, then failing in the derive stage's hash (or, for
+    `chat=`, silently trained on the recipe's directory as a prompt file)."""
+    from trtspec.errors import TrtspecError
+
+    with pytest.raises(TrtspecError) as e:
+        parse_recipe({"target": "default", "draft": {"train": train}, "workloads": workloads}, "r.yaml")
+    assert str(e.value).startswith(error)
+
+
+@pytest.mark.parametrize("sampling,error", [
+    ({"chat": {"temprature": 0.7}}, "r.yaml: workload_sampling.chat.temprature: Extra inputs are not permitted"),
+    ({"chat": {"temperature": -1}}, "r.yaml: workload_sampling.chat.temperature: Input should be greater"),
+    ({"chat": {"seed": 3}}, "r.yaml: workload_sampling.chat.seed: a workload has no seed"),
+    ({"code": {"temperature": 0.7}}, "r.yaml: workload_sampling.code: no such workload"),
+])
+def test_workload_sampling_written_as_such_is_checked_as_a_workloads_entry_is(sampling, error):
+    """A misspelt or out-of-range setting must not be dropped (profiling greedily) or crash the profile
+    stage: the recipe is refused, naming the field, as `workloads: {chat: {source, ...}}` would be."""
+    from trtspec.errors import TrtspecError
+
+    with pytest.raises(TrtspecError) as e:
+        parse_recipe({**BASE, "draft": "x", "workload_sampling": sampling}, "r.yaml")
+    assert str(e.value).startswith(error)
+    ok = parse_recipe({**BASE, "draft": "x", "workload_sampling": {"chat": {"temperature": 0.7}}}, "r.yaml")
+    assert ok.workload_sampling == {"chat": {"temperature": 0.7}}

@@ -45,6 +45,7 @@ from .triton_repo.options import ServeOptions, TritonOptions
 from .triton_repo.flavors import in_flight_batching, mode_refusal
 from .triton_repo.sampling import route_sampling
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
+from .workloads.spec import parse_workload_specs
 
 DEFAULT_TARGET = "default"
 NGRAM_DEFAULT_SIZES = (1, 2, 3)  # max_matching_ngram_size values profiled when the recipe offers n-gram
@@ -165,18 +166,20 @@ class Recipe(ConvertOptions):
         workload_sampling {chat: {temperature: 0.7}}: every stage reads `workloads` as NAME: SOURCE."""
         if not isinstance(data, dict) or not isinstance(data.get("workloads"), dict):
             return data
-        plain, sampling = {}, dict(data.get("workload_sampling") or {})
+        plain, sampling, given = {}, {}, data.get("workload_sampling") or {}
         for name, v in data["workloads"].items():
             if isinstance(v, dict):
-                try:
-                    entry = WorkloadEntry.model_validate(v)
-                except ValidationError as e:
-                    field, msg = first_problem(e)
-                    raise ValueError(f"workloads.{name}{'.' + field if field else ''}: {msg}") from None
+                entry = _workload_entry(f"workloads.{name}", v)
                 plain[name], sampling[name] = entry.source, entry.overrides()
             else:
                 plain[name] = v
-        return {**data, "workloads": plain, "workload_sampling": sampling}
+        for name, v in given.items() if isinstance(given, dict) else ():  # written as such: checked the same way
+            if name not in plain:
+                raise ValueError(f"workload_sampling.{name}: no such workload (workloads: {', '.join(plain)})")
+            if name not in sampling and isinstance(v, dict):  # a workloads entry's own settings win
+                sampling[name] = _workload_entry(f"workload_sampling.{name}", {"source": plain[name], **v}).overrides()
+            sampling.setdefault(name, v)  # not a mapping: the field's own type check names it
+        return {**data, "workloads": plain, "workload_sampling": sampling if isinstance(given, dict) else given}
 
     @field_validator("workloads")
     @classmethod
@@ -199,6 +202,7 @@ class Recipe(ConvertOptions):
             given = f"draft.{self.draft.kind}" if self.draft is not None else "n-gram drafting alone"
             raise ValueError(f"mode {self.mode!r} does not match {given} (which means mode {kind})")
         self._check_drafters()
+        self._check_training()
         if self.perf is not None and self.triton is None:
             raise ValueError("perf needs a triton section (the repository it measures)")
         self._deployment_accept_rule()
@@ -224,6 +228,21 @@ class Recipe(ConvertOptions):
         if self.mode == "ngram" and self.triton is not None and self.triton.flavor == "trtllm":
             raise ValueError("triton.flavor: a recipe builds no engine for ngram (see build); serve it with llmapi "
                              "or cpu, or give `trtspec triton` an engine built with draft_tokens_external")
+
+    def _check_training(self) -> None:
+        """Each trained head's options are whole only here (its prompts default to the recipe's
+        workloads), so they are checked now, naming the field, not first when the derive stage
+        hashes them: a bad NAME=SOURCE list, a workload named `self` beside self_prompts."""
+        t = self.draft.train if self.draft is not None else None
+        field = "draft.train.workloads" if t is not None and t.workloads else "workloads"
+        try:
+            for name, entries in self.trained_heads().items():
+                parse_workload_specs(entries)
+                t.head_options(entries, self.threads, general=name == GENERAL_HEAD)
+        except TrtspecError as e:
+            raise ValueError(f"{field}: {e}") from None
+        except ValidationError as e:
+            raise ValueError(f"{field}: {first_problem(e)[1].removeprefix('workloads: ')}") from None
 
     def _instances(self) -> None:
         """The llmapi flavor loads every drafter into its own model instance (speculative_config is
@@ -275,10 +294,17 @@ class Recipe(ConvertOptions):
         entries = t.workloads.split(",") if t.workloads else self.workload_entries()
         heads = {GENERAL_HEAD: ",".join(entries)}
         if t.per_workload and len(entries) > 1:  # (one workload: its head is the general one)
-            from .workloads.spec import parse_workload_specs  # its names: NAME=, else the source's stem
-
             heads |= {f"{GENERAL_HEAD}-{s.name}": e for s, e in zip(parse_workload_specs(entries), entries)}
         return heads
+
+
+def _workload_entry(where: str, value: dict) -> WorkloadEntry:
+    """A workload's source and sampling settings, validated; a problem names `where` and the field."""
+    try:
+        return WorkloadEntry.model_validate(value)
+    except ValidationError as e:
+        field, msg = first_problem(e)
+        raise ValueError(f"{where}{'.' + field if field else ''}: {msg}") from None
 
 
 def _resolve(base: Path, value: str | None) -> str | None:

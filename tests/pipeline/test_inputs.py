@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from trtspec.pipeline.inputs import EXTERNALS, default_target_dir, reads, stage_inputs
 from trtspec.recipe import parse_recipe
 
@@ -30,3 +32,23 @@ def test_stage_inputs_count_the_embedded_default_target_where_the_target_is_read
     assert stage_inputs(recipe, "convert")["target"] == default_target_dir()
     assert stage_inputs(recipe, "perf") == {"workloads.mine": Path(str(prompts))}
     assert stage_inputs(recipe, "report") == {}
+
+
+def test_the_quality_reports_prompt_files_are_inputs_of_quantize(tmp_path):
+    """quantization.report.workloads is read by the quantize stage (its quality report): an edited
+    prompt file must re-run it, and a missing one is named before any stage runs."""
+    from trtspec.pipeline.inputs import missing_inputs
+    from trtspec.recipe import load_recipe
+
+    (tmp_path / "rep.jsonl").write_text('{"prompt": "hi"}\n')
+    report = {"workloads": {"mine": "rep.jsonl", "gone": "gone.jsonl", "chat": "mt-bench"}}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({"target": "default", "draft": {"derive": {"layers": 1}},
+                                                     "workloads": {"chat": "mt-bench"},
+                                                     "quantization": {"format": "fp8", "report": report}}))
+    recipe = load_recipe(tmp_path / "r.yaml")
+    found = stage_inputs(recipe, "quantize")
+    assert found["quantization.report.workloads.mine"] == tmp_path / "rep.jsonl"
+    assert "quantization.report.workloads.chat" not in found  # packaged: no file
+    assert sorted(n for n in EXTERNALS if "quantization.report.workloads.mine" in stage_inputs(recipe, n)) == \
+        ["quantize"]
+    assert missing_inputs(recipe) == [f"quantization.report.workloads.gone: {tmp_path / 'gone.jsonl'}"]

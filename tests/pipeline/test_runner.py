@@ -334,3 +334,59 @@ def test_the_perf_command_printed_for_an_h100_flavor_carries_the_recipes_blocks(
                            "triton": {"flavor": "llmapi"}, "perf": {"requests": 8, "blocks": 4}})
     why = perf_not_applicable(Ctx(recipe, tmp_path / "r.yaml", Paths(tmp_path), Console()))
     assert "--blocks 4" in why and "--baseline" in why and "--requests 8" in why
+
+
+@pytest.mark.parametrize("perf,flags", [
+    ({"temperature": 0.7, "top_k": 5, "top_p": 0.9}, ["--temperature 0.7", "--top-k 5", "--top-p 0.9"]),
+    ({"sweep": True, "baseline": False}, ["--sweep"]),
+])
+def test_the_perf_command_printed_for_an_h100_flavor_carries_the_recipes_sampling_and_sweep(tmp_path, perf, flags):
+    """perf.temperature / top_k / top_p / sweep change what the H100 run measures (sampled requests, the
+    sweep `tune --calibrate` fits): the printed command must carry them, as it carries perf.blocks."""
+    from rich.console import Console
+    from trtspec.pipeline.stages import Ctx, Paths, perf_not_applicable
+
+    recipe = parse_recipe({"target": "default", "draft": {"derive": {"layers": 1}}, "workloads": {"chat": "mt-bench"},
+                           "triton": {"flavor": "llmapi"}, "perf": perf})
+    why = perf_not_applicable(Ctx(recipe, tmp_path / "r.yaml", Paths(tmp_path), Console()))
+    assert all(f in why for f in flags), why
+
+
+def test_serve_only_settings_do_not_change_the_triton_stages_hash(tmp_path):
+    """triton.drain_timeout_s / model_control / ports only start the server: editing them must not
+    rebuild the repository (and so re-run perf); a repository option (max_batch_size) must."""
+    from trtspec.pipeline.runner import STAGES, Runner
+
+    def triton_hash(**triton) -> str:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump({"target": "default", "draft": {"derive": {"layers": 1}},
+                                          "workloads": {"chat": "mt-bench"}, "triton": {"flavor": "cpu", **triton}}))
+        return Runner(recipe, tmp_path / "out").input_hash(STAGES["triton"])
+
+    base = triton_hash()
+    for serve in ({"drain_timeout_s": 5}, {"model_control": True}, {"start_timeout_s": 9}, {"ports": {"grpc": 9001}}):
+        assert triton_hash(**serve) == base, serve
+    assert triton_hash(max_batch_size=2) != base
+
+
+@pytest.mark.parametrize("calib", [None, {"c": "mt-bench"}])
+def test_quantize_hashes_the_workloads_only_when_it_calibrates_on_them(tmp_path, calib):
+    """quantization.calib names its own sources: then adding a workload or editing its prompt file
+    must not re-run a minutes-long quantization (without calib it calibrates on them, and must)."""
+    from trtspec.pipeline.runner import STAGES, Runner
+
+    (tmp_path / "hf").mkdir()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    quant = {"format": "fp8", **({"calib": calib} if calib else {})}
+
+    def quantize_hash(workloads) -> str:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump({"target": "hf", "draft": {"hf": "hf"}, "workloads": workloads,
+                                          "quantization": quant}))
+        return Runner(recipe, tmp_path / "out").input_hash(STAGES["quantize"])
+
+    one, two = quantize_hash({"chat": "mt-bench"}), quantize_hash({"chat": "mt-bench", "logs": "p.jsonl"})
+    prompts.write_text('{"prompt": "other"}\n')
+    edited = quantize_hash({"chat": "mt-bench", "logs": "p.jsonl"})
+    assert (one == two == edited) is (calib is not None) and (one != two != edited) is (calib is None)

@@ -33,10 +33,13 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     for spec in parse_workload_specs(general) if general else ():
         if not spec.packaged:
             found[f"draft.train.workloads.{spec.name}"] = spec.source
-    if recipe.quantization is not None and recipe.quantization.calib:
-        for n, s in recipe.quantization.calib.items():
+    q = recipe.quantization
+    report = q.report_options() if q is not None else None  # the quality report reads its own prompt sets
+    for key, sources in (("quantization.calib", q and q.calib), ("quantization.report.workloads",
+                                                                 report and report.workloads)):
+        for n, s in (sources or {}).items():
             if "/" in s:
-                found[f"quantization.calib.{n}"] = s
+                found[f"{key}.{n}"] = s
     if recipe.tune.cost not in COST_PRESETS:
         found["tune.cost"] = recipe.tune.cost
     if recipe.tune.calibrate is not None:
@@ -69,6 +72,8 @@ def stage_inputs(recipe: Recipe, stage: str) -> dict[str, Path]:
     """{key: path} of the external inputs `stage` reads; the embedded default target counts as
     `target` (its cached conversion), so a re-converted default re-runs what reads the target."""
     patterns = EXTERNALS.get(stage, ())
+    if stage == "quantize" and recipe.quantization is not None and recipe.quantization.calib is not None:
+        patterns = tuple(p for p in patterns if p != "workloads.")  # it calibrates on its own sources
     found = {k: Path(p) for k, p in external_inputs(recipe).items() if reads(k, patterns)}
     if recipe.uses_default_target and reads("target", patterns):
         found["target"] = default_target_dir()

@@ -59,10 +59,6 @@ def _build_section(r: Recipe) -> dict:
     return b
 
 
-def _triton_section(r: Recipe) -> dict:
-    return r.triton.model_dump(exclude={"ports", "start_timeout_s"}) | {"gpu": st.triton_gpu(r)}
-
-
 def _trains(r: Recipe) -> bool:
     return r.draft is not None and r.draft.train is not None
 
@@ -76,6 +72,11 @@ def _derive_section(r: Recipe) -> dict:
         section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads, general=n == GENERAL_HEAD).shaping()
                                       for n, e in r.trained_heads().items()}}
     return section
+
+
+def _calib_workloads(r: Recipe) -> dict | None:
+    """The workloads quantize calibrates on: none when quantization.calib names its own sources."""
+    return r.workloads if r.quantization.calib is None else None
 
 
 def _reads_derived(r: Recipe) -> list[str]:
@@ -96,7 +97,8 @@ STAGES = {s.name: s for s in (
              _na(lambda r: r.quantization is None, "quantization is set: quantize writes the checkpoint"),
              st.run_convert),
     st.Stage("quantize", _reads_derived,
-             lambda r: _models_section(r) | {"quantization": r.quantization.model_dump(), "workloads": r.workloads},
+             lambda r: _models_section(r) | {"quantization": r.quantization.model_dump(),
+                                             "workloads": _calib_workloads(r)},
              lambda p: [p.ckpt], _na(lambda r: r.quantization is not None, "no quantization (convert instead)"),
              st.run_quantize),
     st.Stage("build", lambda r: [_ck(r)], _build_section, lambda p: [p.build],
@@ -111,7 +113,7 @@ STAGES = {s.name: s for s in (
              + [p.drafter_tuning(m) for m in ("draft-target", "eagle3", "ngram")],
              lambda ctx: None, st.run_tune),
     st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else [])
-             + (["derive"] if _trains(r) else []), _triton_section, lambda p: [p.repo],
+             + (["derive"] if _trains(r) else []), st.triton_options, lambda p: [p.repo],
              lambda ctx: st.triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), st.run_triton),
     st.Stage("serve", lambda r: ["triton"], lambda r: r.triton.ports.model_dump(), lambda p: [p.server_log],
              st.serve_not_applicable, st.start_server),

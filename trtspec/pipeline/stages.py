@@ -29,6 +29,7 @@ from ..checkpoints.options import ConvertOptions
 from ..checkpoints.stage import convert
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, write_text_atomic
+from ..options import flag_of
 from ..perf.options import PerfSettings
 from ..perf.report import write_report
 from ..perf.runner import PerfOptions, run_perf as perf
@@ -275,11 +276,16 @@ def triton_gpu(r: Recipe) -> str:
     return r.build.gpu
 
 
+def triton_options(r: Recipe) -> dict:
+    """The repository's options: TritonOptions, not the serve settings beside them in the recipe's
+    triton section (ports, timeouts, model_control only start the server): the triton stage's hash."""
+    return r.triton.model_dump(include=set(TritonOptions.model_fields)) | {"gpu": triton_gpu(r)}
+
+
 def run_triton(ctx: Ctx) -> str:
     r, p = ctx.recipe, ctx.paths
-    t = r.triton
-    trtllm = t.flavor == "trtllm"
-    options = t.model_dump(include=set(TritonOptions.model_fields)) | {"gpu": triton_gpu(r)}
+    trtllm = r.triton.flavor == "trtllm"
+    options = triton_options(r)
     res = make_repository(RepoRequest(tuning=p.tuning, out=p.repo, engines=p.build if trtllm else None,
                                       ckpt=None if trtllm else p.ckpt, draft_ckpt=eagle3_head(ctx),
                                       draft_heads=extra_heads(ctx) or None, overwrite=True,
@@ -342,8 +348,11 @@ def _changed_perf_flags(p) -> list[str]:
     flags = [("--model", p.model, d.model),
              ("--connect-timeout", f"{p.connect_timeout_s:g}", f"{d.connect_timeout_s:g}"),
              ("--processes", str(p.processes), str(d.processes)), ("--blocks", str(p.blocks), str(d.blocks))]
+    flags += [(flag_of(k), f"{getattr(p, k):g}", None) for k in ("temperature", "top_k", "top_p")
+              if getattr(p, k) is not None]  # every request's sampling (the CLI's default: none)
     out = [x for flag, v, dv in flags if v != dv for x in (flag, v)]
-    return out + ([] if p.chat == d.chat else ["--no-chat" if not p.chat else "--chat"])
+    out += [] if p.chat == d.chat else ["--no-chat" if not p.chat else "--chat"]
+    return out + (["--sweep"] if p.sweep else [])
 
 
 def perf_not_applicable(ctx: Ctx) -> str | None:
