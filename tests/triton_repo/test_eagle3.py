@@ -51,6 +51,9 @@ def test_llmapi_serves_each_tuned_max_draft_len_routed_by_workload(root):
     routing = manifest["routing"]  # the smallest band's K per workload (one LLM instance per K)
     assert {w: e["model"] for w, e in routing["workloads"].items()} == {
         "chat": "tensorrt_llm_k3", "code": "tensorrt_llm_k5", "math": "tensorrt_llm_k0"}
+    # the LLM API model returns text only: generate counts its tokens with the target's tokenizer
+    assert 'key: "tokenizer_dir"' in (out / "generate" / "config.pbtxt").read_text()
+    assert manifest["tokenizer"] == str(root / "target")
 
 
 def test_captured_layers_other_than_the_default_are_written(root):

@@ -293,3 +293,41 @@ def test_a_stream_whose_last_response_carries_counters_only_sends_them(load):
     model.finalize()
     last = [r.outputs for r, _ in sender.sent if r is not None][-1]
     assert (last["total_draft_tokens"], last["acceptance_length"], last["num_output_tokens"]) == (9, 2.5, 3)
+
+
+class LlmapiModel:
+    """TensorRT-LLM's llmapi model.py as generate sees it: every streamed response carries the whole
+    completion so far (CompletionOutput.text), and no token ids or counts."""
+    TEXTS = ["t5", "t5 t17", "t5 t17", "t5 t17 t9 t9"]
+
+    def exec(self, req, decoupled):
+        assert req.model == "tensorrt_llm_k2" and bool(req.inputs["streaming"].reshape(-1)[0])
+        return iter([Response(text_output=np.array([t.encode()], dtype=object)) for t in self.TEXTS])
+
+
+def test_the_llmapi_route_streams_the_new_text_and_counts_its_tokens(load, tmp_path):
+    """The llmapi model resends the whole text each time: generate forwards only what is new (the
+    client's concatenation is the text, not its prefixes repeated), and num_output_tokens is the
+    text's token count by the target's tokenizer, the count genai-perf would make (not 0)."""
+    from transformers import AutoTokenizer
+
+    tok_dir = tiny_tokenizer_dir(tmp_path / "tok")
+    entry = {"model": "tensorrt_llm_k2", "num_draft_tokens": 2}
+    routing = {"mode": "llmapi", "band": 1, "workloads": {"chat": entry}, "default": {"source": "x", **entry},
+               "models": []}
+    model, _, _ = load({"routing": json.dumps(routing), "max_concurrency": "1", "tokenizer_dir": str(tok_dir)},
+                       False, LlmapiModel())
+    final = LlmapiModel.TEXTS[-1]
+    want = len(AutoTokenizer.from_pretrained(tok_dir)(final, add_special_tokens=False)["input_ids"])
+    assert want > 1
+    for stream in (True, False):
+        request, sender = ClientRequest(None), Sender()
+        request.inputs["stream"] = Tensor("stream", [[stream]])
+        model._generate(request, sender, 1)
+        outs = [r.outputs for r, _ in sender.sent if r is not None]
+        assert b"".join(o["text_output"] for o in outs) == final.encode(), stream
+        counts = [int(o["num_output_tokens"]) for o in outs]
+        assert counts[-1] == want and counts == sorted(counts), (stream, counts)
+        assert sender.sent[-1][1] == 1  # FINAL
+        assert all(o["route"] == b"chat@1:tensorrt_llm_k2" for o in outs)
+    model.finalize()

@@ -170,12 +170,15 @@ def spec_decode_model(max_batch_size: int, concurrency: int, max_draft_len: int,
 
 
 def generate_model(max_batch_size: int, concurrency: int, routing_json: str, inputs=None, outputs=None,
-                   llm_cancel_messages: bool = False) -> ModelFiles:
+                   llm_cancel_messages: bool = False, tokenizer_dir: str | None = None) -> ModelFiles:
     """llm_cancel_messages: the tensorrt_llm* models are trtspec's python stand-ins (cpu flavor),
-    which take generate's cancel message (models/trtspec_triton_common.py CANCEL)."""
+    which take generate's cancel message (models/trtspec_triton_common.py CANCEL). tokenizer_dir
+    (llmapi): the LLM API model returns text only, so generate counts its tokens with this one."""
     params = {"routing": routing_json, "max_concurrency": str(concurrency)}
     if llm_cancel_messages:
         params["llm_cancel_messages"] = "true"
+    if tokenizer_dir is not None:
+        params["tokenizer_dir"] = tokenizer_dir
     cfg = model_config(c.GENERATE, "python", max_batch_size, inputs or c.GENERATE_INPUTS,
                        outputs or c.GENERATE_OUTPUTS, decoupled=True, parameters=params)
     return ModelFiles(c.GENERATE, "generate", cfg, "front model: routes each request by workload to its tuned setting")

@@ -334,7 +334,8 @@ class _Builder:
         routing.update(limits=request_limits(self.flavor, self.arts),
                        in_flight_batching=in_flight_batching(self.flavor))
         self.routing = routing
-        gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")))
+        gen = r.generate_model(B, B, json.dumps(routing, sort_keys=True, separators=(",", ":")),
+                               tokenizer_dir=str(self.tokenizer))
         gen.files = _python_files("generate")
         files.insert(0, gen)
         self.manifest = self._manifest(files, llmapi.calls(files[1:]))

@@ -44,7 +44,8 @@ EAGLE profile's tensorrt_llm_<profile> (see bls in trtspec_triton_common: Triton
 cancellation where the python backend has it, which the C++ tensorrtllm backend honors; else a
 cancel message, which trtspec's python models take).
 Parameters: routing (JSON), max_concurrency (worker threads = requests served at once),
-llm_cancel_messages (true: the tensorrt_llm* models are trtspec's python models, cpu flavor).
+llm_cancel_messages (true: the tensorrt_llm* models are trtspec's python models, cpu flavor),
+tokenizer_dir (llmapi: the tokenizer its output tokens are counted with).
 """
 
 import contextlib
@@ -55,8 +56,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
-                           band_label, chain_route, chain_setting, check_limits, check_llmapi_inputs, output_len,
-                           pick_band, sampling_fallback, swept_route, tree_depth, trtllm_steps)
+                           band_label, chain_route, chain_setting, check_limits, check_llmapi_inputs, new_suffix,
+                           output_len, pick_band, sampling_fallback, swept_route, tree_depth, trtllm_steps)
 from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -86,6 +87,9 @@ class TritonPythonModel(PooledModel):
         self.depth = {m["model"]: tree_depth(m["eagle_choices"]) for m in self.routing.get("models", [])}
         self.lock = threading.Lock()
         self.inflight = 0
+        if self.mode == "llmapi":  # the LLM API model sends text only: its tokens are counted here
+            from transformers import AutoTokenizer
+            self.tokenizer = AutoTokenizer.from_pretrained(p["tokenizer_dir"])
 
     def route(self, workload, inflight):
         known = workload in self.routing["workloads"]
@@ -199,9 +203,12 @@ class TritonPythonModel(PooledModel):
             sender.send(flags=FINAL)
 
     def _llmapi(self, request, sender, route, text, max_tokens, stream):
-        """llmapi flavor: the LLM API model tokenizes, drafts and detokenizes itself; its streamed
-        text_output pieces are forwarded as they are. It reports no acceptance counters to Triton
-        (acceptance_length stays 0)."""
+        """llmapi flavor: the LLM API model tokenizes, drafts and detokenizes itself. Each of its
+        streamed responses carries the whole completion so far (CompletionOutput.text, which
+        TensorRT-LLM's llmapi model.py sends), so the new suffix is forwarded (new_suffix). It sends
+        no token ids or counts, so num_output_tokens counts the text's tokens as genai-perf does
+        (the target's tokenizer, no special tokens): per piece while streaming, the whole text in
+        the last response. It reports no acceptance counters (acceptance_length stays 0)."""
         check_llmapi_inputs(lambda name: scalar(request, name))
         inputs = {"text_input": np.array([text.encode("utf-8")], dtype=object),
                   "sampling_param_max_tokens": np.array([max_tokens], np.int32),
@@ -212,18 +219,27 @@ class TritonPythonModel(PooledModel):
             if v is not None:
                 inputs[key] = np.array([v], dtype)
         stats = {"acceptance_length": 0.0, "accepted": 0, "drafted": 0}
-        parts = []
+        sent, streamed = "", 0  # streamed: the tokens of the pieces sent so far
         for resp in bls(route["model"], inputs, ["text_output"], True, self.workers.stop):
             self.check_running(request)
-            piece = "".join(v.decode("utf-8") if isinstance(v, bytes) else str(v)
-                            for v in resp["text_output"].reshape(-1))
-            parts.append(piece)
+            so_far = "".join(v.decode("utf-8") if isinstance(v, bytes) else str(v)
+                             for v in resp["text_output"].reshape(-1))
+            piece, sent = new_suffix(so_far, sent)
             if stream and piece:
-                sender.send(self._response(piece, stats, route, 0))
+                streamed += self._count(piece)
+                sender.send(self._response(piece, stats, route, streamed))
+        self.check_running(request)
+        n = self._count(sent)  # the whole text's count (a piece boundary can split a token)
         if not stream:
-            sender.send(self._response("".join(parts), stats, route, 0), flags=FINAL)
-        else:
-            sender.send(flags=FINAL)
+            sender.send(self._response(sent, stats, route, n), flags=FINAL)
+            return
+        if n != streamed:
+            sender.send(self._response("", stats, route, n))
+        sender.send(flags=FINAL)
+
+    def _count(self, text):
+        """Output tokens of `text` as genai-perf counts them: the target's tokenizer, no special tokens."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
 
     def _update_stats(self, stats, resp, model):
         def get(name):
@@ -255,10 +271,7 @@ class TritonPythonModel(PooledModel):
         text = self._detok(tokens)
         if not final and text.endswith("\ufffd"):
             return "", sent  # an incomplete multi-byte character: wait for its next token
-        if text.startswith(sent):
-            return text[len(sent):], text
-        # the tokenizer re-segmented earlier text (rare): keep the stream append-only
-        return text[len(sent):] if len(text) > len(sent) else "", text
+        return new_suffix(text, sent)
 
     def _response(self, text, stats, route, n_tokens):
         return pb_utils.InferenceResponse(output_tensors=[

@@ -230,6 +230,15 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
     return route
 
 
+def new_suffix(text, sent):
+    """(what a stream sends next, the text the client has now) given the decoded text so far and
+    what it was sent. Streams stay append-only: when the detokenizer re-segments earlier text (rare),
+    the client keeps what it has and gets only what lies beyond it."""
+    if text.startswith(sent):
+        return text[len(sent):], text
+    return (text[len(sent):] if len(text) > len(sent) else ""), text
+
+
 def stop_ids(end_id, default):
     """The token ids that end a request: its end_id, else (absent, or negative as TRT-LLM's -1)
     the model's eos ids `default`."""
