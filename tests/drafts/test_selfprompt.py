@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 
 import pytest
 import torch
@@ -79,3 +80,28 @@ def test_a_workload_named_self_is_refused_only_beside_self_written_prompts():
     assert TrainDraftOptions(workloads="self=humaneval").workloads == "self=humaneval"  # no clash without them
     with pytest.raises(ValidationError, match="reserved"):
         TrainDraftStage(self_prompts=2).head_options("self=mt-bench", 1)
+
+
+def test_fewer_written_prompts_than_asked_are_warned_of_and_counted(chat_target, tmp_path, monkeypatch):
+    """write_prompts gives up after TRIES_PER_PROMPT * n samples (a target may not have n distinct
+    prompts in it): the run says so and training.json records how many it trained on."""
+    import io
+
+    from rich.console import Console
+
+    from trtspec.drafts.train import train_draft
+
+    target, prompts = chat_target
+    tok, model = AutoTokenizer.from_pretrained(target), AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    assert selfprompt.write_prompts(model, tok, 3, 0, 4, set(range(1001)), 2) == []  # every sample ends at once
+    real = selfprompt.write_prompts
+    monkeypatch.setattr(selfprompt, "write_prompts", lambda *a, **kw: real(*a, **kw)[:1])
+    out = io.StringIO()
+    summary = train_draft(target, tmp_path / "head", TrainDraftOptions(
+        workloads=f"p={prompts}", heldout=2, max_new_tokens=8, epochs=1, batch_size=4, eval_every=100,
+        draft_vocab_size=128, device="cpu", eval_k=[1], self_prompts=3), console=Console(file=out, width=300))
+    assert summary["self_prompts_written"] == 1 and summary["train_prompts"] == 10 + 1
+    assert "warning: draft.train.self_prompts: the target wrote 1 distinct prompts of the 3 asked for (9 tries" \
+        in out.getvalue()
+    written = json.loads((tmp_path / "head" / "training.json").read_text())
+    assert written["self_prompts_written"] == 1

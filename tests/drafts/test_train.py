@@ -141,6 +141,29 @@ def test_a_repeated_request_of_a_heldout_prompt_is_not_trained_on(tiny, tmp_path
         split_prompts(options(log, workloads=f"p={log}"), tok)
 
 
+def test_workloads_over_the_same_problems_hold_out_the_same_tasks():
+    """code-edit quotes HumanEval's canonical solutions: a problem held out under `humaneval` must not
+    be trained on under `code-edit` (nor the reverse), as the recipes' workloads would have it."""
+    from trtspec.drafts.data import split_prompts
+    from trtspec.workloads import load_workloads
+
+    class CharTokenizer:  # each prompt renders to its own ids (its characters)
+        chat_template = None
+
+        def __call__(self, text):
+            return {"input_ids": [ord(c) for c in text]}
+
+    opts = TrainDraftOptions(workloads="chat=mt-bench,code=humaneval,edit=code-edit", samples=12, heldout=2,
+                             max_prompt_tokens=10 ** 6)
+    task = {(wl.name, tuple(ord(c) for c in s.prompt)): s.id for wl in load_workloads(opts.workloads, samples=12)
+            for s in wl.samples}
+    rows = [(name, task[name, tuple(ids)], h) for name, ids, h in split_prompts(opts, CharTokenizer())]
+    held = {name: {t for n, t, h in rows if n == name and h} for name in ("code", "edit")}
+    assert held["code"] == held["edit"] and len(held["code"]) == 2
+    assert not [t for n, t, h in rows if not h and t in held["code"]]
+    assert sum(not h for n, _, h in rows if n == "edit") == 10  # nothing else dropped
+
+
 def test_the_answers_cache_sees_the_tokenizers_eos(tiny, tmp_path):
     """The answers end at the tokenizer's EOS as well as the generation config's (load_target): a
     changed tokenizer EOS must regenerate them, not reuse answers cut at the old one."""
@@ -164,6 +187,30 @@ def test_the_answers_cache_sees_the_tokenizers_eos(tiny, tmp_path):
     (target / "tokenizer_config.json").write_text(json.dumps(config | {"eos_token": tok.convert_ids_to_tokens(common)}))
     _, after = answers()
     assert not [r for r in after if common in r[:-1]]
+
+
+def test_the_answers_and_written_prompts_are_keyed_by_where_the_target_answers(tiny, monkeypatch):
+    """A float32 target on CUDA and on a CPU can answer differently (kernels round differently): the
+    caches of its answers and of the prompts it writes must not share entries across device types."""
+    from trtspec.drafts import data
+
+    target, prompts = tiny
+    keys = []
+
+    def fake_cached(key, field, make, advance=lambda n: None, prefix=""):
+        keys.append((field, key))
+        return [[2]] * len(key["prompts"]) if field == "responses" else ["t7 t8"] * key["self_prompts"]
+
+    monkeypatch.setattr(data, "cached", fake_cached)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(target)
+    for device in ("cpu", "meta"):  # meta: a float32 model that is not on the CPU
+        model = torch.nn.Linear(1, 1, device=device)
+        data.load_examples(target, model, tok, options(prompts, self_prompts=2), {2})
+    by_field = {f: [k for g, k in keys if g == f] for f in ("prompts", "responses")}
+    for field, (cpu, other) in by_field.items():
+        assert cpu["precision"] == other["precision"] == "torch.float32" and cpu != other, field
 
 
 def test_loss_on_prompt_masks_every_real_prediction_and_never_padding():

@@ -67,3 +67,68 @@ def test_recipe_workload_entries_with_sampling():
                        ({"source": "mt-bench", "temp": 1}, "temp"), ({"source": "mt-bench", "seed": 3}, "seed")):
         with pytest.raises(ValueError, match=rf"workloads\.chat\.{field}"):
             Recipe.model_validate(base | {"workloads": {"chat": bad}})
+
+
+def test_null_keys_count_as_absent(tmp_path):
+    """Fixed-schema loggers write every key: a null content key is not a second request."""
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in [
+        {"prompt": "a", "text": None, "messages": None, "turns": None, "id": None, "category": None},
+        {"prompt": None, "text": "b", "temperature": None}]))
+    got = read_prompt_file(log)
+    assert [(s.id, s.prompt, s.category, s.sampling) for s in got] == [("log.jsonl:1", "a", None, None),
+                                                                       ("log.jsonl:2", "b", None, None)]
+    log.write_text(json.dumps({"prompt": None, "text": None}) + "\n")
+    with pytest.raises(TrtspecError, match=r"log\.jsonl:1: unknown format \(keys: prompt: null, text: null\)"):
+        read_prompt_file(log)
+
+
+TOOL_LOG = {"messages": [
+    {"role": "user", "content": "weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+    {"role": "assistant", "content": "It is 18C."}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]}
+TOOL_TEMPLATE = ("{% if tools %}TOOLS {{ tools | map(attribute='function.name') | join(',') }} {% endif %}"
+                 "{% for m in messages %}{{ m.role }}: {{ m.content }}{% for c in m.tool_calls or [] %}"
+                 "CALL {{ c.function.name }} {{ c.function.arguments | tojson }}{% endfor %} | {% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def test_tool_call_logs_reach_the_chat_template(tmp_path):
+    """An OpenAI tool-use transcript is kept up to the tool's result (the request the server answered),
+    with its calls (arguments parsed, as servers hand them to the template) and tool definitions."""
+    from tiny_models import save_tiny_tokenizer
+    from transformers import AutoTokenizer
+
+    from trtspec.workloads import render_text
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(TOOL_LOG) + "\n")
+    (s,) = read_prompt_file(log)
+    assert [m["role"] for m in s.messages] == ["user", "assistant", "tool"]
+    assert s.messages[1]["content"] == "" and s.messages[2]["tool_call_id"] == "c1"
+    save_tiny_tokenizer(tmp_path / "tok")
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    tok.chat_template = TOOL_TEMPLATE
+    assert render_text(s, tok) == ('TOOLS get_weather user: weather in Paris? | assistant: CALL get_weather '
+                                   '{"city": "Paris"} | tool: 18C | assistant:')
+    tok.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}"
+    with pytest.raises(TrtspecError, match=r"sample log\.jsonl:1: its tool use \(tool_calls, tools\) cannot be "
+                                           r"rendered .*never mentions tool_calls or tools; filter .*jq"):
+        render_text(s, tok)
+    with pytest.raises(TrtspecError, match=r"the plain format .* has no form for it"):
+        render_text(s, tok, chat=False)
+
+
+@pytest.mark.parametrize("message,pattern", [
+    ({"role": "user", "content": None, "tool_calls": [{}]}, r"messages\[0\]\.tool_calls must be a list of objects "
+                                                           "on an assistant message"),
+    ({"role": "assistant", "content": None}, r"messages\[0\]\.content must be a string, got NoneType"),
+])
+def test_bad_tool_messages_name_the_field(tmp_path, message, pattern):
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"messages": [message, {"role": "user", "content": "x"}]}) + "\n")
+    with pytest.raises(TrtspecError, match=r"log\.jsonl:1: " + pattern):
+        read_prompt_file(log)

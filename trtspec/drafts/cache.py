@@ -28,7 +28,7 @@ def head_key(target: Path, options: TrainDraftOptions) -> str:
     prompts = data.split_prompts(options, AutoTokenizer.from_pretrained(target))
     blob = json.dumps({"version": train.TRAINING_VERSION, "target": data.target_fingerprint(target),
                        "options": options.shaping(), "prompts": prompts,
-                       # where the target answers decides its precision (train.load_target)
+                       # where the target answers decides its dtype too (data.answered_on)
                        "device": train.resolve_device(options.device).type})
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

@@ -7,21 +7,20 @@ Only token ids are kept (prompt, response); hidden states are computed on the fl
 
 Regeneration is the costly part on a CPU, so the responses are cached under
 `$TRTSPEC_CACHE/draft-data/<hash>.json`, the hash covering everything they depend on: the target's
-weights, config and tokenizer, the prompt ids, the response length and the batch size (batched
-decoding may round differently from unbatched decoding)."""
+weights, config and tokenizer, the prompt ids, the response length, the batch size (batched
+decoding may round differently from unbatched decoding) and where the target answers (answered_on)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..checkpoints.default_model import default_cache_root
 from ..errors import TrtspecError
 from ..fsutil import sha256_file, write_text_atomic
-from ..workloads import Sample, load_workloads, render
+from ..workloads import Sample, load_workloads, render, task_family
 from . import selfprompt
 from .options import SELF, TrainDraftOptions
 
@@ -38,28 +37,35 @@ class Example:
     heldout: bool
 
 
+def task_rank(seed: int, family: str, sample_id: str) -> str:
+    """A seeded random rank per task (workloads.task_family and sample id): workloads over the same
+    problems (humaneval, code-edit) rank them alike, so they hold out the same ones."""
+    return hashlib.sha256(f"{seed}:{family}:{sample_id}".encode()).hexdigest()
+
+
 def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list[int], bool]]:
-    """(workload, prompt ids, held out?) for every chosen prompt: per workload a seeded shuffle, the
-    first `heldout` prompts held out (never trained on), the rest for training. A prompt that renders
-    to a held-out prompt's ids (traffic logs repeat requests; workloads can share prompts) is dropped
-    from training, or the held-out AL would measure answers the head was trained on."""
+    """(workload, prompt ids, held out?) for every chosen prompt: per workload the `heldout` prompts of
+    lowest task_rank held out (never trained on), the rest for training. A training prompt that renders
+    to a held-out prompt's ids (traffic logs repeat requests; workloads can share prompts) or is a
+    held-out task under another workload (code-edit quotes the solution of a held-out HumanEval
+    problem) is dropped, or the held-out AL would measure answers the head was trained on."""
     out = []
     for wl in load_workloads(options.workloads, seed=options.seed, samples=options.samples):
         if len(wl.samples) <= options.heldout:
             raise TrtspecError(f"draft.train.heldout: workload {wl.name!r} has {len(wl.samples)} prompts, so "
                                f"holding out {options.heldout} leaves none to train on")
-        order = list(range(len(wl.samples)))
-        random.Random(f"{options.seed}:{wl.name}").shuffle(order)
-        for rank, i in enumerate(order):
-            ids = render(wl.samples[i], tokenizer, max_prompt_tokens=options.max_prompt_tokens, keep="end")
-            out.append((wl.name, ids, rank < options.heldout))
-    held = {tuple(ids) for _, ids, h in out if h}
-    out = [c for c in out if c[2] or tuple(c[1]) not in held]
+        family = task_family(wl.source)
+        order = sorted(wl.samples, key=lambda s: task_rank(options.seed, family, s.id))
+        for rank, s in enumerate(order):
+            ids = render(s, tokenizer, max_prompt_tokens=options.max_prompt_tokens, keep="end")
+            out.append((wl.name, ids, rank < options.heldout, (family, s.id)))
+    held_ids, held_tasks = {tuple(ids) for _, ids, h, _ in out if h}, {task for *_, h, task in out if h}
+    out = [(n, ids, h) for n, ids, h, task in out if h or (tuple(ids) not in held_ids and task not in held_tasks)]
     trained = {n for n, _, h in out if not h}
     for name in dict.fromkeys(n for n, _, _ in out):
         if name not in trained:
             raise TrtspecError(f"draft.train.heldout: workload {name!r}: every prompt not held out repeats a "
-                               "held-out one, so none is left to train on")
+                               "held-out prompt or task, so none is left to train on")
     return out
 
 
@@ -74,6 +80,15 @@ def target_fingerprint(target: Path) -> str:
     for p in files:
         h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()
+
+
+def answered_on(model) -> dict:
+    """The device type and dtype the target computes in (train.load_target: float32 on a CPU, the
+    checkpoint's on CUDA): either can change a greedy answer or a sampled prompt (kernels round
+    differently), so every key of what the target writes holds both; cache.head_key holds the device
+    type, which with the fingerprinted target decides the dtype."""
+    p = next(model.parameters())
+    return {"device": p.device.type, "precision": str(p.dtype)}
 
 
 def cached(key: dict, field: str, make, advance=lambda n: None, prefix: str = "") -> list:
@@ -130,7 +145,7 @@ def self_written(target: Path, model, tokenizer, options: TrainDraftOptions, eos
     if not options.self_prompts:
         return []
     key = {"self_prompts": options.self_prompts, "target": target_fingerprint(target), "seed": options.seed,
-           "batch": options.regen_batch_size, "precision": str(next(model.parameters()).dtype),
+           "batch": options.regen_batch_size, **answered_on(model),
            "prompt_tokens": selfprompt.PROMPT_TOKENS, "writer": selfprompt.VERSION}
     texts = cached(key, "prompts", lambda: selfprompt.write_prompts(
         model, tokenizer, options.self_prompts, options.seed, options.regen_batch_size, eos, pad, advance),
@@ -146,10 +161,9 @@ def load_examples(target: Path, model, tokenizer, options: TrainDraftOptions, eo
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     chosen = split_prompts(options, tokenizer) + self_written(target, model, tokenizer, options, eos, pad)
     prompts = [ids for _, ids, _ in chosen]
-    # precision: the dtype the target answers in (train.load_target: float32 on a CPU, the checkpoint's
-    # on a GPU), which can change a greedy answer; so can the batch (padding)
+    # the batch (padding) can change a greedy answer, and so can where the target answers (answered_on)
     key = {"target": target_fingerprint(target), "prompts": prompts, "max_new_tokens": options.max_new_tokens,
-           "batch": options.regen_batch_size, "precision": str(next(model.parameters()).dtype)}
+           "batch": options.regen_batch_size, **answered_on(model)}
     responses = cached(key, "responses", lambda: regenerate(
         model, prompts, options.max_new_tokens, options.regen_batch_size, eos, pad, advance), advance)
     return [Example(name, ids, resp, held) for (name, ids, held), resp in zip(chosen, responses)]

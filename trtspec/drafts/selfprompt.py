@@ -21,6 +21,7 @@ from ..errors import TrtspecError
 
 SENTINEL = "\x00trtspec-user-message\x00"
 PROMPT_TOKENS = 96  # a written prompt is cut here (most end at the template's end-of-turn far sooner)
+TRIES_PER_PROMPT = 3  # samples drawn per prompt asked for, at most (repeats and empty ones are dropped)
 VERSION = 1  # of how prompts are written: part of their cache key (data.self_written)
 
 
@@ -39,7 +40,9 @@ def user_prefix(tokenizer) -> list[int]:
 def write_prompts(model, tokenizer, n: int, seed: int, batch_size: int, eos: set[int], pad_id: int,
                   advance=lambda k: None) -> list[str]:
     """`n` distinct, non-empty user messages the target writes after `user_prefix`, sampled at
-    temperature 1 under `seed` (`batch_size` at a time; at most 3n tries, then fewer are returned)."""
+    temperature 1 under `seed` (`batch_size` at a time). After TRIES_PER_PROMPT * n samples fewer are
+    returned: a small or repetitive target may not have n distinct ones in it (train_draft warns and
+    records how many in training.json)."""
     prefix = user_prefix(tokenizer)
     device = next(model.parameters()).device
     out: list[str] = []
@@ -47,8 +50,8 @@ def write_prompts(model, tokenizer, n: int, seed: int, batch_size: int, eos: set
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         tries = 0
-        while len(out) < n and tries < 3 * n:
-            k = min(batch_size, 3 * n - tries)
+        while len(out) < n and tries < TRIES_PER_PROMPT * n:
+            k = min(batch_size, TRIES_PER_PROMPT * n - tries)
             ids = torch.tensor([prefix] * k, device=device)
             with torch.no_grad():
                 gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,

@@ -30,8 +30,8 @@ import torch
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, check_output_dir, write_json
-from . import data, head, heldout, report
-from .options import TrainDraftOptions
+from . import data, head, heldout, report, selfprompt
+from .options import SELF, TrainDraftOptions
 
 CHECKPOINT = "checkpoint.pt"
 # Bumped when a checkpoint of an earlier version must not be resumed (2: input_layernorm untrained).
@@ -207,6 +207,12 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
         data_time = clock.lap()
         train = [e for e in examples if not e.heldout]
         held = [e for e in examples if e.heldout]
+        written = sum(e.workload == SELF for e in train)
+        if written < options.self_prompts:
+            tries = selfprompt.TRIES_PER_PROMPT * options.self_prompts
+            bar.console.print(f"warning: draft.train.self_prompts: the target wrote {written} distinct prompts of "
+                              f"the {options.self_prompts} asked for ({tries} tries; the rest were empty or "
+                              "repeats); training on those")
         d2t = None
         if options.draft_vocab_size and options.draft_vocab_size < model.config.vocab_size:
             d2t = head.frequent_vocab([e.response for e in train], options.draft_vocab_size, model.config.vocab_size)
@@ -240,6 +246,7 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
                     save_checkpoint(run_dir, run.state(fp))
                 bar.advance(task)
     summary = {"target": str(target), "options": options.model_dump(), "train_prompts": len(train),
+               "self_prompts_written": written,
                "heldout_prompts": len(held), "train_tokens": sum(len(e.response) for e in train),
                "heldout_tokens": sum(len(e.response) for e in held),
                "heldout_vocab_coverage": head.vocab_coverage(d2t, held),

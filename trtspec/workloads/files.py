@@ -8,18 +8,27 @@ Accepted JSONL lines (one JSON object per line, blank lines skipped; `.gz` files
     {"turns": ["...", "..."], "category": "...", "question_id": 81}
                                                             EAGLE/Spec-Bench question.jsonl
 
-Optional on any object line: `category` (string or null), an id (`question_id`, `task_id` or
-`id`; without one the id is `<file name>:<line>`) and the request's own sampling settings
-`temperature`, `top_p`, `top_k` (trtspec.options.Sampling's fields and ranges; a profile then decodes
-that request at them, Sample.sampling). Other keys (timestamps, responses, references)
-are ignored, so real logs load as they are. Exactly one of prompt / text / messages / turns must be
-present: when a log carries two of them we do not guess which one was the request.
+A key whose value is null counts as absent, whatever the key (fixed-schema loggers write every
+column: `{"prompt": "...", "text": null}` is a prompt record). Optional on any object line:
+`category` (string), an id (`question_id`, `task_id` or `id`; without one the id is
+`<file name>:<line>`) and the request's own sampling settings `temperature`, `top_p`, `top_k`
+(trtspec.options.Sampling's fields and ranges; a profile then decodes that request at them,
+Sample.sampling). Other keys (timestamps, responses, references) are ignored, so real logs load
+as they are. Exactly one of prompt / text / messages / turns must be present: when a log carries
+two of them we do not guess which one was the request.
 
 CSV (`.csv`): a header row with a `prompt` (or `text`) column, optional `category`, `id` and the
 sampling columns (an empty cell: not set).
 
 `messages` conversations are real transcripts, so earlier assistant turns are kept as context;
-trailing assistant messages (a logged response) are dropped so the prompt ends with a user turn.
+trailing assistant messages (a logged response) are dropped so the prompt ends with a user turn, or
+with a tool result (an agent's request after a tool ran).
+
+Tool use (OpenAI form) is kept as the served model sees it: an assistant message's `tool_calls`
+(its `content` may then be null or absent; JSON-string `arguments` are parsed, as servers do), a
+tool message's `tool_call_id` / `name`, and the record's `tools` (Sample.tools) all go to the chat
+template (workloads/render.py), which refuses a sample with tool use when the template cannot render
+it, rather than measure a prompt the server never sees.
 
 Anything else raises `TrtspecError` naming the file, the line, what was expected, and the start of
 the offending line.
@@ -44,6 +53,7 @@ CSV_SUFFIXES = (".csv",)
 CONTENT_KEYS = ("prompt", "text", "messages", "turns")
 ID_KEYS = ("question_id", "task_id", "id")
 ROLES = ("system", "developer", "user", "assistant", "tool")
+TOOL_KEYS = ("tool_call_id", "name")  # kept on a message for the chat template, with tool_calls
 EXPECTED_JSONL = ('expected one JSON object per line with "prompt" or "text" (a string), "messages" '
                   '(a list of {"role", "content"}), or "turns" (a list of user-turn strings, '
                   'EAGLE/Spec-Bench question.jsonl)')
@@ -136,9 +146,11 @@ def record_samples(obj, default_id: str, turns: Turns = "first") -> list[Sample]
         obj = {"prompt": obj}
     if not isinstance(obj, dict):
         raise ValueError(f"a JSON {type(obj).__name__} is not a prompt record")
+    keys = ", ".join(f"{k}: null" if v is None else k for k, v in obj.items()) or "none"
+    obj = {k: v for k, v in obj.items() if v is not None}  # null = not set, for every key (module docstring)
     present = [k for k in CONTENT_KEYS if k in obj]
     if not present:
-        raise ValueError(f"unknown format (keys: {', '.join(map(str, obj)) or 'none'})")
+        raise ValueError(f"unknown format (keys: {keys})")
     if len(present) > 1:
         raise ValueError(f"ambiguous record: has both {present[0]!r} and {present[1]!r}")
     sid = record_id(obj, default_id)
@@ -150,7 +162,7 @@ def record_samples(obj, default_id: str, turns: Turns = "first") -> list[Sample]
     if key in ("prompt", "text"):
         return [Sample(sid, category, [{"role": "user", "content": nonempty_str(obj[key], key)}], sampling)]
     if key == "messages":
-        return [Sample(sid, category, conversation(obj["messages"]), sampling)]
+        return [Sample(sid, category, conversation(obj["messages"]), sampling, record_tools(obj))]
     user_turns = obj["turns"]
     if not isinstance(user_turns, list) or not user_turns:
         raise ValueError("'turns' must be a non-empty list of strings")
@@ -162,9 +174,9 @@ def record_samples(obj, default_id: str, turns: Turns = "first") -> list[Sample]
 
 
 def record_sampling(rec: dict) -> dict | None:
-    """The record's own sampling fields (SAMPLING_KEYS; null or "" = not set), validated as
-    trtspec.options.Sampling validates them; None when it sets none. ValueError names the field."""
-    given = {k: rec[k] for k in SAMPLING_KEYS if rec.get(k) not in (None, "")}
+    """The record's own sampling fields (SAMPLING_KEYS; a CSV's empty cell is not set, like a JSON null),
+    validated as trtspec.options.Sampling validates them; None when it sets none. ValueError names the field."""
+    given = {k: rec[k] for k in SAMPLING_KEYS if k in rec and rec[k] != ""}
     if not given:
         return None
     if any(isinstance(v, bool) for v in given.values()):
@@ -179,7 +191,7 @@ def record_sampling(rec: dict) -> dict | None:
 
 def record_id(obj: dict, default_id: str) -> str:
     for k in ID_KEYS:
-        if obj.get(k) is not None:
+        if k in obj:
             v = obj[k]
             if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and not v.strip()):
                 raise ValueError(f"{k!r} must be a non-empty string or an integer, got {v!r}")
@@ -210,23 +222,55 @@ def message_content(content, i: int) -> str:
     return content
 
 
+def message(m, i: int) -> dict:
+    """One validated message: {role, content} plus the tool keys it carries (tool_calls, TOOL_KEYS). An
+    assistant turn that only calls tools has content null or none in OpenAI logs; it is kept as ""."""
+    calls = m.get("tool_calls") if isinstance(m, dict) else None
+    if not isinstance(m, dict) or "role" not in m or ("content" not in m and not calls):
+        raise ValueError(f"messages[{i}] must be an object with \"role\" and \"content\"")
+    if m["role"] not in ROLES:
+        raise ValueError(f"messages[{i}].role {m['role']!r} is not one of {', '.join(ROLES)}")
+    if calls is not None and (m["role"] != "assistant" or not isinstance(calls, list)
+                              or not all(isinstance(c, dict) for c in calls)):
+        raise ValueError(f"messages[{i}].tool_calls must be a list of objects on an assistant message")
+    content = "" if calls and m.get("content") is None else message_content(m["content"], i)
+    out = {"role": m["role"], "content": content} | {k: m[k] for k in TOOL_KEYS if m.get(k) is not None}
+    return out | {"tool_calls": [call_arguments_parsed(c) for c in calls]} if calls else out
+
+
+def call_arguments_parsed(call: dict) -> dict:
+    """A tool call whose `function.arguments` (OpenAI logs: a JSON string) is an object, as HF chat
+    templates expect (they `tojson` it) and as OpenAI-compatible servers hand it to the template."""
+    fn = call.get("function")
+    if not (isinstance(fn, dict) and isinstance(fn.get("arguments"), str)):
+        return call
+    try:
+        args = json.loads(fn["arguments"])
+    except json.JSONDecodeError:
+        return call
+    return call | {"function": fn | {"arguments": args}} if isinstance(args, dict) else call
+
+
 def conversation(messages) -> list[dict]:
-    """Validated {role, content} messages, ending with the last user message."""
+    """Validated messages, ending with the last user or tool message (what follows is the logged answer)."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise ValueError(f"messages[{i}] must be an object with \"role\" and \"content\"")
-        if m["role"] not in ROLES:
-            raise ValueError(f"messages[{i}].role {m['role']!r} is not one of {', '.join(ROLES)}")
-        out.append({"role": m["role"], "content": message_content(m["content"], i)})
+    out = [message(m, i) for i, m in enumerate(messages)]
     last_user = max((i for i, m in enumerate(out) if m["role"] == "user"), default=None)
     if last_user is None:
         raise ValueError("'messages' has no user message")
     if not out[last_user]["content"].strip():
         raise ValueError(f"messages[{last_user}] (the last user message) is empty")
-    return out[:last_user + 1]
+    end = max(i for i, m in enumerate(out) if m["role"] in ("user", "tool"))
+    return out[:end + 1]
+
+
+def record_tools(obj: dict) -> list | None:
+    """The request's tool definitions (OpenAI `tools`: a list of objects), None when it has none."""
+    tools = obj.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError("'tools' must be a list of objects (OpenAI tool definitions)")
+    return tools or None
 
 
 def csv_rows(text: str, path: Path):

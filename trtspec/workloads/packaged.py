@@ -66,6 +66,14 @@ PACKAGED = {
 }
 
 
+def task_family(source: str) -> str:
+    """The data a workload's samples are problems of: a packaged set's base set (code-edit's is
+    humaneval), else the source itself (a file's resolved path). Two samples with the same family
+    and id are the same task, however they are worded (train-draft's held-out split, drafts/data.py)."""
+    ps = PACKAGED.get(source)
+    return (ps.derived_from or ps.name) if ps else source
+
+
 def packaged_path(name: str) -> Path:
     """The data file of a packaged set; TrtspecError with the pip command when it is missing."""
     ps = PACKAGED[name]

@@ -16,6 +16,12 @@ Without a chat template (a base model), or with `chat=False`, the plain format i
 
       Assistant:
 
+Tool use (an assistant's `tool_calls`, the request's `tools`; workloads/files.py) is rendered only by
+a chat template that renders it: its source must name `tool_calls` (and `tools`, when the sample has
+definitions). Otherwise, and in the plain format, such a sample is refused: the tool calls would
+vanish or print as text, and the prompt would not be the one the server sees. Filter such records
+out of a log (JQ_FILTER) to profile the rest.
+
 Plain text is tokenized with the tokenizer's special tokens (a BOS when it adds one); template text
 already contains whatever special tokens the template writes, so nothing is added to it.
 """
@@ -28,6 +34,7 @@ from ..errors import TrtspecError
 from .sample import Sample
 
 Keep = Literal["start", "end"]
+JQ_FILTER = "jq -c 'select(.tools == null and all(.messages[]?; .tool_calls == null))' log.jsonl"
 
 
 def has_chat_template(tokenizer) -> bool:
@@ -47,9 +54,31 @@ def _check_tokenizer(sample: Sample, tokenizer) -> None:
         raise TrtspecError(f"sample {sample.id}: rendering needs a tokenizer (the checkpoint has none)")
 
 
+def tool_use(sample: Sample) -> list[str]:
+    """What a template must render for this sample: 'tool_calls' and/or 'tools' (empty: none)."""
+    calls = ["tool_calls"] if any(m.get("tool_calls") for m in sample.messages) else []
+    return calls + (["tools"] if sample.tools else [])
+
+
+def _check_tool_use(sample: Sample, tokenizer, chat: bool) -> None:
+    """Refuse tool use that the rendering would lose (module docstring)."""
+    needed = tool_use(sample)
+    if not needed:
+        return
+    template = str(tokenizer.chat_template) if chat and has_chat_template(tokenizer) else ""
+    missing = [k for k in needed if k not in template]
+    if missing:
+        why = (f"the tokenizer's chat template never mentions {' or '.join(missing)}" if template else
+               "the plain format (no chat template, or chat off) has no form for it")
+        raise TrtspecError(f"sample {sample.id}: its tool use ({', '.join(needed)}) cannot be rendered as the server "
+                           f"would see it: {why}; filter tool-use records out of the log ({JQ_FILTER}) or use a "
+                           "tokenizer whose chat template supports tools")
+
+
 def _template(sample: Sample, tokenizer, tokenize: bool):
     try:
-        return tokenizer.apply_chat_template(sample.messages, add_generation_prompt=True, tokenize=tokenize)
+        return tokenizer.apply_chat_template(sample.messages, tools=sample.tools, add_generation_prompt=True,
+                                             tokenize=tokenize)
     except Exception as e:  # jinja raises e.g. "System role not supported" from inside the template
         raise TrtspecError(f"sample {sample.id}: the tokenizer's chat template failed "
                            f"({type(e).__name__}: {e})") from None
@@ -59,6 +88,8 @@ def render_text(sample: Sample, tokenizer, chat: bool = True) -> str:
     """The prompt string: chat template text, or the plain format without one / with chat=False."""
     if chat:
         _check_tokenizer(sample, tokenizer)
+    _check_tool_use(sample, tokenizer, chat)
+    if chat:
         if has_chat_template(tokenizer):
             return _template(sample, tokenizer, tokenize=False)
     return plain_text(sample.messages)
@@ -77,6 +108,7 @@ def render(sample: Sample, tokenizer, chat: bool = True, max_prompt_tokens: int 
         raise TrtspecError(f"max_prompt_tokens must be a positive integer, got {max_prompt_tokens!r}")
     if keep not in ("start", "end"):
         raise TrtspecError(f"keep must be 'start' or 'end', got {keep!r}")
+    _check_tool_use(sample, tokenizer, chat)
     if chat and has_chat_template(tokenizer):
         ids = _template(sample, tokenizer, tokenize=True)
         ids = ids["input_ids"] if hasattr(ids, "keys") else ids

@@ -32,12 +32,14 @@ class Sample:
 
     `id` is stable across runs (question_id, task_id, an `id` field, or `file:line`); `category`
     is the set's own label (MT-Bench: writing, coding, ...) or None; `sampling` the request's own
-    temperature / top_k / top_p when a traffic log recorded them (files.py), else None."""
+    temperature / top_k / top_p when a traffic log recorded them (files.py), else None; `tools` the
+    request's OpenAI tool definitions, which the chat template renders with the messages (render.py)."""
 
     id: str
     category: str | None
     messages: list[dict]
     sampling: dict | None = field(default=None, compare=False)
+    tools: list[dict] | None = None
 
     @property
     def prompt(self) -> str:
