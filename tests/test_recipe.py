@@ -111,3 +111,46 @@ def test_workload_sampling_written_as_such_is_checked_as_a_workloads_entry_is(sa
     assert str(e.value).startswith(error)
     ok = parse_recipe({**BASE, "draft": "x", "workload_sampling": {"chat": {"temperature": 0.7}}}, "r.yaml")
     assert ok.workload_sampling == {"chat": {"temperature": 0.7}}
+
+
+def _load(tmp_path, **over):
+    import yaml
+
+    from trtspec.recipe import load_recipe
+
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({"target": "default", "draft": {"derive": {"layers": 1}},
+                                                     "workloads": {"chat": "mt-bench"}, **over}))
+    return load_recipe(tmp_path / "r.yaml")
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"target": ""}, "target"),
+    ({"workloads": {"chat": ""}}, "workloads.chat"),
+    ({"workloads": {"chat": {"source": " ", "temperature": 0.5}}}, "workloads.chat"),
+    ({"tune": {"cost": ""}}, "tune.cost"),
+    ({"draft": {"eagle3": ""}}, "draft.eagle3"),
+    ({"quantization": {"format": "fp8", "calib": {"c": ""}}}, "quantization.calib.c"),
+])
+def test_an_empty_path_is_refused_naming_its_field(tmp_path, over, field):
+    """Resolved, an empty path is the recipe's own directory, which exists: no input would be reported
+    missing, and a stage would fail later on a directory (or a GPU's cost table) it never meant."""
+    from trtspec.errors import TrtspecError
+
+    with pytest.raises(TrtspecError, match=rf"r\.yaml: {field}: empty path") as e:
+        _load(tmp_path, **over)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"workloads": {"chat": "a,b.jsonl"}}, "workloads.chat"),
+    ({"workloads": {"chat": "mt-bench"}, "draft": {"train": {}},
+      "quantization": {"format": "fp8", "report": {"workloads": {"rep": "/data/x,y.csv"}}}},
+     "quantization.report.workloads.rep"),
+])
+def test_a_workload_path_with_a_comma_is_refused_naming_its_field(tmp_path, over, field):
+    """The stages carry workloads as comma-separated NAME=SOURCE lists (profile, a trained head's
+    prompts): `/data/a,b.jsonl` would become `/data/a` and a workload `b`."""
+    from trtspec.errors import TrtspecError
+
+    with pytest.raises(TrtspecError, match=rf"{field}: .*cannot contain ','"):
+        _load(tmp_path, **over)

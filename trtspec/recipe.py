@@ -8,9 +8,9 @@ checkpoint or engines (batch sizes, lengths) are checked there, when the stage r
 long-lived YAML file must fail loudly (naming the key and what is allowed) instead of silently
 falling back to a default and producing a different engine or tuning.
 
-Relative paths are resolved against the recipe file's directory, so a recipe and its prompt files
-can be moved together and run from anywhere. `target: default` is the embedded SmolLM2-135M-Instruct
-(trtspec.checkpoints.default_model). Packaged workload names (mt-bench, humaneval) are not paths.
+Relative paths are resolved against the recipe file's directory (trtspec.recipe_paths), so a recipe
+and its prompt files can be moved together and run from anywhere. `target: default` is the embedded
+SmolLM2-135M-Instruct (trtspec.checkpoints.default_model). Packaged workload names (mt-bench, humaneval) are not paths.
 
     name: demo
     target: default                      # or an HF directory
@@ -40,17 +40,15 @@ from .drafts.options import TrainDraftStage
 from .errors import TrtspecError
 from .options import field_path, first_problem
 from .perf.options import PerfSettings
-from .quality.options import QualityReportOptions, QuantizeStage
+from .quality.options import QuantizeStage
+from .recipe_paths import DEFAULT_TARGET, resolve_paths
 from .triton_repo.options import ServeOptions, TritonOptions
 from .triton_repo.flavors import in_flight_batching, mode_refusal
 from .triton_repo.sampling import route_sampling
 from .tuning.options import ProfileOptions, TuneOptions, WorkloadEntry
 from .workloads.spec import parse_workload_specs
 
-DEFAULT_TARGET = "default"
 NGRAM_DEFAULT_SIZES = (1, 2, 3)  # max_matching_ngram_size values profiled when the recipe offers n-gram
-PACKAGED_WORKLOADS = ("mt-bench", "humaneval", "code-edit")  # trtspec.workloads.PACKAGED, without importing it
-COST_PRESETS = ("h100", "h200", "cpu")          # trtspec.tuning.cost.PRESETS
 
 
 class _Strict(BaseModel):
@@ -307,41 +305,6 @@ def _workload_entry(where: str, value: dict) -> WorkloadEntry:
         raise ValueError(f"{where}{'.' + field if field else ''}: {msg}") from None
 
 
-def _resolve(base: Path, value: str | None) -> str | None:
-    if value is None or value in PACKAGED_WORKLOADS or value == DEFAULT_TARGET:
-        return value
-    p = Path(value).expanduser()
-    return str(p if p.is_absolute() else (base / p).resolve())
-
-
-def _resolve_entry(base: Path, entry: str) -> str:
-    """One NAME=SOURCE (or SOURCE) workload entry with its source resolved."""
-    name, eq, source = entry.strip().partition("=")
-    return f"{name}={_resolve(base, source.strip())}" if eq else _resolve(base, name)
-
-
-def resolve_paths(recipe: Recipe, base: Path) -> Recipe:
-    """Every path field made absolute against `base` (the recipe file's directory)."""
-    r = recipe.model_copy(deep=True)
-    r.target = _resolve(base, r.target)
-    if r.draft is not None:
-        for kind in ("hf", "eagle", "eagle3"):
-            setattr(r.draft, kind, _resolve(base, getattr(r.draft, kind)))
-    r.workloads = {n: _resolve(base, s) for n, s in r.workloads.items()}
-    if r.draft is not None and r.draft.train is not None and r.draft.train.workloads:
-        r.draft.train.workloads = ",".join(_resolve_entry(base, e) for e in r.draft.train.workloads.split(","))
-    if r.quantization is not None and r.quantization.calib is not None:
-        r.quantization.calib = {n: _resolve(base, s) for n, s in r.quantization.calib.items()}
-    if isinstance(r.quantization and r.quantization.report, QualityReportOptions):
-        rep = r.quantization.report
-        rep.workloads = {n: _resolve(base, s) for n, s in rep.workloads.items()}
-    if r.tune.cost not in COST_PRESETS:
-        r.tune.cost = _resolve(base, r.tune.cost)
-    if r.tune.calibrate is not None:  # a perf --sweep results.json (trtspec.tuning.calibrate)
-        r.tune.calibrate = Path(_resolve(base, str(r.tune.calibrate)))
-    return r
-
-
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     """The field names of the model at `loc` (the parent of an unknown key)."""
     for part in loc:
@@ -396,4 +359,4 @@ def load_recipe(path: Path) -> Recipe:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise TrtspecError(f"{path}: not valid YAML{at} ({getattr(e, 'problem', None) or e})") from None
-    return resolve_paths(parse_recipe(data, str(path)), path.resolve().parent)
+    return resolve_paths(parse_recipe(data, str(path)), path.resolve().parent, str(path))

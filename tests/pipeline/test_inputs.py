@@ -52,3 +52,49 @@ def test_the_quality_reports_prompt_files_are_inputs_of_quantize(tmp_path):
     assert sorted(n for n in EXTERNALS if "quantization.report.workloads.mine" in stage_inputs(recipe, n)) == \
         ["quantize"]
     assert missing_inputs(recipe) == [f"quantization.report.workloads.gone: {tmp_path / 'gone.jsonl'}"]
+
+
+def _runner(tmp_path, **over):
+    from trtspec.pipeline.runner import Runner
+
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({"target": "default", "workloads": {"chat": "mt-bench"},
+                                                     **over}))
+    return Runner(tmp_path / "r.yaml", tmp_path / "out")
+
+
+def test_an_eagle3_heads_path_is_hashed_only_by_the_stages_that_read_it(tmp_path):
+    """convert and quantize never read draft.eagle3: moving the head must not re-run them; profile must."""
+    from trtspec.pipeline.runner import STAGES
+
+    for name in ("h1", "h2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+
+    def hashes(head: str) -> list[str]:
+        over = {"draft": {"eagle3": head}}
+        quant = {**over, "quantization": {"format": "fp8"}}
+        return [_runner(tmp_path, **over).input_hash(STAGES["convert"]),
+                _runner(tmp_path, **quant).input_hash(STAGES["quantize"]),
+                _runner(tmp_path, **over).input_hash(STAGES["profile"])]
+
+    one, two = hashes("h1"), hashes("h2")
+    assert one[:2] == two[:2] and one[2] != two[2]
+
+
+def test_engines_served_without_a_build_section_are_named_and_hashed(tmp_path):
+    """Engines under OUT/build without a build section (built by hand on the H100 host, or left by
+    an earlier run) are served: rebuilt ones must re-run triton, and the stage names what it served."""
+    from trtspec.pipeline.runner import STAGES
+
+    runner = _runner(tmp_path, draft={"derive": {"layers": 1}}, triton={"flavor": "trtllm"})
+    manifest = tmp_path / "out" / "build" / "engine_manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"built": 1}')
+    assert STAGES["triton"].applies(runner.ctx) is None
+    before = runner.input_hash(STAGES["triton"])
+    manifest.write_text('{"built": 2}')
+    assert runner.input_hash(STAGES["triton"]) != before
+    from trtspec.pipeline.triton_stage import engines_note
+
+    note = engines_note(runner.ctx)
+    assert str(manifest.parent) in note and "no build section" in note

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoints.default_model import CACHE_NAME, default_cache_root
-from ..recipe import COST_PRESETS, GENERAL_HEAD, Recipe
+from ..recipe import GENERAL_HEAD, Recipe
+from ..recipe_paths import COST_PRESETS
 from ..workloads.spec import parse_workload_specs
 
 

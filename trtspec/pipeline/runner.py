@@ -34,6 +34,7 @@ from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
 from ..perf.schema import load_results
 from ..recipe import GENERAL_HEAD, Recipe, load_recipe
 from . import stages as st
+from .triton_stage import engines_built, run_triton, triton_not_applicable, triton_options
 from .inputs import missing_inputs, stage_inputs
 from .state import RunManifest, canonical, fingerprint, outputs_exist, sha256_text
 
@@ -45,7 +46,10 @@ def _ck(r: Recipe) -> str:
 
 
 def _models_section(r: Recipe) -> dict:
-    return {"target": r.target, "draft": r.draft.model_dump(exclude={"train"}) if r.draft else None, "mode": r.mode,
+    """What convert and quantize read. Not an EAGLE-3 head's path (read where it is by profile and
+    triton; blanked, not dropped, so the other modes' hashes stay as they were)."""
+    draft = r.draft.model_dump(exclude={"train"}) | {"eagle3": None} if r.draft else None
+    return {"target": r.target, "draft": draft, "mode": r.mode,
             "dtype": r.dtype,
             "tp": r.tp,
             "eagle": r.eagle.model_dump() if r.mode == "eagle" else None,
@@ -113,8 +117,8 @@ STAGES = {s.name: s for s in (
              + [p.drafter_tuning(m) for m in ("draft-target", "eagle3", "ngram")],
              lambda ctx: None, st.run_tune),
     st.Stage("triton", lambda r: [_ck(r), "tune"] + (["build"] if r.triton and r.triton.flavor == "trtllm" else [])
-             + (["derive"] if _trains(r) else []), st.triton_options, lambda p: [p.repo],
-             lambda ctx: st.triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), st.run_triton),
+             + (["derive"] if _trains(r) else []), triton_options, lambda p: [p.repo],
+             lambda ctx: triton_not_applicable(ctx, ctx.notes.get("engines_predicted")), run_triton),
     st.Stage("serve", lambda r: ["triton"], lambda r: r.triton.ports.model_dump(), lambda p: [p.server_log],
              st.serve_not_applicable, st.start_server),
     st.Stage("perf", lambda r: ["triton", "tune"], lambda r: {"perf": r.perf.model_dump(), "workloads": r.workloads},
@@ -181,9 +185,18 @@ class Runner:
                 return None
             entry = self.manifest.get(dep) or {}
             up[dep] = {"status": entry.get("status"), "input_hash": entry.get("input_hash"),
-                       "outputs": [fingerprint(Path(p)) for p in entry.get("outputs", [])]}
+                       "outputs": self._outputs_now(dep, entry)}
         return sha256_text(canonical({"stage": stage.name, "section": stage.section(r), "externals": ext,
                                       "upstream": up}))
+
+    def _outputs_now(self, dep: str, entry: dict) -> list:
+        """Fingerprints of an upstream stage's outputs: those it recorded or, where it does not apply
+        to this recipe, whatever lies at its outputs anyway (engines built by hand on the H100 host,
+        or by a run before the build section was removed): its reader must re-run when they change."""
+        stage = STAGES[dep]
+        if stage.applies(self.ctx) is not None:
+            return [fingerprint(p) for p in stage.outputs(self.ctx.paths) if p.exists()]
+        return [fingerprint(Path(p)) for p in entry.get("outputs", [])]
 
     def decide(self, stage: st.Stage, forced: bool) -> tuple[str, str, str | None]:
         """(decision, reason, input hash) with decision run | skip | n/a."""
@@ -245,7 +258,7 @@ class Runner:
             return self._serve(stage, until)
         if stage.name == "triton" and self.dry_run:
             b = self.recipe.build
-            self.ctx.notes["engines_predicted"] = (st.engines_built(self.ctx) if self.planned.get("build") == "skip"
+            self.ctx.notes["engines_predicted"] = (engines_built(self.ctx) if self.planned.get("build") in ("skip", "n/a")
                                                    else bool(b and b.engines and st.trtllm_build_on_path()))
         decision, reason, h = self.decide(stage, forced)
         self.planned[stage.name] = decision

@@ -37,8 +37,6 @@ from ..quality.render import print_report
 from ..quality.report import report_or_warning
 from ..recipe import GENERAL_HEAD, Recipe
 from ..triton_repo.flavors import is_pytorch
-from ..triton_repo.options import TritonOptions
-from ..triton_repo.repo import RepoRequest, make_repository
 from ..triton_repo.serve import CpuServer, free_port
 from ..tuning.profile import profile_workloads
 from ..tuning.profile_partial import partial_path
@@ -198,10 +196,6 @@ def run_build(ctx: Ctx) -> str:
     return f"plan + build.sh only ({why}); engines: run {ctx.paths.build / 'build.sh'} on the H100 host"
 
 
-def engines_built(ctx: Ctx) -> bool:
-    return (ctx.paths.build / "engine_manifest.json").is_file()
-
-
 def drafter_profiles(ctx: Ctx) -> dict[str, Path]:
     """{drafter name: its profile}, one per drafter the recipe offers: the model drafter's (named by
     its mode), each per-workload head's, then n-gram's."""
@@ -250,49 +244,6 @@ def run_tune(ctx: Ctx) -> str:
         picks.append(f"{name}@{first}: {setting_text(band)} x{band.speedup:.2f}"
                      + (" (not distinguishable from off)" if noise else ""))
     return "; ".join(picks)
-
-
-def triton_not_applicable(ctx: Ctx, predicted_build: bool | None = None) -> str | None:
-    r = ctx.recipe
-    if r.triton is None:
-        return "no triton section"
-    if r.triton.flavor != "trtllm":
-        return None
-    built = engines_built(ctx) if predicted_build is None else predicted_build
-    if built:
-        return None
-    p = ctx.paths
-    names = ("eagle",) if r.mode == "eagle" else ("target", "draft")
-    engines = f"--engines {p.build / 'engines' / names[0]}" + (
-        f" --draft-engines {p.build / 'engines' / names[1]}" if len(names) > 1 else "")
-    return (f"needs engines; on the H100 host: bash {p.build / 'build.sh'} && trtspec triton --tuning {p.tuning} "
-            f"{engines} --flavor trtllm --out {p.repo}")
-
-
-def triton_gpu(r: Recipe) -> str:
-    """triton.gpu when the recipe sets it, else the build section's GPU (the engines'), else the default."""
-    if "gpu" in r.triton.model_fields_set or r.build is None:
-        return r.triton.gpu
-    return r.build.gpu
-
-
-def triton_options(r: Recipe) -> dict:
-    """The repository's options: TritonOptions, not the serve settings beside them in the recipe's
-    triton section (ports, timeouts, model_control only start the server): the triton stage's hash."""
-    return r.triton.model_dump(include=set(TritonOptions.model_fields)) | {"gpu": triton_gpu(r)}
-
-
-def run_triton(ctx: Ctx) -> str:
-    r, p = ctx.recipe, ctx.paths
-    trtllm = r.triton.flavor == "trtllm"
-    options = triton_options(r)
-    res = make_repository(RepoRequest(tuning=p.tuning, out=p.repo, engines=p.build if trtllm else None,
-                                      ckpt=None if trtllm else p.ckpt, draft_ckpt=eagle3_head(ctx),
-                                      draft_heads=extra_heads(ctx) or None, overwrite=True,
-                                      **options))
-    for w in res.warnings:
-        ctx.log(f"warning: {w}")
-    return f"{res.flavor} flavor, {res.mode}: {', '.join(res.models)}"
 
 
 def serve_not_applicable(ctx: Ctx) -> str | None:
