@@ -228,3 +228,20 @@ def test_a_counted_context_phase_dilutes_the_speedup():
     assert speedups[0] == pytest.approx(decode_only, rel=0.01)
     assert all(x > y for x, y in zip(speedups, speedups[1:]))
     assert 1.0 < speedups[-1] < decode_only
+
+
+def test_an_eagle3_head_is_sharded_like_its_target():
+    """The head runs inside the target's model with its mapping (TRT-LLM's one-model EAGLE-3; SGLang
+    shards all but fc), so shape_from_eagle3 takes the target checkpoint's tp: a head priced at tp 1
+    under a tp 2 target read every weight on each rank and never paid the tp-only terms."""
+    from types import SimpleNamespace
+    from trtspec.checkpoints.spec import DecoderSpec
+    from trtspec.tuning.cost import shape_from_eagle3
+    spec = DecoderSpec(architecture="LlamaForCausalLM", family="llama", num_layers=1, hidden_size=512, num_heads=8,
+                       num_kv_heads=2, head_size=64, intermediate_size=1024, vocab_size=4000, hidden_act="silu",
+                       norm_eps=1e-5, rope_theta=5e5, rope_scaling=None, max_position_embeddings=4096,
+                       attn_bias=False, qk_norm=False, tie_word_embeddings=False, extras={})
+    head = SimpleNamespace(spec=spec, draft_vocab=1000, aux_layers=(1, 5, 9))
+    for tp in (1, 2):
+        shape = shape_from_eagle3(head, {"dtype": "bfloat16", "mapping": {"tp_size": tp, "world_size": tp}}, "h", "h")
+        assert shape.tp == tp and shape.weight_bytes == 2.0 and shape.fc_params == 3 * 512 * 512

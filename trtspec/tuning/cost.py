@@ -178,10 +178,12 @@ def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> Model
     """An EAGLE-3 head (checkpoints.eagle3.Eagle3Head) as the drafter of a chain: K head forwards per
     step (draft_target_step), each one layer whose q/k/v read 2H, plus fc (n*H -> H) and the reduced
     lm_head (draft_vocab x H); weights in the target's dtype (the PyTorch backend loads the head
-    with the target's). Role "eagle": one-model EAGLE-3 runs the head inside the target's engine
-    step, so each forward costs an EAGLE level's overhead, not a separate engine launch."""
+    with the target's), sharded over the target's tp (its mapping: the head's layers are the
+    target model's tensor-parallel modules). Role "eagle": one-model EAGLE-3 runs the head inside
+    the target's engine step, so each forward costs an EAGLE level's overhead, not a separate engine launch."""
     spec = replace(head.spec, vocab_size=head.draft_vocab)
-    shape = shape_from_spec(spec, {"dtype": target_config.get("dtype", "float16")}, "eagle", name, where)
+    config = {"dtype": target_config.get("dtype", "float16"), "mapping": target_config.get("mapping")}
+    shape = shape_from_spec(spec, config, "eagle", name, where)
     H = spec.hidden_size
     extra = len(head.aux_layers) * H * H + H * (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_size
     return shape.model_copy(update={"extra_linear_params": extra, "fc_params": len(head.aux_layers) * H * H,
