@@ -84,3 +84,15 @@ def test_acceptance_metrics():
     assert s.marginal_rates() == [3 / 4, 2 / 4, 1 / 4]
     assert RequestStats().acceptance_length is None
     assert RequestStats(max_positions=2).conditional_rates() == [None, None]
+
+
+def test_top_ids_and_rank_of_order_ties_by_lower_id_whatever_k():
+    """torch.topk's order among equal logits depends on k; the drafter's picks (top_ids) and the
+    profiler's ranks (rank_of) follow one rule instead: best first, equal logits by lower id."""
+    from trtspec.runtime.tree import rank_of, top_ids
+
+    logits = torch.tensor([[0.5, 2.0, 1.0, 2.0, 2.0, -1.0]])
+    for k in range(1, 6):
+        assert top_ids(logits, k)[0].tolist() == [1, 3, 4, 2, 0][:k]
+    ranks = [int(rank_of(logits, torch.tensor([t]))) for t in range(6)]
+    assert ranks == [4, 0, 3, 1, 2, 5]

@@ -29,7 +29,7 @@ from .batch import Request
 from .device import to_device
 from .eagle_net import EagleNet
 from .speculative import Acceptance, Proposal
-from .tree import Tree, validate_choices
+from .tree import Tree, top_ids, validate_choices
 
 
 def eagle_tree(net: EagleNet, choices=None) -> Tree:
@@ -76,7 +76,7 @@ class EagleProposer:
     def _children(self, node: int, logits: torch.Tensor, tokens: torch.Tensor, dists: torch.Tensor) -> None:
         kids = self.tree.children[node]
         if kids:
-            top = logits.topk(1 + max(self.tree.rank[c] for c in kids), dim=-1).indices  # [b', k]
+            top = top_ids(logits, 1 + max(self.tree.rank[c] for c in kids))  # [b', k]
             for c in kids:
                 tokens[:, c - 1] = top[:, self.tree.rank[c]]
                 dists[:, c - 1] = logits

@@ -57,6 +57,22 @@ class Tree:
         return torch.tensor(self.depth, dtype=torch.long)
 
 
+def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The k most likely token ids of each row, best first, equal logits by lower id: the order a
+    choice's ranks index (argmax's for rank 0). torch.topk's order among equal values depends on k
+    (k = 1 gives the lower id, k >= 2 often the higher), and bf16 logits tie often enough that the
+    profiler's ranks (rank_of) must follow one fixed rule that does not."""
+    return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def rank_of(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """The rank of `token` [rows] in each row of logits [rows, V] in top_ids' order (0 = argmax)."""
+    value = logits.gather(-1, token[:, None])
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    before = (logits > value) | ((logits == value) & (ids[None, :] < token[:, None]))
+    return before.sum(-1)
+
+
 def build(paths: list[list[int]] | list[tuple[int, ...]]) -> Tree:
     """A Tree from valid, deduplicated choices (any order)."""
     ordered = sorted({tuple(p) for p in paths}, key=lambda p: (len(p), p))

@@ -18,6 +18,7 @@ from ..runtime.device import to_device
 from ..runtime.draft_target import as_draft_ids
 from ..runtime.generate import Models
 from ..runtime.model import pad_right
+from ..runtime.tree import rank_of
 
 ROW_CHUNK = 64  # states drafted together in the EAGLE pass (bounds the per-row cache copies)
 
@@ -49,9 +50,9 @@ def chain_match_lengths(models: Models, seqs: list[list[int]], prompt_lens: list
 
 
 def _rank(logits: torch.Tensor, true: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Rank of each true token among `logits` rows (0 = argmax), -1 when outside the top_k."""
-    true_logit = logits.gather(-1, true[:, None])
-    rank = (logits > true_logit).sum(-1)
+    """Rank of each true token among `logits` rows (0 = argmax; ties as the runtime drafts them,
+    runtime.tree.rank_of), -1 when outside the top_k."""
+    rank = rank_of(logits, true)
     return torch.where(rank < top_k, rank, torch.full_like(rank, -1))
 
 
