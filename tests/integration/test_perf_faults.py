@@ -4,7 +4,8 @@ The model (`slow`, generate's request interface: text_input, max_tokens, stream)
 request with max_tokens text_output responses 50 ms apart from its own thread, so requests take a
 known time and stop early when cancelled. The module's one server is killed by the last test.
 - requests longer than --timeout are counted as timeouts, the run ends on time and the server is
-  still usable afterwards; requests the server answers with an error are counted as errors;
+  still usable afterwards; requests the server answers with an error are counted as errors (an
+  error whose final flag follows it alone does not end the next request on the stream);
 - --processes 2 splits each run over two client processes (all requests recorded, one time base);
 - the server killed mid-run (SIGKILL, as a crash): the command ends within seconds with one
   `error:` line, exit 2, and results.json holds the requests measured so far with `completed: false`
@@ -55,6 +56,11 @@ MODEL_PY = textwrap.dedent('''
         if text.startswith(b"fail"):
             sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("asked to fail")),
                         flags=FINAL)
+            return
+        if text.startswith(b"late-final"):  # the error, then the final flag alone, apart
+            sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError("asked to fail")))
+            time.sleep(0.1)
+            sender.send(flags=FINAL)
             return
         for i in range(n):
             time.sleep(0.05)
@@ -123,6 +129,24 @@ def test_request_errors_are_counted_and_the_run_goes_on(slow, tmp_path):
         else:
             assert q.status == "ok" and q.output_tokens == 2
     assert (run.summary.errors, run.summary.requests_ok) == (4, 4)
+
+
+def test_an_error_sent_before_its_final_flag_does_not_end_the_next_request(slow, tmp_path):
+    """A decoupled model may send an error response and its final flag apart (tritonserver forwards
+    both): the final flag, 0.1 s later, must not end the next request on the same stream, which would
+    then count 2 of its 6 tokens and leave the rest to the request after it."""
+    prompts = tmp_path / "late.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t, "id": t}) + "\n" for t in ("late-final", "hello")))
+    res = run_perf(PerfOptions(url=slow["server"].grpc_url, model="slow", workloads={"m": str(prompts)},
+                               concurrency=[1], requests=6, warmup=0, timeout_s=10, max_tokens=6, chat=False,
+                               progress=False, out=tmp_path / "l"))
+    run = res.runs[0]
+    assert sorted(q.prompt_id for q in run.requests) == ["hello"] * 3 + ["late-final"] * 3  # they alternate
+    for q in run.requests:
+        if q.prompt_id == "late-final":
+            assert q.status == "error" and "asked to fail" in q.error
+        else:
+            assert (q.status, q.output_tokens, q.responses) == ("ok", 6, 6)
 
 
 def test_load_spread_over_client_processes(slow, tmp_path):

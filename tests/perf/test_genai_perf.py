@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from trtspec.errors import TrtspecError
-from trtspec.perf.genai_perf import MANIFEST, SCRIPT, default_requests, export_genai_perf, read_genai_perf_stats
+from cli_helpers import run_cli
+from trtspec.perf.genai_perf import (MANIFEST, SCRIPT, default_requests, export_for_options, export_genai_perf,
+                                     read_genai_perf_stats)
+from trtspec.perf.options import PerfOptions
 
 GP_PYTHON = Path.home() / ".cache" / "trtspec" / "venvs" / "genai-perf-0.0.16" / "bin" / "python"
 PROMPTS = {"chat": [("c1", "Write a haiku about the sea."), ("c2", "Name three colors.\n"), ("c3", "Why?")],
@@ -96,6 +99,32 @@ def test_export_open_loop_duration_and_errors(tmp_path):
                           concurrency=[1])
     assert not (tmp_path / "gp3").exists() and not (tmp_path / "gp4").exists()
 
+
+def test_export_writes_the_request_rate_exactly(tmp_path):
+    """The rate perf sends at, every digit of it (`:g` kept 6 significant digits: 0.123457)."""
+    script = export_genai_perf(tmp_path / "gp", prompts={"chat": PROMPTS["chat"]}, url="h:1", model="m",
+                               tokenizer=tokenizer_dir(tmp_path), max_tokens=8, concurrency=[], request_rate=0.1234567)
+    (argv,) = script_commands(script)
+    assert [float(x) for x in flag(argv, "--request-rate")] == [0.1234567]
+
+
+@pytest.mark.parametrize("kw, field", [(dict(sweep=True), "sweep"), (dict(sweep=True, blocks=2), "sweep"),
+                                       (dict(baseline=True, blocks=2), "blocks")])
+def test_export_refuses_sweeps_and_interleaved_blocks(kw, field, tmp_path):
+    """The export's plain sequential commands reproduce neither a sweep's settings nor interleaved blocks:
+    refused naming the field (the command line: the flag), before the server is asked anything and
+    before anything is written."""
+    o = PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path / "o", requests=4, **kw)
+    with pytest.raises(TrtspecError, match=rf"^perf\.{field}: the genai-perf export writes plain runs"):
+        export_for_options(o, tmp_path / "gp", tokenizer=tokenizer_dir(tmp_path))
+    assert not (tmp_path / "gp").exists()
+
+
+def test_the_command_line_refuses_export_with_sweep(tmp_path, capsys):
+    code, _, stderr = run_cli(capsys, "perf", "--url", "127.0.0.1:1", "--workloads", "chat=mt-bench", "--sweep",
+                              "--requests", "4", "--out", tmp_path / "o", "--export-genai-perf", tmp_path / "gp")
+    assert code == 2 and "--export-genai-perf: --sweep: the genai-perf export writes plain runs" in stderr, stderr
+    assert not (tmp_path / "gp").exists() and not (tmp_path / "o" / "results.json").exists()
 
 
 def test_a_truncated_genai_perf_export_is_an_error_naming_the_file(tmp_path):

@@ -249,7 +249,14 @@ def test_interleaved_blocks_pair_each_request_with_its_prompts_baseline(served, 
 
 @pytest.mark.parametrize("kw, field", [(dict(blocks=2), "baseline"), (dict(blocks=2, baseline=True, duration_s=5.0), "requests"),
                                        (dict(blocks=2, baseline=True, processes=2), "processes"),
-                                       (dict(blocks=5, baseline=True, requests=4), "requests")])
+                                       (dict(blocks=5, baseline=True, requests=4), "requests"),
+                                       (dict(blocks=17, baseline=True), "requests: not given, 16 by default"),
+                                       (dict(blocks=17, baseline=True, concurrency=[4, 1]), "requests: not given, 16"),
+                                       (dict(blocks=17, sweep=True), "requests: not given, 16")])
 def test_blocks_need_a_baseline_a_request_count_and_one_client(kw, field, tmp_path):
+    """... and no more blocks than requests per run, given or by default (8 x concurrency, at least 16:
+    the lightest load point's count is the binding one)."""
     with pytest.raises(ValueError, match=rf"blocks: .*{field}"):
         PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, **kw)
+    assert PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, blocks=17, baseline=True,
+                       concurrency=[4]).blocks == 17  # 32 requests by default at concurrency 4

@@ -191,7 +191,10 @@ def _hash_text(resp, digest, parts: list) -> None:
 class Stream:
     """One bidirectional ModelStreamInfer call, reused for consecutive requests of one worker.
     A timed-out request cancels the call (its responses would otherwise arrive on the next
-    request's turn); the next request opens a fresh one."""
+    request's turn); the next request opens a fresh one. So does an error response without the
+    final flag: a decoupled model may send its final flag after it, alone (tritonserver 2.51 forwards
+    both, the error marked triton_final_response false), and the next request would read that flag
+    as its own end."""
 
     def __init__(self, stub: service_pb2_grpc.GRPCInferenceServiceStub, url: str):
         self.stub, self.url, self.call, self.expired = stub, url, None, None
@@ -269,6 +272,8 @@ class Stream:
                 raise ServerGone(f"the server at {self.url} closed the stream mid-request")
             if msg.error_message:
                 result.status, result.error, result.e2e = "error", msg.error_message, now - result.start
+                if not _final(msg.infer_response):
+                    self.close()
                 return None
             resp = msg.infer_response
             if resp.outputs:
@@ -277,11 +282,16 @@ class Stream:
                     times.append(now)
                     _hash_text(resp, text, parts)
                 last = resp
-            final = resp.parameters.get("triton_final_response")
-            if final is None or final.bool_param:  # a model without the flag answers once
+            if _final(resp):
                 result.e2e, result.output_sha256 = now - result.start, text.hexdigest()
                 result.output_text = b"".join(parts).decode("utf-8", errors="replace")
                 return last
+
+
+def _final(resp) -> bool:
+    """Is this a request's last response? (a model without the flag answers once)"""
+    final = resp.parameters.get("triton_final_response")
+    return final is None or final.bool_param
 
 
 def open_channel(url: str) -> grpc.aio.Channel:

@@ -9,6 +9,8 @@ perf_analyzer), so our numbers can be checked against a tool we did not write.
   max_tokens, request count and warm-up;
 - `genai_perf_export.json`: the runs with their artifact directories and argv (what
   scripts/bench_genai_perf.py reads to pair genai-perf's numbers with ours).
+A sweep (perf.sweep) or interleaved blocks (perf.blocks > 1) are refused: plain runs one after the
+other reproduce neither.
 
 How our request maps onto genai-perf's, and why each flag (genai-perf 0.0.16 source, read):
 - `--endpoint-type kserve --backend tensorrtllm --streaming`: gRPC streaming to a Triton model with
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_text_atomic
 from . import client, prompts
 from .compare import load_predictions
+from .options import default_requests
 from .sampling import workload_sampling
 
 GENAI_PERF_VERSION = "0.0.16"
@@ -78,12 +80,6 @@ def _run_name(workload: str, speculation: bool, concurrency: int | None, rate: f
     return f"{_safe(workload)}-{'spec' if speculation else 'base'}-{point}"
 
 
-def default_requests(concurrency: int | None, rate: float | None) -> int:
-    """trtspec perf's default request count per run (runner._plan): 8 x concurrency, at least 16;
-    open loop: 10 s of arrivals, at least 16."""
-    return max(16, 8 * concurrency) if concurrency else max(16, math.ceil(10 * rate))
-
-
 def pa_warmup(warmup: int, concurrency: int | None) -> int:
     """perf_analyzer 2.51 never finishes its warm-up when 0 < warm-up requests < concurrency (seen here:
     warm-up 1 at concurrency 2 hangs, 2 and 3 finish), so the export sends at least `concurrency`
@@ -108,7 +104,7 @@ def genai_perf_argv(*, model: str, url: str, workload: str, input_file: str, tok
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     else:
-        argv += ["--request-rate", f"{request_rate:g}"]
+        argv += ["--request-rate", repr(request_rate)]  # exactly the rate perf sends at (not :g's 6 digits)
     if duration_s is not None:
         argv += ["--measurement-interval", str(int(round(duration_s * 1000)))]
     else:
@@ -210,6 +206,10 @@ def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) ->
     way (trtspec.perf.prompts), the tokenizer the perf run used (perf.tokenizer, else the repository's
     preprocessing tokenizer, asked from the server)."""
     o = options
+    if o.sweep or o.blocks > 1:  # before anything is asked of the server
+        raise TrtspecError(f"perf.{'sweep' if o.sweep else 'blocks'}: the genai-perf export writes plain runs, one "
+                           "after the other; it reproduces neither a sweep's settings nor interleaved blocks "
+                           "(export without perf.sweep and with perf.blocks 1)")
     tok_dir = tokenizer or o.tokenizer or asyncio.run(client.tokenizer_dir(o.url, o.connect_timeout_s))
     if tok_dir is None:
         raise TrtspecError("perf.tokenizer: needed for the genai-perf export (the server has no 'preprocessing' "

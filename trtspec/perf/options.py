@@ -5,6 +5,7 @@ argument of runner.run_perf and the source of the CLI flags' defaults and help. 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -92,9 +93,24 @@ class PerfSettings(StageOptions):
             raise ValueError("blocks: interleaved blocks split a request count; give requests, not duration_s")
         if self.processes > 1:
             raise ValueError("blocks: interleaved blocks are measured by one client process (processes: 1)")
-        if self.requests is not None and self.requests < self.blocks:
-            raise ValueError(f"blocks: {self.blocks} blocks need at least as many requests per run "
-                             f"(requests: {self.requests})")
+        least = self.requests or min(default_requests(c, r) for c, r in load_points(self))
+        if least < self.blocks:
+            given = self.requests or f"not given, {least} by default at the lightest load point"
+            raise ValueError(f"blocks: {self.blocks} blocks need at least as many requests per run (requests: {given})")
+
+
+def load_points(s: PerfSettings) -> list[tuple[int | None, float | None]]:
+    """(concurrency, request_rate) of each load point, in the order measured (concurrency 1 by default)."""
+    points: list[tuple[int | None, float | None]] = [(c, None) for c in dict.fromkeys(s.concurrency)]
+    if s.request_rate is not None:
+        points.append((None, s.request_rate))
+    return points or [(1, None)]
+
+
+def default_requests(concurrency: int | None, rate: float | None) -> int:
+    """A run's request count when perf.requests is not given: 8 x concurrency, at least 16; open loop:
+    10 s of arrivals, at least 16."""
+    return max(16, 8 * concurrency) if concurrency else max(16, math.ceil(10 * rate))
 
 
 class PerfOptions(PerfSettings):

@@ -39,7 +39,7 @@ from . import client, load, procs, prompts, sweep
 from .compare import comparisons, load_predictions
 from .parity import word_counts
 from .sampling import request_seed, workload_sampling
-from .options import PerfOptions
+from .options import PerfOptions, default_requests, load_points
 from .output import write_results
 from .schema import PerfResults, Run, Settings
 from .stats import summarize, to_record
@@ -63,13 +63,6 @@ def check_options(options: PerfOptions | dict) -> PerfOptions:
     except ValidationError as e:
         field, msg = first_problem(e)
         raise TrtspecError(f"perf.{field}: {msg}" if field else f"perf: {msg}") from None
-
-
-def load_points(o: PerfOptions) -> list[tuple[int | None, float | None]]:
-    points: list[tuple[int | None, float | None]] = [(c, None) for c in dict.fromkeys(o.concurrency)]
-    if o.request_rate is not None:
-        points.append((None, o.request_rate))
-    return points or [(1, None)]
 
 
 def run_perf(options: PerfOptions) -> PerfResults:
@@ -120,7 +113,7 @@ def _plan(o: PerfOptions, info, texts, speculation: bool | None, concurrency, ra
           for name, pid, text in texts]
     n = o.requests
     if n is None and o.duration_s is None:
-        n = max(16, 8 * concurrency) if concurrency else max(16, math.ceil(10 * rate))
+        n = default_requests(concurrency, rate)
     return load.Plan(ps, n, o.duration_s, o.timeout_s, "num_output_tokens" in info.outputs)
 
 
