@@ -96,6 +96,17 @@ def test_pair_directory_runs_draft_target(d, greedy):
     assert models.draft is not None and models.draft.spec.num_layers == 1
 
 
+def test_cli_pair_directory_takes_draft_len(d, greedy, tmp_path):
+    """`--ckpt PAIR --draft-len K` drafts K tokens per step (README: draft-target from a pair
+    directory), not the default K whatever the flag says: the target drafting for itself accepts all K."""
+    convert_pair(d / "hf", d / "hf", tmp_path / "self", dtype="float32")
+    for k in (1, 3):
+        out = cli_json("--ckpt", tmp_path / "self", "--draft-len", k, "--prompt-ids", json.dumps(PROMPT),
+                       "--max-new-tokens", NEW, "--ignore-eos")
+        assert out["output_ids"] == greedy(PROMPT)
+        assert k < out["acceptance_length"] <= k + 1  # (the last step may be cut by max_new_tokens)
+
+
 def test_eos_from_generation_config(d, greedy, tmp_path):
     full = greedy(PROMPT, 30)
     eos = full[5]

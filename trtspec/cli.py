@@ -61,7 +61,8 @@ def convert(
 
 @app.command()
 def generate(
-    ckpt: Path = typer.Option(..., "--ckpt", help="TRT-LLM checkpoint directory (plain or EAGLE)."),
+    ckpt: Path = typer.Option(..., "--ckpt", help="TRT-LLM checkpoint directory (plain, EAGLE, or a pair "
+                                                  "directory with target/ and draft/)."),
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="Draft checkpoint (draft-target)."),
     eagle3_head: Optional[Path] = typer.Option(None, "--eagle3-head",
                                                help="EAGLE-3 head directory (SafeAILab or ModelOpt layout); "
@@ -89,7 +90,7 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
-    from .runtime.generate import run_generate
+    from .runtime.generate import resolve_pair, run_generate
 
     if (prompt is None) == (prompt_ids is None):
         raise TrtspecError("give exactly one of --prompt or --prompt-ids")
@@ -110,7 +111,8 @@ def generate(
                        fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers)
     with flag_context(G, params={"chat": "--chat", "accept_rule": "--accept-rule"}):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
-                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head else None,
+                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head
+                              or resolve_pair(ckpt, None)[1] else None,  # a pair directory drafts too
                               eagle3_head=eagle3_head,
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
                               batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule,

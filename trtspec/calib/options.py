@@ -43,7 +43,7 @@ class QuantizeOptions(StageOptions):
     output_format: Literal["trtllm", "hf"] = Field(
         "trtllm", description="trtllm: a TensorRT-LLM engine-flow checkpoint (trtllm-build); hf: ModelOpt's unified "
                               "Hugging Face checkpoint (hf_quant_config.json) for the PyTorch / LLM-API backend "
-                              "(fp8 or w4a16_awq, plain decoder).")
+                              "(fp8 or w4a16_awq; a plain decoder or a draft-target pair, no EAGLE head).")
 
     @field_validator("device")
     @classmethod
