@@ -185,7 +185,7 @@ def band_label(workload, concurrency, setting):
 
 def chain_setting(k, ngram=None, head=None):
     """A chain's setting as labels name it: `K=3`, then the n-gram drafter's matching size
-    (`:ngram:n=2`) or a workload's own EAGLE-3 head (`:head=code`) where they apply. Route labels
+    (`:ngram:n=2`) or a workload's own EAGLE-3 head (`:head=eagle3-code`) where they apply. Route labels
     (band_label, sweeps) and perf's sweep settings read alike, so results join on them."""
     return f"K={k}" + (f":ngram:n={ngram}" if ngram is not None else "") + (f":head={head}" if head is not None else "")
 
