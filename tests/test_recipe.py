@@ -111,6 +111,20 @@ def test_workload_sampling_written_as_such_is_checked_as_a_workloads_entry_is(sa
     assert str(e.value).startswith(error)
     ok = parse_recipe({**BASE, "draft": "x", "workload_sampling": {"chat": {"temperature": 0.7}}}, "r.yaml")
     assert ok.workload_sampling == {"chat": {"temperature": 0.7}}
+    # beside a workloads entry in mapping form: merged, the entry's own settings winning
+    both = parse_recipe({**BASE, "draft": "x", "workloads": {"chat": {"source": "mt-bench", "top_p": 0.9}},
+                         "workload_sampling": {"chat": {"temperature": 0.7, "top_p": 0.5}}}, "r.yaml")
+    assert both.workload_sampling == {"chat": {"temperature": 0.7, "top_p": 0.9}}
+
+
+@pytest.mark.parametrize("workloads", [{"chat": "a,chat.jsonl"}, {"chat": "a,self.jsonl"}, {"chat": "x,"}])
+def test_a_workload_path_with_a_comma_is_named_as_such_before_the_heads_list_is_read(workloads):
+    """A trained head's prompt list joins sources with commas: the path's comma is the problem to
+    name, not the 'name used twice' or 'reserved name' the split list would give."""
+    from trtspec.errors import TrtspecError
+
+    with pytest.raises(TrtspecError, match=r"^r.yaml: workloads.chat: .*a workload path cannot contain ','"):
+        parse_recipe({"target": "default", "draft": {"train": {"self_prompts": 4}}, "workloads": workloads}, "r.yaml")
 
 
 def _load(tmp_path, **over):
@@ -154,3 +168,13 @@ def test_a_workload_path_with_a_comma_is_refused_naming_its_field(tmp_path, over
 
     with pytest.raises(TrtspecError, match=rf"{field}: .*cannot contain ','"):
         _load(tmp_path, **over)
+
+
+def test_the_recipes_light_name_lists_match_their_packages():
+    """recipe_paths restates two name lists so that reading a recipe imports neither torch nor the
+    workloads: they must stay the packages' own (a new packaged set would else resolve as a path)."""
+    from trtspec.recipe_paths import COST_PRESETS, PACKAGED_WORKLOADS
+    from trtspec.tuning.cost import PRESETS
+    from trtspec.workloads import PACKAGED
+
+    assert set(PACKAGED_WORKLOADS) == set(PACKAGED) and set(COST_PRESETS) == set(PRESETS)

@@ -41,7 +41,7 @@ from .errors import TrtspecError
 from .options import field_path, first_problem
 from .perf.options import PerfSettings
 from .quality.options import QuantizeStage
-from .recipe_paths import DEFAULT_TARGET, resolve_paths
+from .recipe_paths import DEFAULT_TARGET, check_path, resolve_paths
 from .triton_repo.options import ServeOptions, TritonOptions
 from .triton_repo.flavors import in_flight_batching, mode_refusal
 from .triton_repo.sampling import route_sampling
@@ -174,9 +174,11 @@ class Recipe(ConvertOptions):
         for name, v in given.items() if isinstance(given, dict) else ():  # written as such: checked the same way
             if name not in plain:
                 raise ValueError(f"workload_sampling.{name}: no such workload (workloads: {', '.join(plain)})")
-            if name not in sampling and isinstance(v, dict):  # a workloads entry's own settings win
-                sampling[name] = _workload_entry(f"workload_sampling.{name}", {"source": plain[name], **v}).overrides()
-            sampling.setdefault(name, v)  # not a mapping: the field's own type check names it
+            if isinstance(v, dict):  # merged under a workloads entry's own settings, which win
+                written = _workload_entry(f"workload_sampling.{name}", {"source": plain[name], **v}).overrides()
+                sampling[name] = {**written, **sampling.get(name, {})}
+            else:
+                sampling[name] = v  # not a mapping: the field's own type check names it
         return {**data, "workloads": plain, "workload_sampling": sampling if isinstance(given, dict) else given}
 
     @field_validator("workloads")
@@ -200,6 +202,11 @@ class Recipe(ConvertOptions):
             given = f"draft.{self.draft.kind}" if self.draft is not None else "n-gram drafting alone"
             raise ValueError(f"mode {self.mode!r} does not match {given} (which means mode {kind})")
         self._check_drafters()
+        for name, source in self.workloads.items():  # before _check_training reads a comma as a list separator
+            try:
+                check_path(source, f"workloads.{name}", source=True)
+            except TrtspecError as e:
+                raise ValueError(str(e)) from None
         self._check_training()
         if self.perf is not None and self.triton is None:
             raise ValueError("perf needs a triton section (the repository it measures)")

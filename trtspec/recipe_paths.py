@@ -27,13 +27,20 @@ def resolve(base: Path, value: str | None, field: str, source: bool = False) -> 
     source (a comma would split it)."""
     if value is None or value in PACKAGED_WORKLOADS or value == DEFAULT_TARGET:
         return value
+    check_path(value, field, source)
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def check_path(value: str, field: str, source: bool = False) -> None:
+    """The path texts no stage could read as written (module docstring), refused naming the field.
+    Also run when the recipe is validated (Recipe._consistent), before checks that would read such
+    a source's comma as a list separator and misname the problem."""
     if not value.strip():
         raise TrtspecError(f"{field}: empty path (it would mean the recipe's own directory); give a path")
     if source and "," in value:
         raise TrtspecError(f"{field}: {value!r}: a workload path cannot contain ',' (workload lists are "
                            "comma-separated NAME=SOURCE entries); rename the file or link it under a name without one")
-    p = Path(value).expanduser()
-    return str(p if p.is_absolute() else (base / p).resolve())
 
 
 def _resolve_entry(base: Path, entry: str, field: str) -> str:

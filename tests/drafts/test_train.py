@@ -164,6 +164,29 @@ def test_workloads_over_the_same_problems_hold_out_the_same_tasks():
     assert sum(not h for n, _, h in rows if n == "edit") == 10  # nothing else dropped
 
 
+def test_a_prompt_files_held_out_prompts_do_not_depend_on_where_it_lies(tmp_path):
+    """The split ranks a file's prompts by its content, not its path: a recipe moved with its prompt
+    files holds out the same prompts (and keeps its cached head)."""
+    import json
+    import shutil
+
+    from trtspec.drafts.data import split_prompts
+
+    class CharTokenizer:
+        chat_template = None
+
+        def __call__(self, text):
+            return {"input_ids": [ord(c) for c in text]}
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "log.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(20)))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    held = [[ids for _, ids, h in split_prompts(TrainDraftOptions(workloads=f"p={tmp_path / d / 'log.jsonl'}",
+                                                                   heldout=4, max_prompt_tokens=10 ** 6),
+                                                CharTokenizer()) if h] for d in ("a", "b")]
+    assert held[0] == held[1] and len(held[0]) == 4
+
+
 def test_the_answers_cache_sees_the_tokenizers_eos(tiny, tmp_path):
     """The answers end at the tokenizer's EOS as well as the generation config's (load_target): a
     changed tokenizer EOS must regenerate them, not reuse answers cut at the old one."""

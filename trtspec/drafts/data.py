@@ -54,7 +54,7 @@ def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list
         if len(wl.samples) <= options.heldout:
             raise TrtspecError(f"draft.train.heldout: workload {wl.name!r} has {len(wl.samples)} prompts, so "
                                f"holding out {options.heldout} leaves none to train on")
-        family = task_family(wl.source)
+        family = task_family(wl.source, wl.sha256)  # not where the file lies: moving it keeps the split
         order = sorted(wl.samples, key=lambda s: task_rank(options.seed, family, s.id))
         for rank, s in enumerate(order):
             ids = render(s, tokenizer, max_prompt_tokens=options.max_prompt_tokens, keep="end")

@@ -66,12 +66,13 @@ PACKAGED = {
 }
 
 
-def task_family(source: str) -> str:
+def task_family(source: str, sha256: str) -> str:
     """The data a workload's samples are problems of: a packaged set's base set (code-edit's is
-    humaneval), else the source itself (a file's resolved path). Two samples with the same family
-    and id are the same task, however they are worded (train-draft's held-out split, drafts/data.py)."""
+    humaneval), else the prompt file's content (its sha256: the same file anywhere on disk, or a
+    copy of it, is the same problems). Two samples with the same family and id are the same task,
+    however they are worded (train-draft's held-out split, drafts/data.py)."""
     ps = PACKAGED.get(source)
-    return (ps.derived_from or ps.name) if ps else source
+    return (ps.derived_from or ps.name) if ps else f"sha256:{sha256}"
 
 
 def packaged_path(name: str) -> Path:
