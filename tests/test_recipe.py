@@ -58,7 +58,7 @@ def test_an_eagle1_recipe_is_refused_for_the_llmapi_flavor_before_any_stage_runs
     repository stage would refuse it, so the recipe does, naming the field, instead of after profiling."""
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not eagle"):
+    with pytest.raises(ValidationError, match="triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, draft models and n-grams, not eagle"):
         Recipe.model_validate({**BASE, "draft": {"eagle": "/head"}, "triton": {"flavor": "llmapi"}})
     for flavor in ("trtllm", "cpu"):
         Recipe.model_validate({**BASE, "draft": {"eagle": "/head"}, "triton": {"flavor": flavor}})

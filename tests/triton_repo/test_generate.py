@@ -301,6 +301,9 @@ class LlmapiModel:
     TEXTS = ["t5", "t5 t17", "t5 t17", "t5 t17 t9 t9"]
 
     def exec(self, req, decoupled):
+        from trtspec.upstream.triton import LLMAPI_TEXT_IS_CUMULATIVE
+
+        assert LLMAPI_TEXT_IS_CUMULATIVE  # the upstream fact this stand-in plays
         assert req.model == "tensorrt_llm_k2" and bool(req.inputs["streaming"].reshape(-1)[0])
         return iter([Response(text_output=np.array([t.encode()], dtype=object)) for t in self.TEXTS])
 

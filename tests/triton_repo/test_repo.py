@@ -316,8 +316,8 @@ def test_other_bad_inputs(w):
         make(w, "x4", tuning=w["dt_tuning"], flavor="trtllm")
     with pytest.raises(TrtspecError, match=r"^engines: the cpu flavor serves checkpoints; give `ckpt` \(and `draft_ckpt`\)"):
         make(w, "x4", tuning=w["dt_tuning"], flavor="cpu", engines=w["dt_build"])
-    with pytest.raises(TrtspecError, match=r"^triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not "
-                                           r"eagle \(EAGLE-1 trees\)"):  # the PyTorch backend's "Eagle" is EAGLE-3
+    with pytest.raises(TrtspecError, match=r"^triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, draft "
+                                           r"models and n-grams, not eagle \(EAGLE-1 trees\)"):  # the PyTorch backend's "Eagle" is EAGLE-3
         make(w, "x4", tuning=w["eagle_tuning"], flavor="llmapi", ckpt=w["root"], draft_ckpt=w["root"])
     with pytest.raises(TrtspecError, match="^triton.flavor: an eagle3 tuning is served by the llmapi or cpu flavor"):
         make(w, "x4", tuning=w["e3_tuning"], flavor="trtllm", engines=w["eagle_build"])

@@ -211,3 +211,14 @@ def test_a_swept_chain_route_keeps_the_workloads_head_in_route_and_label():
     assert route == {"num_draft_tokens": 2, "draft_head": "code", "label": "code@1:K=2:head=code"}
     swept = r.swept_route({"mode": "eagle3"}, route, k="4")
     assert swept == {"num_draft_tokens": 4, "draft_head": "code", "label": "code:sweep:K=4:head=code"}
+
+
+def test_new_suffix_keeps_the_stream_append_only_and_says_what_the_client_has():
+    """A re-segmented (shorter, changed) text sends nothing; what follows is sent beyond the length
+    the client already has, and the returned text is always what the client holds."""
+    sent, got = "", ""
+    for text in ("abcd", "abX", "abXdef"):
+        piece, sent = r.new_suffix(text, sent)
+        got += piece
+        assert sent == got
+    assert got == "abcdef"

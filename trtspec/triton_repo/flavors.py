@@ -49,6 +49,6 @@ def mode_refusal(flavor: str | None, mode: str) -> str | None:
     if canonical(flavor) == TRTLLM and mode == "eagle3":
         return "triton.flavor: an eagle3 tuning is served by the llmapi or cpu flavor (EAGLE-3 is not in the TensorRT engine flow)"
     if canonical(flavor) == LLMAPI and mode not in PYTORCH_SPEC_MODES:
-        return (f"triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, not {mode} (EAGLE-1 trees): "
-                "serve it with trtllm or cpu")
+        return (f"triton.flavor: llmapi's PyTorch backend drafts EAGLE-3 chains, draft models and n-grams, not "
+                f"{mode} (EAGLE-1 trees): serve it with trtllm or cpu")
     return None

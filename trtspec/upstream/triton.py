@@ -236,6 +236,11 @@ LLMAPI_OUTPUTS: tuple[Tensor, ...] = (
     Tensor("stop_reason", "TYPE_STRING", (-1,)),
     Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
 )
+# What the llmapi model streams (LLMAPI_MODEL_PY `_create_response`, read at commits 044a90d2 and, in
+# tensorrtllm_backend, dbae4e88): every response's text_output is `CompletionOutput.text`, the whole
+# completion so far (tensorrt_llm/executor/result.py: `text_diff` is the new part), with no token ids
+# or counts. generate forwards the new suffix and counts tokens itself (models/generate.py _llmapi).
+LLMAPI_TEXT_IS_CUMULATIVE = True
 # model.yaml: keys map to `LLM()` arguments; `speculative_config` is a *DecodingConfig mapping.
 # TensorRT-LLM 1.2: `Eagle3DecodingConfig` / `DraftTargetDecodingConfig` take `max_draft_len` and
 # `speculative_model_dir` (renamed `speculative_model` after 1.2).

@@ -34,7 +34,7 @@ from ..errors import TrtspecError
 from .sample import Sample
 
 Keep = Literal["start", "end"]
-JQ_FILTER = "jq -c 'select(.tools == null and all(.messages[]?; .tool_calls == null))' log.jsonl"
+JQ_FILTER = "jq -c 'select((.tools // []) == [] and all(.messages[]?; (.tool_calls // []) == []))' log.jsonl"
 
 
 def has_chat_template(tokenizer) -> bool:

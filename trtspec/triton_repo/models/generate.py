@@ -204,8 +204,8 @@ class TritonPythonModel(PooledModel):
 
     def _llmapi(self, request, sender, route, text, max_tokens, stream):
         """llmapi flavor: the LLM API model tokenizes, drafts and detokenizes itself. Each of its
-        streamed responses carries the whole completion so far (CompletionOutput.text, which
-        TensorRT-LLM's llmapi model.py sends), so the new suffix is forwarded (new_suffix). It sends
+        streamed responses carries the whole completion so far (upstream.triton.LLMAPI_TEXT_IS_CUMULATIVE,
+        with its source), so the new suffix is forwarded (new_suffix). It sends
         no token ids or counts, so num_output_tokens counts the text's tokens as genai-perf does
         (the target's tokenizer, no special tokens): per piece while streaming, the whole text in
         the last response. It reports no acceptance counters (acceptance_length stays 0)."""

@@ -231,12 +231,11 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
 
 
 def new_suffix(text, sent):
-    """(what a stream sends next, the text the client has now) given the decoded text so far and
-    what it was sent. Streams stay append-only: when the detokenizer re-segments earlier text (rare),
-    the client keeps what it has and gets only what lies beyond it."""
-    if text.startswith(sent):
-        return text[len(sent):], text
-    return (text[len(sent):] if len(text) > len(sent) else ""), text
+    """(what a stream sends next, the text the client has then) given the decoded text so far and
+    what the client was sent. Streams stay append-only: when the detokenizer re-segments earlier text
+    (rare), the client keeps what it has and gets only what lies beyond its length."""
+    piece = text[len(sent):] if text.startswith(sent) or len(text) > len(sent) else ""
+    return piece, sent + piece
 
 
 def stop_ids(end_id, default):
