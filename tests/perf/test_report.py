@@ -323,4 +323,4 @@ def test_an_interleaved_comparisons_request_count_is_its_pairs_in_the_report_as_
     (c,) = comparisons(runs)
     assert c.paired_requests == 8 and min(r.summary.requests_ok for r in runs) == 9
     note = parse(render_report(res)).rows[("chat", "c=1")]["verdict"]
-    assert f"±5% needs ~{c.requests_for_5pct} requests per run (measured 8)" in note, note
+    assert f"±5% needs ~{c.requests_for_5pct} pairs (measured 8)" in note, note

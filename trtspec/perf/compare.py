@@ -286,6 +286,11 @@ def speedup_line(c: Comparison) -> str:
             text += (f", {c.predicted_acceptance_length:.2f}" + (f" ±{1.96 * se:.2f}" if se else "") + " predicted "
                      f"({prediction_fit(c.predicted_acceptance_length, c.acceptance_length_ci, se)})")
     if c.requests_for_5pct is not None:
-        text += f"; a ±5% claim needs ~{c.requests_for_5pct} " + ("pairs" if c.paired_requests else "requests per run")
+        text += f"; a ±5% claim needs ~{c.requests_for_5pct} {claim_unit(c.paired_requests is not None)}"
     return text
 
+
+
+def claim_unit(paired: bool) -> str:
+    """What a ±5% claim's count counts: interleaved spec/baseline pairs, else requests of each run."""
+    return "pairs" if paired else "requests per run"

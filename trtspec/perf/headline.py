@@ -31,6 +31,7 @@ class Headline:
     # the requests the speedup interval resampled: the interleaved pairs, else the successful requests
     # of the smaller run (what compare.comparisons sizes a ±5% claim with)
     requests: int = 0
+    paired: bool = False  # `requests` counts interleaved pairs (compare.claim_unit)
     predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
     acceptance_length_ci: Interval | None = None
     predicted_acceptance_length_se: float | None = None  # the profile's standard error (with tuning.json)
@@ -71,7 +72,8 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
             h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
             h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
             h.verdict, h.control = c.verdict, c.control
-            h.requests = c.paired_requests if c.paired_requests is not None else \
+            h.paired = c.paired_requests is not None
+            h.requests = c.paired_requests if h.paired else \
                 min(r.summary.requests_ok, b.summary.requests_ok)
             h.per_request = per_request(r)
         else:

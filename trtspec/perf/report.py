@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..fsutil import write_text_atomic
 from . import plots
-from .compare import load_predictions, prediction_text, step_differs
+from .compare import claim_unit, load_predictions, prediction_text, step_differs
 from .headline import Headline, has_successes, headlines, load_label, run_ci
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
@@ -162,7 +162,7 @@ def _speed_note(h: Headline) -> str:
         parts.append(f"predicted {prediction_text(h.predicted_speedup, h.predicted_step_speedup)} {fit}")
     need = requests_for(h.speedup_ci, h.speedup, h.requests)
     if need is not None:
-        parts.append(f"±5% needs ~{need} requests per run (measured {h.requests})")
+        parts.append(f"±5% needs ~{need} {claim_unit(h.paired)} (measured {h.requests})")
     return escape("; ".join(parts))
 
 
