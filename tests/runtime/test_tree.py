@@ -96,3 +96,9 @@ def test_top_ids_and_rank_of_order_ties_by_lower_id_whatever_k():
         assert top_ids(logits, k)[0].tolist() == [1, 3, 4, 2, 0][:k]
     ranks = [int(rank_of(logits, torch.tensor([t]))) for t in range(6)]
     assert ranks == [4, 0, 3, 1, 2, 5]
+    g = torch.Generator().manual_seed(0)  # tie-heavy rows against a full stable sort, every k
+    for _ in range(100):
+        rows = torch.randint(0, 4, (3, 2, 9), generator=g).float()
+        k = int(torch.randint(1, 10, (1,), generator=g))
+        want = torch.sort(rows, dim=-1, descending=True, stable=True).indices[..., :k]
+        assert torch.equal(top_ids(rows, k), want)

@@ -58,11 +58,23 @@ class Tree:
 
 
 def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """The k most likely token ids of each row, best first, equal logits by lower id: the order a
-    choice's ranks index (argmax's for rank 0). torch.topk's order among equal values depends on k
-    (k = 1 gives the lower id, k >= 2 often the higher), and bf16 logits tie often enough that the
-    profiler's ranks (rank_of) must follow one fixed rule that does not."""
-    return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+    """The k most likely token ids of each row [..., V], best first, equal logits by lower id: the
+    order a choice's ranks index (argmax's for rank 0). torch.topk's order among equal values depends
+    on k (k = 1 gives the lower id, k >= 2 often the higher), and bf16 logits tie often enough that
+    the profiler's ranks (rank_of) must follow one fixed rule that does not.
+
+    Without a full sort (tens of topk's time over a 128k vocabulary) and without reading the device:
+    the ids above the k-th largest value, then the lowest-id ties at it, fill exactly k places; those
+    k ids are taken in ascending order (the k smallest of id-or-V) and ordered by logit, stably."""
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    above = logits > kth
+    ties = logits == kth
+    room = k - above.sum(-1, keepdim=True)  # places left for ties at the k-th value
+    chosen = above | (ties & (ties.cumsum(-1) <= room))
+    vocab = torch.arange(logits.shape[-1], device=logits.device)
+    ids = torch.where(chosen, vocab, logits.shape[-1]).topk(k, dim=-1, largest=False).values  # ascending
+    order = logits.gather(-1, ids).sort(dim=-1, descending=True, stable=True).indices
+    return ids.gather(-1, order)
 
 
 def rank_of(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
