@@ -146,7 +146,12 @@ def test_eagle_draft_len_absent_or_null(copy):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     plan = make_plan(ckpt, BuildOptions(**LIMITS))
     assert plan.build().max_draft_len == 63 and "--max_draft_len" in plan.argv()
-    refused(edit_config(ckpt, max_draft_len=None), r"max_draft_len is None; EAGLE engines need 1\.\.256")
+    null = r"config.json: max_draft_len: expected an integer \(EagleConfig passes a null on"
+    refused(edit_config(ckpt, max_draft_len=None), null)
+    from trtspec.checkpoints.trtllm_ckpt import load_checkpoint  # what generate, profile and tune read through
+
+    with pytest.raises(TrtspecError, match=null):
+        load_checkpoint(ckpt)
 
 
 def test_max_num_tokens_below_tokens_per_block_with_speculation(base):

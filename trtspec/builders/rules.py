@@ -105,11 +105,12 @@ def _check_eagle(ckpt: TrtllmCheckpoint, opts: BuildOptions, warnings: list[str]
 
 
 def eagle_draft_len(ckpt: TrtllmCheckpoint) -> int:
-    """The EAGLE checkpoint's max_draft_len: EagleConfig's default when the field is absent."""
-    k = ckpt.config.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN)
+    """The EAGLE checkpoint's max_draft_len (typed when the checkpoint was loaded: EagleConfig's
+    default when absent, a null refused), within what builder.py asserts."""
+    k = int(ckpt.config.get("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN))
     limit = trtllm.EAGLE_MAX_DRAFT_LEN_LIMIT
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limit:
-        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k!r}; EAGLE engines need 1..{limit} "
+    if not 1 <= k <= limit:
+        raise TrtspecError(f"{ckpt.where('max_draft_len')} is {k}; EAGLE engines need 1..{limit} "
                            "(builder.py asserts it); reconvert with --max-draft-len")
     return k
 

@@ -111,6 +111,9 @@ def _check_checkpoint_fields(config: dict, where: Path) -> None:
     top.flag("use_parallel_embedding", False)
     if config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
         top.int("num_eagle_layers", trtllm.EAGLE_CONFIG_DEFAULT_NUM_LAYERS)
+        if "max_draft_len" in config and config["max_draft_len"] is None:  # absent means EagleConfig's 63
+            top.fail("max_draft_len", "an integer (EagleConfig passes a null on and the engine build fails)", None)
+        top.int("max_draft_len", trtllm.EAGLE_DEFAULT_MAX_DRAFT_LEN)
         ConfigFields(config["eagle_net_config"], where, "eagle_net_config.").flag("use_parallel_embedding", False)
 
 
