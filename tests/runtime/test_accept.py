@@ -18,12 +18,15 @@ from scipy.stats import chi2
 from triton_fixtures import TREE_A, small_vocab_pair, tiny_eagle, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
-from trtspec.runtime.accept import (ExactMatch, ExactMatchResample, RejectionSampling, TypicalAcceptance, accept_greedy,
-                                    accept_rule)
+from trtspec.runtime import accept as accept_module
+from trtspec.runtime.accept import (ExactMatch, ExactMatchResample, Key, RejectionSampling, TypicalAcceptance,
+                                    accept_greedy, accept_rule)
 from trtspec.runtime.decode import generate
 from trtspec.runtime.draft_target import DraftModelProposer
 from trtspec.runtime.generate import generate_batch, load_models
-from trtspec.runtime.sampling import RESIDUAL, draw, probs, uniform
+from trtspec.runtime.sampling import RESIDUAL, TARGET, draw, probs, uniform
+from trtspec.runtime.speculative import Proposal
+from trtspec.runtime.tree import chain
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -201,3 +204,28 @@ def test_rule_errors_name_the_field(tiny):
     with pytest.raises(TrtspecError, match=r"^rejection_sampling: needs a chain"):
         generate_batch(tiny["eagle"], tiny["prompts"], 5, eagle_choices=TREE_A,
                        sampling=Sampling(temperature=0.5), accept="rejection_sampling")
+
+
+def engine_kernel_draw(p: torch.Tensor, top_p: float, u: float) -> int:
+    """TensorRT-LLM's C++ top-p / top-k sampling kernels, as their source reads (upstream.sampling
+    ENGINE_TOP_P_TRUNCATES): P' = u * top_p, the first token by descending probability whose
+    inclusive cumulative probability reaches P'."""
+    order = p.argsort(descending=True)
+    return int(order[int(torch.searchsorted(p[order].cumsum(0), torch.tensor([u * top_p], dtype=p.dtype)))])
+
+
+def test_exact_match_resample_tests_the_draft_against_the_engine_kernels_draw(monkeypatch):
+    """The engine flow's sample s comes from the top-p kernel, which gives the boundary token only the
+    mass that reaches top_p: p = (.5, .3, .2), top_p .6 accepts the argmax draft with probability
+    .5 / .6, not .5 / .8 (renormalised). Every u on a fine grid gives the kernel's token."""
+    logits = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64).log()
+    s = Sampling(temperature=1.0, top_p=0.6)
+    grid = [(i + 0.5) / 600 for i in range(600)]
+    rule, proposal = ExactMatchResample(s), Proposal(chain(1), torch.tensor([[0]]), None)
+
+    def kept(u: float) -> int:  # the target's draw at u (a miss's fresh draw at .5)
+        monkeypatch.setattr(accept_module, "uniform", lambda seed, position, purpose: u if purpose == TARGET else 0.5)
+        return len(rule(proposal, logits[None, None].expand(1, 2, 3), [Key(0, 0)])[0].path) - 1
+    got = [kept(x) for x in grid]
+    want = [int(engine_kernel_draw(logits.softmax(0), s.top_p, x) == 0) for x in grid]
+    assert sum(got) / len(grid) == pytest.approx(0.5 / 0.6, abs=2e-3) and got == want

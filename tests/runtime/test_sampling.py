@@ -10,7 +10,7 @@ from scipy.stats import kstest
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from trtspec.options import Sampling
-from trtspec.runtime.sampling import ACCEPT, DRAFT, TARGET, draw, probs, uniform
+from trtspec.runtime.sampling import ACCEPT, DRAFT, TARGET, draw, kernel_probs, probs, uniform
 
 
 def warped(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
@@ -57,3 +57,20 @@ def test_draw_is_the_inverse_cdf_and_never_picks_a_zero():
 def test_settings_out_of_range_are_refused(bad):
     with pytest.raises(ValidationError):
         Sampling(**bad)
+
+
+@pytest.mark.parametrize("s", [Sampling(temperature=0.9, top_p=0.8), Sampling(temperature=1.0, top_k=50, top_p=0.5),
+                               Sampling(temperature=1.3, top_k=20)], ids=lambda s: s.label())
+def test_kernel_probs_are_the_engine_kernels_draw(s):
+    """kernel_probs = P(TensorRT-LLM's C++ kernel returns x) (upstream.sampling ENGINE_TOP_P_TRUNCATES):
+    P' = u * top_p over the top-k renormalised, first token in descending order whose cumulative
+    probability reaches P'; integrated over u exactly (the token changes only at cumulative masses)."""
+    logits = torch.randn(4, 60, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 3
+    base = probs(logits, s.model_copy(update={"top_p": 1.0}))
+    for row, p in zip(kernel_probs(logits, s), base):
+        sorted_p, order = p.sort(descending=True)
+        cum = sorted_p.cumsum(0)
+        edges = torch.cat([torch.zeros(1, dtype=cum.dtype), cum.clamp(max=s.top_p)]) / s.top_p  # u at which the token changes
+        want = torch.zeros_like(p).scatter(0, order, edges[1:] - edges[:-1])
+        assert torch.allclose(row, want, atol=1e-12) and abs(float(row.sum()) - 1) < 1e-12
+    assert torch.allclose(kernel_probs(logits, s.model_copy(update={"top_p": 1.0})), base, atol=1e-12)

@@ -10,9 +10,10 @@ source); the profile must predict that rule, so each is named and selectable (`a
   (temperature, top-k, top-p); keep the child equal to that sample, at the first miss emit the
   sample itself. Lossless: each emitted token is a target sample given the emitted prefix. With
   keyed draws (sampling.py) it even emits the plain sampled output, token for token.
-- exact_match_resample (engine-flow draft-target without draft logits): the same test, but at the
-  first miss TensorRT-LLM emits a FRESH draw from p instead of the sample that missed. LOSSY: the
-  rejected draft token d is drawn again with probability p(d), so P(emit d) = p(d)(2 - p(d)).
+- exact_match_resample (engine-flow draft-target without draft logits): the same test against the
+  engine kernels' sample (top-p boundary truncated: sampling.kernel_probs), but at the first miss
+  TensorRT-LLM emits a FRESH draw from p instead of the sample that missed. LOSSY: the rejected draft
+  token d is drawn again with probability p(d), so P(emit d) = p(d)(2 - p(d)) at top_p 1.
 - rejection_sampling (draft-target with draft logits; chains only): keep d_i when u < p(d_i)/q(d_i),
   p the target's and q the draft's filtered distribution at that position; at the first rejection
   emit a sample of norm(max(0, p - q)), after a full chain a sample of p. Lossless (Leviathan et al.
@@ -44,7 +45,7 @@ import torch
 from ..errors import TrtspecError
 from ..options import Sampling
 from ..upstream import sampling as upstream
-from .sampling import ACCEPT, RESIDUAL, TARGET, draw, probs, uniform
+from .sampling import ACCEPT, RESIDUAL, TARGET, draw, kernel_probs, probs, uniform
 from .speculative import Acceptance, AcceptRule, Proposal
 from .tree import Tree
 
@@ -97,7 +98,7 @@ class ExactMatch:
     def node_probs(self, logits: torch.Tensor) -> torch.Tensor:
         return probs(logits, self.sampling)
 
-    def on_miss(self, p: torch.Tensor, sample: int, key: Key, position: int) -> int:
+    def on_miss(self, logits: torch.Tensor, sample: int, key: Key, position: int) -> int:
         return sample
 
     def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list[Key]) -> list[Acceptance]:
@@ -112,18 +113,22 @@ class ExactMatch:
                 token = draw(p, uniform(key.seed, position, TARGET))
                 kid = next((c for c in tree.children[node] if drafted[b][c - 1] == token), None)
                 if kid is None and tree.children[node]:  # a draft was offered here and missed
-                    token = self.on_miss(p, token, key, position)
+                    token = self.on_miss(target_logits[b, node], token, key, position)
                 return kid, token
             out.append(_walk(tree, drafted[b], choose))
         return out
 
 
 class ExactMatchResample(ExactMatch):
-    """TensorRT-LLM's engine flow without draft logits: a miss emits a fresh draw of p (lossy)."""
+    """TensorRT-LLM's engine flow without draft logits: the sample is the kernels' draw, a miss
+    emits a fresh draw of the masked, renormalised p (lossy)."""
     name = upstream.EXACT_MATCH_RESAMPLE.name
 
-    def on_miss(self, p: torch.Tensor, sample: int, key: Key, position: int) -> int:
-        return draw(p, uniform(key.seed, position, RESIDUAL))
+    def node_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return kernel_probs(logits, self.sampling)
+
+    def on_miss(self, logits: torch.Tensor, sample: int, key: Key, position: int) -> int:
+        return draw(probs(logits, self.sampling), uniform(key.seed, position, RESIDUAL))
 
 
 class TypicalAcceptance(ExactMatch):

@@ -16,7 +16,8 @@ profiler teacher-forcing the finished sequence. Two consequences we rely on:
   which is all the losslessness arguments of the accept rules (accept.py) need.
 
 TensorRT-LLM draws from curand states that advance per step instead, so its samples differ from ours
-token for token; their distribution is the same.
+token for token; their distribution is the same, except that the engine's sampling kernels give the
+top-p boundary token only the mass that reaches top_p (`kernel_probs`; upstream.sampling).
 """
 
 from __future__ import annotations
@@ -44,28 +45,51 @@ def uniform(seed: int, position: int, purpose: int) -> float:
     return (x >> 11) * (1.0 / (1 << 53))
 
 
+def _tempered(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """softmax(logits / T) over the top_k most likely tokens (ties at the k-th value kept, as
+    transformers' TopKLogitsWarper does), float64."""
+    logits = logits.double() / sampling.temperature
+    if 0 < sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits.softmax(-1)
+
+
+def _by_rank(p: torch.Tensor, f) -> torch.Tensor:
+    """f(sorted p, mass ranked above each token) computed in descending order, back in vocabulary order."""
+    sorted_p, order = p.sort(-1, descending=True)
+    return torch.zeros_like(p).scatter(-1, order, f(sorted_p, sorted_p.cumsum(-1) - sorted_p))
+
+
+def _one_hot_argmax(logits: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).double()
+
+
 def probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """The distribution `sampling` draws from, for each row of logits [..., V] (float64).
 
     Greedy settings give the one-hot of the argmax, so the accept rules need no special case. top-p
     keeps the most likely tokens up to and including the one whose cumulative probability first
-    reaches top_p (transformers' TopPLogitsWarper keeps the same set, ties aside)."""
-    logits = logits.double()
+    reaches top_p (transformers' TopPLogitsWarper keeps the same set, ties aside), renormalised."""
     if sampling.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).double()
-    logits = logits / sampling.temperature
-    if 0 < sampling.top_k < logits.shape[-1]:
-        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    p = logits.softmax(-1)
+        return _one_hot_argmax(logits)
+    p = _tempered(logits, sampling)
     if sampling.top_p < 1.0:
-        sorted_p, order = p.sort(-1, descending=True)
-        before = sorted_p.cumsum(-1) - sorted_p  # probability of the tokens ranked above each one
-        drop_sorted = before >= sampling.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
-        p = p.masked_fill(drop, 0.0)
+        p = _by_rank(p, lambda sp, before: sp.masked_fill(before >= sampling.top_p, 0.0))
         p = p / p.sum(-1, keepdim=True)
     return p
+
+
+def kernel_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The distribution TensorRT-LLM's C++ sampling kernels draw from (upstream.sampling
+    ENGINE_TOP_P_TRUNCATES): the same kept set as `probs`, but not renormalised over it: a token
+    gets the part of its probability that lies below top_p in the descending cumulative order, /
+    top_p. Equal to `probs` at top_p 1."""
+    if sampling.greedy:
+        return _one_hot_argmax(logits)
+    top_p = sampling.top_p
+    return _by_rank(_tempered(logits, sampling),
+                    lambda sp, before: ((sp + before).clamp(max=top_p) - before.clamp(max=top_p)) / top_p)
 
 
 def draw(p: torch.Tensor, u: float) -> int:

@@ -31,8 +31,9 @@ The other rules (profile.accept_rule):
   (accept d with probability p(d | prefix) at each position along the path), but after a miss the
   engine emits a fresh draw of p rather than the sample that missed, so the emitted sequence is not
   plain sampling: the states it visits are distributed slightly differently (the rejected token can
-  be drawn again). The exact_match profile is used as an APPROXIMATION, recorded as `estimator:
-  approximate` in measurement_conditions;
+  be drawn again); and at top_p < 1 the engine's sample follows its kernels' truncated top-p law
+  (runtime.sampling.kernel_probs), not p. The exact_match profile is used as an APPROXIMATION,
+  recorded as `estimator: approximate` in measurement_conditions;
 - rejection_sampling (draft-target with draft logits: the draft SAMPLES d ~ q and d is kept with
   probability min(1, p(d)/q(d))): UNBIASED (`estimator: unbiased`: exact in law, not per seed).
   At one position the joint law of (kept?, emitted token y) is P(kept, y) = min(p, q)(y) and

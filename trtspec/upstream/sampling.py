@@ -39,9 +39,24 @@ EXACT_MATCH = AcceptRule("exact_match", True, "p(d)", "tensorrt_llm/_torch/pyexe
 # runs the top-p kernel at top_p=1 on the masked target probs with the advanced curand state), not s.
 # So P(emit d at the first rejected position) = p(d)(2 - p(d)): not lossless. The issue text says
 # "the target's sample is emitted"; the source says otherwise. Layer @1d263f15, kernels @2931b93f.
+# s follows the kernels' draw (ENGINE_TOP_P_TRUNCATES below); the fresh draw follows the masked,
+# renormalised p.
 EXACT_MATCH_RESAMPLE = AcceptRule(
-    "exact_match_resample", False, "p(d)",
+    "exact_match_resample", False, "p(d), the kernels' top-p boundary draw (ENGINE_TOP_P_TRUNCATES)",
     "cpp/tensorrt_llm/layers/externalDraftTokensLayer.cpp forwardAsync @1d263f15")
+# --- How the engine's (C++ runtime's) sampling kernels draw a token at top_p < 1 -------------------
+# samplingTopPKernels.cu topPSsampling ("With P in (0.0; 1.0] we draw a random number P' in range
+# (0.0; P]"; also the randNumS2 draw that gives the layer's outputIdCurrentStep = s) and
+# samplingTopKKernels.cu topKStage2Sampling (randNum = curand_uniform * topP * sum of the top-k):
+# walk the tokens by descending probability and return the first whose inclusive cumulative
+# probability reaches P'. The kept set is transformers' (the tokens ranked above reach less than
+# top_p), but the boundary token only gets top_p minus the mass ranked above it and nothing is
+# renormalised: P(x) = (min(c(x), top_p) - min(c(x) - p(x), top_p)) / top_p, c the cumulative
+# probability. E.g. p = (.5, .3, .2), top_p .6: (.833, .167, 0), not (.625, .375, 0). Read at
+# samplingTopKKernels.cu @3c44cb97 and the 1.x topPSsampling with returnAllSelectedTokens (commit not
+# named by the index). maskTargetLogitsKernel and the multinomial resample (top_p 1) use the kept set
+# renormalised instead; the PyTorch backend renormalises (sampling_utils.top_k_top_p_sampling_batch).
+ENGINE_TOP_P_TRUNCATES = True
 # Accept iff p(d) > u * q(d), u ~ U(0,1) per position (curand, request seed); on rejection sample
 # from norm(max(0, p - q)); after K accepted the bonus token is sampled from p. p and q are defined
 # per path below. Engine: acceptDraftTokensKernel @2931b93f; PyTorch: get_rejected_indices,
