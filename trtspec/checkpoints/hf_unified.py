@@ -34,7 +34,8 @@ GATE_UP = ("gate_proj", "up_proj")
 LINEARS = tuple(f"self_attn.{n}" for n in (*QKV, "o_proj")) + tuple(f"mlp.{n}" for n in (*GATE_UP, "down_proj"))
 # What each weight format of this view must carry per quantized linear (name suffix -> dtypes).
 FP8_TENSORS = {"weight": (torch.float8_e4m3fn,), "weight_scale": (torch.float32,), "input_scale": (torch.float32,)}
-# W4A16_AWQ: int4 pairs in uint8 along the input dim, [out, in/group] scales (pre_quant_scale only
+# W4A16_AWQ: int4 pairs in uint8 along the output dim ([out/2, in], as ModelOpt 0.47 exports k_proj
+# [kv_out/2, H]), [out, in/group] float32 scales (pre_quant_scale only
 # where ModelOpt could not fold it into the preceding norm: o_proj, down_proj).
 AWQ_TENSORS = {"weight": (torch.uint8, torch.int8), "weight_scale": (torch.float32, torch.float16, torch.bfloat16)}
 TENSORS = {"FP8": FP8_TENSORS, "W4A16_AWQ": AWQ_TENSORS}
