@@ -334,3 +334,36 @@ def test_the_llmapi_route_streams_the_new_text_and_counts_its_tokens(load, tmp_p
         assert sender.sent[-1][1] == 1  # FINAL
         assert all(o["route"] == b"chat@1:tensorrt_llm_k2" for o in outs)
     model.finalize()
+
+
+class AnyLlmapiModel:
+    """An llmapi model that answers every call with one final text (which model: not checked)."""
+
+    def exec(self, req, decoupled):
+        return iter([Response(text_output=np.array([b"t5 t17"], dtype=object))])
+
+
+def test_only_eagle3_llmapi_models_flag_sampled_requests(load, tmp_path):
+    """One-model EAGLE-3 decodes greedily at any temperature, but tensorrt_llm_k0 (no
+    speculative_config) samples: a sampled request routed there is not reported as greedy."""
+    target = tiny_tokenizer_dir(tmp_path / "hf_target")  # generate counts tokens with the target's tokenizer
+    head = tmp_path / "hf_eagle3"
+    head.mkdir()
+    for d, arch in ((target, "LlamaForCausalLM"), (head, "LlamaForCausalLMEagle3")):
+        (d / "config.json").write_text(json.dumps({"architectures": [arch], "torch_dtype": "bfloat16",
+                                                   "eagle_config": {"use_aux_hidden_state": True}}))
+    repo = tmp_path / "repo"
+    make_repository(RepoRequest(tuning=tuning_file(tmp_path / "t" / "tuning.json", "eagle3",
+                                                   {"chat": [3, 2], "math": [0, 0]}),
+                                flavor="llmapi", out=repo, ckpt=target, draft_ckpt=head))
+    cfg = text_format.Parse((repo / "generate" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    model, _, _ = load({k: v.string_value for k, v in cfg.parameters.items()}, False, AnyLlmapiModel())
+    flags = {}
+    for workload in ("chat", "math"):
+        request, sender = ClientRequest(None), Sender()
+        request.inputs.update(workload=Tensor("workload", np.array([[workload.encode()]], dtype=object)),
+                              temperature=Tensor("temperature", np.array([[0.8]], np.float32)))
+        model._generate(request, sender, 1)
+        flags[workload] = [r.outputs["sampling_fallback"] for r, _ in sender.sent if r is not None][-1]
+    model.finalize()
+    assert flags == {"chat": b"greedy", "math": b""}

@@ -469,6 +469,23 @@ def test_llmapi_repository(w):
              draft_ckpt=head)
 
 
+def test_llmapi_needs_model_py_and_the_helpers_it_imports(w):
+    """TensorRT-LLM's llmapi model.py imports helpers.py from its own directory: the README names
+    both files, and --exec refuses a model directory holding model.py alone (it would fail to load
+    in the container with "No module named 'helpers'")."""
+    from trtspec.triton_repo.command import serve_command
+
+    target = _hf(w["root"] / "hf_target_files", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"})
+    repo = make(w, "llmapi_files", tuning=w["dt_tuning"], flavor="llmapi", ckpt=target, draft_ckpt=target)
+    assert "`model.py` and `helpers.py`" in (repo / "README.md").read_text()
+    for m in json.loads((repo / "trtspec-repo.json").read_text())["launch"]["trtllm_models"]:
+        (repo / m / "1" / "model.py").write_text("from helpers import get_streaming_from_request\n")
+    app = typer.Typer()
+    app.command()(serve_command)
+    res = CliRunner().invoke(app, [str(repo), "--exec"])
+    assert isinstance(res.exception, TrtspecError) and "1/helpers.py: missing" in str(res.exception)
+
+
 def test_rendering_round_trips():
     """What we write parses back to exactly the message we built (the explicit "" / 0 values we add
     for readability are the protobuf defaults)."""

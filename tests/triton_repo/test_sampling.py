@@ -163,7 +163,9 @@ def test_llmapi_eagle3_repository_flags_sampled_requests(root):
     assert check_repository(repo) == []
     routing = json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
     manifest = json.loads((repo / "trtspec-repo.json").read_text())
-    assert routing["greedy_only"] and manifest["sampling"]["path"] == "llmapi-eagle3-one-model"
+    assert routing["greedy_models"] == sorted(m for m in manifest["models"] if m.startswith("tensorrt_llm_k")
+                                              and m != "tensorrt_llm_k0")
+    assert manifest["sampling"]["path"] == "llmapi-eagle3-one-model"
     for call in manifest["calls"]:
         assert {v: k for k, v in call["sends"].items() if k.startswith("sampling_param_")}.items() >= {
             f"generate.input.{f}": n for f, n in LLMAPI_SAMPLING_INPUTS.items()}.items()

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 from ..errors import TrtspecError
-from ..upstream.triton import CONTAINER_TRITONSERVER, LLMAPI_MODEL_PY, ORCHESTRATOR_ENV, PYTHON_SHM_PREFIX
+from ..upstream.triton import (CONTAINER_TRITONSERVER, LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES, ORCHESTRATOR_ENV,
+                               PYTHON_SHM_PREFIX)
 from .serve import DEFAULT_PORTS, HOST, signal_group
 
 
@@ -49,10 +50,15 @@ def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], 
 
 
 def check_llmapi_model_py(repo: Path, manifest: dict) -> None:
-    missing = [m for m in manifest["launch"]["trtllm_models"] if not (Path(repo) / m / "1" / "model.py").is_file()]
-    if missing:
-        raise TrtspecError(f"{Path(repo) / missing[0] / '1' / 'model.py'}: missing; copy {LLMAPI_MODEL_PY} from the "
-                           "TensorRT-LLM 1.2 sources into each tensorrt_llm_k*/1/ (see the repository README)")
+    """Before --exec: every LLM-API model has TensorRT-LLM's model code in its 1/ (model.py and the
+    helpers.py it imports; a missing one fails only at load, inside the container)."""
+    for m in manifest["launch"]["trtllm_models"]:
+        for name in LLMAPI_MODEL_FILES:
+            path = Path(repo) / m / "1" / name
+            if not path.is_file():
+                raise TrtspecError(f"{path}: missing; copy {', '.join(LLMAPI_MODEL_FILES)} of {LLMAPI_MODEL_DIR} "
+                                   "from the TensorRT-LLM 1.2 sources into each tensorrt_llm_k*/1/ (see the "
+                                   "repository README)")
 
 
 def run_container(cmd: list[str]) -> int:

@@ -69,6 +69,13 @@ def specs(tuning, arts: list[Artifact], default_workload: str | None,
     return table, out
 
 
+def greedy_models(served: list[Spec]) -> list[str]:
+    """The models that decode greedily whatever the temperature: one-model EAGLE-3
+    (upstream.sampling, allow_advanced_sampling off). A model without speculative_config
+    (tensorrt_llm_k0) or drafting n-grams samples, so its requests are not flagged."""
+    return sorted(name for name, spec, _ in served if spec and spec["decoding_type"] == LLMAPI_DECODING_EAGLE3)
+
+
 def models(target: Artifact, served: list[Spec]) -> list[r.ModelFiles]:
     """One LLM-API model per Spec: model.yaml with the target, the backend and its speculative_config."""
     files = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..upstream.triton import LLMAPI_MODEL_PY
+from ..upstream.triton import LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 from .container import container_command, shell_join
 from .flavors import is_pytorch
@@ -43,7 +43,8 @@ The server binds 127.0.0.1 only; put a proxy in front of it (or change the `--*-
 to expose it.""",
     "llmapi": """For an H100 host with the TensorRT-LLM {trtllm} Triton container (PyTorch / LLM API backend).
 First copy TensorRT-LLM's LLM-API model into every `tensorrt_llm_k*/1/` (it is TensorRT-LLM's code,
-not generated here): `{model_py}` from the TensorRT-LLM {trtllm} sources. Then
+not generated here): {model_files} of `{model_dir}` from the TensorRT-LLM {trtllm} sources
+(model.py imports helpers.py). Then
 `trtspec serve {repo}` prints (and `--exec` runs):
 
 ```bash
@@ -92,7 +93,8 @@ def render_readme(manifest: dict, tuning, repo_path: Path) -> str:
                           "(TP x PP); ranks > 0 load only the TensorRT-LLM model.")
 
         lines.append(LAUNCH[flavor].format(repo=repo, trtllm=TRTLLM_VERSION_LABEL, command=cmd, world_text=world_text,
-                                           model_py=LLMAPI_MODEL_PY))
+                                           model_dir=LLMAPI_MODEL_DIR,
+                                           model_files=" and ".join(f"`{f}`" for f in LLMAPI_MODEL_FILES)))
     lines += ["", "Request it over gRPC streaming (HTTP `/infer` cannot serve decoupled models; "
               "`/v2/models/generate/generate_stream` can):", "", "```python",
               "import numpy as np, queue, tritonclient.grpc as grpcclient",
@@ -181,8 +183,10 @@ def _sampling_text(manifest: dict) -> list[str]:
            f"{RULE_TEXT.get(s['accept_rule'], s['accept_rule'])}.",
            f"- TensorRT-LLM path it stands for: `{s['path']}` ({s['condition']}); draft tokens: {s['draft']}."]
     if s.get("sampling_fallback"):
-        out.append("- A request with temperature > 0 is answered with the greedy tokens and `sampling_fallback` = "
-                   f"\"{s['sampling_fallback']}\" in every response (never silently); send temperature 0 to avoid "
+        greedy = manifest["routing"].get("greedy_models")  # llmapi: only its EAGLE-3 models; the others sample
+        where = f" routed to {', '.join(f'`{m}`' for m in greedy)}" if greedy else ""
+        out.append(f"- A request with temperature > 0{where} is answered with the greedy tokens and "
+                   f"`sampling_fallback` = \"{s['sampling_fallback']}\" in every response (never silently); send temperature 0 to avoid "
                    "the flag, or serve a draft-target repository to sample.")
     elif manifest["flavor"] == "trtllm":
         out.append("- Draft logits " + ("on: the draft engine returns generation logits, and `spec_decode` sends "

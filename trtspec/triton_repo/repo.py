@@ -329,8 +329,8 @@ class _Builder:
         routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads)
         files = llmapi.models(self.arts[0], specs)
         self.sampling = route_sampling(self.flavor, self.mode)
-        if self.sampling["sampling_fallback"]:
-            routing["greedy_only"] = True  # generate flags sampled requests (sampling_fallback)
+        if self.sampling["sampling_fallback"]:  # generate flags sampled requests to these (sampling_fallback)
+            routing["greedy_models"] = llmapi.greedy_models(specs)
         routing.update(limits=request_limits(self.flavor, self.arts),
                        in_flight_batching=in_flight_batching(self.flavor))
         self.routing = routing

@@ -236,10 +236,11 @@ LLMAPI_OUTPUTS: tuple[Tensor, ...] = (
     Tensor("stop_reason", "TYPE_STRING", (-1,)),
     Tensor("cumulative_logprob", "TYPE_FP32", (-1,)),
 )
-# What the llmapi model streams (LLMAPI_MODEL_PY `_create_response`, read at commits 044a90d2 and, in
-# tensorrtllm_backend, dbae4e88): every response's text_output is `CompletionOutput.text`, the whole
-# completion so far (tensorrt_llm/executor/result.py: `text_diff` is the new part), with no token ids
-# or counts. generate forwards the new suffix and counts tokens itself (models/generate.py _llmapi).
+# What the llmapi model streams (LLMAPI_MODEL_DIR's model.py `_create_response`, read at commits
+# 044a90d2 and, in tensorrtllm_backend, dbae4e88): every response's text_output is
+# `CompletionOutput.text`, the whole completion so far (tensorrt_llm/executor/result.py: `text_diff`
+# is the new part), with no token ids or counts. generate forwards the new suffix and counts tokens
+# itself (models/generate.py _llmapi).
 LLMAPI_TEXT_IS_CUMULATIVE = True
 # model.yaml: keys map to `LLM()` arguments; `speculative_config` is a *DecodingConfig mapping.
 # TensorRT-LLM 1.2: `Eagle3DecodingConfig` / `DraftTargetDecodingConfig` take `max_draft_len` and
@@ -248,7 +249,12 @@ LLMAPI_MODEL_FILE = "model.yaml"
 LLMAPI_DECODING_EAGLE3 = "Eagle3"
 LLMAPI_DECODING_DRAFT_TARGET = "DraftTarget"
 LLMAPI_SPEC_MODEL_KEY = "speculative_model_dir"
-LLMAPI_MODEL_PY = "triton_backend/all_models/llmapi/tensorrt_llm/1/model.py"  # in the TensorRT-LLM 1.2 sources
+# TensorRT-LLM ships the model code, not trtspec: the files of this directory of its 1.2 sources go into
+# each llmapi model's 1/. model.py reads its request tensors through `from helpers import ...`
+# (get_sampling_params_from_request, get_streaming_from_request, ...; model.py @044a90d2, helpers.py
+# @0df60f9a sits beside it), so model.py alone does not load; upstream's docs/llmapi.md copies the directory.
+LLMAPI_MODEL_DIR = "triton_backend/all_models/llmapi/tensorrt_llm/1"
+LLMAPI_MODEL_FILES = ("model.py", "helpers.py")
 # NGramDecodingConfig (llmapi/llm_args.py, 1.2 line; upstream.trtllm NGRAM_* has the semantics):
 # decoding_type "NGram", max_draft_len, and the pool settings under these names.
 LLMAPI_DECODING_NGRAM = "NGram"

@@ -105,10 +105,10 @@ class TritonPythonModel(PooledModel):
         return {"model": entry["model"], "num_draft_tokens": int(entry["num_draft_tokens"]),
                 "label": band_label(label, self.routing["band"], entry["model"])}
 
-    def _fallback(self, request):
-        """sampling_fallback of this request: EAGLE engines (and llmapi routes written as greedy-only)
-        decode greedily."""
-        greedy_only = self.mode == "eagle" or bool(self.routing.get("greedy_only"))
+    def _fallback(self, request, route):
+        """sampling_fallback of this request: EAGLE engines, and the llmapi models the routing names
+        greedy (one-model EAGLE-3; not tensorrt_llm_k0 or n-gram ones, which sample), decode greedily."""
+        greedy_only = self.mode == "eagle" or route.get("model") in self.routing.get("greedy_models", ())
         return sampling_fallback(greedy_only, scalar(request, "temperature"), scalar(request, "top_k"))
 
     def _speculation_off(self, route):
@@ -142,7 +142,7 @@ class TritonPythonModel(PooledModel):
                                                                                            SWEEP_MODEL)))
         if not bool(scalar(request, "speculation", True)):
             route = self._speculation_off(route)
-        route["fallback"] = self._fallback(request)
+        route["fallback"] = self._fallback(request, route)
         if self.mode == "llmapi":
             return self._llmapi(request, sender, route, text, max_tokens, stream)
         pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
