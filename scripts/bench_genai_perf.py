@@ -162,9 +162,9 @@ def our_requests(results_json: Path) -> tuple[list[float], list[float], list[int
 
 def their_requests(artifact_dir: Path) -> tuple[list[float], list[float], list[int]]:
     """The same per request from perf_analyzer's own timestamps (profile_export.json), with
-    trtspec.perf.stats.itl and the server's num_output_tokens. The last response of a request is the
+    trtspec.perf.metrics.itl and the server's num_output_tokens. The last response of a request is the
     empty final one (no text; its other outputs are unset), so the count is the last one with text."""
-    from trtspec.perf.stats import itl
+    from trtspec.perf.metrics import itl
 
     (export,) = sorted(Path(artifact_dir).glob("*/profile_export.json"))
     ttfts, itls, ns = [], [], []

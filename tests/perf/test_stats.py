@@ -18,9 +18,9 @@ from trtspec.perf.headline import headlines
 from trtspec.perf.output import write_results
 from trtspec.perf.schema import Interval, PerfResults, RequestRecord, Run, Settings, load_results
 from trtspec.perf.load import block_schedule
-from trtspec.perf.stats import (NO_DIFFERENCE, al_ci, end_to_end_prediction, inflight, itl, mean_ci, pair_up,
-                                percentiles, prediction_fit, requests_for, speedup_ci, stall_s, summarize, to_record,
-                                token_weighted_al, verdict)
+from trtspec.perf.metrics import itl, to_record
+from trtspec.perf.stats import (NO_DIFFERENCE, al_ci, end_to_end_prediction, inflight, mean_ci, pair_up, percentiles,
+                                prediction_fit, requests_for, speedup_ci, stall_s, summarize, token_weighted_al, verdict)
 from trtspec.triton_repo.models.serving_rules import pick_band
 
 

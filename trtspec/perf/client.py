@@ -161,7 +161,9 @@ def _read_stats(resp, result: Result, counted: bool) -> None:
 
 def _token_progress(resp, seen: int) -> tuple[bool, int]:
     """(does this response carry new tokens, the running token count). With num_output_tokens the
-    server's count decides; otherwise a non-empty text_output does."""
+    server's count decides (an end id alone in the last round: empty text, one more token, an
+    arrival; llmapi's restated, lower count: none); otherwise a non-empty text_output does.
+    How each definition compares with genai-perf's: perf.metrics."""
     raws = resp.raw_output_contents
     text_nonempty = False
     for i, o in enumerate(resp.outputs):

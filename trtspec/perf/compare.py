@@ -164,7 +164,7 @@ def control_note(ci) -> str:
 
 def decode_speedup(spec: Run, base: Run) -> float | None:
     """The measured speedup of what follows the first token: the baseline's mean ITL over the
-    speculative run's (ITL = (E2E - TTFT) / (tokens - 1), perf.stats.itl), what the tuner's
+    speculative run's (ITL = (E2E - TTFT) / (tokens - 1), perf.metrics.itl), what the tuner's
     per-step speedup predicts before it is made end to end."""
     b, s = base.summary.itl_s.mean, spec.summary.itl_s.mean
     return b / s if b and s else None

@@ -42,7 +42,8 @@ from .sampling import request_seed, workload_sampling
 from .options import PerfOptions, default_requests, load_points
 from .output import write_results
 from .schema import PerfResults, Run, Settings
-from .stats import summarize, to_record
+from .metrics import to_record
+from .stats import summarize
 
 RUN_GUARD_SLACK_S = 30.0
 

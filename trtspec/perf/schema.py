@@ -5,10 +5,13 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
 - TTFT: request sent -> first response that carries at least one output token.
 - E2E: request sent -> final response received.
 - ITL (per request, genai-perf's definition so the two tools can be compared):
-  (E2E - TTFT) / (output_tokens - 1); undefined (None) for requests with fewer than 2 tokens.
+  (E2E - TTFT) / (output_tokens - 1); undefined (None) for requests with fewer than 2 tokens or
+  whose first token came in their final response (nothing timed after it).
 - chunk gaps: the times between consecutive token-carrying responses. With speculation one response
   carries one verify round (AL tokens on average), so chunk gaps are per round, not per token.
-- output_tokens: `num_output_tokens` of the final response (the server's count, not a re-tokenization).
+- output_tokens: `num_output_tokens` of the final response (the server's count, not a re-tokenization:
+  an end id the engine emitted counts, where genai-perf's count has none; trtspec.perf.metrics
+  compares every definition with genai-perf's).
 - acceptance_length (AL): the repository's `acceptance_length` output of the final response
   = tokens emitted / target verify steps for that request (1.0 = nothing accepted). A run's AL is
   token-weighted: sum(output_tokens) / sum(output_tokens / AL), i.e. total tokens over total steps.

@@ -2,7 +2,7 @@
 
 Kept apart from the load generator so that the definitions can be tested against numpy on made-up
 records, and recomputed by anyone from results.json:
-- ITL of a request = (E2E - TTFT) / (output_tokens - 1), None under 2 tokens (genai-perf's definition);
+- per-request TTFT, E2E, ITL and tokens, each beside genai-perf's: trtspec.perf.metrics;
 - a run's AL is token-weighted: sum(tokens) / sum(tokens / AL) = total tokens / total verify steps;
 - throughput = tokens of the successful requests / window, the window running from the first
   measured send to the last successful completion (a timed-out request does not stretch it by its
@@ -67,19 +67,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .client import Result
 from .schema import Interval, Percentiles, RequestRecord, RunSummary
 
 LEVEL = 0.95
 BOOT_SEED = 0
 BOOT_REPS = 2000
 NO_DIFFERENCE = "no measurable difference"
-
-
-def itl(e2e_s: float | None, ttft_s: float | None, output_tokens: int) -> float | None:
-    if e2e_s is None or ttft_s is None or output_tokens < 2:
-        return None
-    return (e2e_s - ttft_s) / (output_tokens - 1)
 
 
 def percentiles(values: Iterable[float | None]) -> Percentiles:
@@ -98,19 +91,6 @@ def token_weighted_al(pairs: Iterable[tuple[int, float | None]]) -> float | None
             tokens += n
             steps += n / al
     return tokens / steps if steps else None
-
-
-def to_record(index: int, r: Result, run_start: float, block: int | None = None) -> RequestRecord:
-    """A measured Result as its schema record (times relative to the run's start)."""
-    gaps = [b - a for a, b in zip(r.token_times, r.token_times[1:])]
-    ok = r.status == "ok"
-    return RequestRecord.model_construct(
-        index=index, prompt_id=r.prompt_id, start_s=r.start - run_start, status=r.status, error=r.error,
-        ttft_s=r.ttft if ok else None, e2e_s=r.e2e if ok else None,
-        itl_s=itl(r.e2e, r.ttft, r.output_tokens) if ok else None, chunk_gaps_s=gaps if ok else [],
-        responses=len(r.token_times), output_tokens=r.output_tokens, acceptance_length=r.acceptance_length,
-        num_draft_tokens=r.num_draft_tokens, draft_tokens=r.draft_tokens, route=r.route, output_sha256=r.output_sha256 if ok else None,
-        block=block)
 
 
 def _resample(n: int, reps: int, rng: np.random.Generator) -> np.ndarray:
