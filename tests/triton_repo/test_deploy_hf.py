@@ -50,8 +50,10 @@ def test_llmapi_serves_the_unified_hf_directory(w):
     assert check_repository(out) == []
     y = yaml.safe_load((out / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
     assert y["model"] == str(w["root"] / "fp8") and y["backend"] == "pytorch"
-    assert set(y) == {"model", "backend", "tensor_parallel_size", "pipeline_parallel_size", "speculative_config",
-                      "triton_config"}  # nothing quantization-specific: the backend reads hf_quant_config.json
+    # nothing quantization-specific: the backend reads hf_quant_config.json (kv_cache_config: several
+    # LLM instances share the GPU, llmapi.kv_share)
+    assert set(y) - {"kv_cache_config"} == {"model", "backend", "tensor_parallel_size", "pipeline_parallel_size",
+                                            "speculative_config", "triton_config"}
     target = json.loads((out / MANIFEST).read_text())["artifacts"][0]
     assert (target["role"], target["kind"], target["path"]) == ("target", "hf", str(w["root"] / "fp8"))
 

@@ -242,6 +242,13 @@ LLMAPI_OUTPUTS: tuple[Tensor, ...] = (
 # is the new part), with no token ids or counts. generate forwards the new suffix and counts tokens
 # itself (models/generate.py _llmapi).
 LLMAPI_TEXT_IS_CUMULATIVE = True
+# Each llmapi model is its own LLM() (its own executor process) on the GPU, and KvCacheConfig's
+# free_gpu_memory_fraction ("Default is 90%", llmapi/llm_args.py; upstream.trtllm
+# KV_CACHE_FREE_GPU_MEMORY_FRACTION) is a share of the memory free when that LLM sizes its KV cache:
+# with the default, the first model takes 90% and the next cannot load its weights. model.yaml
+# carries `kv_cache_config: {free_gpu_memory_fraction: ...}` for an LLM argument like any other.
+LLMAPI_KV_CACHE_CONFIG = "kv_cache_config"
+LLMAPI_FREE_GPU_MEMORY_FRACTION = "free_gpu_memory_fraction"
 # model.yaml: keys map to `LLM()` arguments; `speculative_config` is a *DecodingConfig mapping.
 # TensorRT-LLM 1.2: `Eagle3DecodingConfig` / `DraftTargetDecodingConfig` take `max_draft_len` and
 # `speculative_model_dir` (renamed `speculative_model` after 1.2).
