@@ -73,3 +73,24 @@ def test_an_eagle3_tuning_needs_an_eagle3_head(root):
     with pytest.raises(TrtspecError, match="not an EAGLE-3 head, but the tuning is eagle3"):
         make_repository(RepoRequest(out=root / "repo_bad", tuning=root / "t" / "tuning.json", flavor="llmapi",
                                     ckpt=root / "target", draft_ckpt=draft))
+
+
+def test_the_kv_share_leaves_every_instance_room_in_either_load_order():
+    """N LLM instances each size their KV cache from a share of the memory free at that moment: with
+    the share kv_share gives, the last instance's weights still fit when they load one after another,
+    and the caches stay within 90% of what the weights leave when they load together."""
+    from trtspec.triton_repo.llmapi import kv_share
+
+    G = 2**30
+    for n, w, m in ((2, 30 * G, 80 * G), (4, 16 * G, 80 * G), (3, 1 * G, 80 * G)):
+        f, warning = kv_share(n, w, m)
+        assert warning is None and 0 < f <= 0.9 / n
+        free = m
+        for _ in range(n):  # one after another: weights, then a cache from what is free
+            free -= w
+            assert free >= 0
+            free -= f * free
+        assert n * f * (m - n * w) <= 0.9 * (m - n * w) + 1  # together
+    assert kv_share(1, 30 * G, 80 * G) == (None, None)
+    f, warning = kv_share(3, 30 * G, 80 * G)
+    assert f is None and warning.startswith("memory: 3 LLM instances of 30.0 GiB weights each do not fit")

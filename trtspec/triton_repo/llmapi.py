@@ -12,6 +12,8 @@ says which drafter it got: a route with `max_matching_ngram_size` drafts n-grams
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
@@ -77,19 +79,37 @@ def greedy_models(served: list[Spec]) -> list[str]:
     return sorted(name for name, spec, _ in served if spec and spec["decoding_type"] == LLMAPI_DECODING_EAGLE3)
 
 
-def kv_share(models: int) -> float | None:
-    """Each model's free_gpu_memory_fraction when `models` LLM instances share the GPU: the default
-    share split between them (upstream.triton LLMAPI_FREE_GPU_MEMORY_FRACTION). Each takes that share
-    of what is free when it sizes its cache, so in whatever order they load the caches together take
-    at most the default's 90% of the memory the weights leave, instead of the first taking it all and
-    the next not loading. None for one model."""
-    return round(KV_CACHE_FREE_GPU_MEMORY_FRACTION / models, 4) if models > 1 else None
+def weight_bytes(served: list[Spec], target: Artifact) -> int:
+    """The largest instance's weights on disk (the target, plus its draft model or EAGLE-3 head): what
+    each LLM loads onto the GPU before it sizes its KV cache."""
+    def size(path) -> int:
+        return sum(f.stat().st_size for f in Path(path).glob("*.safetensors")) if path else 0
+    return size(target.path) + max((size((spec or {}).get(LLMAPI_SPEC_MODEL_KEY)) for _, spec, _ in served),
+                                   default=0)
 
 
-def models(target: Artifact, served: list[Spec]) -> list[r.ModelFiles]:
+def kv_share(models: int, weights: int, gpu_bytes: int) -> tuple[float | None, str | None]:
+    """(each model's free_gpu_memory_fraction, a warning) when `models` LLM instances of `weights`
+    bytes share a GPU of `gpu_bytes` (upstream.triton LLMAPI_FREE_GPU_MEMORY_FRACTION). Each sizes its
+    cache from a share f of the memory free at that moment, so:
+    - loaded together (weights first), the caches take N f of what the weights leave: f <= 0.9 / N;
+    - loaded one after another, the first N - 1 caches take at most (N - 1) f (M - W) while the last
+      instance's weights still need M - N W: f <= (M - N W) / ((N - 1)(M - W)), times the 0.9.
+    The smaller bound holds in either order. None for one model (the default is then right)."""
+    if models < 2:
+        return None, None
+    free_after_all = gpu_bytes - models * weights
+    if free_after_all <= 0:
+        return None, (f"memory: {models} LLM instances of {weights / 2**30:.1f} GiB weights each do not fit in "
+                      f"{gpu_bytes / 2**30:.0f} GiB; serve fewer settings (tune.memory_budget_gib counts each instance) or quantize")
+    sequential = free_after_all / ((models - 1) * (gpu_bytes - weights))
+    return round(KV_CACHE_FREE_GPU_MEMORY_FRACTION * min(1.0 / models, sequential), 4), None
+
+
+def models(target: Artifact, served: list[Spec], share: float | None = None) -> list[r.ModelFiles]:
     """One LLM-API model per Spec: model.yaml with the target, the backend, its speculative_config
     and, when several share the GPU, each one's share of the KV cache memory (kv_share)."""
-    files, share = [], kv_share(len(served))
+    files = []
     for name, spec, label in served:
         cfg = {"model": str(target.path), "backend": "pytorch", "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
         if spec is not None:

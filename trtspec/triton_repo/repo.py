@@ -44,7 +44,7 @@ from .sampling import route_sampling, tuned_rule
 from .routing import check_tuning, draft_target_routes, eagle_routes, route_inputs
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
-from ..upstream.trtllm import TRTLLM_VERSION_LABEL
+from ..upstream.trtllm import GPU_MEMORY_MIB, TRTLLM_VERSION_LABEL
 
 MANIFEST = "trtspec-repo.json"
 MANIFEST_SCHEMA = "trtspec.triton-repo/1"
@@ -327,7 +327,10 @@ class _Builder:
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
         routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads)
-        files = llmapi.models(self.arts[0], specs)
+        share, warning = llmapi.kv_share(len(specs), llmapi.weight_bytes(specs, self.arts[0]),
+                                         GPU_MEMORY_MIB[self.req.gpu] * 2**20)
+        self.warnings += [warning] if warning else []
+        files = llmapi.models(self.arts[0], specs, share)
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:  # generate flags sampled requests to these (sampling_fallback)
             routing["greedy_models"] = llmapi.greedy_models(specs)
