@@ -22,7 +22,7 @@ class TritonOptions(StageOptions):
     max_batch_size: Optional[int] = Field(None, description="Triton max_batch_size and worker threads (default: the "
                                                             "engine's, 8 on cpu).")
     instances: int = Field(1, description="Instances of preprocessing / postprocessing.")
-    gpu: str = Field("h100", description="trtllm: h100 | h200, for the KV-cache split and memory table.")
+    gpu: str = Field("h100", description="trtllm and llmapi: h100 | h200, for the KV-cache split and memory table.")
     eagle_band: Optional[int] = Field(None, description="EAGLE: the concurrency band whose profiles are served "
                                                         "(default: the smallest).")
     default_workload: Optional[str] = Field(None, description="Route unknown/missing workloads like this one "
