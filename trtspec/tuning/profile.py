@@ -77,7 +77,8 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
     shorter one). batch_size: finished sequences per forward of the teacher-forced pass."""
     lookahead = max_k + 1
     settings = settings or [GREEDY_SAMPLING] * len(prompts)
-    results = decode_targets(models, [p for _, p in prompts], max_new_tokens + lookahead, settings, ignore_eos)
+    results = decode_targets(models, [p for _, p in prompts], max_new_tokens + lookahead, settings, ignore_eos,
+                             accept_rule)
     drafter = ("eagle" if models.eagle is not None else "eagle3" if models.eagle3 is not None
                else "draft" if models.draft is not None else None)
     out, batched = [], []

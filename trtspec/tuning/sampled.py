@@ -31,9 +31,10 @@ The other rules (profile.accept_rule):
   (accept d with probability p(d | prefix) at each position along the path), but after a miss the
   engine emits a fresh draw of p rather than the sample that missed, so the emitted sequence is not
   plain sampling: the states it visits are distributed slightly differently (the rejected token can
-  be drawn again); and at top_p < 1 the engine's sample follows its kernels' truncated top-p law
-  (runtime.sampling.kernel_probs), not p. The exact_match profile is used as an APPROXIMATION,
-  recorded as `estimator: approximate` in measurement_conditions;
+  be drawn again). The profile decodes with the engine kernels' draws (at top_p < 1 a truncated
+  top-p law, runtime.sampling.kernel_probs, not p), so the acceptance test is the engine's, and is
+  otherwise the exact_match one: an APPROXIMATION, recorded as `estimator: approximate` in
+  measurement_conditions;
 - rejection_sampling (draft-target with draft logits: the draft SAMPLES d ~ q and d is kept with
   probability min(1, p(d)/q(d))): UNBIASED (`estimator: unbiased`: exact in law, not per seed).
   At one position the joint law of (kept?, emitted token y) is P(kept, y) = min(p, q)(y) and
@@ -101,10 +102,14 @@ def _same(a: Sampling, b: Sampling) -> bool:
 
 
 def decode_targets(models: Models, prompts: list[list[int]], max_new_tokens: int, settings: list[Sampling],
-                   ignore_eos: bool = False) -> list[GenerationResult]:
+                   ignore_eos: bool = False, rule: str = upstream.EXACT_MATCH.name) -> list[GenerationResult]:
     """The target's own output for each prompt at its settings (greedy, or sampled with its seed):
     runs of consecutive prompts with the same settings and consecutive seeds decode as one batch
-    (generate_batch seeds row i with seed + i). Results in prompt order."""
+    (generate_batch seeds row i with seed + i). Results in prompt order. Under exact_match_resample
+    the tokens are drawn as the engine's kernels draw the sample a draft is tested against
+    (runtime.sampling.kernel_probs), so the first draft of each step is tested exactly; the rest of
+    that rule stays approximate (module docstring)."""
+    accept = rule if rule == upstream.EXACT_MATCH_RESAMPLE.name else upstream.EXACT_MATCH.name
     out: list[GenerationResult] = []
     start = 0
     while start < len(prompts):
@@ -114,7 +119,7 @@ def decode_targets(models: Models, prompts: list[list[int]], max_new_tokens: int
             end += 1
         out += generate_batch(models, prompts[start:end], max_new_tokens, mode="greedy", ignore_eos=ignore_eos,
                               sampling=GREEDY_SAMPLING if first.greedy else first,
-                              accept=None if first.greedy else upstream.EXACT_MATCH.name)
+                              accept=None if first.greedy else accept)
         start = end
     return out
 

@@ -56,6 +56,10 @@ EXACT_MATCH_RESAMPLE = AcceptRule(
 # samplingTopKKernels.cu @3c44cb97 and the 1.x topPSsampling with returnAllSelectedTokens (commit not
 # named by the index). maskTargetLogitsKernel and the multinomial resample (top_p 1) use the kept set
 # renormalised instead; the PyTorch backend renormalises (sampling_utils.top_k_top_p_sampling_batch).
+# UNVERIFIED against 1.2 where top_k is set too: the top-k kernel read predates the
+# returnAllSelectedTokens / outputIdCurrentStep the layer @1d263f15 passes, and an intermediate
+# externalDraftTokensKernels.cu (@04a2cacb) took s from a random prefix instead. The top-p-only
+# draw is the same in every version read.
 ENGINE_TOP_P_TRUNCATES = True
 # Accept iff p(d) > u * q(d), u ~ U(0,1) per position (curand, request seed); on rejection sample
 # from norm(max(0, p - q)); after K accepted the bonus token is sampled from p. p and q are defined
