@@ -165,8 +165,8 @@ def test_workloads_over_the_same_problems_hold_out_the_same_tasks():
 
 
 def test_a_prompt_files_held_out_prompts_do_not_depend_on_where_it_lies(tmp_path):
-    """The split ranks a file's prompts by its content, not its path: a recipe moved with its prompt
-    files holds out the same prompts (and keeps its cached head)."""
+    """The split ranks a file's prompts by each request, not the path or the whole file: a recipe
+    moved with its prompt files, or a log grown by new requests, holds out the same prompts."""
     import json
     import shutil
 
@@ -181,10 +181,13 @@ def test_a_prompt_files_held_out_prompts_do_not_depend_on_where_it_lies(tmp_path
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "log.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(20)))
     shutil.copytree(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "c").mkdir()  # the same log, grown by new requests: the old ones keep their place
+    (tmp_path / "c" / "log.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(21)))
     held = [[ids for _, ids, h in split_prompts(TrainDraftOptions(workloads=f"p={tmp_path / d / 'log.jsonl'}",
                                                                    heldout=4, max_prompt_tokens=10 ** 6),
-                                                CharTokenizer()) if h] for d in ("a", "b")]
+                                                CharTokenizer()) if h] for d in ("a", "b", "c")]
     assert held[0] == held[1] and len(held[0]) == 4
+    assert held[2] == held[0] or [ord(c) for c in "q20"] in held[2]  # only the new request can move in
 
 
 def test_the_answers_cache_sees_the_tokenizers_eos(tiny, tmp_path):

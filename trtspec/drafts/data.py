@@ -20,7 +20,7 @@ from pathlib import Path
 from ..checkpoints.default_model import default_cache_root
 from ..errors import TrtspecError
 from ..fsutil import sha256_file, write_text_atomic
-from ..workloads import Sample, load_workloads, render, task_family
+from ..workloads import Sample, load_workloads, render, task_key
 from . import selfprompt
 from .options import SELF, TrainDraftOptions
 
@@ -37,10 +37,10 @@ class Example:
     heldout: bool
 
 
-def task_rank(seed: int, family: str, sample_id: str) -> str:
-    """A seeded random rank per task (workloads.task_family and sample id): workloads over the same
-    problems (humaneval, code-edit) rank them alike, so they hold out the same ones."""
-    return hashlib.sha256(f"{seed}:{family}:{sample_id}".encode()).hexdigest()
+def task_rank(seed: int, task: str) -> str:
+    """A seeded random rank per task (workloads.task_key): workloads over the same problems
+    (humaneval, code-edit) rank them alike, so they hold out the same ones."""
+    return hashlib.sha256(f"{seed}:{task}".encode()).hexdigest()
 
 
 def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list[int], bool]]:
@@ -54,11 +54,11 @@ def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list
         if len(wl.samples) <= options.heldout:
             raise TrtspecError(f"draft.train.heldout: workload {wl.name!r} has {len(wl.samples)} prompts, so "
                                f"holding out {options.heldout} leaves none to train on")
-        family = task_family(wl.source, wl.sha256)  # not where the file lies: moving it keeps the split
-        order = sorted(wl.samples, key=lambda s: task_rank(options.seed, family, s.id))
+        tasks = {id(s): task_key(wl.source, s) for s in wl.samples}
+        order = sorted(wl.samples, key=lambda s: task_rank(options.seed, tasks[id(s)]))
         for rank, s in enumerate(order):
             ids = render(s, tokenizer, max_prompt_tokens=options.max_prompt_tokens, keep="end")
-            out.append((wl.name, ids, rank < options.heldout, (family, s.id)))
+            out.append((wl.name, ids, rank < options.heldout, tasks[id(s)]))
     held_ids, held_tasks = {tuple(ids) for _, ids, h, _ in out if h}, {task for *_, h, task in out if h}
     out = [(n, ids, h) for n, ids, h, task in out if h or (tuple(ids) not in held_ids and task not in held_tasks)]
     trained = {n for n, _, h in out if not h}

@@ -9,6 +9,7 @@ its directory without running its `__init__.py`, and we read the data file from 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -66,13 +67,15 @@ PACKAGED = {
 }
 
 
-def task_family(source: str, sha256: str) -> str:
-    """The data a workload's samples are problems of: a packaged set's base set (code-edit's is
-    humaneval), else the prompt file's content (its sha256: the same file anywhere on disk, or a
-    copy of it, is the same problems). Two samples with the same family and id are the same task,
-    however they are worded (train-draft's held-out split, drafts/data.py)."""
+def task_key(source: str, sample) -> str:
+    """Which problem a sample poses, however it is worded: a packaged set's base set and the sample's
+    id (code-edit quotes HumanEval/N's solution: the same task as humaneval's HumanEval/N), else the
+    conversation itself (a prompt file: the same request wherever the file lies, however it grows).
+    train-draft holds out by it (drafts/data.py)."""
     ps = PACKAGED.get(source)
-    return (ps.derived_from or ps.name) if ps else f"sha256:{sha256}"
+    if ps:
+        return f"{ps.derived_from or ps.name}:{sample.id}"
+    return "prompt:" + hashlib.sha256(json.dumps([sample.messages, sample.tools], sort_keys=True).encode()).hexdigest()
 
 
 def packaged_path(name: str) -> Path:
