@@ -84,9 +84,10 @@ def kernel_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """The distribution TensorRT-LLM's C++ sampling kernels draw from (upstream.sampling
     ENGINE_TOP_P_TRUNCATES): the same kept set as `probs`, but not renormalised over it: a token
     gets the part of its probability that lies below top_p in the descending cumulative order, /
-    top_p. Equal to `probs` at top_p 1."""
-    if sampling.greedy:
-        return _one_hot_argmax(logits)
+    top_p. At top_p 1 it is `probs` itself (not recomputed: the cumulative sum's rounding would zero
+    a far tail)."""
+    if sampling.greedy or sampling.top_p >= 1.0:
+        return probs(logits, sampling)
     top_p = sampling.top_p
     return _by_rank(_tempered(logits, sampling),
                     lambda sp, before: ((sp + before).clamp(max=top_p) - before.clamp(max=top_p)) / top_p)
