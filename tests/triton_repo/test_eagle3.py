@@ -50,6 +50,9 @@ def test_llmapi_serves_each_tuned_max_draft_len_routed_by_workload(root):
     # three LLM instances share the GPU: each sizes its KV cache from a third of the default 90%, not
     # 90% of what is free (the first would leave the others no room for their weights)
     assert yml["kv_cache_config"] == {"free_gpu_memory_fraction": 0.3}
+    readme = (out / "README.md").read_text()  # one-model EAGLE-3 decodes greedily; the K=0 model samples
+    assert "routed to `tensorrt_llm_k3`, `tensorrt_llm_k5` is answered with the greedy tokens" in readme
+    assert "`tensorrt_llm_k0` sample: no speculation, or drafts tested with **exact_match**" in readme
     manifest = json.loads((out / "trtspec-repo.json").read_text())
     assert manifest["mode"] == "eagle3"
     routing = manifest["routing"]  # the smallest band's K per workload (one LLM instance per K)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..upstream.sampling import EXACT_MATCH
 from ..upstream.triton import LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES
 from ..upstream.trtllm import TRTLLM_VERSION_LABEL
 from .container import container_command, shell_join
 from .flavors import is_pytorch
-from .models.serving_rules import CHAIN_MODES
+from .models.serving_rules import CHAIN_MODES, served_models
 from .serve import DEFAULT_PORTS
 
 GIB = 1024**3
@@ -188,6 +189,10 @@ def _sampling_text(manifest: dict) -> list[str]:
         out.append(f"- A request with temperature > 0{where} is answered with the greedy tokens and "
                    f"`sampling_fallback` = \"{s['sampling_fallback']}\" in every response (never silently); send temperature 0 to avoid "
                    "the flag, or serve a draft-target repository to sample.")
+        sampled = sorted(set(served_models(manifest["routing"])) - set(greedy or ())) if greedy else []
+        if sampled:  # llmapi: no speculation, or n-gram drafting (upstream.sampling PATH_RULES llmapi-two-model)
+            out.append(f"- {', '.join(f'`{m}`' for m in sampled)} sample: no speculation, or drafts tested with "
+                       f"**{EXACT_MATCH.name}** ({RULE_TEXT[EXACT_MATCH.name]}).")
     elif manifest["flavor"] == "trtllm":
         out.append("- Draft logits " + ("on: the draft engine returns generation logits, and `spec_decode` sends "
                                         "the distribution the draft sampled from (logits / T, top-k/top-p masked) "
