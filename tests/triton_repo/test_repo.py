@@ -386,6 +386,10 @@ def test_serve_prints_the_container_command(w, trt_dt):
     assert f"-v {trt_dt}:{trt_dt}" in cmd and f"-v {w['dt_build'] / 'engines' / 'target'}:" in cmd
     assert "mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver" in cmd and " : " not in cmd
     assert f"--model-repository={trt_dt}" in cmd and "--grpc-address=127.0.0.1 --grpc-port=9001" in cmd
+    # orchestrator mode as launch_triton_server.py --multi-model starts it: spawned workers, no server pools
+    assert "-e TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES=1" in cmd
+    assert ("--pinned-memory-pool-byte-size=0 --enable-peer-access=false --cuda-memory-pool-byte-size=0:0"
+            in cmd)
     res = CliRunner().invoke(app, [str(trt_dt), "--exec"], env={"PATH": "/nonexistent"})
     assert isinstance(res.exception, TrtspecError) and "'docker' is not on PATH" in str(res.exception)
 

@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 from ..errors import TrtspecError
-from ..upstream.triton import (CONTAINER_TRITONSERVER, LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES, ORCHESTRATOR_ENV,
-                               PYTHON_SHM_PREFIX)
+from ..upstream.triton import (CONTAINER_TRITONSERVER, LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES, ORCHESTRATOR_CUDA_POOL_FLAG,
+                               ORCHESTRATOR_ENV, ORCHESTRATOR_SERVER_FLAGS, PYTHON_SHM_PREFIX)
 from .serve import DEFAULT_PORTS, HOST, signal_group
 
 
@@ -31,9 +31,11 @@ def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], 
               "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "-v", f"{repo}:{repo}"]
     for m in launch.get("mounts", []):
         docker += ["-v", f"{m}:{m}:ro"]
-    if launch.get("orchestrator"):
+    if launch.get("orchestrator"):  # as upstream's launcher does it (upstream.triton ORCHESTRATOR_*)
         for k, v in ORCHESTRATOR_ENV.items():
             docker += ["-e", f"{k}={v}"]
+        server += [*ORCHESTRATOR_SERVER_FLAGS, *(ORCHESTRATOR_CUDA_POOL_FLAG.format(gpu=g)
+                                                  for g in range(int(launch.get("engine_world_size", 1))))]
     docker.append(image or launch["container"])
     if manifest.get("flavor") == "llmapi":
         return docker + server

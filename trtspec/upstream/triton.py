@@ -273,5 +273,11 @@ LLMAPI_NGRAM_KEYS = {"max_matching_ngram_size": "max_matching_ngram_size", "keep
 # the engine); ranks != 0 load only the TensorRT-LLM models. Orchestrator mode (TRTLLM_ORCHESTRATOR=1)
 # is needed to serve several TensorRT-LLM models from one server (draft + target, or several EAGLE
 # profiles): one tritonserver, world size 1, the backend spawns its executor workers.
-ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1"}
+ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
+# What launch_triton_server.py --multi-model adds for orchestrator mode on Triton newer than 24.06
+# (triton_backend/scripts/launch_triton_server.py add_multi_model_config, read @0a2e2c1f): no pinned
+# pool, no peer access, and a zero CUDA memory pool on each GPU (`--cuda-memory-pool-byte-size=<gpu>:0`),
+# so the spawned executor processes, not tritonserver, hold the device memory.
+ORCHESTRATOR_SERVER_FLAGS = ("--pinned-memory-pool-byte-size=0", "--enable-peer-access=false")
+ORCHESTRATOR_CUDA_POOL_FLAG = "--cuda-memory-pool-byte-size={gpu}:0"
 PYTHON_SHM_PREFIX = "prefix{rank}_"
