@@ -193,3 +193,18 @@ def test_smollm2_fp8_fp8kv_top1_agreement_on_mt_bench(smollm2_report):
     leave-one-out score above the measurement noise), and 95% is out of reach short of leaving most
     GEMMs unquantized. bf16/fp16 without FP8 agree on 100%."""
     assert smollm2_report[1]["workloads"]["chat"]["top1_agreement"] >= 0.95
+
+
+def test_held_out_excludes_the_base_set_of_a_derived_workload(tmp_path):
+    """code-edit quotes HumanEval/N's stub and solution: a checkpoint calibrated on humaneval's
+    HumanEval/N must not be reported on code-edit's HumanEval/N as a held-out prompt (nor the reverse)."""
+    from trtspec.quality.samples import held_out_samples
+    from trtspec.workloads import load_workload
+
+    calibrated = load_workload("humaneval", seed=0, samples=160)
+    (tmp_path / "trtspec.json").write_text(json.dumps({"options": {"calibration": {"sources": [
+        {"source": "humaneval", "ids": calibrated.ids}]}}}))
+    edit = load_workload("edit=code-edit")
+    chosen, held_out, excluded = held_out_samples(edit, calibration_ids(tmp_path), 4, 0)
+    assert excluded == 160 and held_out is True
+    assert not {s.id for s in chosen} & set(calibrated.ids)

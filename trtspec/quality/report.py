@@ -21,9 +21,10 @@ Per workload, both checkpoints run in the PyTorch runtime with TRT-LLM numerics:
 - **held-out prompts.** The prompts are drawn (seeded) only from samples not used for calibration:
   the quantized checkpoint's `trtspec.json` lists, per calibration source, the sample ids it was
   calibrated on (`options.calibration.sources[].ids`; multi-turn records appear as `ID#turnN`, and
-  the record `ID` counts as used when any of its turns was). A workload whose source was entirely
-  used for calibration is reported on calibration prompts instead, with `held_out: false` and a
-  warning, rather than not at all.
+  the record `ID` counts as used when any of its turns was; a derived set's sample counts as its base
+  set's, so code-edit's HumanEval/N is held out when humaneval's was calibrated on). A workload whose
+  source was entirely used for calibration is reported on calibration prompts instead, with
+  `held_out: false` and a warning, rather than not at all.
 - **acceptance length** (when a draft, or an EAGLE checkpoint, is given): each *pair* (quantized
   target + quantized draft, reference target + reference draft) is profiled on the same prompts with
   the acceptance profiler (trtspec.tuning.profile: each pair decodes its own greedy output, as a

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..fsutil import read_json
 from ..runtime.generate import resolve_pair
 from ..runtime.hf_weights import quantization_record
+from ..workloads.packaged import base_set
 from ..workloads.sample import select
 
 
@@ -19,7 +20,8 @@ def _base_id(sample_id: str) -> str:
 
 def calibration_ids(ckpt: Path) -> dict[str, set[str]]:
     """Calibration sample ids (record ids, turn suffix dropped) per source, from the checkpoint's
-    `trtspec.json` (a pair directory's target/, or the checkpoint itself). Empty when not recorded."""
+    `trtspec.json` (a pair directory's target/, or the checkpoint itself). Empty when not recorded.
+    Keyed by base set (workloads.base_set): code-edit's HumanEval/N quotes humaneval's HumanEval/N."""
     target, _ = resolve_pair(Path(ckpt), None)
     path = Path(target) / "trtspec.json"
     if not path.is_file():
@@ -27,13 +29,13 @@ def calibration_ids(ckpt: Path) -> dict[str, set[str]]:
     calib = (read_json(path, "trtspec.json manifest").get("options") or {}).get("calibration") or {}
     out: dict[str, set[str]] = {}
     for src in calib.get("sources") or []:
-        out.setdefault(str(src.get("source")), set()).update(_base_id(i) for i in src.get("ids") or [])
+        out.setdefault(base_set(str(src.get("source"))), set()).update(_base_id(i) for i in src.get("ids") or [])
     return out
 
 
 def held_out_samples(workload, calib_ids: dict[str, set[str]], samples: int | None, seed: int):
     """(samples drawn from the held-out ones, held_out flag, number of calibration samples excluded)."""
-    used = calib_ids.get(workload.source, set())
+    used = calib_ids.get(base_set(workload.source), set())
     held = [s for s in workload.samples if _base_id(s.id) not in used]
     excluded = len(workload.samples) - len(held)
     pool, flag = (held, True) if held else (list(workload.samples), False)

@@ -67,14 +67,21 @@ PACKAGED = {
 }
 
 
+def base_set(source: str) -> str:
+    """The set whose problems `source` poses: a derived packaged set's base (code-edit: humaneval),
+    any other source as is. What "the same prompt" means across sets (task_key, the quality
+    report's held-out selection)."""
+    ps = PACKAGED.get(source)
+    return (ps.derived_from or ps.name) if ps else source
+
+
 def task_key(source: str, sample) -> str:
     """Which problem a sample poses, however it is worded: a packaged set's base set and the sample's
     id (code-edit quotes HumanEval/N's solution: the same task as humaneval's HumanEval/N), else the
     conversation itself (a prompt file: the same request wherever the file lies, however it grows).
     train-draft holds out by it (drafts/data.py)."""
-    ps = PACKAGED.get(source)
-    if ps:
-        return f"{ps.derived_from or ps.name}:{sample.id}"
+    if source in PACKAGED:
+        return f"{base_set(source)}:{sample.id}"
     return "prompt:" + hashlib.sha256(json.dumps([sample.messages, sample.tools], sort_keys=True).encode()).hexdigest()
 
 
