@@ -87,10 +87,11 @@ def test_a_budget_below_the_draft_model_leaves_n_gram_and_off(offered):
 
 
 def test_separate_instances_cost_a_target_each_and_the_score_grows_with_the_budget(offered):
-    """llmapi: every drafter is its own model instance holding the target again, and bands left off
-    need a plain instance. Whatever the budget, the served set fits it and a larger budget never
-    scores less; with no budget at all only n-gram can be served, and only for every band (one
-    instance, no weights of its own).""" 
+    """llmapi: every setting served (drafter, K, n-gram size, at the smallest band: the one that
+    flavor serves) is its own model instance holding the target and its drafter again, and workloads
+    left off need a plain instance. Whatever the budget, the served set fits it and a larger budget
+    never scores less; with no budget at all only one n-gram setting can be served, for every
+    workload (one instance, no weights of its own)."""
     target = offered["model"].cost.target.weight_bytes_total / GIB
     draft = drafter_memory(offered["model"], separate_instances=False)
     assert drafter_memory(offered["model"], True) == pytest.approx(target + draft)
@@ -99,14 +100,36 @@ def test_separate_instances_cost_a_target_each_and_the_score_grows_with_the_budg
     for budget in (0.0, 1.01 * target, 1.01 * (draft + target), 2.01 * target + draft, None):
         t = choose(offered, memory_budget_gib=budget, separate_instances=True)
         served = {n for n, d in t.choice.drafters.items() if d.served}
-        off = any(not b.speculate for w in t.workloads.values() for b in w.bands)
-        instances = len(served) + (1 if off or not served else 0)
-        assert t.choice.memory_gib == pytest.approx(sum(draft for n in served if n == "model") + (instances - 1) * target)
+        settings = {(b.drafter, b.draft_len, b.max_matching_ngram_size) for w in t.workloads.values()
+                    for b in w.bands if b.concurrency == min(BANDS)}
+        drafts = sum(draft for d, k, _ in settings if d is None and k)  # the model drafter's instances
+        assert t.choice.memory_gib == pytest.approx(drafts + (len(settings) - 1) * target)
         assert budget is None or t.choice.memory_gib <= budget
         scores.append(t.choice.score)
         if budget == 0.0:
             assert served <= {"ngram"} and t.choice.memory_gib == 0.0
     assert scores == sorted(scores) and scores[-1] > scores[0]
+
+
+def test_separate_instances_count_every_setting_the_llmapi_flavor_serves():
+    """llmapi writes one model per (drafter, K, n-gram size) of its band (the smallest): two
+    workloads on one drafter at different K are two instances, each with the target and the draft,
+    and the budget holds what that repository loads."""
+    from trtspec.triton_repo.llmapi import routing
+    from trtspec.triton_repo.routing import draft_target_routes
+
+    model = example_cost_model("draft-target")
+    offered = {"model": tuning("draft-target", {"chat": 0.8, "edit": 0.2, "code": 0.4}, model),
+               "ngram": tuning("ngram", {"chat": 0.05, "edit": 0.9, "code": 0.0}, model.model_copy(update={"draft": None}))}
+    target = offered["model"].cost.target.weight_bytes_total / GIB
+    draft = drafter_memory(offered["model"], separate_instances=False)
+    for budget in (None, 1.01 * target + draft, 2.01 * target + draft):
+        t = choose(offered, memory_budget_gib=budget, separate_instances=True)
+        table = routing(draft_target_routes(t))
+        models = {e["model"] for e in table["workloads"].values()}
+        gib = sum(draft for m in models if m != "tensorrt_llm_k0" and "_n" not in m) + (len(models) - 1) * target
+        assert t.choice.memory_gib == pytest.approx(gib), (budget, sorted(models))
+        assert budget is None or gib <= budget
 
 
 def test_offers_that_cannot_be_compared_are_refused(offered):
@@ -119,6 +142,26 @@ def test_offers_that_cannot_be_compared_are_refused(offered):
         choose({"model": offered["model"], "ngram": slow})
     with pytest.raises(TrtspecError, match="at most one model drafter"):
         choose({"a": offered["model"], "b": offered["model"]})
+
+
+def test_the_default_route_drafts_only_with_served_drafters_or_not_at_all():
+    """An unknown workload's route (routing._best_shared) is the best token-weighted setting of what
+    the choice serves, off included: each drafter's sweep has its own K = 0 point (counted once), and
+    a drafter the budget left out is not drafted with. Brute force: off and every served setting."""
+    from trtspec.triton_repo.routing import draft_target_routes
+
+    model = example_cost_model("draft-target")
+    useless = {"chat": 0.0, "edit": 0.0}
+    cases = [({"model": tuning("draft-target", useless, model)}, None),  # nothing wins: all off
+             ({"model": tuning("draft-target", {"chat": 0.9, "edit": 0.9}, model)}, 0.5)]  # the model left out
+    for offered, budget in cases:
+        offered["ngram"] = tuning("ngram", useless, model.model_copy(update={"draft": None}))
+        gib = None if budget is None else budget * drafter_memory(offered["model"], False)
+        t = choose(offered, memory_budget_gib=gib)
+        assert not any(d.served for d in t.choice.drafters.values())
+        assert all(not b.speculate for w in t.workloads.values() for b in w.bands)
+        default = draft_target_routes(t)["default"]["bands"]
+        assert default == [{"concurrency": c, "num_draft_tokens": 0} for c in BANDS], default
 
 
 # ---- end to end on real models: profile each drafter, tune, choose (the CLI) ---------------------------
@@ -255,3 +298,18 @@ def test_model_drafters_of_different_kinds_are_still_refused(heads):
     model = tuning("draft-target", {"chat": 0.5, "code": 0.5, "edit": 0.5}, example_cost_model("draft-target"))
     with pytest.raises(TrtspecError, match="unless all are EAGLE-3 heads"):
         choose({"eagle3": heads["eagle3"], "model": model})
+
+
+def test_llmapi_refuses_two_heads_whose_models_would_share_a_name():
+    """Heads of workloads `qa-1` and `qa_1` at one K sanitize to one llmapi model name: one model,
+    one head, and a workload drafted with the other's head. Refused, naming both settings."""
+    from trtspec.triton_repo.llmapi import routing
+    from trtspec.triton_repo.routing import draft_target_routes
+
+    model = example_cost_model("draft-target")
+    head = lambda rates: tuning("draft-target", rates, model).model_copy(update={"mode": "eagle3"})
+    t = choose({"eagle3": head({"qa-1": 0.3, "qa_1": 0.3}), "eagle3-qa-1": head({"qa-1": 0.9, "qa_1": 0.1}),
+                "eagle3-qa_1": head({"qa-1": 0.1, "qa_1": 0.9})})
+    assert {w: wt.bands[0].drafter for w, wt in t.workloads.items()} == {"qa-1": "eagle3-qa-1", "qa_1": "eagle3-qa_1"}
+    with pytest.raises(TrtspecError, match="get the same model name 'tensorrt_llm_k4_eagle3_qa_1'"):
+        routing(draft_target_routes(t))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import TrtspecError
 from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
 from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_FREE_GPU_MEMORY_FRACTION,
                                LLMAPI_KV_CACHE_CONFIG, LLMAPI_SPEC_MODEL_KEY)
@@ -42,9 +43,21 @@ def routing(routes: dict) -> dict:
                 **({"draft_head": h} if h else {})}
     table = {w: entry(bands) for w, bands in routes["workloads"].items()}
     default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
+    _check_names([*table.values(), default])
     band = routes["default"]["bands"][0]["concurrency"]
     # band: the one served (generate names it in each request's route label, which perf reads)
     return {"mode": "llmapi", "band": band, "workloads": table, "default": default, "models": []}
+
+
+def _check_names(entries: list[dict]) -> None:
+    """One model per setting: two settings whose names sanitize alike (heads of workloads `qa-1` and
+    `qa_1`) would be one model, drafting one workload with the other's head."""
+    settings: dict[str, tuple] = {}
+    for e in entries:
+        key = (e["num_draft_tokens"], e.get("max_matching_ngram_size"), e.get("draft_head"))
+        if settings.setdefault(e["model"], key) != key:
+            raise TrtspecError(f"tuning: settings {settings[e['model']]} and {key} (K, n-gram size, head) get the same "
+                               f"model name {e['model']!r}; rename a workload")
 
 
 def specs(tuning, arts: list[Artifact], default_workload: str | None,

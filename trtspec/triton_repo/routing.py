@@ -110,17 +110,31 @@ def _entry(concurrency: int, k, ngram_size: int | None, drafter: str | None = No
     return e
 
 
+def _served_drafters(tuning) -> tuple[bool, bool]:
+    """(the model drafter served, n-gram served): a drafter the choice left out (the memory budget,
+    tuning/choose.py) is not the repository's to draft with, for the default route either. Without a
+    choice, the tuning's one drafter. (Another head served brings the general one: choose._loadable.)"""
+    if tuning.choice is None:
+        return True, True
+    served = [d.mode for d in tuning.choice.drafters.values() if d.served]
+    return any(m != "ngram" for m in served), "ngram" in served
+
+
 def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
-    """(K, n-gram size or None) with the highest token-weighted tokens/s over the workloads' sweeps."""
+    """(K, n-gram size or None) with the highest token-weighted tokens/s over the workloads' sweeps,
+    among the settings of served drafters and off (every drafter's sweep has its own K = 0 point:
+    counted once per workload)."""
+    model, ngram = _served_drafters(tuning)
     score: dict[tuple, float] = {}
     seen: dict[tuple, int] = {}
     for w in tuning.workloads.values():
         band = next(b for b in w.bands if b.concurrency == concurrency)
-        for p in band.sweep:
-            if p.draft_len is not None and p.label is None:  # (a labelled chain: another head's, choose.py)
-                key = (p.draft_len, p.max_matching_ngram_size)
-                score[key] = score.get(key, 0.0) + w.num_tokens * p.tokens_per_s
-                seen[key] = seen.get(key, 0) + 1
+        points = {(p.draft_len, p.max_matching_ngram_size): p.tokens_per_s for p in band.sweep
+                  if p.draft_len is not None and p.label is None  # (a labelled chain: another head's, choose.py)
+                  and (not p.draft_len or (ngram if p.max_matching_ngram_size is not None else model))}
+        for key, tps in points.items():
+            score[key] = score.get(key, 0.0) + w.num_tokens * tps
+            seen[key] = seen.get(key, 0) + 1
     full = [k for k, n in seen.items() if n == len(tuning.workloads)]
     if not full:  # no setting was swept for every workload: the most common tuned choice
         ks = [(b.draft_len, b.max_matching_ngram_size) for w in tuning.workloads.values()

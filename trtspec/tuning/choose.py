@@ -10,9 +10,10 @@ target under the same GPU model, and "off" is the same baseline in all of them.
 
 What a drafter costs to serve is memory: a draft model or head holds its weights on the GPU for as
 long as any workload routes to it; n-gram drafting holds nothing. When each drafter is its own model
-instance (the llmapi flavor: `speculative_config` is a per-model setting, so every drafter, and the
-target under it, is loaded once per instance; a workload served without speculation needs a plain
-instance too), every instance beyond the first costs the target's weights again. With a memory
+instance (the llmapi flavor: `speculative_config` is a per-model setting, so every setting served,
+a drafter at one K and n-gram size at the flavor's one band, is an instance with its own target and
+drafter; a workload served without speculation needs a plain instance too), every instance beyond
+the first costs the target's weights again. With a memory
 budget (`tune.memory_budget_gib`, extra GiB beyond one target) the choice is therefore over *sets*
 of served drafters: for every set within the budget, each workload x band takes
 the best of that set's settings (or off), and the set with the highest token-weighted sum of
@@ -102,26 +103,33 @@ def _off(band: BandChoice) -> BandChoice:
         "speedup": 1.0})
 
 
-def _score(tunings: dict[str, Tuning], served: tuple[str, ...]) -> tuple[float, bool]:
-    """(token-weighted tokens/s over workloads and bands, whether some band is left off)."""
+def _score(tunings: dict[str, Tuning], served: tuple[str, ...]) -> float:
+    """Token-weighted tokens/s over workloads and bands."""
     first = next(iter(tunings.values()))
-    total, off = 0.0, False
-    for w, wt in first.workloads.items():
-        for c in first.concurrency_bands:
-            _, band = _pick(tunings, served, w, c)
-            total += wt.num_tokens * band.tokens_per_s  # off: the baseline (_off)
-            off |= not band.speculate
-    return total, off
+    return sum(wt.num_tokens * _pick(tunings, served, w, c)[1].tokens_per_s  # off: the baseline (_off)
+               for w, wt in first.workloads.items() for c in first.concurrency_bands)
 
 
-def _set_memory(tunings: dict[str, Tuning], served: tuple[str, ...], any_off: bool, separate: bool) -> float:
-    """GiB a served set adds beyond one target: the drafters' weights, and with separate instances a
-    target per instance beyond the first (a plain one for the bands left off)."""
-    weights = sum(drafter_memory(tunings[n], False) for n in served)
+def _instances(tunings: dict[str, Tuning], served: tuple[str, ...]) -> list[str | None]:
+    """The drafter of each model instance a set takes when every setting is its own instance (the
+    llmapi flavor, triton_repo/llmapi.py): one per distinct (drafter, K, n-gram size) at the smallest
+    band, the one that flavor serves; None: a plain instance, for the workloads left off there."""
+    first = next(iter(tunings.values()))
+    settings = {}
+    for w in first.workloads:
+        name, band = _pick(tunings, served, w, min(first.concurrency_bands))
+        settings[(name, band.draft_len, band.max_matching_ngram_size)] = name
+    return list(settings.values())
+
+
+def _set_memory(tunings: dict[str, Tuning], served: tuple[str, ...], separate: bool) -> float:
+    """GiB a served set adds beyond one target: the drafters' weights, and with separate instances
+    each instance's (_instances: its drafter's weights, and a target per instance beyond the first)."""
     if not separate:
-        return weights
-    instances = len(served) + (1 if any_off or not served else 0)
-    return weights + (instances - 1) * next(iter(tunings.values())).cost.target.weight_bytes_total / GIB
+        return sum(drafter_memory(tunings[n], False) for n in served)
+    instances = _instances(tunings, served)
+    weights = sum(drafter_memory(tunings[n], False) for n in instances if n is not None)
+    return weights + (len(instances) - 1) * next(iter(tunings.values())).cost.target.weight_bytes_total / GIB
 
 
 def _general_head(tunings: dict[str, Tuning]) -> str | None:
@@ -150,8 +158,8 @@ def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
     for served in (s for r in range(len(names) + 1) for s in combinations(names, r)):
         if not _loadable(tunings, served):
             continue
-        score, off = _score(tunings, served)
-        gib = _set_memory(tunings, served, off, separate_instances)
+        score = _score(tunings, served)
+        gib = _set_memory(tunings, served, separate_instances)
         if memory_budget_gib is None or gib <= memory_budget_gib + 1e-12:
             scored.append((score, -gib, -len(served), served))
     score, gib, _, chosen = max(scored, key=lambda x: x[:3])  # the empty set always fits
