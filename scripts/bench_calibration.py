@@ -6,7 +6,8 @@ model fitted to it (`trtspec tune --calibrate`), and how well it predicts tokens
    are all servable per request (n-gram drafting: the step is one verify of K + 1 tokens);
 2. serves it with the bundled tritonserver and runs the sweep: per workload (chat = mt-bench,
    edit = code-edit, copy-heavy) and concurrency, speculation off and K = 1..4, interleaved one
-   request per block (off, K=1..4 | K=4..1, off | ...: this box is shared, its load drifts);
+   request per block at concurrency 1, c at c (off, K=1..4 | K=4..1, off | ...: this box is shared,
+   its load drifts; a block of fewer than c requests never has c in flight);
 3. calibrates the `cpu` preset's four numbers to the sweep (trtspec.tuning.calibrate, as
    `trtspec tune --calibrate` does on the profile written here) and prints, per point, the measured
    tokens/s with its 95% interval, the prediction before calibration and after (with the measured
@@ -84,7 +85,8 @@ def sweep(repo: Path, work: Path, args) -> Path:
     server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=work / "server.log").start(600)
     try:
         run_perf(PerfOptions(url=server.grpc_url, workloads=WORKLOADS, concurrency=args.concurrency,
-                             requests=args.requests, blocks=args.requests, warmup=1, max_tokens=args.max_tokens,
+                             requests=args.requests, blocks=max(1, args.requests // max(args.concurrency)), warmup=1,
+                             max_tokens=args.max_tokens,
                              timeout_s=600,
                              sweep=True, progress=False, out=work / "perf"))
     finally:

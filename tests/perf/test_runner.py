@@ -258,5 +258,17 @@ def test_blocks_need_a_baseline_a_request_count_and_one_client(kw, field, tmp_pa
     the lightest load point's count is the binding one)."""
     with pytest.raises(ValueError, match=rf"blocks: .*{field}"):
         PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, **kw)
-    assert PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, blocks=17, baseline=True,
-                       concurrency=[4]).blocks == 17  # 32 requests by default at concurrency 4
+    assert PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, blocks=8, baseline=True,
+                       concurrency=[4]).blocks == 8  # 32 requests by default at concurrency 4: 4 per block
+
+
+@pytest.mark.parametrize("kw", [dict(blocks=8, baseline=True, requests=8, concurrency=[4]),
+                                dict(blocks=17, baseline=True, concurrency=[4]),
+                                dict(blocks=4, sweep=True, requests=8, concurrency=[1, 4]),
+                                dict(requests=2, concurrency=[4])])
+def test_a_block_must_hold_as_many_requests_as_the_concurrency_it_is_labelled(kw, tmp_path):
+    """Each block is a closed loop started afresh: 8 requests in 8 blocks at concurrency 4 had one
+    request in flight at a time (measured through the runner with a fake stream), yet the runs said
+    c=4, and the comparison's band and the calibration's batch were read from that label."""
+    with pytest.raises(ValueError, match=r"(blocks|requests): at concurrency 4, .* fewer than the 4 to keep in flight"):
+        PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, **kw)

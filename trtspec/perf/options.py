@@ -70,7 +70,22 @@ class PerfSettings(StageOptions):
             self._check_blocks()
         if self.sweep:
             self._check_sweep()
+        if self.duration_s is None:
+            self._check_block_load()
         return self
+
+    def _check_block_load(self) -> None:
+        """A closed-loop run's requests go out in `blocks` blocks (one without interleaving), each
+        started afresh: a block of fewer requests than the concurrency never has that many in flight,
+        so the point would be measured at a lighter load than it is labelled, compared with and
+        calibrated at (the smallest of the near-equal blocks holds requests // blocks)."""
+        for c, _ in load_points(self):
+            n = (self.requests or default_requests(c, None)) if c else None
+            if n is not None and n // self.blocks < c:
+                field = "blocks" if self.blocks > 1 else "requests"
+                raise ValueError(f"{field}: at concurrency {c}, {n} requests in {self.blocks} block(s) hold "
+                                 f"{n // self.blocks} each, fewer than the {c} to keep in flight "
+                                 "(requests >= concurrency x blocks)")
 
     def _check_sweep(self) -> None:
         """The sweep's own off point is the baseline; its load points are batches (concurrency), each
