@@ -213,6 +213,16 @@ def test_a_swept_chain_route_keeps_the_workloads_head_in_route_and_label():
     assert swept == {"num_draft_tokens": 4, "draft_head": "code", "label": "code:sweep:K=4:head=code"}
 
 
+@pytest.mark.parametrize("param, value", [(r.SWEEP_K, "abc"), (r.SWEEP_K, "3.0"), (r.SWEEP_NGRAM, "two")])
+def test_a_sweep_parameter_that_is_not_an_integer_is_a_one_line_error_naming_it(param, value):
+    """Request parameters reach generate as strings; int() of a bad one was a bare ValueError
+    ("invalid literal for int()", a traceback in the server log, no parameter named)."""
+    route = {"num_draft_tokens": 2, "label": "code@1:K=2"}
+    kw = {"k": value} if param == r.SWEEP_K else {"ngram": value}
+    with pytest.raises(r.RequestError, match=rf"^{param}: expected an integer, got '{value}'$"):
+        r.swept_route({"mode": "ngram"}, route, **kw)
+
+
 def test_new_suffix_keeps_the_stream_append_only_and_says_what_the_client_has():
     """A re-segmented (shorter, changed) text sends nothing; what follows is sent beyond the length
     the client already has, and the returned text is always what the client holds."""

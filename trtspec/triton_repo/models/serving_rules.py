@@ -209,6 +209,15 @@ def label_band(label):
     return m.group(1), int(m.group(2)), None if m.group(3) is None else int(m.group(3))
 
 
+def sweep_int(value, name):
+    """A sweep request parameter as an int. Parameters arrive as strings (a client may send "abc" or
+    a double's "3.0"): a bad one is the client's one-line error naming it, not a ValueError from int()."""
+    try:
+        return int(value)
+    except ValueError:
+        raise RequestError(f"{name}: expected an integer, got {value!r}") from None
+
+
 def swept_route(routing, route, k=None, ngram=None, model=None):
     """The route of a request that carries sweep parameters (strings or None, as request
     parameters arrive); the route unchanged without them. K is range-checked by spec_decode
@@ -218,8 +227,8 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
         if not chain:
             raise RequestError(f"{SWEEP_K}: this {routing['mode']} repository serves its settings as models; "
                                f"choose one with {SWEEP_MODEL}")
-        k = int(k) if k is not None else route["num_draft_tokens"]
-        n = int(ngram) if ngram is not None else route.get("max_matching_ngram_size")
+        k = sweep_int(k, SWEEP_K) if k is not None else route["num_draft_tokens"]
+        n = sweep_int(ngram, SWEEP_NGRAM) if ngram is not None else route.get("max_matching_ngram_size")
         head = route.get("draft_head")  # a workload's own EAGLE-3 head drafts its sweep too
         return chain_route(k, n, head, route["label"].split("@")[0] + ":sweep:" + chain_setting(k, n, head))
     if model is not None:
