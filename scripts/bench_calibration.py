@@ -5,9 +5,10 @@ model fitted to it (`trtspec tune --calibrate`), and how well it predicts tokens
    embedded default model, fp32): spec_decode drafts from a per-request n-gram pool, so K = 0..4
    are all servable per request (n-gram drafting: the step is one verify of K + 1 tokens);
 2. serves it with the bundled tritonserver and runs the sweep: per workload (chat = mt-bench,
-   edit = code-edit, copy-heavy) and concurrency, speculation off and K = 1..4, interleaved one
-   request per block at concurrency 1, c at c (off, K=1..4 | K=4..1, off | ...: this box is shared,
-   its load drifts; a block of fewer than c requests never has c in flight);
+   edit = code-edit, copy-heavy) and concurrency, speculation off and K = 1..4, interleaved in
+   blocks of max(concurrency) requests (off, K=1..4 | K=4..1, off | ...: this box is shared, its load
+   drifts; one request per block at `--concurrency 1`; a block of fewer than c requests would never
+   have c in flight);
 3. calibrates the `cpu` preset's four numbers to the sweep (trtspec.tuning.calibrate, as
    `trtspec tune --calibrate` does on the profile written here) and prints, per point, the measured
    tokens/s with its 95% interval, the prediction before calibration and after (with the measured

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from triton_fixtures import tuning_file
@@ -80,20 +81,67 @@ def test_an_eagle3_tuning_needs_an_eagle3_head(root):
 
 def test_the_kv_share_leaves_every_instance_room_in_either_load_order():
     """N LLM instances each size their KV cache from a share of the memory free at that moment: with
-    the share kv_share gives, the last instance's weights still fit when they load one after another,
-    and the caches stay within 90% of what the weights leave when they load together."""
+    the share kv_share gives, the last instance (weights and runtime overhead) still fits when they
+    load one after another, and the caches stay within 90% of what the instances leave when they
+    load together."""
+    from trtspec.builders.memory import RUNTIME_OVERHEAD_BYTES
     from trtspec.triton_repo.llmapi import kv_share
 
     G = 2**30
     for n, w, m in ((2, 30 * G, 80 * G), (4, 16 * G, 80 * G), (3, 1 * G, 80 * G)):
         f, warning = kv_share(n, w, m)
         assert warning is None and 0 < f <= 0.9 / n
-        free = m
-        for _ in range(n):  # one after another: weights, then a cache from what is free
-            free -= w
+        instance, free = w + RUNTIME_OVERHEAD_BYTES, m
+        for _ in range(n):  # one after another: an instance, then its cache from what is free
+            free -= instance
             assert free >= 0
             free -= f * free
-        assert n * f * (m - n * w) <= 0.9 * (m - n * w) + 1  # together
+        assert n * f * (m - n * instance) <= 0.9 * (m - n * instance) + 1  # together
     assert kv_share(1, 30 * G, 80 * G) == (None, None)
-    f, warning = kv_share(3, 30 * G, 80 * G)
-    assert f is None and warning.startswith("memory: 3 LLM instances of 30.0 GiB weights each do not fit")
+    f, warning = kv_share(3, 30 * G, 80 * G)  # they do not fit: the even share, and say so
+    assert f == 0.3 and warning.startswith("memory: 3 LLM instances of about 32.0 GiB each")
+    f, warning = kv_share(3, 0, 80 * G)
+    assert f == 0.3 and "no weight files found" in warning
+
+
+def test_instance_weights_are_read_as_the_loader_would(tmp_path):
+    """The index's shards only (a consolidated copy beside them is not loaded), and a head's
+    pytorch_model.bin by its size (never unpickled)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from trtspec.triton_repo.deploy import Artifact
+    from trtspec.triton_repo.llmapi import weight_bytes
+
+    target, head = tmp_path / "target", tmp_path / "head"
+    target.mkdir(), head.mkdir()
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        save_file({name[:11]: torch.zeros(1000)}, str(target / name))
+    save_file({"all": torch.zeros(2000)}, str(target / "consolidated.safetensors"))
+    (target / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "model-00001": "model-00001-of-00002.safetensors", "model-00002": "model-00002-of-00002.safetensors"}}))
+    (head / "pytorch_model.bin").write_bytes(b"\0" * 5000)
+    shards = sum((target / f).stat().st_size for f in ("model-00001-of-00002.safetensors",
+                                                       "model-00002-of-00002.safetensors"))
+    art = Artifact(role="target", path=target, kind="hf", config={})
+    served = [("tensorrt_llm_k0", None, ""), ("tensorrt_llm_k3", {"speculative_model_dir": str(head)}, "")]
+    assert weight_bytes(served, art) == shards + 5000
+
+
+def test_unknown_workloads_share_a_served_llmapi_setting():
+    """Every llmapi setting is a model instance, and the drafter choice's memory counts the workloads'
+    settings only: a computed default K no workload got would load one more target and drafter. The
+    default takes the setting most workloads are served with instead."""
+    from trtspec.triton_repo.llmapi import routing
+
+    def bands(k):
+        return [{"concurrency": 1, "num_draft_tokens": k}]
+
+    routes = {"workloads": {"chat": bands(4), "edit": bands(1), "code": bands(4)},
+              "default": {"source": "computed", "bands": bands(2)}}
+    table = routing(routes)
+    assert {e["model"] for e in table["workloads"].values()} == {"tensorrt_llm_k4", "tensorrt_llm_k1"}
+    assert table["default"]["model"] == "tensorrt_llm_k4" and "not served" in table["default"]["source"]
+    routes["default"]["bands"] = bands(1)  # a served one stays as computed
+    assert routing(routes)["default"] == {"source": "computed", "model": "tensorrt_llm_k1", "num_draft_tokens": 1}

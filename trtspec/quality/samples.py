@@ -10,7 +10,7 @@ from pathlib import Path
 from ..fsutil import read_json
 from ..runtime.generate import resolve_pair
 from ..runtime.hf_weights import quantization_record
-from ..workloads.packaged import base_set
+from ..workloads import base_set
 from ..workloads.sample import select
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from ..builders.memory import RUNTIME_OVERHEAD_BYTES
+from ..checkpoints.safetensors_io import open_weights
 from ..errors import TrtspecError
 from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
 from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_FREE_GPU_MEMORY_FRACTION,
@@ -43,6 +45,13 @@ def routing(routes: dict) -> dict:
                 **({"draft_head": h} if h else {})}
     table = {w: entry(bands) for w, bands in routes["workloads"].items()}
     default = {"source": routes["default"]["source"], **entry(routes["default"]["bands"])}
+    served = list(table.values())
+    if served and default["model"] not in {e["model"] for e in served}:
+        # every setting is an instance (the drafter choice's memory counts the workloads' only):
+        # unknown workloads share the setting most workloads are served with, not one of their own
+        common = max(served, key=lambda e: (sum(x["model"] == e["model"] for x in served), e["model"]))
+        default = {"source": f"the most routed served setting ({routes['default']['source']} was "
+                             f"{default['model']}, not served)", **common}
     _check_names([*table.values(), default])
     band = routes["default"]["bands"][0]["concurrency"]
     # band: the one served (generate names it in each request's route label, which perf reads)
@@ -92,30 +101,47 @@ def greedy_models(served: list[Spec]) -> list[str]:
     return sorted(name for name, spec, _ in served if spec and spec["decoding_type"] == LLMAPI_DECODING_EAGLE3)
 
 
+def _disk_bytes(path) -> int:
+    """Bytes of an HF directory's weight files: its safetensors (the index's shards where it has one),
+    else its pytorch_model*.bin (sizes only, never unpickled)."""
+    if not path:
+        return 0
+    try:
+        files = open_weights(Path(path)).files()
+    except TrtspecError:
+        files = sorted(Path(path).glob("pytorch_model*.bin"))
+    return sum(f.stat().st_size for f in files)
+
+
 def weight_bytes(served: list[Spec], target: Artifact) -> int:
     """The largest instance's weights on disk (the target, plus its draft model or EAGLE-3 head): what
     each LLM loads onto the GPU before it sizes its KV cache."""
-    def size(path) -> int:
-        return sum(f.stat().st_size for f in Path(path).glob("*.safetensors")) if path else 0
-    return size(target.path) + max((size((spec or {}).get(LLMAPI_SPEC_MODEL_KEY)) for _, spec, _ in served),
-                                   default=0)
+    return _disk_bytes(target.path) + max((_disk_bytes((spec or {}).get(LLMAPI_SPEC_MODEL_KEY))
+                                           for _, spec, _ in served), default=0)
 
 
 def kv_share(models: int, weights: int, gpu_bytes: int) -> tuple[float | None, str | None]:
     """(each model's free_gpu_memory_fraction, a warning) when `models` LLM instances of `weights`
-    bytes share a GPU of `gpu_bytes` (upstream.triton LLMAPI_FREE_GPU_MEMORY_FRACTION). Each sizes its
-    cache from a share f of the memory free at that moment, so:
-    - loaded together (weights first), the caches take N f of what the weights leave: f <= 0.9 / N;
+    bytes share a GPU of `gpu_bytes` (upstream.triton LLMAPI_FREE_GPU_MEMORY_FRACTION). An instance
+    is its weights plus a runtime's overhead (W: builders.memory's estimate: its own process, CUDA
+    context, activations). Each sizes its cache from a share f of the memory free at that moment, so:
+    - loaded together (instances first), the caches take N f of what they leave: f <= 0.9 / N;
     - loaded one after another, the first N - 1 caches take at most (N - 1) f (M - W) while the last
-      instance's weights still need M - N W: f <= (M - N W) / ((N - 1)(M - W)), times the 0.9.
-    The smaller bound holds in either order. None for one model (the default is then right)."""
+      instance still needs M - N W: f <= (M - N W) / ((N - 1)(M - W)), times the 0.9.
+    The smaller bound holds in either order, as far as these estimates do. None for one model (the
+    default is then right). N instances that do not fit get 0.9 / N and a warning."""
     if models < 2:
         return None, None
-    free_after_all = gpu_bytes - models * weights
+    even = round(KV_CACHE_FREE_GPU_MEMORY_FRACTION / models, 4)
+    if weights <= 0:
+        return even, "memory: no weight files found to size the llmapi instances; each takes 0.9 / N of the free memory"
+    instance = weights + RUNTIME_OVERHEAD_BYTES
+    free_after_all = gpu_bytes - models * instance
     if free_after_all <= 0:
-        return None, (f"memory: {models} LLM instances of {weights / 2**30:.1f} GiB weights each do not fit in "
-                      f"{gpu_bytes / 2**30:.0f} GiB; serve fewer settings (tune.memory_budget_gib counts each instance) or quantize")
-    sequential = free_after_all / ((models - 1) * (gpu_bytes - weights))
+        return even, (f"memory: {models} LLM instances of about {instance / 2**30:.1f} GiB each (weights and runtime) "
+                      f"do not fit in {gpu_bytes / 2**30:.0f} GiB; serve fewer settings (tune.memory_budget_gib counts "
+                      "each instance) or quantize")
+    sequential = free_after_all / ((models - 1) * (gpu_bytes - instance))
     return round(KV_CACHE_FREE_GPU_MEMORY_FRACTION * min(1.0 / models, sequential), 4), None
 
 

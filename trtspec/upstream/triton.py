@@ -277,7 +277,9 @@ ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCE
 # What launch_triton_server.py --multi-model adds for orchestrator mode on Triton newer than 24.06
 # (triton_backend/scripts/launch_triton_server.py add_multi_model_config, read @0a2e2c1f): no pinned
 # pool, no peer access, and a zero CUDA memory pool on each GPU (`--cuda-memory-pool-byte-size=<gpu>:0`),
-# so the spawned executor processes, not tritonserver, hold the device memory.
+# so the spawned executor processes, not tritonserver, hold the device memory. Upstream zeroes the
+# pool on every GPU nvidia-smi lists; trtspec's command zeroes the engine's GPUs (the others keep
+# tritonserver's small default pool, which no TensorRT-LLM model uses).
 ORCHESTRATOR_SERVER_FLAGS = ("--pinned-memory-pool-byte-size=0", "--enable-peer-access=false")
 ORCHESTRATOR_CUDA_POOL_FLAG = "--cuda-memory-pool-byte-size={gpu}:0"
 PYTHON_SHM_PREFIX = "prefix{rank}_"
