@@ -95,8 +95,10 @@ def test_fields_a_config_leaves_out_take_transformers_defaults(tmp_path, family)
     head = getattr(ref, "head_dim", None) or ref.hidden_size // ref.num_attention_heads
     assert (spec.num_kv_heads, spec.head_size, spec.rope_theta, spec.max_position_embeddings, spec.norm_eps) == (
         ref.num_key_value_heads, head, ref.rope_theta, ref.max_position_embeddings, ref.rms_norm_eps)
-    if family == "mistral":  # recorded as transformers reads it (neither the runtime nor the engine applies it)
-        assert spec.extras.get("sliding_window") == ref.sliding_window == 4096
+    if family == "mistral":  # a window left out is transformers' 4096, which the runtime applies
+        assert spec.sliding_window == ref.sliding_window == 4096
+    else:
+        assert spec.sliding_window is None
 
 
 def test_default_rope_type_is_written_as_no_scaling(tmp_path):

@@ -240,7 +240,7 @@ def test_an_eagle3_head_is_sharded_like_its_target():
     spec = DecoderSpec(architecture="LlamaForCausalLM", family="llama", num_layers=1, hidden_size=512, num_heads=8,
                        num_kv_heads=2, head_size=64, intermediate_size=1024, vocab_size=4000, hidden_act="silu",
                        norm_eps=1e-5, rope_theta=5e5, rope_scaling=None, max_position_embeddings=4096,
-                       attn_bias=False, qk_norm=False, tie_word_embeddings=False, extras={})
+                       attn_bias=False, qk_norm=False, tie_word_embeddings=False)
     head = SimpleNamespace(spec=spec, draft_vocab=1000, aux_layers=(1, 5, 9))
     for tp in (1, 2):
         shape = shape_from_eagle3(head, {"dtype": "bfloat16", "mapping": {"tp_size": tp, "world_size": tp}}, "h", "h")

@@ -1,13 +1,15 @@
 """`DecoderSpec`: the architecture facts of one Llama-family decoder, read from an HF config.json or
 from a TRT-LLM config.json, and written back as a TRT-LLM config.json.
 
-Llama, Mistral, Qwen2 and Qwen3 are one decoder with three switches: qkv bias (Qwen2), q/k
-RMSNorm per head (Qwen3) and an explicit head size (Qwen3 and some Llamas). One spec, no forks.
+Llama, Mistral, Qwen2 and Qwen3 are one decoder with four switches: qkv bias (Qwen2), q/k
+RMSNorm per head (Qwen3), an explicit head size (Qwen3 and some Llamas) and Mistral's sliding
+window (Mistral-7B-v0.1: every layer attends the last 4096 positions; later Mistrals set none).
+One spec, no forks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,9 @@ class DecoderSpec:
     qk_norm: bool = False
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
-    extras: dict[str, Any] = field(default_factory=dict, compare=False)
+    # Every layer attends only keys at positions > query position - sliding_window (transformers'
+    # sliding_window_overlay; Mistral alone: Qwen's per-layer windows are refused). None = full.
+    sliding_window: int | None = None
 
     @property
     def qkv_out(self) -> int:
@@ -77,10 +81,11 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
     kv_default = missing["num_key_value_heads"] if "num_key_value_heads" not in f.cfg else None
     kv_heads, head_dim = f.int("num_key_value_heads", kv_default or heads), f.int("head_dim", missing["head_dim"])
     f.head_counts(hidden, heads, kv_heads, head_dim is not None)
-    extras = {}
-    sliding_window = f.int("sliding_window", None) if "sliding_window" in f.cfg else missing.get("sliding_window")
-    if sliding_window and family == "mistral":
-        extras["sliding_window"] = sliding_window
+    window = f.int("sliding_window", None) if "sliding_window" in f.cfg else missing.get("sliding_window")
+    sliding_window = window if family == "mistral" else None  # left out: transformers' 4096; null: none
+    if family in ("qwen2", "qwen3") and f.flag("use_sliding_window", False):
+        raise TrtspecError(f"{path}: field 'use_sliding_window' is true; Qwen's per-layer sliding windows "
+                           "are not supported (expected false)")
     return DecoderSpec(
         architecture=trt_arch, family=family,
         vocab_size=f.int("vocab_size"), hidden_size=hidden,
@@ -94,7 +99,7 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
         attn_bias=family == "qwen2" or f.flag("attention_bias", False),
         qk_norm=family == "qwen3",
         tie_word_embeddings=f.flag("tie_word_embeddings", False),
-        extras=extras,
+        sliding_window=sliding_window,
     )
 
 
@@ -129,6 +134,8 @@ def trtllm_config(spec: DecoderSpec, dtype: str, tp: int, parallel_embedding: bo
         cfg.update(qwen_type=spec.family, seq_length=spec.max_position_embeddings, use_logn_attn=False)
     if spec.qk_norm:
         cfg["qk_layernorm"] = True
+    if spec.sliding_window:  # kept for the serving config's window (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY)
+        cfg[trtllm.SLIDING_WINDOW_CONFIG_KEY] = spec.sliding_window
     return cfg
 
 
@@ -161,4 +168,5 @@ def spec_from_trtllm(cfg: dict, where: Path | str, prefix: str = "") -> DecoderS
         qk_norm=family == "qwen3" or f.flag("qk_layernorm", False),
         tie_word_embeddings=f.flag("tie_word_embeddings", False),
         hidden_act=f.text("hidden_act", "silu"),
+        sliding_window=f.int(trtllm.SLIDING_WINDOW_CONFIG_KEY, None),
     )

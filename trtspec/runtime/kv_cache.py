@@ -91,10 +91,14 @@ class KVCache:
         self.lens[b] = n
 
 
-def attention_mask(lens: torch.Tensor, block_mask: torch.Tensor, length: int) -> torch.Tensor:
+def attention_mask(lens: torch.Tensor, block_mask: torch.Tensor, length: int,
+                   positions: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
     """Boolean mask [b', T, length]: query t of row b sees every committed slot s < lens[b], and the
     uncommitted slot lens[b] + j when block_mask[(b,) t, j] (block_mask is [T, W] or [b', T, W], W =
-    uncommitted slots written so far including this block)."""
+    uncommitted slots written so far including this block). With a sliding window, a query at
+    position positions[b, t] sees only the slots s > position - window (transformers'
+    sliding_window_overlay: kv_idx > q_idx - sliding_window; a slot's index is its position, see
+    model.block_geometry)."""
     W = block_mask.shape[-1]
     slot = torch.arange(length, device=lens.device)
     rel = slot[None, :] - lens[:, None]  # [b', length]
@@ -103,7 +107,10 @@ def attention_mask(lens: torch.Tensor, block_mask: torch.Tensor, length: int) ->
     bm = block_mask if block_mask.dim() == 3 else block_mask.expand(lens.shape[0], *block_mask.shape)
     idx = rel.clamp(0, W - 1)[:, None, :].expand(-1, bm.shape[1], -1)  # [b', T, length]
     block = torch.gather(bm, 2, idx) & in_block[:, None, :]
-    return committed[:, None, :] | block
+    mask = committed[:, None, :] | block
+    if window is not None:
+        mask = mask & (slot[None, None, :] > positions[:, :, None] - window)
+    return mask
 
 
 def causal(T: int) -> torch.Tensor:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import TrtspecError
 from ..checkpoints.hf_unified import HfUnifiedCheckpoint
 from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
@@ -70,7 +71,7 @@ def mlp(x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
 
 
 def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: torch.Tensor | None,
-                   pos_offsets: torch.Tensor | None, block_mask: torch.Tensor | None):
+                   pos_offsets: torch.Tensor | None, block_mask: torch.Tensor | None, window: int | None = None):
     """Where a block x [b', T, .] goes for cache rows `rows` (a host tensor; all rows when None):
     (rows, slots, attention mask, cos, sin), on x's device. The slot arithmetic runs on the host
     (cache.lens is host bookkeeping): no GPU value is read.
@@ -78,18 +79,26 @@ def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: to
     block_mask [T, W] or [b', T, W] covers the W uncommitted slots after lens (the W - T written by
     earlier uncommitted forwards, then this block); causal [T, T] by default. pos_offsets [T] or
     [b', T] are RoPE positions relative to lens (default: the slot offsets W - T + arange(T)).
+    window (DecoderSpec.sliding_window): a query at position p sees only slots s > p - window. A
+    slot's index is its position for committed slots and for causal blocks (prefill, chains), so
+    that is exact there; a tree's nodes sit at slots at or after their positions, which only matters
+    for a tree as deep as the window, refused here.
     """
     T = x.shape[1]
     rows = torch.arange(cache.batch) if rows is None else rows
     block_mask = causal(T) if block_mask is None else block_mask
     offset = block_mask.shape[-1] - T
+    if window and pos_offsets is not None and block_mask.shape[-1] >= window:
+        raise TrtspecError(f"sliding_window {window}: a tree block of {block_mask.shape[-1]} uncommitted slots reaches "
+                           "past the window (expected a window wider than the draft tree)")
     if pos_offsets is None:
         pos_offsets = offset + torch.arange(T)
     lens = cache.lens[rows]
     positions = lens[:, None] + pos_offsets  # [b', T]
     slots = cache.write_slots(rows, offset, T)
     dev = x.device
-    mask = attention_mask(to_device(lens, dev), to_device(block_mask, dev), int(slots.max()) + 1)
+    mask = attention_mask(to_device(lens, dev), to_device(block_mask, dev), int(slots.max()) + 1,
+                          to_device(positions, dev) if window else None, window)
     cos, sin = rope.cos_sin(to_device(freq, dev), to_device(positions, dev), x.dtype)
     return to_device(rows, dev), to_device(slots, dev), mask, cos, sin
 
@@ -102,7 +111,7 @@ def run_layers(x: torch.Tensor, layers: list[LayerWeights], spec: DecoderSpec, f
     outputs: if given, {layer index: None} receives the output (the residual stream after it) of
     the layers it names: EAGLE-3 heads read those. through: `through_layers`, or a compiled copy
     of it (Decoder.compile_layers)."""
-    geometry = block_geometry(x, freq, cache, rows, pos_offsets, block_mask)
+    geometry = block_geometry(x, freq, cache, rows, pos_offsets, block_mask, spec.sliding_window)
     return (through or through_layers)(x, layers, spec, cache, geometry, outputs)
 
 

@@ -27,6 +27,19 @@ HF_ARCHITECTURES = {
     "Qwen2ForCausalLM": ("Qwen2ForCausalLM", "qwen2"),
     "Qwen3ForCausalLM": ("Qwen3ForCausalLM", "qwen3"),
 }
+# Mistral's sliding window is a runtime setting in TensorRT-LLM, not a build one: LLaMAConfig.
+# from_hugging_face drops HF's `sliding_window`, and the LLaMA example README runs Mistral-7B-v0.1
+# "with sliding window/cache size 4096" as `run.py --max_attention_window_size=4096`
+# (examples/models/core/llama/README.md, the Mistral section). A served engine gets it as the
+# tensorrt_llm model's `max_attention_window_size` parameter, a PyTorch-backend LLM as
+# `kv_cache_config.max_attention_window` ([W]: one entry repeats over the layers; llmapi/llm_args.py
+# KvCacheConfig, whose None means max_seq_len: _torch/pyexecutor/resource_manager.py). trtspec keeps
+# `sliding_window` in the checkpoint config.json it writes so that the window reaches the serving
+# config; PretrainedConfig takes an unknown key as an attribute with a warning (models/
+# modeling_utils.py, "Implicitly setting ..."), which no LLaMA layer reads.
+SLIDING_WINDOW_CONFIG_KEY = "sliding_window"
+ENGINE_ATTENTION_WINDOW_PARAM = "max_attention_window_size"
+LLMAPI_ATTENTION_WINDOW_KEY = "max_attention_window"
 # `Mapping(**d)` rejects unknown keys and the accepted set drifted across versions: write only these.
 MAPPING_KEYS = ("world_size", "tp_size", "pp_size")
 # TRT-LLM parameter dtypes as written in config.json.

@@ -1,0 +1,95 @@
+"""Mistral's sliding window (Mistral-7B-v0.1: each query attends the last 4096 positions) against
+transformers, which applies it (masking_utils.sliding_window_overlay): a window of 6 over prompts
+of 20 tokens, so most keys of the late queries are outside it. Logits to 1e-4, greedy tokens
+exactly, and speculative decoding (a chain block, ragged rows) still reproduces those tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_models import make_hf_model
+from trtspec.checkpoints.convert import convert_hf
+from trtspec.checkpoints.spec import spec_from_hf
+from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
+from trtspec.errors import TrtspecError
+from trtspec.runtime.draft_target import generate_draft_target
+from trtspec.runtime.greedy import generate_greedy
+from trtspec.runtime.model import Decoder
+
+WINDOW, NEW = 6, 24
+
+
+def hf_greedy(model, prompt: torch.Tensor, n: int) -> list[int]:
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        out = model.generate(prompt, do_sample=False, max_new_tokens=n, attention_mask=torch.ones_like(prompt))
+    return out[0, prompt.shape[1]:].tolist()
+
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    d = tmp_path_factory.mktemp("swa")
+    model = make_hf_model("mistral", d / "hf", sliding_window=WINDOW)
+    convert_hf(d / "hf", d / "ckpt", dtype="float32")
+    return d, model
+
+
+def test_the_window_survives_conversion(mistral):
+    d, model = mistral
+    assert model.config.sliding_window == WINDOW
+    assert spec_from_hf(d / "hf").sliding_window == WINDOW
+    assert load_checkpoint(d / "ckpt").spec.sliding_window == WINDOW  # kept in the TRT-LLM config.json
+
+
+def test_logits_and_greedy_match_transformers_with_a_window(mistral, device):
+    d, model = mistral
+    model = model.to(device)
+    dec = Decoder(load_checkpoint(d / "ckpt"), device=device)
+    torch.manual_seed(0)
+    prompt = torch.randint(3, 1001, (1, 20)).to(device)
+    with torch.no_grad():
+        ref = model(prompt).logits
+    ours, _ = dec.forward(prompt, dec.new_cache(1, 24))
+    assert (ours - ref).abs().max().item() < 1e-4
+
+    # the window is observable: full attention gives other logits past the window
+    full = Decoder(load_checkpoint(d / "ckpt"), device=device)
+    object.__setattr__(full.spec, "sliding_window", None)
+    wide, _ = full.forward(prompt, full.new_cache(1, 24))
+    assert (wide[0, :WINDOW] - ref[0, :WINDOW]).abs().max().item() < 1e-4
+    assert (wide[0, WINDOW:] - ref[0, WINDOW:]).abs().max().item() > 1e-2
+
+    expected = hf_greedy(model, prompt, NEW)
+    assert generate_greedy(dec, [prompt[0].tolist()], NEW)[0].output_ids == expected
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_speculative_decoding_keeps_the_windowed_greedy_tokens(mistral, k):
+    d, _ = mistral
+    target = Decoder(load_checkpoint(d / "ckpt"))
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 1001, (n,), generator=g).tolist() for n in (3, 17)]
+    greedy = [r.output_ids for r in generate_greedy(target, prompts, NEW)]
+    out = generate_draft_target(target, target, prompts, NEW, k)
+    assert [r.output_ids for r in out] == greedy
+    assert all(r.stats.acceptance_length == k + 1 for r in out)
+
+
+def test_a_tree_as_deep_as_the_window_is_refused(mistral):
+    d, _ = mistral
+    target = Decoder(load_checkpoint(d / "ckpt"))
+    cache = target.new_cache(1, 16)
+    target.forward(torch.tensor([[5]]), cache)
+    cache.advance(torch.tensor([0]), 1)
+    tree = torch.ones(WINDOW, WINDOW, dtype=torch.bool).tril()
+    with pytest.raises(TrtspecError, match=f"sliding_window {WINDOW}: a tree block of {WINDOW} uncommitted slots"):
+        target.forward(torch.tensor([list(range(3, 3 + WINDOW))]), cache, block_mask=tree,
+                       pos_offsets=torch.arange(WINDOW))
+
+
+def test_qwen_per_layer_windows_are_refused(tmp_path):
+    make_hf_model("qwen2", tmp_path, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    with pytest.raises(TrtspecError, match="field 'use_sliding_window' is true"):
+        spec_from_hf(tmp_path)
