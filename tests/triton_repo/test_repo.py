@@ -99,6 +99,26 @@ def test_trtllm_draft_target_repository(w):
     compare_golden(repo, w["root"], "trtllm_draft_target")
 
 
+@pytest.mark.parametrize("window,served", [(4096, "4096"), (16384, "")])
+def test_a_mistral_sliding_window_reaches_the_engines_config(w, window, served):
+    """Mistral-7B-v0.1's window is a runtime setting in TensorRT-LLM (upstream.trtllm): the target's
+    tensorrt_llm model attends over it; a window wider than the engine's max_seq_len (8200 here)
+    is left unset, and the draft without one stays unset."""
+    root = w["root"] / f"build_swa{window}"
+    mistral = {**LLAMA, "architecture": "MistralForCausalLM", "sliding_window": window}
+    (root / "engines").mkdir(parents=True)
+    fake_engine(root / "engines" / "target", mistral, spec_mode="draft_tokens_external", max_draft_len=8)
+    fake_engine(root / "engines" / "draft", DRAFT)
+    (root / "engine_manifest.json").write_text(json.dumps(
+        {"plan": "build_plan.json", "engines": {n: {"engine_dir": f"engines/{n}"} for n in ("target", "draft")}}))
+    (root / "build_plan.json").write_text(json.dumps({"builds": [{"name": n, "checkpoint_dir": str(w["tok"])}
+                                                                  for n in ("target", "draft")]}))
+    repo = make(w, f"trt_swa{window}", tuning=w["dt_tuning"], flavor="trtllm", engines=root)
+    assert check_repository(repo) == []
+    assert params(parse_file(repo / "tensorrt_llm" / "config.pbtxt"))["max_attention_window_size"] == served
+    assert params(parse_file(repo / "tensorrt_llm_draft" / "config.pbtxt"))["max_attention_window_size"] == ""
+
+
 def test_trtllm_eagle_repository(w):
     repo = make(w, "trt_eagle", tuning=w["eagle_tuning"], flavor="trtllm", engines=w["eagle_build"],
                 default_workload="chat")
@@ -435,7 +455,7 @@ def test_llmapi_repository(w):
     assert models == ["generate", "tensorrt_llm_k0", "tensorrt_llm_k3", "tensorrt_llm_k5"]  # chat 3, code 5, math 0
     y = yaml.safe_load((repo / "tensorrt_llm_k3" / "1" / "model.yaml").read_text())
     assert y["model"] == str(target) and y["backend"] == "pytorch"
-    assert y["speculative_config"] == {"decoding_type": "Eagle3", "max_draft_len": 3,
+    assert y["speculative_config"] == {"decoding_type": "Eagle", "max_draft_len": 3,
                                        "speculative_model_dir": str(head)}
     assert y["triton_config"] == {"max_batch_size": 0, "decoupled": True}
     assert "speculative_config" not in yaml.safe_load((repo / "tensorrt_llm_k0" / "1" / "model.yaml").read_text())
@@ -471,6 +491,25 @@ def test_llmapi_repository(w):
     with pytest.raises(TrtspecError, match="not a Hugging Face model directory"):
         make(w, "llmapi2", tuning=w["dt_tuning"], flavor="llmapi", ckpt=w["dt_build"] / "engines" / "target",
              draft_ckpt=head)
+
+
+def test_llmapi_mistral_attends_over_its_sliding_window(w):
+    """KvCacheConfig's default window is the whole max_seq_len (upstream.trtllm): a Mistral target
+    with a window gets it in every model.yaml, beside the KV share of several instances."""
+    import yaml
+
+    from tiny_models import hf_config
+
+    target = w["root"] / "hf_mistral"
+    target.mkdir()
+    hf_config("mistral", sliding_window=64, torch_dtype="bfloat16").to_json_file(target / "config.json")
+    repo = make(w, "llmapi_swa", tuning=w["dt_tuning"], flavor="llmapi", ckpt=target,
+                draft_ckpt=_hf(w["root"] / "hf_mistral_draft", {"architectures": ["LlamaForCausalLM"],
+                                                               "torch_dtype": "bfloat16"}))
+    assert check_repository(repo) == []
+    for model in ("tensorrt_llm_k0", "tensorrt_llm_k3", "tensorrt_llm_k5"):
+        kv = yaml.safe_load((repo / model / "1" / "model.yaml").read_text())["kv_cache_config"]
+        assert kv["max_attention_window"] == [64] and 0 < kv["free_gpu_memory_fraction"] <= 0.3
 
 
 def test_llmapi_needs_model_py_and_the_helpers_it_imports(w):

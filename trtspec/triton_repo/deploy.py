@@ -26,6 +26,7 @@ from pathlib import Path
 from ..builders.manifest import read_engine
 from ..checkpoints.eagle3 import head_aux_layers
 from ..checkpoints.hf_unified import is_hf_unified
+from ..checkpoints.spec import spec_from_hf, spec_from_trtllm
 from ..errors import TrtspecError
 from ..fsutil import read_json
 from ..upstream import trtllm
@@ -58,6 +59,19 @@ class Artifact:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
+
+
+def attention_window(art: Artifact) -> int | None:
+    """The sliding window a served model attends over (DecoderSpec.sliding_window, read from its
+    config as the runtime reads it: Mistral-7B-v0.1's 4096), for the serving config's window
+    (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY); None when it attends everything it can hold: no
+    window, or none below its max_seq_len (an engine's) or max_position_embeddings."""
+    archs = art.config.get("architectures")  # an HF config.json (llmapi, a ModelOpt unified checkpoint)
+    if archs is not None and (not isinstance(archs, list) or trtllm.HF_ARCHITECTURES.get(archs[0], ("",))[-1] != "mistral"):
+        return None  # only Mistral has a window (checkpoints.spec); other HF configs are not read twice
+    spec = spec_from_hf(art.path) if archs is not None else spec_from_trtllm(art.config, art.path / "config.json")
+    limit = art.max_seq_len or spec.max_position_embeddings
+    return spec.sliding_window if spec.sliding_window and spec.sliding_window < limit else None
 
 
 def _dir(path: Path | None, option: str) -> Path:

@@ -50,8 +50,11 @@ def dtypes_for(engine_dtype: str) -> dict[str, str]:
 
 
 def tensorrtllm_parameters(*, engine_dir: str, tokenizer_dir: str, kv_tokens: int | None, kv_reuse: bool,
-                           decoding_mode: str, eagle_choices: list | None, gpu_device_ids: str) -> dict[str, str]:
-    """Every parameter key of the pinned template, in template order, with its value."""
+                           decoding_mode: str, eagle_choices: list | None, gpu_device_ids: str,
+                           attention_window: int | None = None) -> dict[str, str]:
+    """Every parameter key of the pinned template, in template order, with its value.
+    attention_window: the model's sliding window (deploy.attention_window), as TensorRT-LLM runs
+    Mistral-7B-v0.1 (upstream.trtllm ENGINE_ATTENTION_WINDOW_PARAM)."""
     values = {
         "max_beam_width": "1",
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -59,7 +62,7 @@ def tensorrtllm_parameters(*, engine_dir: str, tokenizer_dir: str, kv_tokens: in
         "gpt_model_path": engine_dir,
         "encoder_model_path": "",  # decoder-only: the backend treats a missing path as unset
         "max_tokens_in_paged_kv_cache": "" if kv_tokens is None else str(kv_tokens),
-        "max_attention_window_size": "",  # unset = the engine's max_seq_len
+        "max_attention_window_size": str(attention_window or ""),  # unset = the engine's max_seq_len
         "sink_token_length": "",
         "batch_scheduler_policy": "guaranteed_no_evict",
         "kv_cache_free_gpu_mem_fraction": KV_FRACTION,

@@ -35,7 +35,7 @@ from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
 from .flavors import FLAVORS, in_flight_batching, is_pytorch, mode_refusal
 from .runtime_device import place
-from .deploy import Artifact, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
+from .deploy import Artifact, attention_window, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
 from .engine_limits import batch_size, check_draft_lengths, check_trees, request_limits
 from .heads import resolve_heads
 from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
@@ -198,7 +198,7 @@ class _Builder:
                 for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
                     params = r.tensorrtllm_parameters(
                         engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(name), kv_reuse=True,
-                        decoding_mode="", eagle_choices=None, gpu_device_ids=gpus)
+                        decoding_mode="", eagle_choices=None, gpu_device_ids=gpus, attention_window=attention_window(art))
                     files.append(r.tensorrtllm_model(name, B, art.dtype, params,
                                                      f"{what} engine ({art.speculative_mode or 'plain'}, "
                                                      f"max_draft_len {art.max_draft_len})"))
@@ -242,7 +242,8 @@ class _Builder:
                 for m in routing["models"]:
                     params = r.tensorrtllm_parameters(
                         engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(m["model"]), kv_reuse=False,
-                        decoding_mode="eagle", eagle_choices=m["eagle_choices"], gpu_device_ids=gpus)
+                        decoding_mode="eagle", eagle_choices=m["eagle_choices"], gpu_device_ids=gpus,
+                        attention_window=attention_window(art))
                     files.append(r.tensorrtllm_model(m["model"], B, art.dtype, params, self._profile_comment(m)))
             else:
                 for m in routing["models"]:
@@ -271,7 +272,8 @@ class _Builder:
             self.memory = self._memory([(c.TENSORRT_LLM, target)], shared=False)
             params = r.tensorrtllm_parameters(
                 engine_dir=str(target.path), tokenizer_dir=tok, kv_tokens=self._kv(c.TENSORRT_LLM), kv_reuse=True,
-                decoding_mode="", eagle_choices=None, gpu_device_ids=self._gpu_ids(target, orchestrator=False))
+                decoding_mode="", eagle_choices=None, gpu_device_ids=self._gpu_ids(target, orchestrator=False),
+                attention_window=attention_window(target))
             llm = r.tensorrtllm_model(c.TENSORRT_LLM, B, target.dtype, params,
                                       f"target engine ({target.speculative_mode}, max_draft_len "
                                       f"{target.max_draft_len}); n-gram drafts come from spec_decode")
