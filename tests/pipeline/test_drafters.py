@@ -53,5 +53,5 @@ def test_an_eagle3_and_ngram_recipe_writes_one_llmapi_model_per_chosen_drafter_s
             assert (spec["decoding_type"], spec["max_draft_len"], spec["max_matching_ngram_size"]) == (
                 "NGram", band.draft_len, band.max_matching_ngram_size)
         else:
-            assert (spec["decoding_type"], spec["max_draft_len"]) == ("Eagle3", band.draft_len)
+            assert (spec["decoding_type"], spec["max_draft_len"]) == ("Eagle", band.draft_len)
             assert spec["speculative_model_dir"] == str((tmp_path / "bigram_head").resolve())

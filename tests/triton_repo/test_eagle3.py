@@ -47,7 +47,7 @@ def test_llmapi_serves_each_tuned_max_draft_len_routed_by_workload(root):
                                                                     "tensorrt_llm_k5"]
     yml = yaml.safe_load((out / "tensorrt_llm_k5" / "1" / "model.yaml").read_text())
     spec = yml["speculative_config"]
-    assert spec == {"decoding_type": "Eagle3", "max_draft_len": 5, "speculative_model_dir": str(root / "head")}
+    assert spec == {"decoding_type": "Eagle", "max_draft_len": 5, "speculative_model_dir": str(root / "head")}
     # three LLM instances share the GPU: each sizes its KV cache from a third of the default 90%, not
     # 90% of what is free (the first would leave the others no room for their weights)
     assert yml["kv_cache_config"] == {"free_gpu_memory_fraction": 0.3}

@@ -249,11 +249,20 @@ LLMAPI_TEXT_IS_CUMULATIVE = True
 # carries `kv_cache_config: {free_gpu_memory_fraction: ...}` for an LLM argument like any other.
 LLMAPI_KV_CACHE_CONFIG = "kv_cache_config"
 LLMAPI_FREE_GPU_MEMORY_FRACTION = "free_gpu_memory_fraction"
-# model.yaml: keys map to `LLM()` arguments; `speculative_config` is a *DecodingConfig mapping.
-# TensorRT-LLM 1.2: `Eagle3DecodingConfig` / `DraftTargetDecodingConfig` take `max_draft_len` and
-# `speculative_model_dir` (renamed `speculative_model` after 1.2).
+# model.yaml: keys map to `LLM()` arguments; `speculative_config` is a *DecodingConfig mapping with
+# `decoding_type`, `max_draft_len` and `speculative_model_dir`. INFERRED for 1.2.x (no llm_args.py
+# could be tied to a 1.2 tag; the tensorrtllm_backend pins of 1.2.0rc0..rc7 and v1.2.1 are not in the
+# code index): an EAGLE-3 head is `decoding_type: Eagle` on the PyTorch backend. EagleDecodingConfig
+# ran EAGLE-3 there (eagle3_one_model) before TensorRT-LLM PR 10124 (opened 2025-12-18, after
+# 1.2.0rc6) added `Eagle3` / Eagle3DecodingConfig and kept `Eagle` as a deprecated spelling that
+# PyTorch converts with a warning; the 1.2.0rc0 docs index lists no Eagle3DecodingConfig; PR 5146's
+# one-model recipe and NVIDIA's DGX Spark playbook on the 1.2.0rc6 and 1.3.0rc12 containers write
+# `Eagle` for EAGLE-3 heads. So `Eagle` loads on both sides of the change, `Eagle3` likely not on
+# 1.2.x. `speculative_model_dir` likewise: PR 10099 renamed it `speculative_model` and kept it as an
+# alias. Check on a 1.2.x host: `python -c "import tensorrt_llm.llmapi as m; print(hasattr(m,
+# 'Eagle3DecodingConfig'))"`.
 LLMAPI_MODEL_FILE = "model.yaml"
-LLMAPI_DECODING_EAGLE3 = "Eagle3"
+LLMAPI_DECODING_EAGLE3 = "Eagle"
 LLMAPI_DECODING_DRAFT_TARGET = "DraftTarget"
 LLMAPI_SPEC_MODEL_KEY = "speculative_model_dir"
 # TensorRT-LLM ships the model code, not trtspec: the files of this directory of its 1.2 sources go into
