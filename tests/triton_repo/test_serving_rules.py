@@ -213,6 +213,19 @@ def test_a_swept_chain_route_keeps_the_workloads_head_in_route_and_label():
     assert swept == {"num_draft_tokens": 4, "draft_head": "code", "label": "code:sweep:K=4:head=code"}
 
 
+def test_an_ngram_sweep_of_a_repository_without_ngram_drafting_names_the_parameter():
+    """spec_decode's own error named its input (max_matching_ngram_size), which the client never sent."""
+    band = {"concurrency": 1, "num_draft_tokens": 2}
+    routing = {"mode": "draft-target", "workloads": {"code": [band]}, "default": {"bands": [band]}}
+    route = {"num_draft_tokens": 2, "label": "code@1:K=2"}
+    with pytest.raises(r.RequestError, match=rf"^{r.SWEEP_NGRAM}: this draft-target repository drafts with a draft "
+                                             "model, not n-grams$"):
+        r.swept_route(routing, route, k="3", ngram="2")
+    assert r.swept_route(routing, route, k="3")["num_draft_tokens"] == 3
+    chosen = {**routing, "workloads": {"code": [{**band, "max_matching_ngram_size": 2}]}}  # the drafter choice
+    assert r.swept_route(chosen, route, k="3", ngram="3")["max_matching_ngram_size"] == 3
+
+
 @pytest.mark.parametrize("param, value", [(r.SWEEP_K, "abc"), (r.SWEEP_K, "3.0"), (r.SWEEP_NGRAM, "two")])
 def test_a_sweep_parameter_that_is_not_an_integer_is_a_one_line_error_naming_it(param, value):
     """Request parameters reach generate as strings; int() of a bad one was a bare ValueError
