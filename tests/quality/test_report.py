@@ -109,6 +109,8 @@ def test_errors(ckpts, tmp_path):
         quality_report(ckpts / "fp8", tmp_path / "missing", [], None, prompts=token_prompts(1))
     with pytest.raises(TrtspecError, match="^max_new_tokens: expected a positive integer, got 0"):
         quality_report(ckpts / "fp8", ckpts / "ref", [], None, max_new_tokens=0, prompts=token_prompts(1))
+    with pytest.raises(TrtspecError, match="^samples: expected a positive integer or None"):
+        quality_report(ckpts / "fp8", ckpts / "ref", [], None, samples=0, prompts=token_prompts(1))
 
 
 def run(cmd_name, fn, *args):

@@ -90,6 +90,8 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
         raise TrtspecError(f"max_new_tokens: expected a positive integer, got {max_new_tokens}")
     if max_k < 1:
         raise TrtspecError(f"max_k: expected a positive integer, got {max_k}")
+    if samples is not None and samples < 1:  # 0 would read as "every prompt" below
+        raise TrtspecError(f"samples: expected a positive integer or None (every held-out prompt), got {samples}")
     for p, name in ((quant_ckpt, "quant_ckpt"), (ref_ckpt, "ref_ckpt"), (draft_ckpt, "draft_ckpt"),
                     (ref_draft_ckpt, "ref_draft_ckpt")):
         if p is not None and not Path(p).is_dir():
