@@ -36,7 +36,7 @@ from ..recipe import GENERAL_HEAD, Recipe, load_recipe
 from . import stages as st
 from .triton_stage import engines_built, run_triton, triton_not_applicable, triton_options
 from .inputs import missing_inputs, stage_inputs
-from .state import RunManifest, canonical, fingerprint, outputs_exist, sha256_text
+from .state import RunManifest, canonical, code_versions, fingerprint, outputs_exist, sha256_text
 
 ORDER = ("derive", "convert", "quantize", "build", "profile", "tune", "triton", "serve", "perf", "report")
 
@@ -171,6 +171,7 @@ class Runner:
                           console or summary_console())
         self.manifest = RunManifest(self.ctx.paths.out, self.recipe_path)
         self.planned: dict[str, str] = {}  # stage -> run | skip | n/a, decided this invocation
+        self.code = code_versions()  # part of every input hash: new code re-runs the stages
         self.dry_run = False
 
     # ---- hashing ----
@@ -187,7 +188,7 @@ class Runner:
             up[dep] = {"status": entry.get("status"), "input_hash": entry.get("input_hash"),
                        "outputs": self._outputs_now(dep, entry)}
         return sha256_text(canonical({"stage": stage.name, "section": stage.section(r), "externals": ext,
-                                      "upstream": up}))
+                                      "upstream": up, "code": self.code}))
 
     def _outputs_now(self, dep: str, entry: dict) -> list:
         """Fingerprints of an upstream stage's outputs: those it recorded or, where it does not apply

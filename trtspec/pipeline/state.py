@@ -30,6 +30,24 @@ SCHEMA = "trtspec.run/1"
 CONTENT_LIMIT = 16 << 20
 
 
+# The code a stage's output depends on besides its inputs: a new trtspec or a new version of a library
+# it runs (ModelOpt's calibration, transformers' model code, torch's kernels) re-runs the stages.
+CODE_PACKAGES = ("trtspec", "torch", "transformers", "nvidia-modelopt")
+
+
+def code_versions() -> dict[str, str | None]:
+    """{package: installed version or None}, from the installed metadata (nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in CODE_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
