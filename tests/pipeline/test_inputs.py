@@ -100,17 +100,25 @@ def test_engines_served_without_a_build_section_are_named_and_hashed(tmp_path):
     assert str(manifest.parent) in note and "no build section" in note
 
 
-def test_new_code_re_runs_the_stages(tmp_path):
+def test_a_new_release_re_runs_the_stages(tmp_path):
     """A stage's output depends on the code that made it as well as on its inputs: another trtspec or
     ModelOpt (its calibration), transformers or torch version changes every stage's input hash."""
-    from importlib.metadata import version
+    import modelopt
+    import transformers
 
     from trtspec.pipeline.runner import STAGES
 
     over = {"draft": {"derive": {"layers": 1}}, "quantization": {"format": "fp8"}}
     runner = _runner(tmp_path, **over)
-    assert runner.code["trtspec"] == version("trtspec") and runner.code["nvidia-modelopt"] == version("nvidia-modelopt")
+    assert runner.code["nvidia-modelopt"] == modelopt.__version__ and runner.code["transformers"] == transformers.__version__
+    assert runner.code["torch"].split("+")[0] == torch_version() and runner.code["trtspec"]
     before = runner.input_hash(STAGES["quantize"])
     assert _runner(tmp_path, **over).input_hash(STAGES["quantize"]) == before
     runner.code = {**runner.code, "nvidia-modelopt": "0.0.1"}
     assert runner.input_hash(STAGES["quantize"]) != before
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__.split("+")[0]

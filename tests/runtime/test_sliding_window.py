@@ -77,19 +77,38 @@ def test_speculative_decoding_keeps_the_windowed_greedy_tokens(mistral, k):
     assert all(r.stats.acceptance_length == k + 1 for r in out)
 
 
-def test_a_tree_as_deep_as_the_window_is_refused(mistral):
+def test_a_draft_as_deep_as_the_window_is_refused_and_a_wide_chain_is_not(mistral):
+    """Tree nodes sit at slots at or after their positions: the mask is exact while the draft is
+    shallower than the window. A chain given its positions explicitly (as the decoding loop gives
+    them) may be as wide as it likes; a draft tree reaching the window is refused."""
     d, _ = mistral
     target = Decoder(load_checkpoint(d / "ckpt"))
-    cache = target.new_cache(1, 16)
-    target.forward(torch.tensor([[5]]), cache)
-    cache.advance(torch.tensor([0]), 1)
-    tree = torch.ones(WINDOW, WINDOW, dtype=torch.bool).tril()
-    with pytest.raises(TrtspecError, match=f"sliding_window {WINDOW}: a tree block of {WINDOW} uncommitted slots"):
-        target.forward(torch.tensor([list(range(3, 3 + WINDOW))]), cache, block_mask=tree,
-                       pos_offsets=torch.arange(WINDOW))
+    ids = torch.tensor([list(range(3, 3 + 14))])
+    cache = target.new_cache(1, 32)
+    target.forward(torch.tensor([[5, 6, 7, 8, 9, 10]]), cache)
+    cache.advance(torch.tensor([0]), 6)
+    wide, _ = target.forward(ids, cache)  # default positions
+    explicit, _ = target.forward(ids, cache, pos_offsets=torch.arange(14))
+    assert torch.equal(wide, explicit)
+    # a tree: root, then WINDOW children one level deeper each (a chain of depth WINDOW) beside a sibling
+    depth = torch.cat([torch.arange(WINDOW + 1), torch.tensor([1])])
+    n = len(depth)
+    tree = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(WINDOW + 1):
+        tree[i, :i + 1] = True
+    tree[n - 1, 0] = tree[n - 1, n - 1] = True
+    with pytest.raises(TrtspecError, match=f"sliding_window {WINDOW}: a draft tree {WINDOW + 1} positions deep"):
+        target.forward(torch.tensor([list(range(3, 3 + n))]), cache, block_mask=tree, pos_offsets=depth)
+    shallow = depth.clamp(max=WINDOW - 1)[:WINDOW]
+    target.forward(torch.tensor([list(range(3, 3 + WINDOW))]), cache, block_mask=tree[:WINDOW, :WINDOW],
+                   pos_offsets=shallow)
 
 
 def test_qwen_per_layer_windows_are_refused(tmp_path):
-    make_hf_model("qwen2", tmp_path, use_sliding_window=True, sliding_window=8, max_window_layers=1)
-    with pytest.raises(TrtspecError, match="field 'use_sliding_window' is true"):
-        spec_from_hf(tmp_path)
+    """transformers slides Qwen layers from max_window_layers on: refused, unless none slides."""
+    make_hf_model("qwen2", tmp_path / "slides", use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    with pytest.raises(TrtspecError, match="field 'use_sliding_window' is true and layers from max_window_layers"):
+        spec_from_hf(tmp_path / "slides")
+    model = make_hf_model("qwen2", tmp_path / "none", use_sliding_window=True, sliding_window=8, max_window_layers=2)
+    assert model.config.layer_types == ["full_attention"] * 2
+    assert spec_from_hf(tmp_path / "none").sliding_window is None

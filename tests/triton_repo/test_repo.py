@@ -99,13 +99,13 @@ def test_trtllm_draft_target_repository(w):
     compare_golden(repo, w["root"], "trtllm_draft_target")
 
 
-@pytest.mark.parametrize("window,served", [(4096, "4096"), (16384, "")])
+@pytest.mark.parametrize("window,served", [(4096, "4096"), (16384, ""), (None, "")])
 def test_a_mistral_sliding_window_reaches_the_engines_config(w, window, served):
     """Mistral-7B-v0.1's window is a runtime setting in TensorRT-LLM (upstream.trtllm): the target's
     tensorrt_llm model attends over it; a window wider than the engine's max_seq_len (8200 here)
     is left unset, and the draft without one stays unset."""
     root = w["root"] / f"build_swa{window}"
-    mistral = {**LLAMA, "architecture": "MistralForCausalLM", "sliding_window": window}
+    mistral = {**LLAMA, "architecture": "MistralForCausalLM", **({"sliding_window": window} if window else {})}
     (root / "engines").mkdir(parents=True)
     fake_engine(root / "engines" / "target", mistral, spec_mode="draft_tokens_external", max_draft_len=8)
     fake_engine(root / "engines" / "draft", DRAFT)
@@ -113,8 +113,13 @@ def test_a_mistral_sliding_window_reaches_the_engines_config(w, window, served):
         {"plan": "build_plan.json", "engines": {n: {"engine_dir": f"engines/{n}"} for n in ("target", "draft")}}))
     (root / "build_plan.json").write_text(json.dumps({"builds": [{"name": n, "checkpoint_dir": str(w["tok"])}
                                                                   for n in ("target", "draft")]}))
-    repo = make(w, f"trt_swa{window}", tuning=w["dt_tuning"], flavor="trtllm", engines=root)
+    result = make_repository(RepoRequest(out=w["root"] / f"trt_swa{window}", tuning=w["dt_tuning"], flavor="trtllm",
+                                         engines=root))
+    repo = result.path
     assert check_repository(repo) == []
+    # TensorRT-LLM's converter drops the window: a Mistral engine without one is served in full, and said so
+    unknown = [m for m in result.warnings if "MistralForCausalLM config without 'sliding_window'" in m]
+    assert len(unknown) == (window is None)
     assert params(parse_file(repo / "tensorrt_llm" / "config.pbtxt"))["max_attention_window_size"] == served
     assert params(parse_file(repo / "tensorrt_llm_draft" / "config.pbtxt"))["max_attention_window_size"] == ""
 

@@ -218,8 +218,7 @@ def test_an_ngram_sweep_of_a_repository_without_ngram_drafting_names_the_paramet
     band = {"concurrency": 1, "num_draft_tokens": 2}
     routing = {"mode": "draft-target", "workloads": {"code": [band]}, "default": {"bands": [band]}}
     route = {"num_draft_tokens": 2, "label": "code@1:K=2"}
-    with pytest.raises(r.RequestError, match=rf"^{r.SWEEP_NGRAM}: this draft-target repository drafts with a draft "
-                                             "model, not n-grams$"):
+    with pytest.raises(r.RequestError, match=rf"^{r.SWEEP_NGRAM}: this draft-target repository drafts no n-grams$"):
         r.swept_route(routing, route, k="3", ngram="2")
     assert r.swept_route(routing, route, k="3")["num_draft_tokens"] == 3
     chosen = {**routing, "workloads": {"code": [{**band, "max_matching_ngram_size": 2}]}}  # the drafter choice

@@ -83,9 +83,10 @@ def spec_from_hf(model_dir: Path) -> DecoderSpec:
     f.head_counts(hidden, heads, kv_heads, head_dim is not None)
     window = f.int("sliding_window", None) if "sliding_window" in f.cfg else missing.get("sliding_window")
     sliding_window = window if family == "mistral" else None  # left out: transformers' 4096; null: none
-    if family in ("qwen2", "qwen3") and f.flag("use_sliding_window", False):
-        raise TrtspecError(f"{path}: field 'use_sliding_window' is true; Qwen's per-layer sliding windows "
-                           "are not supported (expected false)")
+    if (family in ("qwen2", "qwen3") and f.flag("use_sliding_window", False) and window
+            and f.int("max_window_layers", missing["max_window_layers"], minimum=0) < f.int("num_hidden_layers")):
+        raise TrtspecError(f"{path}: field 'use_sliding_window' is true and layers from max_window_layers on slide; "
+                           "Qwen's per-layer sliding windows are not supported (expected false)")
     return DecoderSpec(
         architecture=trt_arch, family=family,
         vocab_size=f.int("vocab_size"), hidden_size=hidden,

@@ -171,7 +171,7 @@ class Runner:
                           console or summary_console())
         self.manifest = RunManifest(self.ctx.paths.out, self.recipe_path)
         self.planned: dict[str, str] = {}  # stage -> run | skip | n/a, decided this invocation
-        self.code = code_versions()  # part of every input hash: new code re-runs the stages
+        self.code = code_versions()  # part of every input hash: a new release re-runs the stages
         self.dry_run = False
 
     # ---- hashing ----

@@ -30,8 +30,9 @@ SCHEMA = "trtspec.run/1"
 CONTENT_LIMIT = 16 << 20
 
 
-# The code a stage's output depends on besides its inputs: a new trtspec or a new version of a library
-# it runs (ModelOpt's calibration, transformers' model code, torch's kernels) re-runs the stages.
+# The code a stage's output depends on besides its inputs: a new release of trtspec or of a library it
+# runs (ModelOpt's calibration, transformers' model code, torch's kernels) re-runs the stages. These are
+# installed versions: an edit to an editable checkout between releases does not count.
 CODE_PACKAGES = ("trtspec", "torch", "transformers", "nvidia-modelopt")
 
 

@@ -80,17 +80,19 @@ def block_geometry(x: torch.Tensor, freq: torch.Tensor, cache: KVCache, rows: to
     earlier uncommitted forwards, then this block); causal [T, T] by default. pos_offsets [T] or
     [b', T] are RoPE positions relative to lens (default: the slot offsets W - T + arange(T)).
     window (DecoderSpec.sliding_window): a query at position p sees only slots s > p - window. A
-    slot's index is its position for committed slots and for causal blocks (prefill, chains), so
-    that is exact there; a tree's nodes sit at slots at or after their positions, which only matters
-    for a tree as deep as the window, refused here.
+    slot's index is its position for committed slots and for blocks at their slot offsets (prefill,
+    chains), which is exact; a tree's nodes sit at slots at or after their positions (>= lens), so
+    no block slot is hidden while the tree is shallower than the window, which is exact too; a
+    tree as deep as the window is refused.
     """
     T = x.shape[1]
     rows = torch.arange(cache.batch) if rows is None else rows
     block_mask = causal(T) if block_mask is None else block_mask
     offset = block_mask.shape[-1] - T
-    if window and pos_offsets is not None and block_mask.shape[-1] >= window:
-        raise TrtspecError(f"sliding_window {window}: a tree block of {block_mask.shape[-1]} uncommitted slots reaches "
-                           "past the window (expected a window wider than the draft tree)")
+    if (window and pos_offsets is not None and int(pos_offsets.max()) >= window  # a tree: off its slot offsets
+            and bool((pos_offsets.cpu() != offset + torch.arange(T)).any())):
+        raise TrtspecError(f"sliding_window {window}: a draft tree {int(pos_offsets.max()) + 1} positions deep reaches "
+                           "past the window (expected a window deeper than the tree)")
     if pos_offsets is None:
         pos_offsets = offset + torch.arange(T)
     lens = cache.lens[rows]

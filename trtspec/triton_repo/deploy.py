@@ -66,12 +66,26 @@ def attention_window(art: Artifact) -> int | None:
     config as the runtime reads it: Mistral-7B-v0.1's 4096), for the serving config's window
     (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY); None when it attends everything it can hold: no
     window, or none below its max_seq_len (an engine's) or max_position_embeddings."""
-    archs = art.config.get("architectures")  # an HF config.json (llmapi, a ModelOpt unified checkpoint)
-    if archs is not None and (not isinstance(archs, list) or trtllm.HF_ARCHITECTURES.get(archs[0], ("",))[-1] != "mistral"):
-        return None  # only Mistral has a window (checkpoints.spec); other HF configs are not read twice
-    spec = spec_from_hf(art.path) if archs is not None else spec_from_trtllm(art.config, art.path / "config.json")
+    hf = art.kind == "hf" or "architectures" in art.config  # an HF config.json (llmapi, ModelOpt unified)
+    if hf:
+        archs = art.config.get("architectures")
+        if not isinstance(archs, list) or not archs or trtllm.HF_ARCHITECTURES.get(archs[0], ("",))[-1] != "mistral":
+            return None  # only Mistral has a window (checkpoints.spec); other configs are not read here
+    spec = spec_from_hf(art.path) if hf else spec_from_trtllm(art.config, art.path / "config.json")
     limit = art.max_seq_len or spec.max_position_embeddings
     return spec.sliding_window if spec.sliding_window and spec.sliding_window < limit else None
+
+
+def window_unknown(art: Artifact) -> str | None:
+    """A warning for a Mistral engine or checkpoint that records no window: TensorRT-LLM's own
+    converter drops HF's `sliding_window`, so such a model is served attending everything, which
+    differs from transformers past the window for a model that has one (Mistral-7B-v0.1)."""
+    if (art.kind != "hf" and "architectures" not in art.config and art.config.get("architecture") == "MistralForCausalLM"
+            and trtllm.SLIDING_WINDOW_CONFIG_KEY not in art.config):
+        return (f"{art.path}: a MistralForCausalLM config without '{trtllm.SLIDING_WINDOW_CONFIG_KEY}' (TensorRT-LLM's "
+                "converter drops it): served with full attention; for a model with a window (Mistral-7B-v0.1: 4096) "
+                "convert with `trtspec convert`, or set max_attention_window_size in the tensorrt_llm config")
+    return None
 
 
 def _dir(path: Path | None, option: str) -> Path:

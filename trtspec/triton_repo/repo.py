@@ -35,13 +35,14 @@ from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
 from .flavors import FLAVORS, in_flight_batching, is_pytorch, mode_refusal
 from .runtime_device import place
-from .deploy import Artifact, attention_window, resolve_checkpoints, resolve_engines, resolve_hf, resolve_tokenizer
+from .deploy import (Artifact, attention_window, resolve_checkpoints, resolve_engines, resolve_hf,
+                     resolve_tokenizer, window_unknown)
 from .engine_limits import batch_size, check_draft_lengths, check_trees, request_limits
 from .heads import resolve_heads
-from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES
+from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES, route_inputs
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
-from .routing import check_tuning, draft_target_routes, eagle_routes, route_inputs
+from .routing import check_tuning, draft_target_routes, eagle_routes
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
 from ..upstream.trtllm import GPU_MEMORY_MIB, TRTLLM_VERSION_LABEL
@@ -156,7 +157,7 @@ class _Builder:
         self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer
         self.mode, self.flavor = tuning.mode, req.flavor
         self.heads = resolve_heads(tuning, req.draft_heads)  # more EAGLE-3 heads the choice routes to
-        self.warnings: list[str] = []
+        self.warnings: list[str] = [w for w in map(window_unknown, arts) if w]
         self.memory = None
         self.manifest: dict = {}
         self.routing: dict = {}
@@ -190,7 +191,7 @@ class _Builder:
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             target, draft = self.arts
-            drafter = "model,ngram" if _routes_ngram(routing) else "model"  # the drafter choice (tuning/choose.py)
+            drafter = "model,ngram" if "max_matching_ngram_size" in route_inputs(routing) else "model"  # choose.py
             limit = target.max_draft_len if self.flavor == "trtllm" else max_k
             if self.flavor == "trtllm":
                 self.memory = self._memory([(c.TENSORRT_LLM, target), (c.TENSORRT_LLM_DRAFT, draft)], shared=True)
@@ -378,8 +379,3 @@ class _Builder:
     def readme(self) -> str:
         return render_readme(self.manifest, self.tuning, Path(self.req.out).expanduser().resolve())
 
-
-def _routes_ngram(routing: dict) -> bool:
-    """Some route drafts n-grams (a band the drafter choice gave n-gram drafting)."""
-    bands = [b for bs in routing["workloads"].values() for b in bs] + routing["default"]["bands"]
-    return any("max_matching_ngram_size" in b for b in bands)

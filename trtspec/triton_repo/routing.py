@@ -90,15 +90,6 @@ def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
     return {"mode": tuning.mode, "bands": bands, "workloads": table, "default": default}
 
 
-def route_inputs(routing: dict) -> tuple[str, ...]:
-    """What the bands of a chain repository's routes send spec_decode beside K (`_entry`'s optional
-    keys; the BLS calls' record, contracts.calls); () for EAGLE engines' routes."""
-    if routing["mode"] not in CHAIN_MODES:
-        return ()
-    bands = [e for w in routing["workloads"].values() for e in w] + routing["default"]["bands"]
-    return tuple(sorted({k for e in bands for k in ("max_matching_ngram_size", "draft_head") if k in e}))
-
-
 def _entry(concurrency: int, k, ngram_size: int | None, drafter: str | None = None) -> dict:
     """One band's route: K, an n-gram band's max_matching_ngram_size, and the EAGLE-3 head of a band
     the drafter choice gave another head than the general one (`draft_head`: its drafter name)."""

@@ -15,10 +15,12 @@ HF_CONFIG_DEFAULTS = {
     "mistral": {"num_key_value_heads": 8, "head_dim": None, "rope_theta": 10000.0,
                 "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "sliding_window": 4096},
     "qwen2": {"num_key_value_heads": 32, "head_dim": None, "rope_theta": 10000.0,
-              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "max_window_layers": 28},
     "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "rope_theta": 10000.0,
-              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "max_window_layers": 28},
 }
+# Qwen2/Qwen3 with use_sliding_window: layer i slides when sliding_window is set and i >= max_window_layers
+# (their config classes' layer_types), so a max_window_layers >= num_hidden_layers slides no layer.
 
 # rope_scaling's rope_type for plain, unscaled RoPE (modeling_rope_utils ROPE_INIT_FUNCTIONS).
 HF_UNSCALED_ROPE_TYPE = "default"

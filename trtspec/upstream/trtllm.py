@@ -36,7 +36,9 @@ HF_ARCHITECTURES = {
 # KvCacheConfig, whose None means max_seq_len: _torch/pyexecutor/resource_manager.py). trtspec keeps
 # `sliding_window` in the checkpoint config.json it writes so that the window reaches the serving
 # config; PretrainedConfig takes an unknown key as an attribute with a warning (models/
-# modeling_utils.py, "Implicitly setting ..."), which no LLaMA layer reads.
+# modeling_utils.py, "Implicitly setting ..."), which no LLaMA layer reads. Whether the engine flow's
+# speculative modes take a window below max_seq_len (a cyclic KV cache) is UNVERIFIED. The step-time
+# model and the Triton memory plan price the whole context, which overstates both past the window.
 SLIDING_WINDOW_CONFIG_KEY = "sliding_window"
 ENGINE_ATTENTION_WINDOW_PARAM = "max_attention_window_size"
 LLMAPI_ATTENTION_WINDOW_KEY = "max_attention_window"

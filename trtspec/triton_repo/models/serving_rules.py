@@ -218,13 +218,14 @@ def sweep_int(value, name):
         raise RequestError(f"{name}: expected an integer, got {value!r}") from None
 
 
-def _drafts_ngrams(routing):
-    """Whether a chain repository drafts n-grams anywhere: an n-gram one, or a band the drafter
-    choice gave n-grams (routing writes their matching size into those bands)."""
-    if routing["mode"] == "ngram":
-        return True
+def route_inputs(routing):
+    """What the bands of a chain repository's routes send spec_decode beside K (routing._entry's
+    optional keys: an n-gram band's matching size, a workload's own EAGLE-3 head; the BLS calls'
+    record, contracts.calls); () for EAGLE engines' routes."""
+    if routing["mode"] not in CHAIN_MODES:
+        return ()
     bands = [e for w in routing["workloads"].values() for e in w] + routing["default"]["bands"]
-    return any("max_matching_ngram_size" in e for e in bands)
+    return tuple(sorted({k for e in bands for k in ("max_matching_ngram_size", "draft_head") if k in e}))
 
 
 def swept_route(routing, route, k=None, ngram=None, model=None):
@@ -236,9 +237,8 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
         if not chain:
             raise RequestError(f"{SWEEP_K}: this {routing['mode']} repository serves its settings as models; "
                                f"choose one with {SWEEP_MODEL}")
-        if ngram is not None and not _drafts_ngrams(routing):
-            raise RequestError(f"{SWEEP_NGRAM}: this {routing['mode']} repository drafts with a draft model, "
-                               "not n-grams")
+        if ngram is not None and routing["mode"] != "ngram" and "max_matching_ngram_size" not in route_inputs(routing):
+            raise RequestError(f"{SWEEP_NGRAM}: this {routing['mode']} repository drafts no n-grams")
         k = sweep_int(k, SWEEP_K) if k is not None else route["num_draft_tokens"]
         n = sweep_int(ngram, SWEEP_NGRAM) if ngram is not None else route.get("max_matching_ngram_size")
         head = route.get("draft_head")  # a workload's own EAGLE-3 head drafts its sweep too
