@@ -52,6 +52,16 @@ def make_hf_model(family: str, out: Path, seed: int = 0, dtype=torch.float32, **
     return model
 
 
+def hf_greedy(model, prompt: torch.Tensor, n: int) -> list[int]:
+    """transformers' greedy continuation of `prompt` [1, T]: n tokens, never stopped early (the oracle
+    the runtime's greedy tokens are compared with)."""
+    model.generation_config.eos_token_id = None  # never stop early: compare all n tokens
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        out = model.generate(prompt, do_sample=False, max_new_tokens=n, attention_mask=torch.ones_like(prompt))
+    return out[0, prompt.shape[1]:].tolist()
+
+
 def make_eagle_head(base_dir: Path, out: Path, seed: int = 1, num_layers: int = 1, with_fc_bias: bool = True,
                     with_embed: bool = True, fmt: str = "safetensors", extra: dict | None = None) -> dict:
     """A random SafeAILab-style EAGLE-1 head for the HF model in `base_dir`: `embed_tokens`, `fc`

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from tiny_models import FAMILIES, make_hf_model
+from tiny_models import FAMILIES, hf_greedy, make_hf_model
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
 from trtspec.errors import TrtspecError
@@ -20,14 +20,6 @@ from trtspec.runtime.kv_cache import KVCache
 from trtspec.runtime.model import Decoder, prefill
 
 NEW = 64
-
-
-def hf_greedy(model, prompt: torch.Tensor, n: int) -> list[int]:
-    model.generation_config.eos_token_id = None  # never stop early: compare all n tokens
-    model.generation_config.pad_token_id = 0
-    with torch.no_grad():
-        out = model.generate(prompt, do_sample=False, max_new_tokens=n, attention_mask=torch.ones_like(prompt))
-    return out[0, prompt.shape[1]:].tolist()
 
 
 @pytest.mark.parametrize("tp", [1, 2])

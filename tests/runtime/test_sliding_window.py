@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_models import make_hf_model
+from tiny_models import hf_greedy, make_hf_model
 from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.spec import spec_from_hf
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
@@ -18,14 +18,6 @@ from trtspec.runtime.greedy import generate_greedy
 from trtspec.runtime.model import Decoder
 
 WINDOW, NEW = 6, 24
-
-
-def hf_greedy(model, prompt: torch.Tensor, n: int) -> list[int]:
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    with torch.no_grad():
-        out = model.generate(prompt, do_sample=False, max_new_tokens=n, attention_mask=torch.ones_like(prompt))
-    return out[0, prompt.shape[1]:].tolist()
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def tensorrtllm_parameters(*, engine_dir: str, tokenizer_dir: str, kv_tokens: in
                            attention_window: int | None = None) -> dict[str, str]:
     """Every parameter key of the pinned template, in template order, with its value.
     attention_window: the model's sliding window (deploy.attention_window), as TensorRT-LLM runs
-    Mistral-7B-v0.1 (upstream.trtllm ENGINE_ATTENTION_WINDOW_PARAM)."""
+    Mistral-7B-v0.1 (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY)."""
     values = {
         "max_beam_width": "1",
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",

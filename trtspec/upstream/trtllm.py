@@ -31,8 +31,9 @@ HF_ARCHITECTURES = {
 # from_hugging_face drops HF's `sliding_window`, and the LLaMA example README runs Mistral-7B-v0.1
 # "with sliding window/cache size 4096" as `run.py --max_attention_window_size=4096`
 # (examples/models/core/llama/README.md, the Mistral section). A served engine gets it as the
-# tensorrt_llm model's `max_attention_window_size` parameter, a PyTorch-backend LLM as
-# `kv_cache_config.max_attention_window` ([W]: one entry repeats over the layers; llmapi/llm_args.py
+# tensorrt_llm model's `max_attention_window_size` parameter (a template key, upstream.triton; one
+# value, as upstream's fill_template examples pass it), a PyTorch-backend LLM as
+# `kv_cache_config.max_attention_window` ([W], a list of at least one entry; llmapi/llm_args.py
 # KvCacheConfig, whose None means max_seq_len: _torch/pyexecutor/resource_manager.py). trtspec keeps
 # `sliding_window` in the checkpoint config.json it writes so that the window reaches the serving
 # config; PretrainedConfig takes an unknown key as an attribute with a warning (models/
@@ -40,7 +41,6 @@ HF_ARCHITECTURES = {
 # speculative modes take a window below max_seq_len (a cyclic KV cache) is UNVERIFIED. The step-time
 # model and the Triton memory plan price the whole context, which overstates both past the window.
 SLIDING_WINDOW_CONFIG_KEY = "sliding_window"
-ENGINE_ATTENTION_WINDOW_PARAM = "max_attention_window_size"
 LLMAPI_ATTENTION_WINDOW_KEY = "max_attention_window"
 # `Mapping(**d)` rejects unknown keys and the accepted set drifted across versions: write only these.
 MAPPING_KEYS = ("world_size", "tp_size", "pp_size")
