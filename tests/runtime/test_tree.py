@@ -102,3 +102,15 @@ def test_top_ids_and_rank_of_order_ties_by_lower_id_whatever_k():
         k = int(torch.randint(1, 10, (1,), generator=g))
         want = torch.sort(rows, dim=-1, descending=True, stable=True).indices[..., :k]
         assert torch.equal(top_ids(rows, k), want)
+
+
+def test_top_ids_and_rank_of_rank_nan_logits_last():
+    """A NaN logit (an overflowed half-precision row) ranks below every number, in both functions,
+    and a row of NaNs still gives k valid ids; before, top_ids indexed past the vocabulary."""
+    from trtspec.runtime.tree import rank_of, top_ids
+
+    nan = float("nan")
+    logits = torch.tensor([[nan, 2.0, nan, 1.0, -5.0], [nan] * 5])
+    assert top_ids(logits, 4).tolist() == [[1, 3, 4, 0], [0, 1, 2, 3]]
+    assert [int(rank_of(logits[:1], torch.tensor([t]))) for t in range(5)] == [3, 0, 4, 1, 2]
+    assert [int(rank_of(logits[1:], torch.tensor([t]))) for t in range(5)] == [0, 1, 2, 3, 4]

@@ -57,6 +57,13 @@ class Tree:
         return torch.tensor(self.depth, dtype=torch.long)
 
 
+def _rankable(logits: torch.Tensor) -> torch.Tensor:
+    """NaN logits ranked last (as -inf), so a row with NaNs still yields k valid ids: topk puts NaN
+    above everything and every comparison with NaN is false, which left top_ids short of k ids (an
+    out-of-range gather) and rank_of inconsistent with it. Elementwise, so nothing is read back."""
+    return torch.where(logits.isnan(), float("-inf"), logits)
+
+
 def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
     """The k most likely token ids of each row [..., V], best first, equal logits by lower id: the
     order a choice's ranks index (argmax's for rank 0). torch.topk's order among equal values depends
@@ -66,6 +73,7 @@ def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
     Without a full sort (tens of topk's time over a 128k vocabulary) and without reading the device:
     the ids above the k-th largest value, then the lowest-id ties at it, fill exactly k places; those
     k ids are taken in ascending order (the k smallest of id-or-V) and ordered by logit, stably."""
+    logits = _rankable(logits)
     kth = logits.topk(k, dim=-1).values[..., -1:]
     above = logits > kth
     ties = logits == kth
@@ -79,6 +87,7 @@ def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 def rank_of(logits: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """The rank of `token` [rows] in each row of logits [rows, V] in top_ids' order (0 = argmax)."""
+    logits = _rankable(logits)
     value = logits.gather(-1, token[:, None])
     ids = torch.arange(logits.shape[-1], device=logits.device)
     before = (logits > value) | ((logits == value) & (ids[None, :] < token[:, None]))
