@@ -195,12 +195,23 @@ def test_min_tokens_on_the_cpu_flavor_is_nothing_or_the_whole_length():
             r.ignores_end_ids(bad, 16)
 
 
+def test_end_id_absent_is_the_models_own_and_minus_one_is_none():
+    """As TensorRT-LLM: -1 stops on no token (the request runs to its length); absent, the model's
+    eos ids; another negative id is refused naming the input."""
+    assert r.stop_ids(None, (2, 7)) == (2, 7)
+    assert r.stop_ids(5, (2, 7)) == (5,) and r.stop_ids(0, (2,)) == (0,)
+    assert r.stop_ids(-1, (2, 7)) == ()
+    with pytest.raises(r.RequestError, match=r"^end_id: -3; expected a token id, or -1 for none"):
+        r.stop_ids(-3, (2,))
+
+
 def test_the_llmapi_flavor_refuses_what_its_model_cannot_take():
     """Its model stops at its own end token and has no repetition penalty: a request setting either
-    is refused naming the input; unset (or end_id -1, repetition_penalty 1: the defaults) passes."""
-    for given in ({}, {"end_id": -1}, {"repetition_penalty": 1.0}, {"presence_penalty": 0.5}):
+    is refused naming the input, end_id -1 too (TensorRT-LLM's "run to the length", which it cannot
+    do); unset (or repetition_penalty 1: the default) passes."""
+    for given in ({}, {"repetition_penalty": 1.0}, {"presence_penalty": 0.5}):
         r.check_llmapi_inputs(given.get)
-    for name, value in (("end_id", 7), ("repetition_penalty", 1.2)):
+    for name, value in (("end_id", 7), ("end_id", -1), ("repetition_penalty", 1.2)):
         with pytest.raises(r.RequestError, match=rf"^{name}: the llmapi flavor's model takes no {name}"):
             r.check_llmapi_inputs({name: value}.get)
 

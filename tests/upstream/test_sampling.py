@@ -80,4 +80,11 @@ def test_penalties_are_tensorrt_llm_inputs_and_the_llmapi_model_lacks_what_gener
     assert {"sampling_param_presence_penalty", "sampling_param_frequency_penalty"} <= llmapi
     for name, unset in serving_rules.LLMAPI_REFUSED.items():  # the models' own copy of the facts
         assert f"sampling_param_{name}" not in llmapi and name not in llmapi
-        assert unset == s.PENALTY_OFF.get(name, -1)  # a penalty's off value; end_id -1
+        assert unset == s.PENALTY_OFF.get(name)  # a penalty's off value; end_id: none passes
+
+
+def test_end_id_none_is_the_serving_rules_no_stop():
+    """TensorRT-LLM's end_id -1 runs a request to its length; the cpu flavor's stop rule agrees."""
+    from trtspec.triton_repo.models import serving_rules
+
+    assert serving_rules.stop_ids(s.END_ID_NONE, (2,)) == ()

@@ -177,6 +177,11 @@ BLS_SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "top_k", "top_p": 
 # executor/executor.h). The llmapi model takes sampling_param_presence_penalty and
 # _frequency_penalty, no repetition penalty and no end_id (its config.pbtxt, v0.19 template).
 PENALTY_OFF = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+# end_id -1 stops on no token: a request without an end id decodes with end id -1
+# (batch_manager: `mEndId.value_or(-1)`), the stop-criteria kernel finishes a row when a token equals
+# its end id, which no token id does, and samplingTopKKernels.cu topKStage1 says so in a comment
+# (an end id of -1: generation does not stop on any token). So -1 runs a request to its length.
+END_ID_NONE = -1
 # llmapi model inputs -> tensorrt_llm.SamplingParams(temperature, top_k, top_p, seed)
 # (triton_backend/all_models/llmapi/tensorrt_llm/1/helpers.py get_sampling_params_from_request @0df60f9a).
 LLMAPI_SAMPLING_INPUTS = {k: f"sampling_param_{k}" for k in ("temperature", "top_k", "top_p", "seed")}

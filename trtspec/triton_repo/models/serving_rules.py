@@ -260,9 +260,14 @@ def new_suffix(text, sent):
 
 
 def stop_ids(end_id, default):
-    """The token ids that end a request: its end_id, else (absent, or negative as TRT-LLM's -1)
-    the model's eos ids `default`."""
-    return (int(end_id),) if end_id is not None and int(end_id) >= 0 else default
+    """The token ids that end a request: its end_id; none when it is -1 (TensorRT-LLM's "no end
+    id": the request runs to its length; upstream.sampling.END_ID_NONE); the model's eos ids
+    `default` when it is absent."""
+    if end_id is None:
+        return default
+    if int(end_id) < -1:
+        raise RequestError(f"end_id: {int(end_id)}; expected a token id, or -1 for none")
+    return () if int(end_id) == -1 else (int(end_id),)
 
 
 def check_beam_width(value):
@@ -270,8 +275,10 @@ def check_beam_width(value):
         raise RequestError("beam_width: the cpu flavor decodes with beam width 1 only")
 
 
-# name: the value that means "not set" (end_id -1: the model's own; upstream.sampling.PENALTY_OFF)
-LLMAPI_REFUSED = {"end_id": -1, "repetition_penalty": 1.0}
+# name: the value that means "not set" (upstream.sampling.PENALTY_OFF); None: any value is refused
+# (end_id: the llmapi model always stops at the model's own end token, so neither another id nor
+# TensorRT-LLM's -1, which would run to the length, can be honoured)
+LLMAPI_REFUSED = {"end_id": None, "repetition_penalty": 1.0}
 
 
 def check_llmapi_inputs(get) -> None:
