@@ -118,3 +118,44 @@ def test_eagle_counts_every_head_copy_and_its_kv_layers(tmp_path):
     head = 2 * 128256 * 4096 * 2 + 2 * 4096 * 4096 + 218.1e6
     assert eagle.weights_bytes - base.weights_bytes == pytest.approx(4 * head, rel=0.05)
     assert eagle.kv_bytes_per_token == base.kv_bytes_per_token * 33 // 32  # the drafter layer shares the pool
+
+
+# Mistral-7B-v0.1 as a TRT-LLM checkpoint config that kept its window (checkpoints.spec writes it).
+MISTRAL_7B = {**LLAMA31_8B, "architecture": "MistralForCausalLM", "vocab_size": 32000,
+              "max_position_embeddings": 32768, "rotary_base": 10000.0, "rotary_scaling": None,
+              "sliding_window": 4096}
+
+
+@pytest.mark.parametrize("window, max_input_len, per_sequence", [
+    (4096, 2048, 4096 + 32),   # decoding: a front block is released once the sequence holds W + one block
+    (4000, 2048, 126 * 32),    # W spans 125 blocks (the last one partly), plus the one being filled
+    (4096, 16384, 16384),      # a prompt longer than the window is held whole while its context runs
+])
+def test_a_sliding_window_bounds_the_kv_of_a_sequence(tmp_path, window, max_input_len, per_sequence):
+    """TensorRT-LLM keeps at most the window plus a 32-token block of a generating sequence, or its
+    whole prompt during the context phase (upstream.trtllm.kv_tokens_per_sequence), not max_seq_len."""
+    opts = BuildOptions(max_batch_size=64, max_input_len=max_input_len, max_seq_len=32768)
+    windowed = make_plan(config_only(tmp_path / "swa", {**MISTRAL_7B, "sliding_window": window}), opts).memory
+    full = make_plan(config_only(tmp_path / "full", {**MISTRAL_7B, "sliding_window": None}), opts).memory
+    assert full.kv_tokens_at_limits == 64 * 32768 and full.full_length_sequences == full.kv_token_capacity // 32768
+    assert windowed.kv_token_capacity == full.kv_token_capacity  # the pool is what memory leaves either way
+    assert windowed.engines[0].kv_tokens_per_sequence == per_sequence
+    assert windowed.kv_tokens_at_limits == 64 * per_sequence
+    assert windowed.full_length_sequences == windowed.kv_token_capacity // per_sequence
+
+
+def test_a_window_at_or_above_max_seq_len_changes_nothing(tmp_path):
+    opts = BuildOptions(max_batch_size=64, max_input_len=2048, max_seq_len=4096)
+    m = make_plan(config_only(tmp_path / "swa", MISTRAL_7B), opts).memory
+    assert m.kv_tokens_at_limits == 64 * 4096 and m.engines[0].kv_tokens_per_sequence == 4096
+
+
+def test_kv_shortfall_with_a_window_counts_the_windowed_sequences(tmp_path):
+    cfg = {**MISTRAL_7B, "quantization": {"quant_algo": None, "kv_cache_quant_algo": None}}
+    plan = make_plan(config_only(tmp_path / "bf16", cfg), BuildOptions(max_batch_size=2048, max_seq_len=32768,
+                                                                        max_input_len=1024))
+    m = plan.memory
+    assert m.fits and not m.kv_fits_at_limits and m.kv_tokens_at_limits == 2048 * 4128
+    assert m.full_length_sequences == m.kv_token_capacity // 4128 < 2048
+    assert any("max_batch_size x 4128 tokens per sequence" in w
+               and f"at most {m.full_length_sequences} full-length sequences" in w for w in plan.warnings)

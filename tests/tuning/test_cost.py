@@ -214,3 +214,42 @@ def test_additive_mode_sums_memory_and_compute_and_fits():
         assert getattr(fitted, k) == pytest.approx(v, rel=1e-4), k
     assert report.rms_relative_error < 1e-6
     assert gpu_preset("cpu").memory_compute_overlap is False
+
+
+def mistral_7b_v01(tmp_path) -> ModelShape:
+    """Mistral-7B-v0.1's shape as transformers' MistralConfig defaults describe it (its 4096 window
+    included), read the way trtspec reads an HF checkpoint."""
+    import transformers as tf
+
+    from trtspec.checkpoints.spec import spec_from_hf
+
+    tf.MistralConfig(architectures=["MistralForCausalLM"]).to_json_file(tmp_path / "config.json")
+    return shape_from_spec(spec_from_hf(tmp_path), {"dtype": "bfloat16"}, "target", "mistral", "cfg")
+
+
+def test_a_sliding_window_caps_the_attention_cost(tmp_path):
+    """Each query reads at most W cached positions: below W the window changes nothing, past it the
+    step time stays flat while full attention keeps growing with the context."""
+    g, windowed = gpu_preset("h100"), mistral_7b_v01(tmp_path)
+    assert windowed.attention_window == 4096
+    full = windowed.model_copy(update={"attention_window": None})
+    t = lambda m, ctx: forward_time(g, m, batch=64, num_tokens=5, context=ctx)  # noqa: E731
+    for ctx in (0, 1024, 4095, 4096):
+        assert t(windowed, ctx) == t(full, ctx)
+    past = [8192, 16384, 32768]
+    assert [t(windowed, c) for c in past] == [t(windowed, 4096)] * 3
+    assert t(full, 4096) < t(full, 8192) < t(full, 16384) < t(full, 32768)
+    step = lambda m, ctx: CostModel(gpu=g, target=m, draft=m.model_copy(update={"role": "draft"})  # noqa: E731
+                                    ).draft_target_step(64, 4, ctx).total_s
+    assert step(windowed, 32768) == step(windowed, 4096) < step(full, 32768)
+
+
+def test_the_window_reaches_the_shape_from_a_converted_checkpoint(tmp_path):
+    from trtspec.checkpoints.convert import convert_hf
+
+    make_hf_model("mistral", tmp_path / "hf", sliding_window=6)
+    convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float16")
+    assert shapes_from_checkpoint(tmp_path / "ckpt")["target"].attention_window == 6
+    make_hf_model("llama", tmp_path / "llama")
+    convert_hf(tmp_path / "llama", tmp_path / "llama_ckpt", dtype="float16")
+    assert shapes_from_checkpoint(tmp_path / "llama_ckpt")["target"].attention_window is None

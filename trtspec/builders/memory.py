@@ -13,6 +13,9 @@ Per GPU (rank 0 of each engine; with TP every rank holds about the same share):
                token costs 2 x layers x kv_heads_per_rank x head_size x kv bytes (EAGLE adds its
                drafter layers, which share the pool; models/eagle/model.py). A draft-target pair on
                one GPU shares the pool, and every request lives in both engines.
+  per sequence the engine's max_seq_len, or with a sliding window below it (Mistral-7B-v0.1's 4096,
+               which the served config sets) what TensorRT-LLM keeps of it: the window plus a block,
+               or the longest prompt while its context runs (upstream.trtllm kv_tokens_per_sequence).
 
 It is an estimate (±10% on the weights-dominated cases it was checked against), meant to catch
 plans that cannot fit before a build is attempted, not to replace the runtime's own accounting.
@@ -42,7 +45,8 @@ class EngineMemory:
     weights_bytes: int
     activation_bytes: int
     kv_bytes_per_token: int
-    kv_tokens_at_limits: int      # max_batch_size x engine max_seq_len
+    kv_tokens_per_sequence: int   # upstream.trtllm.kv_tokens_per_sequence: max_seq_len, or less with a window
+    kv_tokens_at_limits: int      # max_batch_size x kv_tokens_per_sequence
     kv_bytes_at_limits: int
 
 
@@ -57,9 +61,9 @@ class MemoryEstimate:
     kv_pool_bytes: int
     kv_token_capacity: int        # tokens the pool holds (per engine; a pair's requests need both)
     kv_tokens_at_limits: int
-    full_length_sequences: int    # how many sequences at the engine max_seq_len fit at once
+    full_length_sequences: int    # how many sequences at the engine max_seq_len (or its window) fit at once
     fits: bool                    # weights + activations + overhead fit at all
-    kv_fits_at_limits: bool       # max_batch_size sequences at max_seq_len fit in the pool
+    kv_fits_at_limits: bool       # max_batch_size such sequences fit in the pool
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -159,9 +163,10 @@ def estimate_memory(builds: list[EngineBuild], ckpts: dict[str, TrtllmCheckpoint
     for b in builds:
         ck = ckpts[b.name]
         per_tok = kv_bytes_per_token(ck)
-        tokens = b.max_batch_size * b.engine_max_seq_len
+        per_seq = trtllm.kv_tokens_per_sequence(b.engine_max_seq_len, ck.spec.sliding_window, b.max_input_len)
+        tokens = b.max_batch_size * per_seq
         activations = activation_bytes(ck, b.max_batch_size, b.max_draft_len, b.max_num_tokens)
-        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activations, per_tok, tokens,
+        engines.append(EngineMemory(b.name, checkpoint_weight_bytes(ck), activations, per_tok, per_seq, tokens,
                                     tokens * per_tok))
     free = total - sum(e.weights_bytes + e.activation_bytes for e in engines) - RUNTIME_OVERHEAD_BYTES
     frac = trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION
@@ -170,7 +175,7 @@ def estimate_memory(builds: list[EngineBuild], ckpts: dict[str, TrtllmCheckpoint
     block = trtllm.TOKENS_PER_BLOCK
     capacity = (pool // (per_token * block)) * block if per_token else 0
     at_limits = max(e.kv_tokens_at_limits for e in engines)
-    max_seq = max(b.engine_max_seq_len for b in builds)
+    max_seq = max(e.kv_tokens_per_sequence for e in engines)
     est = MemoryEstimate(
         gpu=gpu, gpu_memory_bytes=total, engines=engines, runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES,
         free_after_load_bytes=free, kv_cache_fraction=frac, kv_pool_bytes=pool, kv_token_capacity=capacity,
@@ -184,9 +189,10 @@ def estimate_memory(builds: list[EngineBuild], ckpts: dict[str, TrtllmCheckpoint
             f"{_gib(total)} GiB; use more tensor parallelism, stronger quantization, or lower --max-num-tokens")
     elif not est.kv_fits_at_limits:
         est.warnings.append(
-            f"memory: the KV cache holds about {capacity} tokens, fewer than max_batch_size x max_seq_len = "
-            f"{at_limits}; at most {est.full_length_sequences} full-length sequences run at once (lower "
-            "--max-batch-size or --max-seq-len, or quantize the KV cache)")
+            f"memory: the KV cache holds about {capacity} tokens, fewer than max_batch_size x {max_seq} tokens per "
+            f"sequence (max_seq_len, or what a sliding window keeps) = {at_limits}; at most "
+            f"{est.full_length_sequences} full-length sequences run at once (lower --max-batch-size or "
+            "--max-seq-len, or quantize the KV cache)")
     if len(engines) > 1:
         est.notes.append("memory: both engines share one GPU here; give each about half of the KV memory at run "
                             "time (kv_cache_free_gpu_memory_fraction 0.5 for the first one loaded, reference §5.2)")

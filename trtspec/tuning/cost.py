@@ -16,6 +16,10 @@ preset, see below)
             + 4 * num_layers * batch * num_tokens * (context + (num_tokens + 1) / 2) * heads * head_size / tp
               (causal: new token i attends to the context and the i new tokens up to itself)
 
+where, for a network with a sliding window W (Mistral-7B-v0.1: every layer attends the last 4096
+positions; ModelShape.attention_window), context is min(context, W): a query reads at most W
+cached positions, so past W the attention terms stay flat (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY).
+
 Why a roofline: decode and verify steps are weight-streaming (memory-bound) at small batch and
 become compute-bound only when batch * tokens reaches a few hundred; the crossover is what makes
 long drafts pay off at concurrency 1 and lose at 64 (landscape.md §4.2 caveat 2). Ignored on
@@ -103,6 +107,9 @@ class ModelShape(BaseModel):
     weight_bytes: float = Field(description="bytes per weight of the quantized linear layers")
     lm_head_bytes: float = Field(description="bytes per lm_head weight")
     kv_bytes: float = Field(description="bytes per cached K or V element")
+    attention_window: int | None = Field(None, description="sliding window every layer attends over (DecoderSpec."
+                                         "sliding_window): a query reads at most this many cached positions; "
+                                         "None: the whole context")
     compute_dtype: ComputeDtype
     tp: int = 1
     quant_algo: str | None = None
@@ -171,7 +178,8 @@ def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> Mod
     return ModelShape(name=name, role=role, num_layers=spec.num_layers, hidden_size=spec.hidden_size,
                       num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
                       intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
-                      extra_linear_params=extra, fc_params=extra, tp=tp, **qb)
+                      extra_linear_params=extra, fc_params=extra, tp=tp,
+                      attention_window=spec.sliding_window, **qb)
 
 
 def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> ModelShape:
@@ -205,6 +213,8 @@ def shapes_from_checkpoint(ckpt_dir: Path, role: str = "target") -> dict[str, Mo
 
 def forward_terms(m: ModelShape, batch: int, num_tokens: int, context: float) -> tuple[float, float]:
     """(bytes moved, FLOPs) of one forward on one tp rank."""
+    if m.attention_window:
+        context = min(context, m.attention_window)
     tokens = batch * num_tokens
     kv = batch * (context + num_tokens) * m.kv_bytes_per_token
     nbytes = (m.weight_bytes_total + kv) / m.tp

@@ -38,8 +38,9 @@ HF_ARCHITECTURES = {
 # `sliding_window` in the checkpoint config.json it writes so that the window reaches the serving
 # config; PretrainedConfig takes an unknown key as an attribute with a warning (models/
 # modeling_utils.py, "Implicitly setting ..."), which no LLaMA layer reads. Whether the engine flow's
-# speculative modes take a window below max_seq_len (a cyclic KV cache) is UNVERIFIED. The step-time
-# model and the Triton memory plan price the whole context, which overstates both past the window.
+# speculative modes take a window below max_seq_len is UNVERIFIED. What the window saves is priced
+# where it is spent: each query reads at most W cached positions (tuning.cost, ModelShape.attention_window),
+# and a sequence holds at most kv_tokens_per_sequence tokens (builders.memory).
 SLIDING_WINDOW_CONFIG_KEY = "sliding_window"
 LLMAPI_ATTENTION_WINDOW_KEY = "max_attention_window"
 # `Mapping(**d)` rejects unknown keys and the accepted set drifted across versions: write only these.
@@ -250,6 +251,36 @@ KV_CACHE_FREE_GPU_MEMORY_FRACTION = 0.9
 # Total device memory as nvidia-smi reports it (MiB) for the SXM 80 GB H100 and the 141 GB H200.
 GPU_MEMORY_MIB = {"h100": 81559, "h200": 143771}
 GPU_NAMES = {"h100": "NVIDIA H100 80GB (SM90)", "h200": "NVIDIA H200 141GB (SM90)"}
+
+# KV-cache tokens one sequence holds under a sliding window W below the engine's max_seq_len, read in
+# NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp as stored in the code index,
+# in two generations (no commit tied to the v1.2.x tag, so which one 1.2.x ships is UNVERIFIED):
+# - cyclic (older stored versions, e.g. @002ba6a7): a sequence's blocks are ceil((W + sink bubble
+#   + temporary window) / tokens_per_block) (one block more only with beam search), the temporary
+#   window being min(max_num_tokens, max_input_len - W) when paged context FMHA is on and
+#   max_input_len > W, else 0 (BlockManager ctor's maxBlocksPerSeq; WindowBlockManager::
+#   calculateTemporaryAttentionWindow in kvCacheManager.h);
+# - linear (@b35ac1b6, PR #6768 "Support SWA KV cache"): the block table spans max_seq_len, the whole
+#   prompt is allocated at addSequence, and while generating a front block is released once the
+#   sequence holds W + tokens_per_block tokens (WindowBlockManager::adjustBlocksIfNeeded), so at
+#   most ceil(W / tokens_per_block) + 1 blocks.
+# Neither adds the draft length: draft tokens enter only the one-step lookahead
+# (getNeededBlocksOneStep), and the window is clamped to max_seq_len, which already counts
+# max_draft_len. The sink bubble is 0: no trtspec config sets sink_token_length. The scheduler's
+# reservation (getRemainingBlocksToCompletion) uses min(prompt + output, W + temporary window).
+# kv_tokens_per_sequence takes the larger of the two generations' peaks (INFERRED conservative reading).
+
+
+def kv_tokens_per_sequence(max_seq_len: int, window: int | None, max_input_len: int) -> int:
+    """Most KV-cache tokens one sequence of an engine holds (see the fact above): max_seq_len without
+    a window below it; else the whole longest prompt (its context phase) or the window plus one block,
+    whichever is more, in whole blocks. max_input_len bounds both generations' context-phase peak."""
+    if not window or window >= max_seq_len:
+        return max_seq_len
+    block = TOKENS_PER_BLOCK
+    whole_blocks = -(-max(max_input_len, window) // block) * block
+    return min(max_seq_len, max(whole_blocks, -(-window // block) * block + block))
+
 
 # --- EAGLE-3 heads in the PyTorch backend (checkpoints/eagle3.py, runtime/eagle3.py) -----------
 # Read in NVIDIA/TensorRT-LLM, tensorrt_llm/_torch/speculative/eagle3.py @001e6700 (a 1.x version
