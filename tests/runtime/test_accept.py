@@ -42,14 +42,19 @@ def small(tmp_path_factory):
 
 
 @torch.inference_mode()
-def exact_distribution(target, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
-    """(P(x1, x2) [V, V], P(x3) [V]) of plain sampling from the target after PROMPT."""
+def exact_distribution(target, sampling: Sampling, eos: int | None = None,
+                       min_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P(x1, x2) [V, V], P(x3) [V]) of plain sampling from the target after PROMPT; with the
+    logit of `eos` at -inf for output indices below min_tokens (test_min_tokens.py)."""
     V = target.vocab_size
 
     def next_probs(prefixes: torch.Tensor) -> torch.Tensor:
         seqs = torch.cat([torch.tensor(PROMPT).expand(len(prefixes), -1), prefixes], 1)
         logits, _ = target.forward(seqs, target.new_cache(len(seqs), seqs.shape[1]))
-        return probs(logits[:, -1], sampling)
+        logits = logits[:, -1].clone()
+        if prefixes.shape[1] < min_tokens:
+            logits[:, eos] = float("-inf")
+        return probs(logits, sampling)
 
     p1 = next_probs(torch.zeros(1, 0, dtype=torch.long))[0]
     p2 = next_probs(torch.arange(V)[:, None])  # [x1, x2]
@@ -70,9 +75,10 @@ def chi_square_p(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
     return float(chi2.sf(stat, int(keep.sum()) - 1))
 
 
-def fit(models, outputs: list[list[int]], sampling: Sampling) -> tuple[float, float]:
+def fit(models, outputs: list[list[int]], sampling: Sampling, **mask) -> tuple[float, float]:
+    """Chi-square p-values of (x1, x2) and x3; mask: exact_distribution's eos / min_tokens."""
     V = models.target.vocab_size
-    joint12, p3 = exact_distribution(models.target, sampling)
+    joint12, p3 = exact_distribution(models.target, sampling, **mask)
     x = torch.tensor(outputs)
     c12 = torch.bincount(x[:, 0] * V + x[:, 1], minlength=V * V)
     return chi_square_p(c12, joint12), chi_square_p(torch.bincount(x[:, 2], minlength=V), p3)

@@ -183,16 +183,14 @@ def test_label_band_reads_the_band_a_route_label_names():
         assert r.label_band(label) is None
 
 
-def test_min_tokens_on_the_cpu_flavor_is_nothing_or_the_whole_length():
-    """0: the first end id stops the request; >= request_output_len: end ids are ignored (a
-    benchmark's fixed output length); a length in between would need TensorRT-LLM's end-id logit
-    mask, which the cpu runtime lacks, and is refused rather than silently not honoured."""
-    assert r.ignores_end_ids(None, 16) is False and r.ignores_end_ids(0, 16) is False
-    assert r.ignores_end_ids(16, 16) is True and r.ignores_end_ids(40, 16) is True
-    for bad in (1, 15, -1):
-        with pytest.raises(r.RequestError, match=rf"^min_tokens: {bad}; the cpu flavor takes 0 or at least "
-                                                 r"request_output_len \(16\)"):
-            r.ignores_end_ids(bad, 16)
+def test_min_tokens_on_the_cpu_flavor_is_any_count_from_zero():
+    """Any min_tokens >= 0 is served, also one between 0 and request_output_len (the runtime masks
+    the end ids until then, as TensorRT-LLM does: tests/triton_repo/test_cpu_llm.py); absent is 0;
+    negative is refused, as TensorRT-LLM's executor refuses it."""
+    assert r.check_min_tokens(None) == 0 and r.check_min_tokens(0) == 0
+    assert [r.check_min_tokens(m) for m in (1, 15, 16, 40)] == [1, 15, 16, 40]
+    with pytest.raises(r.RequestError, match=r"^min_tokens: -1; expected 0 or more"):
+        r.check_min_tokens(-1)
 
 
 def test_end_id_absent_is_the_models_own_and_minus_one_is_none():

@@ -2,7 +2,8 @@
 
 A loop hands each request the tokens one target step produced (1 for greedy, accepted + 1 for
 speculative steps); `emit` cuts them at max_new_tokens or at the first eos, which is the only
-place output is truncated. Metrics are recorded by the loop before that cut.
+place output is truncated. Metrics are recorded by the loop before that cut. An eos cannot come
+before min_tokens: the loop masks the eos logits there first (`eos_masked`, decode.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Request:
     max_new_tokens: int
     eos_ids: frozenset[int] = frozenset()
     seed: int = 0  # keys the request's random draws when it is sampled (runtime/sampling.py)
+    min_tokens: int = 0  # no eos before this many output tokens (TensorRT-LLM's min_tokens)
     output: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     stats: RequestStats = field(default_factory=RequestStats)
@@ -33,6 +35,11 @@ class Request:
     def tokens(self) -> list[int]:
         """Prompt + everything emitted so far (the committed sequence)."""
         return self.prompt + self.output
+
+    def eos_masked(self, depth: int) -> bool:
+        """Whether the eos ids are masked for the token `depth` positions past what was emitted:
+        its output index is below min_tokens (TensorRT-LLM's rule, upstream/sampling.py min_tokens)."""
+        return len(self.output) + depth < self.min_tokens
 
     def emit(self, new: list[int]) -> None:
         for t in new:
@@ -50,11 +57,13 @@ class Request:
 
 
 def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_size: int,
-                  max_positions: int = 0, seed: int = 0) -> list[Request]:
+                  max_positions: int = 0, seed: int = 0, min_tokens: int = 0) -> list[Request]:
     """Check the prompts (clear errors, not an index error inside torch) and wrap them. Request i
     gets the seed `seed + i`: a batch's rows draw independently, and a batch of one is seeded `seed`."""
     if max_new_tokens < 1:
         raise TrtspecError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+    if min_tokens < 0:
+        raise TrtspecError(f"min_tokens: expected >= 0, got {min_tokens}")
     if not prompts:
         raise TrtspecError("no prompts given")
     for i, p in enumerate(prompts):
@@ -64,7 +73,8 @@ def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_
         if bad:
             raise TrtspecError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
     eos = frozenset(int(e) for e in (eos_ids or ()))
-    return [Request([int(t) for t in p], max_new_tokens, eos, seed + i, stats=RequestStats(max_positions=max_positions))
+    return [Request([int(t) for t in p], max_new_tokens, eos, seed + i, int(min_tokens),
+                    stats=RequestStats(max_positions=max_positions))
             for i, p in enumerate(prompts)]
 
 

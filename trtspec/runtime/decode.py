@@ -11,6 +11,12 @@
         commit each path in the target cache; emit (cut at max_new_tokens / eos); yield the step
         proposer.update(rows, acceptances, hidden)
 
+min_tokens: before the accept rule reads the target's logits, the eos ids' logits are -inf at
+every entry whose output index is below the request's min_tokens (`mask_eos`; TensorRT-LLM's
+rule, upstream/sampling.py), so no rule can emit an eos there and every rule, greedy or sampled,
+is lossless with respect to that masked target. Draft logits are not masked: a drafted eos at a
+masked position is simply rejected (p = 0 there).
+
 Plain decoding is the same loop without a proposer (`NoProposer`: the empty tree, one T=1 forward
 per step). Batch generation (`generate`, `generate_batch`), acceptance profiling and the cpu-flavor
 Triton models (one request, streamed) all consume this iterator, so they run the same steps and
@@ -83,6 +89,20 @@ def _emit(requests: list[Request], rows: torch.Tensor, proposal: Proposal, logit
     return out
 
 
+def mask_eos(reqs: list[Request], rows: torch.Tensor, proposal: Proposal, logits: torch.Tensor) -> torch.Tensor:
+    """logits [b', N+1, V] with each row's eos ids at -inf at the entries (root, then each node at
+    its depth) whose output index is below its min_tokens; the same tensor when there are none."""
+    if not any(reqs[b].eos_masked(0) for b in rows.tolist()):  # the usual case: nothing to mask
+        return logits
+    hits = [(i, n, e) for i, b in enumerate(rows.tolist())
+            for n, depth in enumerate(proposal.tree_for(i).depth) if reqs[b].eos_masked(depth)
+            for e in reqs[b].eos_ids if e < logits.shape[-1]]
+    if not hits:
+        return logits
+    index = tuple(torch.tensor(x, device=logits.device) for x in zip(*hits))
+    return logits.index_put(index, torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device))
+
+
 def _keys(reqs: list[Request], rows: torch.Tensor) -> list[Key]:
     """Each row's draw key: its seed and the output position its root's next token takes."""
     return [Key(reqs[b].seed, len(reqs[b].output)) for b in rows.tolist()]
@@ -90,19 +110,22 @@ def _keys(reqs: list[Request], rows: torch.Tensor) -> list[Key]:
 
 def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
            proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
-           batch_invariant: bool = False, seed: int = 0) -> Iterator[list[RowStep]]:
+           batch_invariant: bool = False, seed: int = 0, min_tokens: int = 0) -> Iterator[list[RowStep]]:
     """Yield, per target forward (the prefill first), one RowStep per request still running.
     Finished rows drop out of the batch; their cache rows stay put. batch_invariant: see the
-    module docstring. seed: request i draws with seed + i (accept.py, sampling.py)."""
+    module docstring. seed: request i draws with seed + i (accept.py, sampling.py). min_tokens:
+    no request ends on an eos before that many output tokens (module docstring)."""
     verify = proposer is not None
     proposer = proposer if verify else NoProposer()
-    reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions, seed)
+    reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions, seed,
+                         min_tokens)
     capacity = max(len(p) for p in prompts) + max_new_tokens + proposer.max_block + 1
     cache = target.new_cache(len(reqs), capacity)
     rows = torch.arange(len(reqs))
     logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs], batch_invariant)
     forward = partial(forward_stepwise, target) if batch_invariant else target.forward
-    first, logits = empty_proposal(len(reqs)), logits[:, None]
+    first = empty_proposal(len(reqs))
+    logits = mask_eos(reqs, rows, first, logits[:, None])
     yield _emit(reqs, rows, first, logits, accept(first, logits, _keys(reqs, rows)), verify=False)
     proposer.start(reqs, rows, hidden)
     while len(rows := active_rows(reqs)):
@@ -111,6 +134,7 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
         block = torch.cat([to_device(roots, target.device), to_device(proposal.tokens, target.device)], dim=1)
         logits, hidden = forward(block, cache, rows=rows,
                                  pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
+        logits = mask_eos(reqs, rows, proposal, logits)
         accepted = accept(proposal, logits, _keys(reqs, rows))
         for b, a in zip(rows.tolist(), accepted):
             cache.commit(b, a.path)
@@ -120,11 +144,11 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
 
 def generate(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
              proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
-             batch_invariant: bool = False, seed: int = 0) -> list[GenerationResult]:
+             batch_invariant: bool = False, seed: int = 0, min_tokens: int = 0) -> list[GenerationResult]:
     """Run `decode` to the end; results in prompt order."""
     outputs: list[list[int]] = [[] for _ in prompts]
     last: dict[int, RowStep] = {}
-    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant, seed):
+    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant, seed, min_tokens):
         for row in rows:
             outputs[row.index] += row.tokens
             last[row.index] = row
@@ -141,20 +165,22 @@ def one_request(steps: Iterator[list[RowStep]]) -> Iterator[RowStep]:
 @torch.inference_mode()
 def verify_external(target: Decoder, prompt: list[int], draft: list[int], max_new_tokens: int, eos_ids=(),
                     accept: AcceptRule = accept_greedy, key: Key = Key(0, 0),
-                    draft_logits: torch.Tensor | None = None) -> RowStep:
+                    draft_logits: torch.Tensor | None = None, min_tokens: int = 0) -> RowStep:
     """A `draft_tokens_external` target step: prompt + draft (a chain) in one causal forward, the
     accept rule on the logits after the last prompt token and after each draft token. The RowStep's
     tokens are the accepted drafts + the target's next token, cut at max_new_tokens and eos; its
     step counts acceptance before that cut. key: the request's seed and the output position of the
     token after `prompt` (sampling rules); draft_logits [K, V]: the distribution the draft sampled
-    each token from (TensorRT-LLM's `draft_logits`, for rejection sampling)."""
+    each token from (TensorRT-LLM's `draft_logits`, for rejection sampling). min_tokens: eos masked
+    below that output index, as in `decode`."""
     if not prompt:  # the first draft token is checked against the logits after the last prompt token
         raise TrtspecError("prompt (input_ids): empty; draft tokens are verified against the logits after its last "
                            "token")
-    req = make_requests([prompt + draft], max_new_tokens, eos_ids, target.vocab_size, len(draft))[0]
+    req = make_requests([prompt + draft], max_new_tokens, eos_ids, target.vocab_size, len(draft),
+                        min_tokens=min_tokens)[0]
     req.prompt = req.prompt[:len(prompt)]  # checked as one sequence; emit() counts after the prompt
     logits, _ = target.forward(torch.tensor([prompt + draft]), target.new_cache(1, len(prompt) + len(draft)))
     proposal = Proposal(chain(len(draft)), torch.tensor([draft], dtype=torch.long),
                         None if draft_logits is None else draft_logits[None], sampled=draft_logits is not None)
-    logits = logits[:, len(prompt) - 1:]
+    logits = mask_eos([req], torch.arange(1), proposal, logits[:, len(prompt) - 1:])
     return _emit([req], torch.arange(1), proposal, logits, accept(proposal, logits, [key]), verify=True)[0]

@@ -165,6 +165,31 @@ PATH_RULES = (
              "allow_advanced_sampling False (default); True -> exact_match", "greedy"),
 )
 
+# --- min_tokens: the end id may not end a request before min_tokens generated tokens ---------------
+# Triton `min_tokens` -> executor SamplingConfig minTokens, which must be >= 0 (samplingConfig.cpp
+# checkMinTokens, commit not named by the index) -> the decoder's minLength.
+# Engine flow: PenaltyLayer::forwardAsync (cpp/tensorrt_llm/layers/penaltyLayer.cpp @05316d33) runs
+# batchApplyPenalty (cpp/tensorrt_llm/kernels/penaltyKernels.cu: @249d93d5, and the 1.x version with
+# FinishedState and the end id > -1 check, commit not named by the index), which sets the logit of
+# the request's ONE end id (endIds[slot]; no other eos id of the model) to the most negative float
+# while sequenceLength - inputLength < minLength, i.e. while fewer than min_tokens tokens have been
+# generated. So output index i (0-based) is masked iff i < min_tokens: the step producing index
+# min_tokens - 1 is masked, the prompt does not count, and nothing is masked when end_id is -1. The
+# decoder's sampling layers read the masked logits; EAGLE engines accept inside the engine
+# (eagleSampleAndAcceptDraftTokensPlugin), and whether min_tokens reaches that path is UNVERIFIED.
+# Steps of several tokens (tokensPerStep): the kernel compares the step's one sequenceLength for all
+# of its tokens, so a verify step starting below min_tokens masks all its positions, also those past
+# min_tokens. That draft-token verification runs this layer with tokensPerStep > 1 is INFERRED (read,
+# not run). PyTorch backend, 1.x TorchSampler._apply_min_length_penalty (_torch/pyexecutor/sampler.py
+# @00026bd1): verified position s masks py_end_id iff get_num_tokens(beam) + s < min_length, and
+# get_num_tokens counts prompt + generated tokens (LlmRequest.h): there the prompt counts. Later main
+# (sampler/token_ban.py; tests/unittest/_torch/sampler/test_token_ban.py @23843b57) subtracts the
+# prompt: position s is masked iff generated + s < min_length, per position.
+# trtspec's runtime (runtime/decode.py) masks per verified position, output index < min_tokens (the
+# engine's rule for one-token steps, later main's for verify steps), so speculation stays lossless
+# with respect to the masked target; it masks every id the request stops on, which is the request's
+# one end_id whenever the request names one.
+
 # --- Where a request's sampling settings go, per path -------------------------------------------
 # tensorrt_llm model inputs (utils.cc -> executor SamplingConfig; the BLS forwards the same values
 # to the draft and the target engine: triton_decoder.py _get_llm_tensors_from_request @07f3e442).

@@ -4,8 +4,8 @@ It takes the subset of `tensorrt_llm`'s tensors that trtspec's models and a dire
 with the same names, types and shapes, and runs the TRT-LLM checkpoint with trtspec.runtime:
 - input_ids / input_lengths / request_output_len / end_id, streaming (one response per target
   step, carrying that step's new tokens; otherwise one response), exclude_input_in_output (else
-  the prompt is prepended when not streaming), min_tokens (0, or at least request_output_len: end
-  ids are then ignored; serving_rules.ignores_end_ids);
+  the prompt is prepended when not streaming), min_tokens (no end id before that many generated
+  tokens: their logits are masked until then, as TensorRT-LLM does; serving_rules.check_min_tokens);
 - draft_input_ids (a `draft_tokens_external` target): prompt + draft in one forward, the accepted
   draft prefix plus the target's next token, then plain decoding up to request_output_len, as the
   executor does with external draft tokens;
@@ -39,8 +39,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, ignores_end_ids, load_device, parse_braces,
-                           stop_ids, tree_depth)
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, load_device,
+                           parse_braces, stop_ids, tree_depth)
 from trtspec_triton_common import FINAL, is_true, llm_request, out, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -91,19 +91,20 @@ class TritonPythonModel(PooledModel):
         exclude = scalar(request, "exclude_input_in_output")
         exclude = self.exclude_default if exclude is None else bool(exclude)
         perf = bool(scalar(request, "return_perf_metrics", False))
-        ignore_eos = ignores_end_ids(scalar(request, "min_tokens", 0), n)
+        min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
         draft = tensor_list(request, "draft_input_ids")
         m = self._load()
-        eos = () if ignore_eos else stop_ids(end_id, m.eos_ids)
+        eos = stop_ids(end_id, m.eos_ids)
         acc = {"accepted": 0, "drafted": 0}
         if self.role == "eagle":
             depth = tree_depth(self.choices) if self.choices else None
-            pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos)
+            pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos,
+                                    min_tokens=min_tokens)
         elif draft:
-            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc, sampling)
+            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc, sampling, min_tokens)
             depth = None
         else:
-            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos, sampling=sampling)
+            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos, sampling=sampling, min_tokens=min_tokens)
             depth = None
         collected = []
         for piece in pieces:
@@ -121,24 +122,26 @@ class TritonPythonModel(PooledModel):
             tokens = collected if exclude else prompt + collected
             sender.send(self._response(tokens, acc, perf, len(prompt), len(collected)), flags=FINAL)
 
-    def _verify_then_decode(self, m, prompt, draft, n, eos, acc, sampling):
+    def _verify_then_decode(self, m, prompt, draft, n, eos, acc, sampling, min_tokens):
         """The engine's draft_tokens_external step (exact_match_resample at T > 0: no draft logits
         reach this model), then plain decoding. The continuation restarts the runtime's output
-        positions at 0, so it draws with the next seed rather than re-using the first step's draws."""
+        positions at 0, so it draws with the next seed rather than re-using the first step's draws,
+        and owes min_tokens less what the first step emitted."""
         # lazy: imported with the checkpoint (see _load)
         from trtspec.runtime.accept import Key, accept_rule
         from trtspec.runtime.decode import verify_external
         from trtspec.runtime.generate import stream_request
 
         rule = accept_rule(RESAMPLE_RULE, sampling)
-        first = verify_external(m.target, prompt, draft, n, eos, accept=rule, key=Key(sampling.seed, 0))
+        first = verify_external(m.target, prompt, draft, n, eos, accept=rule, key=Key(sampling.seed, 0),
+                                min_tokens=min_tokens)
         acc["accepted"] += first.step.accepted
         acc["drafted"] += len(draft)
         yield first
         if not first.done:
             rest = sampling.model_copy(update={"seed": (sampling.seed + 1) % 2 ** 63})
             yield from stream_request(m, prompt + first.tokens, n - len(first.tokens), "greedy", eos_ids=eos,
-                                      sampling=rest)
+                                      sampling=rest, min_tokens=max(0, min_tokens - len(first.tokens)))
 
     def _response(self, tokens, acc, perf, n_input, n_output):
         outs = [out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),

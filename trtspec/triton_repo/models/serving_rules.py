@@ -291,16 +291,17 @@ def check_llmapi_inputs(get) -> None:
                                "leave it unset")
 
 
-def ignores_end_ids(min_tokens, request_output_len: int) -> bool:
-    """The cpu flavor's min_tokens: 0 (the first end id stops the request) or at least
-    request_output_len (the request runs to its length whatever it decodes: the benchmark use,
-    genai-perf's ignore_eos). TensorRT-LLM masks the end id's logit until min_tokens; the cpu
-    runtime has no such mask, so a length in between, which would need it, is refused."""
-    m = int(min_tokens or 0)
-    if m < 0 or 0 < m < request_output_len:
-        raise RequestError(f"min_tokens: {m}; the cpu flavor takes 0 or at least request_output_len "
-                           f"({request_output_len}), running the request to its first end id or to its length")
-    return m > 0
+def check_min_tokens(value) -> int:
+    """The request's min_tokens (absent: 0): it cannot end on an end id before that many generated
+    tokens, the end ids' logits being masked until then (TensorRT-LLM's penalty kernel; the rule and
+    its source: trtspec.upstream.sampling, "min_tokens"). A length of request_output_len or more
+    masks them throughout: the request runs to its length (genai-perf's ignore_eos). Negative is
+    refused, as TensorRT-LLM's executor refuses it."""
+    m = int(value or 0)
+    if m < 0:
+        raise RequestError(f"min_tokens: {m}; expected 0 or more (the tokens generated before an end id can end "
+                           "the request)")
+    return m
 
 
 # ---- sampling at temperature > 0: the accept rule of each route --------------------------------

@@ -1,0 +1,95 @@
+"""The cpu flavor's tensorrt_llm model (cpu_llm.py) without a server: min_tokens reaches the runtime.
+
+A request's end_id is the token the tiny target's greedy output emits at index 2. With min_tokens 0
+the request ends there; with a min_tokens between 0 and request_output_len it runs on, and its
+tokens are the runtime's with that min_tokens, also when the first step verifies
+draft_input_ids (the continuation after that step owes min_tokens less what it emitted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from triton_fixtures import tiny_pair
+from triton_repo.test_models_common import HELPER_MODULES, MODELS, Request
+from triton_repo.test_spec_decode import fake_engines
+from trtspec.runtime.generate import generate_batch, load_models
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+NEW, M = 14, 8
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """The tiny target, a prompt, its greedy output and an end id that output first emits at index 2
+    and that comes again before M once index 2 is masked (so every masked index matters)."""
+    models = load_models(tiny_pair(tmp_path_factory.mktemp("cpu_llm")) / "target", tokenizer=False)
+    g = torch.Generator().manual_seed(6)
+    for _ in range(30):
+        prompt = torch.randint(3, 1001, (5,), generator=g).tolist()
+        greedy = generate_batch(models, [prompt], NEW, "greedy", ignore_eos=True)[0].output_ids
+        end_id = greedy[2]
+        after = generate_batch(dataclasses.replace(models, eos_ids=(end_id,)), [prompt], NEW, "greedy",
+                               min_tokens=3)[0].output_ids
+        if end_id not in greedy[:2] and end_id in after[3:M]:
+            return models, prompt, greedy, end_id
+    raise AssertionError("no prompt whose greedy output comes back to its third token")
+
+
+@pytest.fixture()
+def cpu_llm(monkeypatch, target):
+    """A cpu_llm TritonPythonModel holding the tiny target, with a pb_utils whose responses are
+    {output name: value}."""
+    pb = fake_engines([], np.zeros((1, 1), np.float32))
+    pb.InferenceResponse = lambda output_tensors=None, error=None: dict(output_tensors or [])
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
+    monkeypatch.syspath_prepend(str(MODELS))
+    names = (*HELPER_MODULES, "cpu_llm")
+    for name in names:
+        sys.modules.pop(name, None)
+    mod = importlib.import_module("cpu_llm")
+    model = mod.TritonPythonModel.__new__(mod.TritonPythonModel)
+    model.role, model.choices, model.exclude_default, model.positions = "target", None, True, 0
+    model.models, model.load_lock = target[0], threading.Lock()
+    monkeypatch.setattr(mod.TritonPythonModel, "check_running", lambda self, request: None)
+    yield model
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def serve(model, prompt: list[int], end_id: int, min_tokens: int | None, draft: list[int] | None = None) -> list[int]:
+    request = Request()
+    request.inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
+                      "request_output_len": np.array([[NEW]], np.int32), "end_id": np.array([[end_id]], np.int32)}
+    if min_tokens is not None:
+        request.inputs["min_tokens"] = np.array([[min_tokens]], np.int32)
+    if draft:
+        request.inputs["draft_input_ids"] = np.array([draft], np.int32)
+    model.handle(request, request.sender)
+    (response, _), = request.sender.sent
+    return response["output_ids"].reshape(-1).tolist()
+
+
+def test_min_tokens_between_zero_and_the_length_reaches_the_runtime(cpu_llm, target):
+    models, prompt, greedy, end_id = target
+    assert serve(cpu_llm, prompt, end_id, None) == serve(cpu_llm, prompt, end_id, 0) == greedy[:3]
+    with_end_id = dataclasses.replace(models, eos_ids=(end_id,))
+    want = generate_batch(with_end_id, [prompt], NEW, "greedy", min_tokens=M)[0].output_ids
+    assert end_id not in want[:M] and len(want) > M
+    assert serve(cpu_llm, prompt, end_id, M) == want
+    # draft_input_ids: the verify step (indices 0..2) and the continuation are both masked
+    assert serve(cpu_llm, prompt, end_id, M, draft=greedy[:2]) == want
+
+
+def test_min_tokens_past_the_length_runs_to_the_length(cpu_llm, target):
+    _, prompt, _, end_id = target
+    got = serve(cpu_llm, prompt, end_id, NEW)
+    assert len(got) == NEW and end_id not in got
