@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from triton_fixtures import LLAMA, build_dir, fake_ckpt, tiny_tokenizer_dir, tuning_file
+from triton_fixtures import DRAFT, LLAMA, build_dir, fake_ckpt, tiny_tokenizer_dir, tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.runtime import ngram_pool
 from trtspec.triton_repo.configs import parse_file, params
@@ -30,7 +30,7 @@ def w(tmp_path_factory):
 
 def make(w, name, **kw) -> Path:
     out = w["root"] / name
-    make_repository(RepoRequest(out=out, tuning=w["tuning"], **kw))
+    make_repository(RepoRequest(out=out, **{"tuning": w["tuning"], **kw}))
     return out
 
 
@@ -98,3 +98,109 @@ def test_llmapi_flavor_writes_one_ngram_model_per_tuned_setting(w):
     y_path.write_text(y_path.read_text().replace("max_matching_ngram_size: 2", "max_matching_ngram_size: 4"))
     assert any("speculative_config.max_matching_ngram_size 4 but the routing serves max_matching_ngram_size 2" in p
                for p in check_repository(repo))
+
+
+# ---- a draft-target tuning whose drafter choice serves n-gram drafting only ---------------------------
+
+def ngram_only_choice(d: Path, model_served: bool = False, separate_instances: bool = False) -> Path:
+    """A draft-target tuning.json whose choice (tuning/choose.py) left the draft model out (the memory
+    budget) and serves n-gram drafting to edit and code, chat off: CHOICES as choose writes them.
+    model_served: the same choice with the draft model served (a control)."""
+    from trtspec.tuning.schema import DrafterChoice, OfferedDrafter, dump_json, load_tuning
+
+    path = tuning_file(d / "tuning.json", "draft-target", {w: 0 for w in CHOICES})
+    t = load_tuning(path)
+    for w, (k, n) in CHOICES.items():
+        for b in t.workloads[w].bands:
+            b.draft_len, b.max_matching_ngram_size, b.speculate = k, n if k else None, k > 0
+            b.drafter = "ngram" if k else None
+    t.max_draft_len = max(k for k, _ in CHOICES.values())
+    t.choice = DrafterChoice(drafters={
+        "draft-target": OfferedDrafter(mode="draft-target", profile=t.profile, memory_gib=1.5, served=model_served),
+        "ngram": OfferedDrafter(mode="ngram", profile=t.profile, memory_gib=0.0, served=True)},
+        memory_budget_gib=None if model_served else 1.0, separate_instances=separate_instances, memory_gib=0.0,
+        score=1.0)
+    path.write_text(dump_json(t))
+    return path
+
+
+def test_trtllm_flavor_loads_no_draft_engine_the_choice_does_not_serve(w):
+    """The budget left the draft model out: no route drafts with it, so the repository neither loads
+    its engine (no tensorrt_llm_draft, no BLS call to it, no memory or mount for it) nor lets
+    spec_decode draft with a model; the n-gram routes are served as an n-gram repository's.
+    The control with the draft model served keeps it."""
+    build = w["build"]
+    tuning = ngram_only_choice(w["root"] / "only_ngram")
+    repo = make(w, "trt_only_ngram", flavor="trtllm", engines=build, tuning=tuning, default_workload="edit")
+    assert check_repository(repo) == []
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == [
+        "generate", "postprocessing", "preprocessing", "spec_decode", "tensorrt_llm"]
+    spec = parse_file(repo / "spec_decode" / "config.pbtxt")
+    p = params(spec)
+    assert (p["engine"], p["drafter"], p["draft_model"], p["max_draft_len"]) == ("bls", "ngram", "", "8")
+    assert "max_matching_ngram_size" in [t.name for t in spec.input]
+    routing = routing_of(repo)
+    assert routing["mode"] == "draft-target"
+    assert routing["workloads"]["edit"] == [{"concurrency": c, "num_draft_tokens": 5, "max_matching_ngram_size": 3}
+                                            for c in (1, 4)]
+    assert all(b["num_draft_tokens"] == 0 or "max_matching_ngram_size" in b  # nothing left for a model
+               for bands in [*routing["workloads"].values(), routing["default"]["bands"]] for b in bands)
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert [(c["caller"], c["callee"]) for c in manifest["calls"]] == [
+        ("generate", "preprocessing"), ("generate", "spec_decode"), ("spec_decode", "tensorrt_llm"),
+        ("generate", "postprocessing")]
+    assert manifest["launch"]["trtllm_models"] == ["tensorrt_llm"] and not manifest["launch"]["orchestrator"]
+    assert [m["model"] for m in manifest["memory"]["models"]] == ["tensorrt_llm"]
+    assert [a["role"] for a in manifest["artifacts"]] == ["target"]
+    assert not any("draft" in m for m in manifest["launch"]["mounts"])
+    assert "tensorrt_llm_draft" not in (repo / "README.md").read_text()
+    cfg = repo / "generate" / "config.pbtxt"  # a route left to the model it no longer has: refused
+    cfg.write_text(cfg.read_text().replace('\\"max_matching_ngram_size\\":3,', "", 1))
+    assert any("routing: workload '(default)' drafts K=5 with a draft model at concurrency 1, but spec_decode has "
+               "none (drafter 'ngram')" in p for p in check_repository(repo)), check_repository(repo)
+
+    served = make(w, "trt_both", flavor="trtllm", engines=build, tuning=ngram_only_choice(
+        w["root"] / "both", model_served=True), default_workload="edit")
+    assert (served / "tensorrt_llm_draft" / "config.pbtxt").is_file()
+    assert params(parse_file(served / "spec_decode" / "config.pbtxt"))["drafter"] == "model,ngram"
+
+
+def test_cpu_flavor_loads_no_draft_checkpoint_the_choice_does_not_serve(w):
+    """The cpu flavor alike: no tensorrt_llm_draft model and spec_decode loads the target alone."""
+    pair = w["root"] / "pair"
+    fake_ckpt(pair / "target", LLAMA)
+    fake_ckpt(pair / "draft", DRAFT)
+    tuning = ngram_only_choice(w["root"] / "only_ngram_cpu")
+    repo = make(w, "cpu_only_ngram", flavor="cpu", ckpt=pair, tuning=tuning, tokenizer=w["tok"])
+    assert check_repository(repo) == []
+    assert sorted(x.name for x in repo.iterdir() if x.is_dir()) == [
+        "generate", "postprocessing", "preprocessing", "spec_decode", "tensorrt_llm"]
+    p = params(parse_file(repo / "spec_decode" / "config.pbtxt"))
+    assert (p["engine"], p["drafter"], p["target_checkpoint"], p["draft_checkpoint"]) == (
+        "trtspec.runtime", "ngram", str(pair / "target"), "")
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert "tensorrt_llm_draft" not in {c["callee"] for c in manifest["calls"]}
+    assert [a["role"] for a in manifest["artifacts"]] == ["target"]
+
+
+def test_llmapi_flavor_says_when_the_choice_counted_shared_instances(w):
+    """The llmapi flavor serves the smallest band, one model per setting: a choice made for shared
+    instances (every band, one target) reported served drafters and memory for another repository,
+    which the build says; a choice made with separate instances is this flavor's and passes quietly."""
+    from trtspec.triton_repo.repo import RepoRequest, make_repository
+
+    target, draft = w["root"] / "hf_choice", w["root"] / "hf_choice_draft"  # (a draft is given, never loaded)
+    for d in (target, draft):
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"}))
+    warned = {}
+    for separate in (False, True):
+        tuning = ngram_only_choice(w["root"] / f"llmapi_choice_{separate}", separate_instances=separate)
+        res = make_repository(RepoRequest(out=w["root"] / f"llmapi_choice_{separate}_repo", tuning=tuning,
+                                          flavor="llmapi", ckpt=target, draft_ckpt=draft))
+        assert check_repository(res.path) == []
+        served = json.loads((res.path / "trtspec-repo.json").read_text())
+        assert str(draft) not in served["launch"]["mounts"] and "tensorrt_llm_k5_n3" in served["models"]
+        warned[separate] = [x for x in res.warnings if "separate_instances" in x]
+    assert len(warned[False]) == 1 and "tune again with separate_instances true" in warned[False][0]
+    assert warned[True] == []

@@ -132,6 +132,33 @@ def test_separate_instances_count_every_setting_the_llmapi_flavor_serves():
         assert budget is None or gib <= budget
 
 
+def test_separate_instances_serve_and_score_the_smallest_band_only():
+    """The llmapi flavor serves one band, the smallest (one instance per setting there), so a drafter
+    that wins only at a larger band is not served there: `served` and the score say what that
+    repository serves, and its routes draft only with what `served` names. (Every band is served
+    with shared instances: the draft model there wins at 64, n-gram at 1, both served.)"""
+    from trtspec.triton_repo.llmapi import routing
+    from trtspec.triton_repo.routing import draft_target_routes
+
+    model = example_cost_model("draft-target")
+    offered = {"model": tuning("draft-target", {"chat": 0.9}, model),
+               "ngram": tuning("ngram", {"chat": 0.5}, model.model_copy(update={"draft": None}))}
+    shared = choose(offered)
+    assert [b.drafter for b in shared.workloads["chat"].bands] == ["ngram", None]  # the premise
+    assert all(d.served for d in shared.choice.drafters.values())
+
+    t = choose(offered, separate_instances=True)
+    served = {n for n, d in t.choice.drafters.items() if d.served}
+    table = routing(draft_target_routes(t))
+    routed = {"ngram" if "max_matching_ngram_size" in e else "model"
+              for e in [*table["workloads"].values(), table["default"]] if e["num_draft_tokens"]}
+    assert served == routed == {"ngram"}
+    at1 = t.workloads["chat"].bands[0]
+    assert t.choice.score == pytest.approx(t.workloads["chat"].num_tokens * at1.tokens_per_s)
+    assert all(b.drafter in ("ngram", None) and (b.drafter == "ngram") == b.speculate
+               for b in t.workloads["chat"].bands)  # no band names a drafter the set does not hold
+
+
 def test_offers_that_cannot_be_compared_are_refused(offered):
     other = offered["ngram"].model_copy(update={"concurrency_bands": [1]})
     with pytest.raises(TrtspecError, match=r"tune.profile: '\w+' has concurrency bands"):

@@ -58,6 +58,17 @@ def routing(routes: dict) -> dict:
     return {"mode": "llmapi", "band": band, "workloads": table, "default": default, "models": []}
 
 
+def choice_warning(tuning) -> str | None:
+    """A drafter choice made for shared instances counted every band and one target, so its `served`
+    and memory are not this flavor's (the smallest band, one instance per setting: choose.py's
+    separate instances). Said, not refused: the routes still draft only with what it served."""
+    if tuning.choice is None or tuning.choice.separate_instances:
+        return None
+    return ("tuning.json's drafter choice counted shared instances (tune.separate_instances false): its served "
+            "drafters and memory cover every band and one target, but the llmapi flavor serves the smallest band "
+            "with one model per setting; tune again with separate_instances true")
+
+
 def _check_names(entries: list[dict]) -> None:
     """One model per setting: two settings whose names sanitize alike (heads of workloads `qa-1` and
     `qa_1`) would be one model, drafting one workload with the other's head."""

@@ -42,7 +42,7 @@ from .heads import resolve_heads
 from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES, route_inputs
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
-from .routing import check_tuning, draft_target_routes, eagle_routes
+from .routing import check_tuning, draft_target_routes, eagle_routes, served_drafters
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
 from ..upstream.trtllm import GPU_MEMORY_MIB, TRTLLM_VERSION_LABEL
@@ -154,8 +154,10 @@ def make_repository(req: RepoRequest) -> RepoResult:
 
 class _Builder:
     def __init__(self, req: RepoRequest, tuning, tuning_path: Path, arts: list[Artifact], tokenizer: Path):
-        self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer
         self.mode, self.flavor = tuning.mode, req.flavor
+        if self.mode in ("draft-target", "eagle3") and not served_drafters(tuning)[0]:
+            arts = arts[:1]  # the choice serves no model drafter (its budget): no route drafts with it, not loaded
+        self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer
         self.heads = resolve_heads(tuning, req.draft_heads)  # more EAGLE-3 heads the choice routes to
         self.warnings: list[str] = [w for w in map(window_unknown, arts) if w]
         self.memory = None
@@ -187,7 +189,7 @@ class _Builder:
         for f in files:
             f.files = _python_files(f.kind)
         llm_names: list[str] = []
-        if self.mode in ("draft-target", "eagle3"):  # eagle3: cpu flavor (trtllm refused above)
+        if self.mode in ("draft-target", "eagle3") and len(self.arts) > 1:  # eagle3: cpu flavor (trtllm refused above)
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             target, draft = self.arts
@@ -227,7 +229,7 @@ class _Builder:
             if drafter != "model":
                 spec.files[NGRAM_POOL] = _runtime_source(NGRAM_POOL)
             files.append(spec)
-        elif self.mode == "ngram":
+        elif self.mode in CHAIN_MODES:  # n-gram drafting, alone or all a drafter choice serves (no draft model)
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             files += self._ngram_models(B, tok, max_k)
@@ -261,13 +263,15 @@ class _Builder:
                                llm_cancel_messages=is_pytorch(self.flavor))
         gen.files = _python_files("generate")
         files.insert(0, gen)
-        self.manifest = self._manifest(files, c.calls(self.mode, llm_names, self.flavor == "trtllm",
+        chain = self.mode if len(self.arts) > 1 or self.mode not in CHAIN_MODES else "ngram"  # what spec_decode drafts
+        self.manifest = self._manifest(files, c.calls(chain, llm_names, self.flavor == "trtllm",
                                                       bool(self.sampling.get("draft_logits")), route_inputs(routing)))
         return files
 
     def _ngram_models(self, B: int, tok: str, max_k: int) -> list[r.ModelFiles]:
         """n-gram: the target (engine with draft_tokens_external, or checkpoint) and spec_decode
-        drafting from a per-request pool (runtime/ngram_pool.py, shipped next to it)."""
+        drafting from a per-request pool (runtime/ngram_pool.py, shipped next to it). Also a
+        draft-target tuning whose choice serves no model drafter: its draft is not loaded (__init__)."""
         (target,) = self.arts
         if self.flavor == "trtllm":
             self.memory = self._memory([(c.TENSORRT_LLM, target)], shared=False)
@@ -332,7 +336,7 @@ class _Builder:
         routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads)
         share, warning = llmapi.kv_share(len(specs), llmapi.weight_bytes(specs, self.arts[0]),
                                          GPU_MEMORY_MIB[self.req.gpu] * 2**20)
-        self.warnings += [warning] if warning else []
+        self.warnings += [w for w in (warning, llmapi.choice_warning(self.tuning)) if w]
         files = llmapi.models(self.arts[0], specs, share)
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:  # generate flags sampled requests to these (sampling_fallback)

@@ -24,16 +24,21 @@ num_eagle_layers nodes.
 Unknown or missing `workload` -> the default route. With `triton.default_workload: NAME` that is NAME's
 route; otherwise it is computed: draft-target, per band the K with the highest tokens/s summed over
 the workloads' tuning sweeps weighted by their profiled token counts (the K a mixed stream of the
-tuned traffic would want); EAGLE, the profile whose workloads carry the most profiled tokens.
+tuned traffic would want), drafting only with drafters the choice serves; under
+tune.speculate_only_if_clear (recorded in tuning.json) off where that sum's gain over off is inside
+its noise, as each workload's band is (select.held_off); the route's `source` says why a band is
+off. EAGLE, the profile whose workloads carry the most profiled tokens.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..errors import TrtspecError
+from ..tuning.select import tokens_per_s_se, within_noise
 from .contracts import TENSORRT_LLM, sanitize
-from .models.serving_rules import CHAIN_MODES
+from .models.serving_rules import CHAIN_MODES, chain_setting
 
 WORKLOAD_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # trtspec.workloads.spec.NAME_RE
 
@@ -85,8 +90,12 @@ def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
     if default_workload is not None:
         default = {"source": f"workload {default_workload}", "bands": table[default_workload]}
     else:
-        default = {"source": "computed (K with the highest token-weighted tokens/s over the tuned workloads)",
-                   "bands": [_entry(c, *_best_shared(tuning, c)) for c in bands]}
+        best = {c: _best_shared(tuning, c) for c in bands}
+        clear = ", served only where clear of the AL noise: tune.speculate_only_if_clear" \
+            if tuning.speculate_only_if_clear else ""
+        why = "".join(f"; off at concurrency {c}: {best[c][2]}" for c in bands if best[c][2])
+        default = {"source": f"computed (K with the highest token-weighted tokens/s over the tuned workloads{clear})"
+                             + why, "bands": [_entry(c, *best[c][:2]) for c in bands]}
     return {"mode": tuning.mode, "bands": bands, "workloads": table, "default": default}
 
 
@@ -101,7 +110,7 @@ def _entry(concurrency: int, k, ngram_size: int | None, drafter: str | None = No
     return e
 
 
-def _served_drafters(tuning) -> tuple[bool, bool]:
+def served_drafters(tuning) -> tuple[bool, bool]:
     """(the model drafter served, n-gram served): a drafter the choice left out (the memory budget,
     tuning/choose.py) is not the repository's to draft with, for the default route either. Without a
     choice, the tuning's one drafter. (Another head served brings the general one: choose._loadable.)"""
@@ -111,27 +120,41 @@ def _served_drafters(tuning) -> tuple[bool, bool]:
     return any(m != "ngram" for m in served), "ngram" in served
 
 
-def _best_shared(tuning, concurrency: int) -> tuple[int, int | None]:
-    """(K, n-gram size or None) with the highest token-weighted tokens/s over the workloads' sweeps,
-    among the settings of served drafters and off (every drafter's sweep has its own K = 0 point:
-    counted once per workload)."""
-    model, ngram = _served_drafters(tuning)
+def _best_shared(tuning, concurrency: int) -> tuple[int, int | None, str | None]:
+    """(K, n-gram size or None, why it is off or None) with the highest token-weighted tokens/s over
+    the workloads' sweeps, among the settings of served drafters and off (every drafter's sweep has
+    its own K = 0 point: counted once per workload). With tune.speculate_only_if_clear a setting whose
+    token-weighted gain over off is inside its noise is off, as select.held_off rules per workload:
+    the workloads' errors are independent, so the sum's SE is sqrt(sum((weight x SE)^2))."""
+    model, ngram = served_drafters(tuning)
     score: dict[tuple, float] = {}
+    var: dict[tuple, float | None] = {}  # None: a point without a standard error
     seen: dict[tuple, int] = {}
     for w in tuning.workloads.values():
         band = next(b for b in w.bands if b.concurrency == concurrency)
-        points = {(p.draft_len, p.max_matching_ngram_size): p.tokens_per_s for p in band.sweep
+        points = {(p.draft_len, p.max_matching_ngram_size): p for p in band.sweep
                   if p.draft_len is not None and p.label is None  # (a labelled chain: another head's, choose.py)
                   and (not p.draft_len or (ngram if p.max_matching_ngram_size is not None else model))}
-        for key, tps in points.items():
-            score[key] = score.get(key, 0.0) + w.num_tokens * tps
+        for key, p in points.items():
+            score[key] = score.get(key, 0.0) + w.num_tokens * p.tokens_per_s
+            se = None if p.acceptance_length_se is None else \
+                w.num_tokens * tokens_per_s_se(p.tokens_per_s, p.acceptance_length, p.acceptance_length_se)
+            var[key] = None if se is None or var.get(key, 0.0) is None else var.get(key, 0.0) + se ** 2
             seen[key] = seen.get(key, 0) + 1
     full = [k for k, n in seen.items() if n == len(tuning.workloads)]
     if not full:  # no setting was swept for every workload: the most common tuned choice
         ks = [(b.draft_len, b.max_matching_ngram_size) for w in tuning.workloads.values()
               for b in w.bands if b.concurrency == concurrency]
-        return max(set(ks), key=lambda k: (ks.count(k), -k[0], -(k[1] or 0)))
-    return max(full, key=lambda k: (score[k], -k[0], -(k[1] or 0)))
+        return *max(set(ks), key=lambda k: (ks.count(k), -k[0], -(k[1] or 0))), None
+    best = max(full, key=lambda k: (score[k], -k[0], -(k[1] or 0)))
+    if not best[0]:
+        return 0, None, "off predicts the most tokens/s"
+    off = score.get((0, None))
+    if tuning.speculate_only_if_clear and off and var[best] is not None \
+            and within_noise(score[best] - off, math.sqrt(var[best])):
+        return 0, None, (f"{chain_setting(*best)} (x{score[best] / off:.3f} token-weighted) is not distinguishable "
+                         f"from off (95%, the profiled AL standard errors)")
+    return *best, None
 
 
 def eagle_routes(tuning, band: int | None = None, default_workload: str | None = None,

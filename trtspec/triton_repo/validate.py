@@ -15,7 +15,8 @@ Checks, each reported as one line naming the model, file and field:
    outputs read exist, and the call's decoupled mode matches the callee's transaction policy;
    streaming models (generate, spec_decode, tensorrt_llm*) are decoupled;
 5. limits: every num_draft_tokens of the routing (generate's `routing` parameter) is within the
-   target engine's max_draft_len (from its config.json) and spec_decode's max_draft_len, and KV-cache
+   target engine's max_draft_len (from its config.json) and spec_decode's max_draft_len, a route
+   drafting with a model has a spec_decode with a draft model (not drafter ngram), and KV-cache
    reuse is on for both draft-target engines; every
    EAGLE profile's eagle_choices (brace syntax) fits the engine's max_draft_len, num_eagle_layers
    and max_non_leaves_per_layer, and the routing's models exist;
@@ -226,6 +227,13 @@ def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:
             if lim is not None and k > lim["max_draft_len"]:
                 probs.append(f"{where}: routing: workload '{w}' num_draft_tokens {k} > the target engine's "
                              f"max_draft_len {lim['max_draft_len']} ({lim['path']})")
+        if spec is not None and "model" not in params(spec).get("drafter", "model").split(","):
+            routes = [*routing["workloads"].items(), ("(default)", routing["default"]["bands"])]
+            probs += [f"{where}: routing: workload '{w}' drafts K={b['num_draft_tokens']} with a draft model at "
+                      f"concurrency {b['concurrency']}, but spec_decode has none (drafter "
+                      f"{params(spec).get('drafter')!r}); expected max_matching_ngram_size in the band"
+                      for w, bands in routes for b in bands
+                      if b["num_draft_tokens"] and "max_matching_ngram_size" not in b]
         if lim is not None and not lim["engine"]:
             probs.append(f"{lim['path']}: not an engine config (tensorrt_llm needs an engine directory)")
         for name in (c.TENSORRT_LLM, c.TENSORRT_LLM_DRAFT):

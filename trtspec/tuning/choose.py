@@ -17,7 +17,10 @@ the first costs the target's weights again. With a memory
 budget (`tune.memory_budget_gib`, extra GiB beyond one target) the choice is therefore over *sets*
 of served drafters: for every set within the budget, each workload x band takes
 the best of that set's settings (or off), and the set with the highest token-weighted sum of
-predicted tokens/s wins (ties: less memory, then fewer drafters). The sets are enumerated: a recipe
+predicted tokens/s over the served bands wins (ties: less memory, then fewer drafters). Separate
+instances serve one band, the smallest (the llmapi flavor), so there the score, the memory and
+each drafter's `served` count that band alone: a drafter that would win only at a larger band is
+not served, and no band names a drafter outside the chosen set. The sets are enumerated: a recipe
 offers a handful of drafters, so 2^n is small, and the answer is exact rather than greedy.
 
 The result is one Tuning (the model drafter's mode, so the repository serves it as it would that
@@ -103,21 +106,30 @@ def _off(band: BandChoice) -> BandChoice:
         "speedup": 1.0})
 
 
-def _score(tunings: dict[str, Tuning], served: tuple[str, ...]) -> float:
-    """Token-weighted tokens/s over workloads and bands."""
+def _served_bands(tunings: dict[str, Tuning], separate: bool) -> list[int]:
+    """The bands a repository serves: every band (one spec_decode takes K per request), or with
+    separate instances only the smallest (the llmapi flavor's one band, triton_repo/llmapi.py). The
+    score, the memory and `served` count these alone, so that they say what is served."""
+    bands = sorted(next(iter(tunings.values())).concurrency_bands)
+    return bands[:1] if separate else bands
+
+
+def _score(tunings: dict[str, Tuning], served: tuple[str, ...], separate: bool) -> float:
+    """Token-weighted tokens/s over workloads and the served bands."""
     first = next(iter(tunings.values()))
     return sum(wt.num_tokens * _pick(tunings, served, w, c)[1].tokens_per_s  # off: the baseline (_off)
-               for w, wt in first.workloads.items() for c in first.concurrency_bands)
+               for w, wt in first.workloads.items() for c in _served_bands(tunings, separate))
 
 
 def _instances(tunings: dict[str, Tuning], served: tuple[str, ...]) -> list[str | None]:
     """The drafter of each model instance a set takes when every setting is its own instance (the
-    llmapi flavor, triton_repo/llmapi.py): one per distinct (drafter, K, n-gram size) at the smallest
-    band, the one that flavor serves; None: a plain instance, for the workloads left off there."""
+    llmapi flavor, triton_repo/llmapi.py): one per distinct (drafter, K, n-gram size) at the band
+    that flavor serves (_served_bands); None: a plain instance, for the workloads left off there."""
     first = next(iter(tunings.values()))
     settings = {}
+    (band_served,) = _served_bands(tunings, True)
     for w in first.workloads:
-        name, band = _pick(tunings, served, w, min(first.concurrency_bands))
+        name, band = _pick(tunings, served, w, band_served)
         settings[(name, band.draft_len, band.max_matching_ngram_size)] = name
     return list(settings.values())
 
@@ -158,7 +170,7 @@ def choose(tunings: dict[str, Tuning], memory_budget_gib: float | None = None,
     for served in (s for r in range(len(names) + 1) for s in combinations(names, r)):
         if not _loadable(tunings, served):
             continue
-        score = _score(tunings, served)
+        score = _score(tunings, served, separate_instances)
         gib = _set_memory(tunings, served, separate_instances)
         if memory_budget_gib is None or gib <= memory_budget_gib + 1e-12:
             scored.append((score, -gib, -len(served), served))
@@ -171,12 +183,12 @@ def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[st
     models = [n for n, t in tunings.items() if t.mode != "ngram"]
     model = next((n for n in models if n == tunings[n].mode), models[0] if models else None)  # the general head
     base = tunings[model or next(iter(tunings))]
-    workloads, used = {}, set()
+    workloads, used, served_bands = {}, set(), _served_bands(tunings, separate)
     for w, wt in base.workloads.items():
         bands = []
         for c in sorted(base.concurrency_bands):
             name, band = _pick(tunings, chosen, w, c)
-            used |= {name} if name is not None else set()
+            used |= {name} if name is not None and c in served_bands else set()
             own = max(_band(t.workloads[w], c).own_best_tokens_per_s for t in tunings.values())  # >= any choice
             sweep = [p if n in (model, "ngram") else p.model_copy(update={"label": n})  # another head's: named
                      for n, t in tunings.items() for p in _band(t.workloads[w], c).sweep]
@@ -193,5 +205,6 @@ def _merged(tunings: dict[str, Tuning], chosen: tuple[str, ...], memory: dict[st
     needed = max((b.draft_len or len(b.eagle_choices or [])) for w in workloads.values() for b in w.bands)
     return base.model_copy(update={
         "workloads": workloads, "max_draft_len": needed,
+        "speculate_only_if_clear": all(t.speculate_only_if_clear for t in tunings.values()),
         "choice": DrafterChoice(drafters=offered, memory_budget_gib=budget, separate_instances=separate,
                                 memory_gib=gib, score=score)})

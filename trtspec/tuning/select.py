@@ -115,13 +115,23 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float, ks: list[
     return sweep, steps, _argmax(tps)
 
 
+Z95 = 1.96  # the normal quantile of every 95% "distinguishable" test here
+
+
+def within_noise(gain: float, se: float, z: float = Z95) -> bool:
+    """Whether a predicted gain over off is inside its noise: gain <= z * SE (one-sided: a loss is no
+    win either). indistinguishable (so held_off) applies it per band; triton_repo/routing.py to the
+    token-weighted default route, its SE propagated over the workloads."""
+    return gain <= z * se
+
+
 def tokens_per_s_se(tokens_per_s: float, acceptance_length: float, al_se: float) -> float:
     """First-order standard error of a predicted tokens/s from its AL's (module docstring): the step
     time is a model output, not a sample, so SE(tok/s) = tok/s * SE(AL) / AL."""
     return tokens_per_s * al_se / acceptance_length
 
 
-def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = 1.96) -> list[int]:
+def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = Z95) -> list[int]:
     """Draft lengths whose predicted tokens/s cannot be told from the chosen setting's at 95% given the
     ALs' standard errors (module docstring); [] when none, or without standard errors. The model
     drafter's chain is compared with every K of its sweep (`se_by_k`). Any other speculating band (an
@@ -131,7 +141,7 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
         if band.acceptance_length_se is None:
             return []
         se = tokens_per_s_se(band.tokens_per_s, band.acceptance_length, band.acceptance_length_se)
-        return [0] if band.tokens_per_s - band.baseline_tokens_per_s <= z * se else []
+        return [0] if within_noise(band.tokens_per_s - band.baseline_tokens_per_s, se, z) else []
     if band.draft_len is None or not se_by_k or band.drafter is not None:  # off, in a non-chain mode
         return []
     se = {0: 0.0, **{int(k): v for k, v in se_by_k.items() if v is not None}}
@@ -171,7 +181,7 @@ def held_off(band: BandChoice, se_by_k: dict[str, float | None] | None) -> BandC
                  held_off=band.model_copy(update={"sweep": []}))
 
 
-def prompts_to_separate_from_off(band: BandChoice, num_prompts: int, z: float = 1.96) -> int | None:
+def prompts_to_separate_from_off(band: BandChoice, num_prompts: int, z: float = Z95) -> int | None:
     """Profiled prompts that would tell the band's speculating choice from off at 95%, if its AL and
     the spread over prompts hold: SE shrinks as 1/sqrt(prompts), so n' = n * (z * SE(tok/s) / gain)^2.
     None when the band does not speculate, has no standard error or no gain."""

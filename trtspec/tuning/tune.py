@@ -139,7 +139,7 @@ def run_tune(profile_path: Path, cost: str = "h100", target_ckpt: Path | None = 
     return Tuning(mode=profile.mode, profile={"path": str(profile_path), "sha256": sha256_file(Path(profile_path))},
                   measurement_conditions=profile.measurement_conditions.model_dump(), trtspec_version=__version__,
                   cost=info, concurrency_bands=cfg.concurrency_bands, max_draft_len=needed, eagle=limits,
-                  workloads=workloads, profiles=served)
+                  workloads=workloads, profiles=served, speculate_only_if_clear=speculate_only_if_clear)
 
 
 def tune_stage(profile_path: Path, options: TuneOptions, target_ckpt: Path | None = None,

@@ -117,7 +117,7 @@ class OfferedDrafter(BaseModel):
     mode: str  # the mode of its tuning (draft-target, eagle3, ngram)
     profile: dict  # {"path", "sha256"} of the profile it was tuned from
     memory_gib: float  # what serving it adds (trtspec/tuning/choose.py)
-    served: bool  # some workload x band routes to it
+    served: bool  # some workload routes to it at a served band (separate instances: the smallest only)
     head: str | None = Field(None, exclude_if=lambda v: v is None)  # an EAGLE-3 drafter's head directory
 
 
@@ -127,7 +127,7 @@ class DrafterChoice(BaseModel):
     memory_budget_gib: float | None
     separate_instances: bool  # each drafter its own model instance (llmapi)
     memory_gib: float  # what the served set adds
-    score: float  # token-weighted sum of predicted tokens/s over workloads and bands (the objective)
+    score: float  # token-weighted sum of predicted tokens/s over workloads and served bands (the objective)
 
 
 class Tuning(BaseModel):
@@ -144,6 +144,9 @@ class Tuning(BaseModel):
     workloads: dict[str, WorkloadTuning]
     profiles: list[ServedProfile] | None = None  # eagle only
     choice: DrafterChoice | None = Field(None, exclude_if=lambda v: v is None)  # several drafters offered (choose.py)
+    # tuned with tune.speculate_only_if_clear (select.held_off): the repository's computed default
+    # route obeys it too (triton_repo/routing.py); absent means False
+    speculate_only_if_clear: bool = Field(False, exclude_if=lambda v: not v)
 
 
 def load_tuning(path: Path) -> Tuning:
