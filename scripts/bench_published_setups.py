@@ -50,7 +50,8 @@ import numpy as np
 
 from trtspec.perf.stats import end_to_end_prediction
 from trtspec.tuning.calibrate import prefills_per_request
-from trtspec.tuning.cost import CostModel, forward_terms, gpu_preset, prefill_time, with_framework
+from trtspec.tuning.cost import CostModel, forward_terms, prefill_time
+from trtspec.tuning.gpus import gpu_preset, with_framework
 from trtspec.upstream.trtllm import TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

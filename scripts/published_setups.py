@@ -66,7 +66,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtspec.tuning.cost import CostModel, ModelShape, gpu_preset, with_framework
+from trtspec.tuning.cost import CostModel, ModelShape
+from trtspec.tuning.gpus import gpu_preset, with_framework
 from trtspec.upstream.trtllm import EAGLE3_ONE_MODEL_RECIPE_PR5146, SGLANG_EAGLE_DEFAULTS_2025
 
 CONTEXT = 512

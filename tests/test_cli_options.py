@@ -182,7 +182,7 @@ def test_library_errors_name_the_field_and_the_cli_rewords_them(tmp_path):
     from trtspec.errors import TrtspecError
     from trtspec.options import flag_context, from_cli
     from trtspec.perf.runner import check_options
-    from trtspec.tuning.cost import gpu_preset
+    from trtspec.tuning.gpus import gpu_preset
 
     with pytest.raises(TrtspecError, match=r"^tune\.cost: unknown GPU 'a100'"):
         gpu_preset("a100")

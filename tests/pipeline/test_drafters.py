@@ -14,7 +14,7 @@ from tiny_models import eagle3_dirs, save_tiny_tokenizer
 from trtspec.pipeline.runner import run_recipe
 from trtspec.triton_repo.validate import check_repository
 from trtspec.tuning.report import setting_text
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

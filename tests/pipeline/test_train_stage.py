@@ -13,7 +13,7 @@ import yaml
 from cli_helpers import run_cli
 from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
 from trtspec.pipeline.runner import run_recipe
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -26,7 +26,7 @@ from trtspec.pipeline.runner import run_recipe
 from trtspec.triton_repo.configs import params, parse_text
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.validate import check_repository
-from trtspec.tuning.schema import load_tuning
+from trtspec.tuning.tuning_schema import load_tuning
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -106,7 +106,8 @@ def ngram_only_choice(d: Path, model_served: bool = False, separate_instances: b
     """A draft-target tuning.json whose choice (tuning/choose.py) left the draft model out (the memory
     budget) and serves n-gram drafting to edit and code, chat off: CHOICES as choose writes them.
     model_served: the same choice with the draft model served (a control)."""
-    from trtspec.tuning.schema import DrafterChoice, OfferedDrafter, dump_json, load_tuning
+    from trtspec.tuning.schema import dump_json
+    from trtspec.tuning.tuning_schema import DrafterChoice, OfferedDrafter, load_tuning
 
     path = tuning_file(d / "tuning.json", "draft-target", {w: 0 for w in CHOICES})
     t = load_tuning(path)

@@ -13,11 +13,12 @@ from trtspec.errors import TrtspecError
 from trtspec.perf import sweep as perf_sweep
 from trtspec.perf.schema import PerfResults, RequestRecord, Settings, SweepSetting, dump_results
 from trtspec.tuning import calibrate as cal
-from trtspec.tuning.cost import CostModel, gpu_preset, prefill_time, price, with_framework
+from trtspec.tuning.cost import CostModel, prefill_time, price
+from trtspec.tuning.gpus import gpu_preset, with_framework
 from trtspec.tuning.cost import forward_time as cost_forward
 from trtspec.tuning.fit import fit_steps
 from trtspec.tuning.report import calibration_lines, calibration_table
-from trtspec.tuning.schema import CostInfo
+from trtspec.tuning.tuning_schema import CostInfo
 from trtspec.tuning.synthetic import llama31_8b_shapes
 from trtspec.tuning.trees import level_sizes
 

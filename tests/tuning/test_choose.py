@@ -9,9 +9,11 @@ import pytest
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning.choose import GIB, choose, drafter_memory
-from trtspec.tuning.cost import CostModel, gpu_preset
+from trtspec.tuning.cost import CostModel
+from trtspec.tuning.gpus import gpu_preset
 from trtspec.tuning.ngram_select import tune_ngram
-from trtspec.tuning.schema import CostInfo, Tuning, build_profile
+from trtspec.tuning.schema import build_profile
+from trtspec.tuning.tuning_schema import CostInfo, Tuning
 from trtspec.tuning.select import SelectConfig, tune_draft_target
 from trtspec.tuning.synthetic import example_cost_model, ngram_steps
 
@@ -202,7 +204,7 @@ def test_profiles_of_two_drafters_choose_n_gram_for_edits_and_the_draft_model_fo
 
     from cli_helpers import run_cli
     from triton_fixtures import choice_pair
-    from trtspec.tuning.schema import load_tuning
+    from trtspec.tuning.tuning_schema import load_tuning
 
     pair, prompts = choice_pair(tmp_path)
     specs = []

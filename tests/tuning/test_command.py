@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning.command import measure_cost_command, tune_command
-from trtspec.tuning.cost import forward_time, gpu_preset, shapes_from_checkpoint
+from trtspec.tuning.cost import forward_time, shapes_from_checkpoint
+from trtspec.tuning.gpus import gpu_preset
 from trtspec.tuning.fit import CostRow, CostTable, save_cost_table
-from trtspec.tuning.schema import Tuning, dump_json, load_tuning
+from trtspec.tuning.schema import dump_json
+from trtspec.tuning.tuning_schema import Tuning, load_tuning
 from trtspec.tuning.synthetic import chain_profile, eagle_profile, ngram_profile
 
 LLAMA = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "vocab_size": 128256, "hidden_size": 4096,

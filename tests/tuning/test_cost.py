@@ -13,8 +13,9 @@ import torch
 from tiny_models import make_eagle_head, make_hf_model
 from trtspec.checkpoints.spec import spec_from_trtllm
 from trtspec.errors import TrtspecError
-from trtspec.tuning.cost import (CostModel, ModelShape, forward_time, gpu_preset, quant_bytes, shape_from_spec,
+from trtspec.tuning.cost import (CostModel, ModelShape, forward_time, quant_bytes, shape_from_spec,
                                  shapes_from_checkpoint)
+from trtspec.tuning.gpus import gpu_preset
 from trtspec.tuning.fit import CostRow, CostTable, fit_gpu, load_cost_table, save_cost_table
 
 LLAMA_31_8B = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "vocab_size": 128256, "hidden_size": 4096,

@@ -14,8 +14,9 @@ import pytest
 
 from trtspec.errors import TrtspecError
 from trtspec.tuning import gpus
-from trtspec.tuning.cost import (CostModel, Forward, ModelShape, forward_parts, forward_time, gpu_preset,
-                                 parts_seconds, prefill_time, with_framework)
+from trtspec.tuning.cost import (CostModel, Forward, ModelShape, forward_parts, forward_time, parts_seconds,
+                                 prefill_time)
+from trtspec.tuning.gpus import gpu_preset, with_framework
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_published_setups.py"
 

@@ -7,7 +7,7 @@ import re
 import typer
 from typer.testing import CliRunner
 
-from trtspec.tuning import cost, gpus
+from trtspec.tuning import gpus
 from trtspec.tuning.command import tune_command
 from trtspec.tuning.options import TuneOptions
 
@@ -23,7 +23,3 @@ def test_tune_help_lists_every_preset():
     for name in gpus.PRESETS:
         assert name in TuneOptions.model_fields["cost"].description
         assert re.search(rf"\b{name}\b", text), name
-
-
-def test_the_cost_model_uses_the_same_presets():
-    assert cost.PRESETS is gpus.PRESETS and cost.gpu_preset("cpu") == gpus.PRESETS["cpu"]

@@ -294,7 +294,7 @@ def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
                              "--concurrency-bands", "1", "--no-plots", "--out", tmp_path / "tuning.json")
     assert code == 0, err
     from trtspec.tuning.report import summary_table
-    from trtspec.tuning.schema import load_tuning
+    from trtspec.tuning.tuning_schema import load_tuning
 
     tuning = load_tuning(tmp_path / "tuning.json")
     band = tuning.workloads["logs"].bands[0]

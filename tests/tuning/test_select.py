@@ -14,7 +14,8 @@ from trtspec.upstream import trtllm
 from trtspec.errors import TrtspecError
 from trtspec.tuning import grouping
 from trtspec.tuning.acceptance import chain_choices, replay_tree
-from trtspec.tuning.cost import CostModel, ModelShape, gpu_preset
+from trtspec.tuning.cost import CostModel, ModelShape
+from trtspec.tuning.gpus import gpu_preset
 from trtspec.tuning.select import SelectConfig, chain_sweep, tune_draft_target, tune_eagle
 from trtspec.tuning.synthetic import chain_profile, eagle_profile, example_cost_model, rank_path
 from trtspec.tuning.trees import accepted_array, best_trees, check_tree, level_sizes, node_stats, replay_al
@@ -233,7 +234,7 @@ def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguisha
     the summary names them instead of presenting the argmax as a winner; 64 long prompts separate
     them. The choice recorded in tuning.json is the argmax either way."""
     from trtspec.tuning.report import indistinguishable_lines
-    from trtspec.tuning.schema import Tuning
+    from trtspec.tuning.tuning_schema import Tuning
     from trtspec.tuning.select import indistinguishable
 
     cost = example_cost_model("draft-target")
@@ -262,7 +263,7 @@ def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguisha
 
 
 def _served_band(drafter, al, se, tps, base, **setting):
-    from trtspec.tuning.schema import BandChoice
+    from trtspec.tuning.tuning_schema import BandChoice
 
     return BandChoice(concurrency=1, speculate=True, drafter=drafter, acceptance_length=al, acceptance_length_se=se,
                       step_time_s=al / tps, draft_step_s=0.0, target_step_s=al / tps, tokens_per_s=tps,
@@ -276,7 +277,7 @@ def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_d
     93.8 tok/s) is within the noise (SE of tok/s 12.0, 1.96 x 12.0 = 23.6 > 6.1); its edit band (AL
     4.00 +- 0.13, 239 vs 92 tok/s) is not; nor is the chat band measured on 100x the prompts."""
     from trtspec.tuning.report import indistinguishable_lines
-    from trtspec.tuning.schema import Tuning, WorkloadTuning
+    from trtspec.tuning.tuning_schema import Tuning, WorkloadTuning
     from trtspec.tuning.select import indistinguishable, prompts_to_separate_from_off
 
     chat = _served_band("ngram", 1.2039, 0.1446, 99.92, 93.80, draft_len=1, max_matching_ngram_size=3)
@@ -320,7 +321,7 @@ def test_held_off_serves_off_where_the_choice_is_not_distinguishable_from_off():
 def test_other_heads_chains_in_a_merged_sweep_are_not_compared_with_the_general_heads_errors():
     """A drafter choice's sweep holds every head's chain (choose._merged, cheapest drafter first);
     a band served by the general head is compared with its own K's, not another head's."""
-    from trtspec.tuning.schema import BandChoice, SweepPoint
+    from trtspec.tuning.tuning_schema import BandChoice, SweepPoint
     from trtspec.tuning.select import indistinguishable
 
     def points(tps: list[float], label=None):

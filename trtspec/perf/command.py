@@ -118,7 +118,7 @@ def perf_command(
 
 def _write_report(results, options) -> None:
     """report.html next to results.json (trtspec.perf.report), with tuning.json's predictions when given."""
-    from ..tuning.schema import load_tuning
+    from ..tuning.tuning_schema import load_tuning
     from .report import write_report_from
 
     tuning = load_tuning(options.tuning) if options.tuning else None

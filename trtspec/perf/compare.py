@@ -35,8 +35,8 @@ def load_predictions(path: Path | None):
     """tuning.json, or None without one."""
     if path is None:
         return None
-    # lazy: tuning.schema pulls torch (via tuning.cost -> checkpoints), ~1.3 s a run without tuning.json skips
-    from ..tuning.schema import load_tuning
+    # lazy: tuning_schema pulls torch (via tuning.cost -> checkpoints), ~1.3 s a run without tuning.json skips
+    from ..tuning.tuning_schema import load_tuning
 
     return load_tuning(Path(path))
 
@@ -49,21 +49,19 @@ def _draft_len(band) -> int:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What tuning.json predicts for a run: the band the repository served it with, and that band's
-    per-step speedup made end to end with the baseline run's TTFT (None without one). When the
-    requests' route labels name several bands (an open loop's load varies; a closed loop's first
-    requests arrive alone), `band` is the one that served most of them and the step speedup, AL and
-    its standard error are the mix's (`mixed`); `served` then counts requests per band concurrency."""
-    band: object
-    speedup: float | None
-    step_speedup: float
-    acceptance_length: float | None
-    acceptance_length_se: float | None
+    """What tuning.json predicts for a run: the draft length of the band the repository served it
+    with, and that band's per-step speedup made end to end with the baseline run's TTFT (None
+    without one). When the requests' route labels name several bands (an open loop's load varies; a
+    closed loop's first requests arrive alone), `draft_len` is that of the band that served most of
+    them and the step speedup, AL and its standard error are the mix's (`mixed`); `served` then
+    counts requests per band concurrency. All None: nothing predicted (the report's rows without
+    tuning.json or a recorded prediction)."""
+    speedup: float | None = None
+    step_speedup: float | None = None
+    acceptance_length: float | None = None
+    acceptance_length_se: float | None = None
+    draft_len: int | None = None
     served: dict[int, int] | None = None
-
-    @property
-    def draft_len(self) -> int:
-        return _draft_len(self.band)
 
 
 def load_of(run: Run) -> float | None:
@@ -136,11 +134,23 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
         band = next(b for b in wt.bands if band_concurrency(b) == most)
         step, al, se = mixed(wt.bands, served)  # one band: its own numbers
     mix = {c: len(rs) for c, rs in served.items()} if served is not None and len(served) > 1 else None
-    if base is None:
-        return Prediction(band, None, step, al, se, mix)
-    stall = stall_s(base.requests, load_of(base) or 1, open_loop=run.concurrency is None)
-    return Prediction(band, end_to_end_prediction(step, base.summary.ttft_s.mean, base.summary.e2e_s.mean, stall),
-                      step, al, se, mix)
+    end_to_end = None
+    if base is not None:
+        stall = stall_s(base.requests, load_of(base) or 1, open_loop=run.concurrency is None)
+        end_to_end = end_to_end_prediction(step, base.summary.ttft_s.mean, base.summary.e2e_s.mean, stall)
+    return Prediction(end_to_end, step, al, se, _draft_len(band), mix)
+
+
+def recorded_prediction(c: Comparison | None) -> Prediction:
+    """The prediction results.json recorded with a comparison (`comparisons` wrote it from
+    `served_prediction`), what the report shows without tuning.json; empty without one. One written
+    before predictions were made end to end has a single number, per step, in predicted_speedup."""
+    if c is None:
+        return Prediction()
+    speedup, step = c.predicted_speedup, c.predicted_step_speedup
+    if step is None:
+        speedup, step = None, speedup
+    return Prediction(speedup, step, c.predicted_acceptance_length, draft_len=c.predicted_draft_len)
 
 
 def served_off(run: Run) -> bool:

@@ -7,37 +7,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compare import comparisons, per_request, served_prediction
-from .schema import Interval, PerfResults, Run
+from .compare import Prediction, comparisons, per_request, recorded_prediction, served_prediction
+from .schema import Comparison, Interval, PerfResults, Run
 from .stats import al_ci, rate_ci
 
 
 @dataclass
 class Headline:
     """One workload at one load point: the numbers the top of the report shows (None: not measured
-    or not predicted there)."""
+    there). What speculation on vs off says (speedup, its interval, verdict, control note,
+    interleaved pairs) is `comparison`'s, compare.comparisons' row, read there rather than copied
+    here; None unless a speculation run and a baseline run at this load both have successful
+    requests. `prediction` is tuning.json's (compare.served_prediction), else the one results.json
+    recorded; rows without a comparison have one too (a run without baseline still shows its K)."""
     workload: str
     load: str
+    comparison: Comparison | None = None
+    prediction: Prediction = Prediction()
+    # the comparison's compared rates (an open loop's are per request: `per_request`), else each run's throughput
     tokens_per_s: float | None = None
     baseline_tokens_per_s: float | None = None
-    speedup: float | None = None
-    predicted_speedup: float | None = None
-    acceptance_length: float | None = None
-    predicted_acceptance_length: float | None = None
-    predicted_draft_len: int | None = None
     tokens_per_s_ci: Interval | None = None
     baseline_tokens_per_s_ci: Interval | None = None
-    speedup_ci: Interval | None = None
+    acceptance_length: float | None = None  # the speculative run's, with its interval
+    acceptance_length_ci: Interval | None = None
     # the requests the speedup interval resampled: the interleaved pairs, else the successful requests
     # of the smaller run (what compare.comparisons sizes a ±5% claim with)
     requests: int = 0
-    paired: bool = False  # `requests` counts interleaved pairs (compare.claim_unit)
-    predicted_step_speedup: float | None = None  # tuning.json's, per decode step (predicted_speedup: end to end)
-    acceptance_length_ci: Interval | None = None
-    predicted_acceptance_length_se: float | None = None  # the profile's standard error (with tuning.json)
     per_request: bool = False  # an open loop's compared rates: tokens / E2E, not tokens / window
-    verdict: str | None = None  # the comparison's (compare.comparisons: an A/A one reads no difference)
-    control: str | None = None  # the comparison's note when no speculation was served (compare.control_note)
 
 
 def load_label(run) -> str:
@@ -67,15 +64,13 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         key = (r.workload, load_label(r))
         b = base.get(key) if r.speculation else r
         c = measured.get(key) if r.speculation and has_successes(r) and b is not None and has_successes(b) else None
-        h = Headline(r.workload, key[1])
+        pred = served_prediction(tuning, r, b if r.speculation else None)
+        h = Headline(r.workload, key[1], c, pred if pred is not None else recorded_prediction(stored.get(key)))
         if c is not None:
-            h.tokens_per_s, h.baseline_tokens_per_s, h.speedup = c.tokens_per_s, c.baseline_tokens_per_s, c.speedup
-            h.speedup_ci, h.acceptance_length_ci = c.speedup_ci, c.acceptance_length_ci
-            h.verdict, h.control = c.verdict, c.control
-            h.paired = c.paired_requests is not None
-            h.requests = c.paired_requests if h.paired else \
+            h.tokens_per_s, h.baseline_tokens_per_s = c.tokens_per_s, c.baseline_tokens_per_s
+            h.acceptance_length_ci, h.per_request = c.acceptance_length_ci, per_request(r)
+            h.requests = c.paired_requests if c.paired_requests is not None else \
                 min(r.summary.requests_ok, b.summary.requests_ok)
-            h.per_request = per_request(r)
         else:
             h.tokens_per_s = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
             h.baseline_tokens_per_s = b.summary.output_tokens_per_s if b is not None and has_successes(b) else None
@@ -84,23 +79,8 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         h.acceptance_length = r.summary.acceptance_length if r.speculation else None
         h.tokens_per_s_ci = run_ci(r, h.tokens_per_s) if h.tokens_per_s is not None else None
         h.baseline_tokens_per_s_ci = run_ci(b, h.baseline_tokens_per_s) if h.baseline_tokens_per_s is not None else None
-        _predict(h, served_prediction(tuning, r, b if r.speculation else None), stored.get(key))
         out.append(h)
     return out
-
-
-def _predict(h: Headline, pred, stored) -> None:
-    """The headline's prediction: tuning.json's (compare.served_prediction), else results.json's."""
-    if pred is not None:
-        h.predicted_speedup, h.predicted_step_speedup = pred.speedup, pred.step_speedup
-        h.predicted_acceptance_length, h.predicted_draft_len = pred.acceptance_length, pred.draft_len
-        h.predicted_acceptance_length_se = pred.acceptance_length_se
-    elif stored is not None:
-        h.predicted_speedup, h.predicted_step_speedup = stored.predicted_speedup, stored.predicted_step_speedup
-        if h.predicted_step_speedup is None:  # results.json written before predictions were made end to end
-            h.predicted_speedup, h.predicted_step_speedup = None, h.predicted_speedup
-        h.predicted_acceptance_length, h.predicted_draft_len = stored.predicted_acceptance_length, \
-            stored.predicted_draft_len
 
 
 def run_ci(run: Run, tokens_per_s: float) -> Interval | None:

@@ -76,9 +76,11 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
     sp: dict = {}
     for h in heads:
         al_interval = (h.acceptance_length_ci.low, h.acceptance_length_ci.high) if h.acceptance_length_ci else None
-        al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.predicted_acceptance_length, al_interval))
-        ci = (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci is not None else None
-        sp.setdefault(h.workload, []).append((h.load, h.speedup, h.predicted_speedup if h.speedup else None, ci))
+        al.setdefault(h.workload, []).append((h.load, h.acceptance_length, h.prediction.acceptance_length,
+                                              al_interval))
+        c, speedup = h.comparison, _speedup(h)
+        ci = (c.speedup_ci.low, c.speedup_ci.high) if c is not None and c.speedup_ci is not None else None
+        sp.setdefault(h.workload, []).append((h.load, speedup, h.prediction.speedup if speedup else None, ci))
     no_base = not any(not r.speculation and has_successes(r) for r in results.runs)
     no_spec = not any(r.speculation and has_successes(r) for r in results.runs)
     why_speedup = ("no baseline run (speculation off) finished with successful requests"
@@ -86,14 +88,14 @@ def figure_data(results: PerfResults, heads: list[Headline]) -> dict[str, callab
                    + ", so there is no speedup to show." if no_base else
                    "no speculation run finished with successful requests." if no_spec else
                    "no workload has a speculation run and a baseline run at the same load.")
-    if all(h.predicted_speedup is None for h in heads):
+    if all(h.prediction.speedup is None for h in heads):
         why_pred = "no tuning.json was given (--tuning) and results.json holds no predictions."
     else:
-        why_pred = why_speedup if all(h.speedup is None for h in heads) else \
+        why_pred = why_speedup if all(h.comparison is None for h in heads) else \
             "no load point has both a measured speedup and a prediction."
-    pvm = [(h.workload, h.load, h.predicted_speedup, h.speedup,
-            (h.speedup_ci.low, h.speedup_ci.high) if h.speedup_ci else None) for h in heads
-           if h.speedup is not None and h.predicted_speedup is not None]
+    pvm = [(h.workload, h.load, h.prediction.speedup, h.comparison.speedup,
+            (h.comparison.speedup_ci.low, h.comparison.speedup_ci.high) if h.comparison.speedup_ci else None)
+           for h in heads if h.comparison is not None and h.prediction.speedup is not None]
     return {
         "plot-throughput": lambda: plots.throughput(tp, xlabel),
         "plot-ttft": lambda: plots.cdf(ttft, "TTFT"),
@@ -146,38 +148,44 @@ def _ci(ci: Interval | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
 VERDICT_CLASS = {"faster": "good", "slower": "bad"}  # no measurable difference: neutral, never a win or loss
 
 
+def _speedup(h: Headline) -> float | None:
+    return h.comparison.speedup if h.comparison is not None else None
+
+
 def _speed_cls(h: Headline) -> str:
-    return "" if h.verdict is None else " " + VERDICT_CLASS.get(h.verdict, "neutral")
+    verdict = h.comparison.verdict if h.comparison is not None else None
+    return "" if verdict is None else " " + VERDICT_CLASS.get(verdict, "neutral")
 
 
 def _speed_note(h: Headline) -> str:
     """Verdict, where the prediction lies against the interval, and requests for a ±5% claim."""
-    if h.speedup is None:
+    c, p = h.comparison, h.prediction
+    if c is None:
         return ""
-    if h.speedup_ci is None and not h.control:
+    if c.speedup_ci is None and not c.control:
         return '<span class="muted">too few requests for an interval</span>'
-    parts = [h.verdict] + ([h.control] if h.control else [])
-    fit = prediction_fit(h.predicted_speedup, h.speedup_ci)
+    parts = [c.verdict] + ([c.control] if c.control else [])
+    fit = prediction_fit(p.speedup, c.speedup_ci)
     if fit:
-        parts.append(f"predicted {prediction_text(h.predicted_speedup, h.predicted_step_speedup)} {fit}")
-    need = requests_for(h.speedup_ci, h.speedup, h.requests)
+        parts.append(f"predicted {prediction_text(p.speedup, p.step_speedup)} {fit}")
+    need = requests_for(c.speedup_ci, c.speedup, h.requests)
     if need is not None:
-        parts.append(f"±5% needs ~{need} {claim_unit(h.paired)} (measured {h.requests})")
+        parts.append(f"±5% needs ~{need} {claim_unit(c.paired_requests is not None)} (measured {h.requests})")
     return escape("; ".join(parts))
 
 
 def _per_step(h: Headline) -> str:
     """The tuner's per-step speedup under the end-to-end one, when they differ."""
-    if not step_differs(h.predicted_speedup, h.predicted_step_speedup):
+    p = h.prediction
+    if not step_differs(p.speedup, p.step_speedup):
         return ""
-    return f'<br><span class="muted">{h.predicted_step_speedup:.2f}x per step</span>'
+    return f'<br><span class="muted">{p.step_speedup:.2f}x per step</span>'
 
 
 def _pm(h: Headline) -> str:
     """' ±0.26' under a predicted AL: 1.96 standard errors of the profile's AL (tuning.json)."""
-    if not h.predicted_acceptance_length_se:
-        return ""
-    return f' <span class="ci">±{1.96 * h.predicted_acceptance_length_se:.2f}</span>'
+    se = h.prediction.acceptance_length_se
+    return f' <span class="ci">±{1.96 * se:.2f}</span>' if se else ""
 
 
 def _per(h: Headline) -> str:
@@ -189,18 +197,19 @@ def _per(h: Headline) -> str:
 def _headline_table(heads: list[Headline]) -> str:
     rows = []
     for h in heads:
+        c, p = h.comparison, h.prediction
         rows.append(
             f'<tr class="headline" data-workload="{escape(h.workload)}" data-load="{escape(h.load)}">'
             f'<td class="l big">{escape(h.workload)}</td><td class="l">{escape(h.load)}</td>'
             f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s_ci)}{_per(h)}</td>'
             f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}'
             f'{_per(h)}</td>'
-            f'<td class="big{_speed_cls(h)}" data-k="speedup">{_num(h.speedup, "{:.2f}", "x")}'
-            f'{_ci(h.speedup_ci, "{:.2f}", "x")}</td>'
-            f'<td data-k="predicted_speedup">{_num(h.predicted_speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
+            f'<td class="big{_speed_cls(h)}" data-k="speedup">{_num(_speedup(h), "{:.2f}", "x")}'
+            f'{_ci(c and c.speedup_ci, "{:.2f}", "x")}</td>'
+            f'<td data-k="predicted_speedup">{_num(p.speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}{_ci(h.acceptance_length_ci, "{:.2f}")}</td>'
-            f'<td data-k="predicted_acceptance_length">{_num(h.predicted_acceptance_length, "{:.2f}")}{_pm(h)}</td>'
-            f'<td data-k="predicted_draft_len">{_num(h.predicted_draft_len, "{}")}</td>'
+            f'<td data-k="predicted_acceptance_length">{_num(p.acceptance_length, "{:.2f}")}{_pm(h)}</td>'
+            f'<td data-k="predicted_draft_len">{_num(p.draft_len, "{}")}</td>'
             f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')
     return ('<table id="headline"><tr><th class="l">workload</th><th class="l">load</th><th>tokens/s (tuned)</th>'
             '<th>tokens/s (baseline)</th><th>speedup measured</th><th>speedup predicted (end to end)</th><th>AL measured</th>'

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..checkpoints.default_model import CACHE_NAME, default_cache_root
 from ..recipe import GENERAL_HEAD, Recipe
-from ..recipe_paths import COST_PRESETS
+from ..tuning.gpus import PRESETS
 from ..workloads.spec import parse_workload_specs
 
 
@@ -41,7 +41,7 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
         for n, s in (sources or {}).items():
             if "/" in s:
                 found[f"{key}.{n}"] = s
-    if recipe.tune.cost not in COST_PRESETS:
+    if recipe.tune.cost not in PRESETS:
         found["tune.cost"] = recipe.tune.cost
     if recipe.tune.calibrate is not None:
         found["tune.calibrate"] = str(recipe.tune.calibrate)

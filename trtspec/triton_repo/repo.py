@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, sha256_file
-from ..tuning.schema import load_tuning
+from ..tuning.tuning_schema import load_tuning
 from . import contracts as c, llmapi, render as r
 from .configs import render as render_config
 from .memory import plan_memory

@@ -10,7 +10,7 @@
     trees.py       EAGLE tree growth under TRT-LLM's eagle_choices rules
     grouping.py    k-medoids grouping of workloads into at most N served profiles
     select.py      maximise predicted tokens/s per workload x band
-    schema.py      profile.json (pydantic), and tuning.json's models re-exported
+    schema.py      profile.json (pydantic) and dump_json
     tuning_schema.py  tuning.json (pydantic): what tune writes and triton_repo / perf read
     report.py      plots (per workload; AL vs temperature) and the summary table
     options.py     ProfileOptions, TuneOptions, MeasureConfig (recipe sections, CLI defaults)

@@ -58,8 +58,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
 from ..schema_io import load_versioned
-from .cost import (CostModel, Forward, GpuSpec, ModelShape, Step, baseline_forwards, draft_target_forwards,
-                   eagle_forwards)
+from .cost import CostModel, Forward, ModelShape, Step, baseline_forwards, draft_target_forwards, eagle_forwards
+from .gpus import GpuSpec
 from .fit import Calibration, CalibrationPoint, StepRow, fit_steps, step_seconds
 from .trees import level_sizes
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ..errors import TrtspecError
-from .schema import BandChoice, DrafterChoice, OfferedDrafter, Tuning, WorkloadTuning
+from .tuning_schema import BandChoice, DrafterChoice, OfferedDrafter, Tuning, WorkloadTuning
 
 GIB = float(1 << 30)
 TOLERANCE = 1e-6  # relative: the baseline of the same target and cost model must agree

@@ -77,7 +77,7 @@ def tune_command(
 ):
     """Pick the draft length / EAGLE tree per workload and concurrency band that maximises predicted tokens/s."""
     from .report import print_summary, write_plots
-    from .schema import dump_json  # lazy: start-up (schema -> cost -> checkpoints -> torch)
+    from .schema import dump_json  # lazy: start-up
     from .tune import tune_drafters  # lazy: start-up
 
     if out.is_dir():

@@ -80,7 +80,7 @@ from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..upstream import trtllm
-from .gpus import FRAMEWORKS, PRESETS, ComputeDtype, GpuSpec, gpu_preset, with_framework  # noqa: F401  (re-exported)
+from .gpus import ComputeDtype, GpuSpec
 
 DTYPE_COMPUTE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 

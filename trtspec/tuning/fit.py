@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import TrtspecError
 from ..fsutil import read_json
-from .cost import Forward, GpuSpec, ModelShape, Step, forward_parts, gpu_preset, price
+from .cost import Forward, ModelShape, Step, forward_parts, price
+from .gpus import GpuSpec, gpu_preset
 
 TABLE_SCHEMA = "trtspec.cost-table/1"
 PARAMS = ("forward_overhead_s", "eagle_level_overhead_s", "bandwidth_efficiency", "compute_efficiency")

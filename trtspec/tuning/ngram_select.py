@@ -17,7 +17,8 @@ by K, then n, so a tie keeps the shorter draft and the smaller pattern.
 from __future__ import annotations
 
 from .cost import CostModel
-from .schema import BandChoice, Profile, WorkloadProfile, WorkloadTuning
+from .schema import Profile, WorkloadProfile
+from .tuning_schema import BandChoice, WorkloadTuning
 from .select import SelectConfig, _al, _band, chain_sweep, context_of, profile_record
 
 DRAFTER = "ngram"

@@ -37,7 +37,8 @@ from rich.table import Table
 from .calibrate import WITHIN, within_share
 from .fit import Calibration
 from .gpus import PRESETS
-from .schema import BandChoice, Profile, Tuning, WorkloadTuning
+from .schema import Profile
+from .tuning_schema import BandChoice, Tuning, WorkloadTuning
 from .select import indistinguishable, prompts_to_separate_from_off
 
 

@@ -13,8 +13,7 @@ profile says so: `measurement_conditions.sampling` / `accept_rule` / `estimator`
 has a standard error over prompts (`accept_length_se_by_k`, acceptance.ratio_se).
 
 tuning.json (`Tuning`, schema "trtspec.tuning/1"), what `trtspec tune` writes and the Triton
-repository stage reads, has its models in tuning_schema.py; they are re-exported here, so that
-either file's models can be imported from this one module.
+repository stage reads, has its models in tuning_schema.py (import them from there).
 """
 
 from __future__ import annotations
@@ -30,15 +29,6 @@ from ..options import Sampling
 from ..schema_io import load_versioned
 from .acceptance import summarize
 from .ngram_acceptance import summarize_ngram
-from .tuning_schema import (TUNING_SCHEMA, BandChoice, CostInfo, DrafterChoice, EagleLimits, OfferedDrafter,
-                            ServedProfile, SweepPoint, Tuning, WorkloadTuning, check_tuning_values, load_tuning)
-
-__all__ = [  # profile.json (here), dump_json, and tuning.json's names re-exported from tuning_schema.py
-    "PROFILE_SCHEMA", "AGGREGATE_TOLERANCE", "MeasurementConditions", "ProfileSample", "WorkloadProfile", "Profile",
-    "check_aggregates", "load_profile", "build_profile", "dump_json",
-    "TUNING_SCHEMA", "SweepPoint", "BandChoice", "WorkloadTuning", "ServedProfile", "EagleLimits", "CostInfo",
-    "OfferedDrafter", "DrafterChoice", "Tuning", "load_tuning", "check_tuning_values",
-]
 
 PROFILE_SCHEMA = "trtspec.profile/1"
 AGGREGATE_TOLERANCE = 1e-4  # stored aggregates vs the replay of the stored samples (JSON rounding)

@@ -50,7 +50,8 @@ from .acceptance import (TreeIndex, acceptance_length_se, chain_accepted, chain_
                          tree_se)
 from .cost import CostModel, StepTime
 from .grouping import assign, choose_medoids
-from .schema import BandChoice, Profile, ServedProfile, SweepPoint, WorkloadProfile, WorkloadTuning
+from .schema import Profile, WorkloadProfile
+from .tuning_schema import BandChoice, ServedProfile, SweepPoint, WorkloadTuning
 from .trees import accepted_array, best_trees, check_tree, level_sizes, node_stats, replay_al, sort_choices
 
 

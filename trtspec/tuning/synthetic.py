@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import random
 
-from .cost import CostModel, ModelShape, gpu_preset
+from .cost import CostModel, ModelShape
+from .gpus import gpu_preset
 from .schema import Profile, build_profile
 
 

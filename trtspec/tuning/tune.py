@@ -19,10 +19,12 @@ from ..checkpoints.hf_unified import open_checkpoint
 from ..errors import TrtspecError
 from ..fsutil import sha256_file
 from ..upstream import trtllm as upstream
-from .cost import PRESETS, CostModel, ModelShape, gpu_preset, shape_from_eagle3, shapes_from_checkpoint
+from .cost import CostModel, ModelShape, shape_from_eagle3, shapes_from_checkpoint
+from .gpus import PRESETS, gpu_preset
 from .fit import fit_gpu, load_cost_table
 from .options import TuneOptions
-from .schema import CostInfo, EagleLimits, Profile, Tuning, load_profile
+from .schema import Profile, load_profile
+from .tuning_schema import CostInfo, EagleLimits, Tuning
 from .ngram_select import tune_ngram
 from .select import SelectConfig, context_of, held_off, tune_draft_target, tune_eagle
 from .calibrate import calibrate_cost

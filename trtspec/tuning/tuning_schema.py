@@ -5,8 +5,7 @@ Per workload and concurrency band the chosen draft length or eagle_choices tree,
 AL, step times, tokens/s and speedup, and for EAGLE the served profiles; `load_tuning` reads it and
 checks the values a well-typed file can still get wrong. It is apart from profile.json's models
 (schema.py) because it is the other file, the tuner's output rather than its input, and the two
-together outgrew one module; schema.py re-exports these names, which is where most callers import
-them from.
+together outgrew one module.
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TrtspecError
 from ..options import Sampling
 from ..schema_io import load_versioned
-from .cost import GpuSpec, ModelShape
+from .cost import ModelShape
+from .gpus import GpuSpec
 from .fit import Calibration, FitReport
 
 TUNING_SCHEMA = "trtspec.tuning/1"
