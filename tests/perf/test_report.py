@@ -184,9 +184,10 @@ def test_band_between_tuned_bands_and_predictions_from_comparisons(tuning):
     # without tuning.json, the predictions results.json recorded are shown
     res.comparisons = [Comparison(workload="chat", concurrency=2, tokens_per_s=1, baseline_tokens_per_s=1, speedup=1,
                                   predicted_speedup=1.61, predicted_step_speedup=1.87, predicted_acceptance_length=2.34,
-                                  predicted_draft_len=3)]
+                                  predicted_draft_len=3, predicted_acceptance_length_se=0.05)]
     p = parse(render_report(res))
     assert first_number(p.rows[("chat", "c=2")]["predicted_speedup"]) == pytest.approx(1.61)
+    assert "±0.10" in p.rows[("chat", "c=2")]["predicted_acceptance_length"]  # its recorded SE, as 1.96 SE
     assert "1.87x per step" in p.rows[("chat", "c=2")]["predicted_speedup"]
     assert "n/a" in p.rows[("chat", "c=8")]["predicted_speedup"]
     assert set(p.imgs) == set(FIGURES)

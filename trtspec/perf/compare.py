@@ -150,7 +150,8 @@ def recorded_prediction(c: Comparison | None) -> Prediction:
     speedup, step = c.predicted_speedup, c.predicted_step_speedup
     if step is None:
         speedup, step = None, speedup
-    return Prediction(speedup, step, c.predicted_acceptance_length, draft_len=c.predicted_draft_len)
+    return Prediction(speedup, step, c.predicted_acceptance_length, c.predicted_acceptance_length_se,
+                      c.predicted_draft_len, c.predicted_served_bands)
 
 
 def served_off(run: Run) -> bool:
