@@ -198,6 +198,12 @@ def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
     return per_request_tokens_per_s(spec.requests), per_request_tokens_per_s(base.requests)
 
 
+def resampled_requests(r: Run, b: Run, pairs: list | None) -> int:
+    """The requests a speedup interval resamples, and a ±5% claim is sized with: the interleaved
+    pairs (`pairs`, stats.pair_up), else the successful requests of the smaller run."""
+    return len(pairs) if pairs is not None else min(r.summary.requests_ok, b.summary.requests_ok)
+
+
 def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     """One row per (workload, load point) that has both a speculation and a baseline run."""
     def key(r: Run):
@@ -212,7 +218,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         tps, btps = compared_rates(r, b)
         speedup = tps / btps if btps > 0 else 0.0
         ci, pairs = speedup_ci(r.requests, b.requests, speedup), pair_up(r.requests, b.requests)
-        n = len(pairs) if pairs is not None else min(r.summary.requests_ok, b.summary.requests_ok)
+        n = resampled_requests(r, b, pairs)
         aa = served_off(r)
         row = Comparison(workload=r.workload, concurrency=r.concurrency, request_rate=r.request_rate,
                          tokens_per_s=tps, baseline_tokens_per_s=btps, speedup=speedup,

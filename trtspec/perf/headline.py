@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compare import Prediction, comparisons, per_request, recorded_prediction, served_prediction
+from .compare import Prediction, comparisons, per_request, recorded_prediction, resampled_requests, served_prediction
 from .schema import Comparison, Interval, PerfResults, Run
-from .stats import al_ci, rate_ci
+from .stats import al_ci, pair_up, rate_ci
 
 
 @dataclass
@@ -31,9 +31,7 @@ class Headline:
     baseline_tokens_per_s_ci: Interval | None = None
     acceptance_length: float | None = None  # the speculative run's, with its interval
     acceptance_length_ci: Interval | None = None
-    # the requests the speedup interval resampled: the interleaved pairs, else the successful requests
-    # of the smaller run (what compare.comparisons sizes a ±5% claim with)
-    requests: int = 0
+    requests: int = 0  # compare.resampled_requests (without a comparison: the smaller run's successes)
     per_request: bool = False  # an open loop's compared rates: tokens / E2E, not tokens / window
 
 
@@ -69,8 +67,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         if c is not None:
             h.tokens_per_s, h.baseline_tokens_per_s = c.tokens_per_s, c.baseline_tokens_per_s
             h.acceptance_length_ci, h.per_request = c.acceptance_length_ci, per_request(r)
-            h.requests = c.paired_requests if c.paired_requests is not None else \
-                min(r.summary.requests_ok, b.summary.requests_ok)
+            h.requests = resampled_requests(r, b, pair_up(r.requests, b.requests))
         else:
             h.tokens_per_s = r.summary.output_tokens_per_s if r.speculation and has_successes(r) else None
             h.baseline_tokens_per_s = b.summary.output_tokens_per_s if b is not None and has_successes(b) else None
