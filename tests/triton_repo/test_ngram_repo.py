@@ -13,7 +13,9 @@ import yaml
 from triton_fixtures import DRAFT, LLAMA, build_dir, fake_ckpt, tiny_tokenizer_dir, tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.runtime import ngram_pool
+from trtspec.perf.sweep import settings_for
 from trtspec.triton_repo.configs import parse_file, params
+from trtspec.triton_repo.models.serving_rules import ngram_size
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.validate import check_repository
 
@@ -141,7 +143,11 @@ def test_trtllm_flavor_loads_no_draft_engine_the_choice_does_not_serve(w):
     assert (p["engine"], p["drafter"], p["draft_model"], p["max_draft_len"]) == ("bls", "ngram", "", "8")
     assert "max_matching_ngram_size" in [t.name for t in spec.input]
     routing = routing_of(repo)
-    assert routing["mode"] == "draft-target"
+    assert routing["mode"] == "draft-target" and routing["drafter"] == "ngram"
+    for workload in ("chat", "unknown"):  # routed off: a sweep drafts n-grams, which spec_decode takes
+        swept = [s for s in settings_for(routing, workload, 8) if s.num_draft_tokens]
+        assert swept and all(s.drafter == "ngram" and s.max_matching_ngram_size in (2, 3) for s in swept)
+        assert all(ngram_size(s.max_matching_ngram_size, {"ngram"}, s.num_draft_tokens) for s in swept)
     assert routing["workloads"]["edit"] == [{"concurrency": c, "num_draft_tokens": 5, "max_matching_ngram_size": 3}
                                             for c in (1, 4)]
     assert all(b["num_draft_tokens"] == 0 or "max_matching_ngram_size" in b  # nothing left for a model

@@ -46,12 +46,14 @@ def _route_bands(routing: dict, workload: str) -> list[dict]:
 
 
 def _ngram_size(routing: dict, workload: str) -> int | None:
-    """The matching size n-gram drafting runs at for this workload: its route's, else (an n-gram
-    repository whose route for it is off) the one most routes use, else upstream's default."""
+    """The matching size n-gram drafting runs at for this workload: its route's, else (a repository
+    drafting n-grams only, whose route for it is off: mode ngram, or a drafter choice that left the
+    draft model out, routing `drafter` ngram, triton_repo/repo.py) the one most routes use, else
+    upstream's default."""
     own = [b["max_matching_ngram_size"] for b in _route_bands(routing, workload) if "max_matching_ngram_size" in b]
     if own:
         return int(own[0])
-    if routing["mode"] != "ngram":
+    if routing["mode"] != "ngram" and routing.get("drafter") != "ngram":
         return None
     every = [b["max_matching_ngram_size"] for bands in routing.get("workloads", {}).values() for b in bands
              if "max_matching_ngram_size" in b]

@@ -231,6 +231,8 @@ class _Builder:
             files.append(spec)
         elif self.mode in CHAIN_MODES:  # n-gram drafting, alone or all a drafter choice serves (no draft model)
             routing = draft_target_routes(self.tuning, req.default_workload)
+            if self.mode != "ngram":  # spec_decode drafts n-grams only: what perf --sweep drafts with (sweep.py)
+                routing["drafter"] = "ngram"
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             files += self._ngram_models(B, tok, max_k)
         else:
