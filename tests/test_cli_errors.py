@@ -191,7 +191,8 @@ def test_generate_bad_checkpoint_config(capsys, models, tmp_path, edit, expected
     (["--prompt-ids", "[1,"], "--prompt-ids: expected a non-empty JSON list of integers"),
     (["--prompt", "hi", "--prompt-ids", "[1]"], "give exactly one of --prompt or --prompt-ids"),
     (["--prompt-ids", "[1]", "--eagle-choices", "[[0"], "--eagle-choices: not valid JSON"),
-], ids=["prompt_ids", "both_prompts", "eagle_choices"])
+    (["--prompt-ids", "[1]", "--min-tokens", "-1"], "--min-tokens: "),
+], ids=["prompt_ids", "both_prompts", "eagle_choices", "min_tokens"])
 def test_generate_bad_flags(capsys, models, args, expected):
     assert_one_error(*run_cli(capsys, "generate", "--ckpt", models / "ckpt", *args), expected, [])
 

@@ -77,6 +77,7 @@ def generate(
     chat: bool = typer.Option(default(G, "chat"), help=doc(G, "chat")),
     max_new_tokens: int = typer.Option(default(G, "max_new_tokens"), "--max-new-tokens", help=doc(G, "max_new_tokens")),
     ignore_eos: bool = typer.Option(default(G, "ignore_eos"), help=doc(G, "ignore_eos")),
+    min_tokens: int = typer.Option(default(G, "min_tokens"), "--min-tokens", help=doc(G, "min_tokens")),
     batch_invariant: bool = typer.Option(default(G, "batch_invariant"), help=doc(G, "batch_invariant")),
     temperature: float = typer.Option(default(G, "temperature"), help=doc(G, "temperature")),
     top_k: int = typer.Option(default(G, "top_k"), "--top-k", help=doc(G, "top_k")),
@@ -108,7 +109,8 @@ def generate(
         except json.JSONDecodeError as e:
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
     options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule,
-                       fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers)
+                       fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers,
+                       min_tokens=min_tokens)
     with flag_context(G, params={"chat": "--chat", "accept_rule": "--accept-rule"}):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                               draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head
@@ -117,7 +119,7 @@ def generate(
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
                               batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule,
                               fp8_gemm=options.fp8_gemm, device=options.device, dtype=options.dtype,
-                              compile_layers=options.compile_layers)
+                              compile_layers=options.compile_layers, min_tokens=options.min_tokens)
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -13,7 +13,8 @@
 
 min_tokens: before the accept rule reads the target's logits, the eos ids' logits are -inf at
 every entry whose output index is below the request's min_tokens (`mask_eos`; TensorRT-LLM's
-rule, upstream/sampling.py), so no rule can emit an eos there and every rule, greedy or sampled,
+rule per verified position, as its PyTorch sampler applies it; the engine's kernel masks a whole
+verify step that starts below min_tokens: upstream/sampling.py), so no rule can emit an eos there and every rule, greedy or sampled,
 is lossless with respect to that masked target. Draft logits are not masked: a drafted eos at a
 masked position is simply rejected (p = 0 there).
 

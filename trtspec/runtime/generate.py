@@ -265,7 +265,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
                  batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
                  eagle3_head: Path | None = None, device: str = "cpu", dtype: str | None = None,
-                 compile_layers: bool = False, fp8_gemm: str = "auto") -> dict:
+                 compile_layers: bool = False, fp8_gemm: str = "auto", min_tokens: int = 0) -> dict:
     """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
     timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
@@ -288,7 +288,8 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     check_positions([ids], max_new_tokens, models.max_positions)
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
                            eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k,
-                           batch_invariant=batch_invariant, sampling=sampling, accept=accept)
+                           batch_invariant=batch_invariant, sampling=sampling, accept=accept,
+                           min_tokens=min_tokens)
     output_ids, first_token_s, start = [], None, time.perf_counter()
     for row in steps:  # the prefill's step carries the first token
         first_token_s = time.perf_counter() - start if first_token_s is None else first_token_s

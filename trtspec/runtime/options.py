@@ -64,6 +64,8 @@ class GenerateOptions(Sampling, RuntimeDevice):
     chat: bool = Field(False, description="Render the prompt with the tokenizer's chat template.")
     max_new_tokens: int = Field(64, description="Tokens to generate.")
     ignore_eos: bool = Field(False, description="Do not stop at the end-of-sequence token.")
+    min_tokens: int = Field(0, ge=0, description="No end-of-sequence before this many new tokens: the end "
+                                                 "ids' logits are masked until then (TensorRT-LLM's min_tokens).")
     batch_invariant: bool = Field(False, description="Verify each draft token as a one-token decode (no speedup): "
                                                      "speculation then reproduces greedy bit for bit on FP8/INT8 "
                                                      "checkpoints too.")

@@ -18,7 +18,8 @@ preset, see below)
 
 where, for a network with a sliding window W (Mistral-7B-v0.1: every layer attends the last 4096
 positions; ModelShape.attention_window), context is min(context, W): a query reads at most W
-cached positions, so past W the attention terms stay flat (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY).
+cached positions, so past W the attention terms stay flat (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY;
+clamping the mean context, min(mean, W) >= mean(min(c, W)), errs toward the more expensive step).
 
 Why a roofline: decode and verify steps are weight-streaming (memory-bound) at small batch and
 become compute-bound only when batch * tokens reaches a few hundred; the crossover is what makes

@@ -127,8 +127,9 @@ class TuneOptions(StageOptions):
                                      "it from triton).")
     speculate_only_if_clear: bool = Field(False, description="Serve speculation in a band only when its predicted "
                                           "gain over off is clear of the profiled AL's noise (95%): a choice the "
-                                          "summary calls 'not distinguishable from off' is served off instead. Chains "
-                                          "(draft model, EAGLE-3 head) and n-gram; not EAGLE trees.")
+                                          "summary calls 'not distinguishable from off' is served off instead, and so is "
+                                          "the repository's computed default route. Chains (draft model, EAGLE-3 "
+                                          "head) and n-gram; not EAGLE trees.")
 
     @field_validator("concurrency_bands")
     @classmethod

@@ -5,7 +5,8 @@ with the same names, types and shapes, and runs the TRT-LLM checkpoint with trts
 - input_ids / input_lengths / request_output_len / end_id, streaming (one response per target
   step, carrying that step's new tokens; otherwise one response), exclude_input_in_output (else
   the prompt is prepended when not streaming), min_tokens (no end id before that many generated
-  tokens: their logits are masked until then, as TensorRT-LLM does; serving_rules.check_min_tokens);
+  tokens: their logits are masked per verified position until then; serving_rules.check_min_tokens,
+  and trtspec.upstream.sampling for where the engine's kernel differs on verify steps);
 - draft_input_ids (a `draft_tokens_external` target): prompt + draft in one forward, the accepted
   draft prefix plus the target's next token, then plain decoding up to request_output_len, as the
   executor does with external draft tokens;
