@@ -165,7 +165,7 @@ def test_full_report_has_every_figure_and_the_recomputed_headline(tmp_path, tuni
         assert first_number(row["predicted_acceptance_length"]) == pytest.approx(round(band.acceptance_length, 2))
         ci = al_ci(r.requests)  # both ALs with their uncertainty: a bootstrap interval, the profile's 1.96 SE
         assert f"[{ci.low:.2f}, {ci.high:.2f}]" in row["acceptance_length"]
-        assert band.acceptance_length_se and f"±{1.96 * band.acceptance_length_se:.2f}" in row["predicted_acceptance_length"]
+        assert band.acceptance_length_se and f"±{1.959964 * band.acceptance_length_se:.2f}" in row["predicted_acceptance_length"]
         assert int(first_number(row["predicted_draft_len"])) == band.draft_len
     # per-run table: the p50 TTFT of every run, in ms
     for r in res.runs:

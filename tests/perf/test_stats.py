@@ -605,7 +605,8 @@ def test_the_widening_uses_students_t_at_every_dof():
     expansion alone is 44% low at 1 and 10% at 2, too narrow intervals over 2-3 requests. Seen through
     mean_ci over two values: every resampled mean deviates by 0 or ±1, widened by sqrt(2) t(1) / z."""
     t = pytest.importorskip("scipy.stats").t
-    from trtspec.perf.stats import Z95, _t975
+    from trtspec.confidence import Z95
+    from trtspec.perf.stats import _t975
 
     for dof in range(1, 101):
         assert _t975(dof) == pytest.approx(t.ppf(0.975, dof), abs=1e-4), dof

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..confidence import Z95
 from ..options import Sampling
 from ..triton_repo.models.serving_rules import band_concurrency, label_band, pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
@@ -300,7 +301,7 @@ def speedup_line(c: Comparison) -> str:
         text += f"; AL {c.acceptance_length:.2f} {ci_text(c.acceptance_length_ci, suffix='')} measured"
         if c.predicted_acceptance_length is not None:
             se = c.predicted_acceptance_length_se
-            text += (f", {c.predicted_acceptance_length:.2f}" + (f" ±{1.96 * se:.2f}" if se else "") + " predicted "
+            text += (f", {c.predicted_acceptance_length:.2f}" + (f" ±{Z95 * se:.2f}" if se else "") + " predicted "
                      f"({prediction_fit(c.predicted_acceptance_length, c.acceptance_length_ci, se)})")
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} {claim_unit(c.paired_requests is not None)}"

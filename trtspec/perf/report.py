@@ -18,6 +18,7 @@ import base64
 from html import escape
 from pathlib import Path
 
+from ..confidence import Z95
 from ..fsutil import write_text_atomic
 from . import plots
 from .compare import claim_unit, load_predictions, prediction_text, step_differs
@@ -185,7 +186,7 @@ def _per_step(h: Headline) -> str:
 def _pm(h: Headline) -> str:
     """' ±0.26' under a predicted AL: 1.96 standard errors of the profile's AL (tuning.json)."""
     se = h.prediction.acceptance_length_se
-    return f' <span class="ci">±{1.96 * se:.2f}</span>' if se else ""
+    return f' <span class="ci">±{Z95 * se:.2f}</span>' if se else ""
 
 
 def _per(h: Headline) -> str:

@@ -67,6 +67,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..confidence import Z95
 from .schema import Interval, Percentiles, RequestRecord, RunSummary
 
 LEVEL = 0.95
@@ -97,7 +98,6 @@ def _resample(n: int, reps: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, n, size=(reps, n))
 
 
-Z95 = 1.959964  # the normal 97.5% quantile
 
 
 # Student's t 97.5% quantiles for dof 1..30: the two-sided 95% critical values tabulated in every
@@ -345,8 +345,8 @@ def prediction_fit(predicted: float | None, ci: Interval | None, se: float | Non
     end = ci.high if predicted > ci.high else ci.low
     miss = abs(predicted / end - 1) * 100  # a miss under 1% keeps a decimal: "0% above" reads as inside
     text = f"{miss:.{0 if miss >= 1 else 1}f}% {'above' if predicted > ci.high else 'below'} the measured interval"
-    if se and abs(predicted - end) <= 1.96 * se:
-        text += f", inside its own ±{1.96 * se:.2f}"
+    if se and abs(predicted - end) <= Z95 * se:
+        text += f", inside its own ±{Z95 * se:.2f}"
     return text
 
 

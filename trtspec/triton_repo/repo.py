@@ -155,8 +155,11 @@ def make_repository(req: RepoRequest) -> RepoResult:
 class _Builder:
     def __init__(self, req: RepoRequest, tuning, tuning_path: Path, arts: list[Artifact], tokenizer: Path):
         self.mode, self.flavor = tuning.mode, req.flavor
-        if self.mode in ("draft-target", "eagle3") and not served_drafters(tuning)[0]:
-            arts = arts[:1]  # the choice serves no model drafter (its budget): no route drafts with it, not loaded
+        # A drafter choice that left the draft model (or head) out (its memory budget, tuning/choose.py)
+        # drafts n-grams only: no route drafts with the model, and its artifact is not loaded.
+        self.ngram_only = self.mode in ("draft-target", "eagle3") and not served_drafters(tuning)[0]
+        if self.ngram_only:
+            arts = arts[:1]
         self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer
         self.heads = resolve_heads(tuning, req.draft_heads)  # more EAGLE-3 heads the choice routes to
         self.warnings: list[str] = [w for w in map(window_unknown, arts) if w]
@@ -189,7 +192,7 @@ class _Builder:
         for f in files:
             f.files = _python_files(f.kind)
         llm_names: list[str] = []
-        if self.mode in ("draft-target", "eagle3") and len(self.arts) > 1:  # eagle3: cpu flavor (trtllm refused above)
+        if self.mode in ("draft-target", "eagle3") and not self.ngram_only:  # eagle3: cpu flavor (trtllm refused)
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             target, draft = self.arts
@@ -231,7 +234,7 @@ class _Builder:
             files.append(spec)
         elif self.mode in CHAIN_MODES:  # n-gram drafting, alone or all a drafter choice serves (no draft model)
             routing = draft_target_routes(self.tuning, req.default_workload)
-            if self.mode != "ngram":  # spec_decode drafts n-grams only: what perf --sweep drafts with (sweep.py)
+            if self.ngram_only:  # spec_decode drafts n-grams only: what perf --sweep drafts with (sweep.py)
                 routing["drafter"] = "ngram"
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
             files += self._ngram_models(B, tok, max_k)
@@ -265,7 +268,7 @@ class _Builder:
                                llm_cancel_messages=is_pytorch(self.flavor))
         gen.files = _python_files("generate")
         files.insert(0, gen)
-        chain = self.mode if len(self.arts) > 1 or self.mode not in CHAIN_MODES else "ngram"  # what spec_decode drafts
+        chain = "ngram" if self.ngram_only else self.mode  # what spec_decode drafts
         self.manifest = self._manifest(files, c.calls(chain, llm_names, self.flavor == "trtllm",
                                                       bool(self.sampling.get("draft_logits")), route_inputs(routing)))
         return files

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 from ..errors import TrtspecError
 from ..tuning.select import tokens_per_s_se, within_noise
@@ -93,9 +94,9 @@ def draft_target_routes(tuning, default_workload: str | None = None) -> dict:
         best = {c: _best_shared(tuning, c) for c in bands}
         clear = ", served only where clear of the AL noise: tune.speculate_only_if_clear" \
             if tuning.speculate_only_if_clear else ""
-        why = "".join(f"; off at concurrency {c}: {best[c][2]}" for c in bands if best[c][2])
+        why = "".join(f"; off at concurrency {c}: {best[c].off_because}" for c in bands if best[c].off_because)
         default = {"source": f"computed (K with the highest token-weighted tokens/s over the tuned workloads{clear})"
-                             + why, "bands": [_entry(c, *best[c][:2]) for c in bands]}
+                             + why, "bands": [_entry(c, best[c].draft_len, best[c].ngram_size) for c in bands]}
     return {"mode": tuning.mode, "bands": bands, "workloads": table, "default": default}
 
 
@@ -120,9 +121,15 @@ def served_drafters(tuning) -> tuple[bool, bool]:
     return any(m != "ngram" for m in served), "ngram" in served
 
 
-def _best_shared(tuning, concurrency: int) -> tuple[int, int | None, str | None]:
-    """(K, n-gram size or None, why it is off or None) with the highest token-weighted tokens/s over
-    the workloads' sweeps, among the settings of served drafters and off (every drafter's sweep has
+class SharedSetting(NamedTuple):
+    draft_len: int
+    ngram_size: int | None = None
+    off_because: str | None = None  # why the default route is off at this band, when it is
+
+
+def _best_shared(tuning, concurrency: int) -> SharedSetting:
+    """The setting (K, n-gram size or None) with the highest token-weighted tokens/s over the
+    workloads' sweeps, among the settings of served drafters and off (every drafter's sweep has
     its own K = 0 point: counted once per workload). With tune.speculate_only_if_clear a setting whose
     token-weighted gain over off is inside its noise is off, as select.held_off rules per workload:
     the workloads' errors are independent, so the sum's SE is sqrt(sum((weight x SE)^2))."""
@@ -145,16 +152,16 @@ def _best_shared(tuning, concurrency: int) -> tuple[int, int | None, str | None]
     if not full:  # no setting was swept for every workload: the most common tuned choice
         ks = [(b.draft_len, b.max_matching_ngram_size) for w in tuning.workloads.values()
               for b in w.bands if b.concurrency == concurrency]
-        return *max(set(ks), key=lambda k: (ks.count(k), -k[0], -(k[1] or 0))), None
+        return SharedSetting(*max(set(ks), key=lambda k: (ks.count(k), -k[0], -(k[1] or 0))))
     best = max(full, key=lambda k: (score[k], -k[0], -(k[1] or 0)))
     if not best[0]:
-        return 0, None, "off predicts the most tokens/s"
+        return SharedSetting(0, None, "off predicts the most tokens/s")
     off = score.get((0, None))
     if tuning.speculate_only_if_clear and off and var[best] is not None \
             and within_noise(score[best] - off, math.sqrt(var[best])):
-        return 0, None, (f"{chain_setting(*best)} (x{score[best] / off:.3f} token-weighted) is not distinguishable "
+        return SharedSetting(0, None, f"{chain_setting(*best)} (x{score[best] / off:.3f} token-weighted) is not distinguishable "
                          f"from off (95%, the profiled AL standard errors)")
-    return *best, None
+    return SharedSetting(*best)
 
 
 def eagle_routes(tuning, band: int | None = None, default_workload: str | None = None,

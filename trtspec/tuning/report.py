@@ -34,6 +34,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from rich.console import Console
 from rich.table import Table
 
+from ..confidence import Z95
 from .calibrate import WITHIN, within_share
 from .fit import Calibration
 from .gpus import PRESETS
@@ -78,7 +79,7 @@ def _plot_chains(name: str, wt: WorkloadTuning, mode: str, ax_al, ax_tps) -> Non
     for i, ((label, pts), style) in enumerate(zip(series.items(), STYLES * 8)):
         dodge = 0.06 * (i - (len(series) - 1) / 2)  # side by side, so that equal ALs' bars stay apart
         ax_al.errorbar([p.draft_len + dodge for p in pts], [p.acceptance_length for p in pts],
-                       yerr=[1.96 * (p.acceptance_length_se or 0.0) for p in pts], fmt=style, marker="o", capsize=3,
+                       yerr=[Z95 * (p.acceptance_length_se or 0.0) for p in pts], fmt=style, marker="o", capsize=3,
                        label=label)
     ax_al.legend(fontsize=8)
     for band in wt.bands:

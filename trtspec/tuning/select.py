@@ -44,6 +44,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..confidence import Z95
 from ..upstream import trtllm
 from ..errors import TrtspecError
 from .acceptance import (TreeIndex, acceptance_length_se, chain_accepted, chain_choices, replay_chain, replay_tree,
@@ -116,7 +117,6 @@ def chain_sweep(als: list[float], cost: CostModel, b: int, ctx: float, ks: list[
     return sweep, steps, _argmax(tps)
 
 
-Z95 = 1.96  # the normal quantile of every 95% "distinguishable" test here
 
 
 def within_noise(gain: float, se: float, z: float = Z95) -> bool:
