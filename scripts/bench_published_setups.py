@@ -52,7 +52,7 @@ from trtspec.perf.stats import end_to_end_prediction
 from trtspec.tuning.calibrate import prefills_per_request
 from trtspec.tuning.cost import CostModel, forward_terms, prefill_time
 from trtspec.tuning.gpus import gpu_preset, with_framework
-from trtspec.upstream.trtllm import TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT
+from trtspec.upstream.published import TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published_setups import (A1_A5_CHAIN, BASELINE_CHECK, BASELINE_REFIT, CHECKS, CONTEXT,  # noqa: E402
@@ -109,7 +109,7 @@ def predict(s: Setup, update: dict | None = None) -> float:
 
 def with_context(s: Setup, gpu, base: float, step: float, prefills: int | None = None) -> tuple[float, float]:
     """(speedup, context-phase seconds per request) of a row whose per-user tokens/s divides the
-    output by the end-to-end latency (upstream.trtllm.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT, under
+    output by the end-to-end latency (upstream.published.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT, under
     the reading of A6 stated in the module docstring). In steady state at concurrency c every
     request holds one slot while c requests' context phases run (its own and those of the c - 1 that
     replace its neighbours, by Little's law: tuning.calibrate.prefills_per_request, which calibration

@@ -20,16 +20,16 @@ The rows (source; what they state; what is assumed):
   max_draft_len 3 (a chain: 3 drafter levels, a 4-token verify), overlap scheduler off, CUDA graphs
   for batch 1-4, `trtllm-bench throughput --max_batch_size 4 --max_num_tokens 3072`, dataset
   aa_gen_16k_1k; the stored PR text is cut off after `--dataset`. Two things the number depends on
-  are not stated, and the script takes the likelier value of each (upstream.trtllm,
+  are not stated, and the script takes the likelier value of each (upstream.published,
   EAGLE3_ONE_MODEL_RECIPE_PR5146):
   * the prompt length: 1024 tokens assumed. The dataset's name suggests 16k, but without chunked
     context (not in the quoted YAML; trtllm-bench's flag defaults to off) the LLM API refuses
-    prompts over max_num_tokens (in later versions at least: upstream.trtllm.
+    prompts over max_num_tokens (in later versions at least: upstream.published.
     PYTORCH_PROMPT_CAPPED_WITHOUT_CHUNKING), and the same dataset family in an NVIDIA engineer's
     Llama 4 Maverick EAGLE-3 trtllm-bench scripts sizes max_num_tokens as 1024 input + 2048 output
     = 3072, the PR's number;
   * what "tps/user" divides: trtllm-bench's per-user output throughput counts the context phase
-    (upstream.trtllm.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT); with --streaming, which those scripts
+    (upstream.published.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT); with --streaming, which those scripts
     pass, it also prints a decode-only 1 / TPOT. The script counts the context (with_context: at
     concurrency 4 each request's latency holds four prefills) and prints the decode-only ratio
     beside it. With 1k prompts the two differ little.
@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from trtspec.tuning.cost import CostModel, ModelShape
 from trtspec.tuning.gpus import gpu_preset, with_framework
-from trtspec.upstream.trtllm import EAGLE3_ONE_MODEL_RECIPE_PR5146, SGLANG_EAGLE_DEFAULTS_2025
+from trtspec.upstream.published import EAGLE3_ONE_MODEL_RECIPE_PR5146, SGLANG_EAGLE_DEFAULTS_2025
 
 CONTEXT = 512
 LLAMA_VOCAB = 128256

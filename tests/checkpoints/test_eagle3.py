@@ -120,6 +120,8 @@ BROKEN = [
     # TensorRT-LLM reads fc.bias only with config `bias: true` (upstream.trtllm.EAGLE3_FC_BIAS_KEY)
     ("fc_bias", {"fc.bias": torch.zeros(64)}, {}, [], "field 'bias' is not true, but"),
     ("bias_cfg", {}, {"bias": True}, [], "field 'bias' is true, but"),
+    # TensorRT-LLM 1.2 reads draft_vocab_size unconditionally (upstream.trtllm.EAGLE3_DRAFT_VOCAB_KEY)
+    ("no_draft_vocab", {}, {"draft_vocab_size": None}, ["d2t", "lm_head.weight"], "missing field 'draft_vocab_size'"),
 ]
 
 
@@ -152,3 +154,14 @@ def test_an_fc_bias_declared_in_the_config_is_loaded(heads):
     d, target = heads
     head = load_eagle3_head(variant(heads, "fc_bias_ok", {"fc.bias": torch.full((64,), 0.5)}, {"bias": True}), target)
     assert torch.equal(head.tensors["fc.bias"], torch.full((64,), 0.5))
+
+
+def test_a_null_draft_vocab_size_means_the_full_vocabulary(heads):
+    """1.2 reads the attribute unconditionally and takes null as vocab_size (upstream.trtllm
+    EAGLE3_DRAFT_VOCAB_KEY): null loads as a full-vocabulary head, only an absent key is refused."""
+    d, target = heads
+    out = variant(heads, "null_vocab", {}, {}, drop=["d2t", "lm_head.weight"])
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["draft_vocab_size"] = None
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert load_eagle3_head(out, target).draft_vocab == V

@@ -197,7 +197,11 @@ def load_eagle3_head(head_dir: Path, target: DecoderSpec, allow_pickle: bool = F
         raise TrtspecError(f"{head_dir}: a quantized EAGLE-3 head is not supported by the runtime")
     spec = _head_spec(f, target)
     aux = head_aux_layers(f.cfg, target.num_layers, path)
-    draft_vocab = f.int("draft_vocab_size", target.vocab_size)
+    if trtllm.EAGLE3_DRAFT_VOCAB_KEY not in f.cfg:  # 1.2 reads the attribute unconditionally (null: vocab_size)
+        raise TrtspecError(f"{path}: missing field '{trtllm.EAGLE3_DRAFT_VOCAB_KEY}'; TensorRT-LLM 1.2 needs it to "
+                           f"load the head as EAGLE-3 (write the target's vocab_size {target.vocab_size} for a "
+                           "full-vocabulary head)")
+    draft_vocab = f.int(trtllm.EAGLE3_DRAFT_VOCAB_KEY, target.vocab_size)
     src = open_weights(head_dir, allow_pickle=allow_pickle)
     layout, mapping = _canonical(src, head_dir)
     tensors = {c: src.get(s) for c, s in mapping.items() if c not in ("t2d", "embed_tokens.weight")}

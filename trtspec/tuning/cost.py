@@ -291,7 +291,7 @@ def prefill_time(gpu: GpuSpec, m: ModelShape, prompt_tokens: int, chunk_tokens: 
     chunk is the engine's max_num_tokens); None: one forward of the whole prompt.
 
     Why it belongs to a speedup: a tokens/s that counts the context phase (trtllm-bench's per-user
-    output throughput, upstream.trtllm.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT) divides the output by
+    output throughput, upstream.published.TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT) divides the output by
     prefill + decode, and speculation shortens only the decode, so a long prompt dilutes the speedup.
     Priced like any forward (the lm_head over every prompt token included, though an engine computes
     the last token's logits only: 1.5% of a 70B prefill's FLOPs)."""

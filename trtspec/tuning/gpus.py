@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TrtspecError
-from ..upstream import trtllm
+from ..upstream import published, trtllm
 
 ComputeDtype = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
 
@@ -115,13 +115,13 @@ FITTED_SGLANG_STEP_OVERHEAD_S = 5.450e-3
 
 # The serving framework's share of a speculative step, as overrides of a GPU preset. trtllm: the
 # PyTorch backend's one-model EAGLE-3 (drafting loop inside the target's forward and CUDA graph,
-# argmax and acceptance on the GPU; upstream.trtllm EAGLE3_ONE_MODEL_RECIPE_PR5146) and the engine's
+# argmax and acceptance on the GPU; upstream.published EAGLE3_ONE_MODEL_RECIPE_PR5146) and the engine's
 # EAGLE plugins alike (the drafter levels run inside the engine step): no host time beyond the
 # forward's own, as long as the overlap scheduler hides it (OVERLAP_SCHEDULER_DEFAULT). The sources
 # give nothing that tells the two TRT-LLM paths apart, so they share one entry. sglang: EAGLEWorker
 # runs draft (one graph for all steps), verify and draft-extend as separate replays with the
 # accepted lengths read on the host in between, with the overlap scheduler off for EAGLE
-# (upstream.trtllm SGLANG_EAGLE_OVERLAP_SCHEDULER): that host time is eagle_step_overhead_s, and it
+# (upstream.published SGLANG_EAGLE_OVERLAP_SCHEDULER): that host time is eagle_step_overhead_s, and it
 # replicates the EAGLE-3 fc on every TP rank (SGLANG_EAGLE3_FC_SHARDED).
 FRAMEWORKS: dict[str, dict] = {
     "trtllm": dict(framework="trtllm", kernel_latency_s=KERNEL_LATENCY_S, tree_verify_kernels=TREE_VERIFY_KERNELS,
@@ -130,7 +130,7 @@ FRAMEWORKS: dict[str, dict] = {
     "sglang": dict(framework="sglang", kernel_latency_s=KERNEL_LATENCY_S, tree_verify_kernels=TREE_VERIFY_KERNELS,
                    eagle_level_overhead_s=_level_overhead("sglang"),
                    eagle_step_overhead_s=FITTED_SGLANG_STEP_OVERHEAD_S, logits_passes=2,
-                   eagle_fc_replicated=not trtllm.SGLANG_EAGLE3_FC_SHARDED,
+                   eagle_fc_replicated=not published.SGLANG_EAGLE3_FC_SHARDED,
                    eagle3_fc_first_level_only=trtllm.EAGLE3_FC_FIRST_PASS),
 }
 

@@ -14,6 +14,8 @@ default, limit or name.
   (greedy, exact match, rejection sampling, typical acceptance), its parameters, and the request
   fields the sampling settings travel in.
 - `modelopt`: ModelOpt 0.47's quantized export (numeric ranges, KV scales).
+- `published`: the recipes of published speculative-decoding results and how their benchmark tools
+  count (what scripts/bench_published_setups.py and tuning/gpus.py compare against).
 - `transformers`: the transformers release the HF side is read with, and the tokenizer files.
 
 This module holds no facts itself.

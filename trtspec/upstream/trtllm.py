@@ -303,14 +303,23 @@ EAGLE3_MIN_LAYERS_FOR_DEFAULT = 6
 # the default, so both readings agree and a 1.2 without the field is never sent it needlessly.
 EAGLE3_LAYERS_FIELD = "eagle3_layers_to_capture"
 # Head config keys (modeling_speculative.py Eagle3DraftModel / Eagle3ForCausalLM @00679c66):
-# `draft_vocab_size` (missing -> vocab_size, with a warning); `target_hidden_size` (the fc input is
+# `draft_vocab_size` is required in 1.2: the 1.2.0rc2 version (_torch/models/modeling_speculative.py
+# @b35ac1b6, Eagle3ForCausalLM.__init__ / Eagle3DraftModel.__init__) reads
+# `pretrained_config.draft_vocab_size` as an attribute, which a head config.json without the key lacks
+# (AttributeError), and the two-model path picks the EAGLE-3 class only for a config that has it
+# (_torch/models/modeling_auto.py AutoModelForCausalLM: hasattr(..., "draft_vocab_size")).
+# A JSON null is read as vocab_size by both. Main (@00679c66) also takes a missing key as vocab_size, with a warning. `target_hidden_size` (the fc input is
 # num_capture_layers * target_hidden_size; the head gets its own embed_tokens only when it differs
 # from hidden_size, else the target's embedding is shared); `bias` (fc bias, default False);
 # `num_hidden_layers` (decoder layers of the head: `midlayer`, a list when > 1).
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "EAGLE3LlamaForCausalLM")
+EAGLE3_DRAFT_VOCAB_KEY = "draft_vocab_size"  # required by 1.2 (see above)
 EAGLE3_FC_BIAS_KEY = "bias"  # the fc is built Linear(..., bias=config.bias): an fc.bias tensor is read only then
 # Tensor names: single-layer heads use `midlayer.*`; `layers.0.*` is renamed to `midlayer.*`
-# (Eagle3ForCausalLM.load_weights). A head `lm_head` is loaded when present, else the target's
+# (Eagle3ForCausalLM.load_weights) on main (@00679c66). 1.2-line note: the 1.2.0rc2 load_weights
+# (@b35ac1b6) has no such rename (it only prefixes `model.`), so a `layers.0.*` head (ModelOpt 0.47's
+# export) may not load there; whether 1.2.x final has the rename is UNVERIFIED. A head `lm_head` is
+# loaded when present, else the target's
 # (load_lm_head_from_target). `d2t` [draft_vocab] int offsets exist when draft_vocab_size !=
 # vocab_size: target id = draft id + d2t[draft id] (Eagle3OneModelWorker.draft_decoder). `t2d` is
 # not read.
@@ -345,54 +354,3 @@ EAGLE3_TREE = False  # "currently Eagle3 only supports linear tree" / "static tr
 # _torch/models/modeling_speculative.py: "run a matmul to reduce the dimensionality of the hidden
 # states on the first pass through the draft model"). The cost model reads fc on level 0 only.
 EAGLE3_FC_FIRST_PASS = True
-# One-model EAGLE-3 (TensorRT-LLM PR 5146, "Pytorch path add spec dec param to attention op", the
-# recipe behind landscape.md A6): speculative_config {decoding_type: Eagle, max_draft_len: 3,
-# eagle3_one_model: true}, cuda_graph_config batch sizes [1, 2, 3, 4], disable_overlap_scheduler:
-# true ("seeing accuracy drop if false"), `trtllm-bench throughput --backend pytorch --max_batch_size 4
-# --max_num_tokens 3072 --dataset aa_gen_16k_1k_apr22.txt`; the result is "tps/user speedup over
-# regular decoding" at "conc=4". The drafting loop runs inside the target's forward (and CUDA graph):
-# no separate launch per level. The prompt length is not stated: the dataset's name (aa_gen_16k_1k)
-# suggests 16k, but the quoted settings likely admit at most 3072 (PYTORCH_PROMPT_CAPPED_WITHOUT_CHUNKING
-# below; the quoted YAML sets no enable_chunked_prefill and the stored PR text is cut off after
-# --dataset, so a --enable_chunked_context there is not excluded). input_tokens is ASSUMED 1024: the
-# same dataset family (aa_gen_16k_1k_apr30_no_system_prompt) in an NVIDIA engineer's trtllm-bench
-# scripts for Llama 4 Maverick + EAGLE-3 (sbatch files in the code index, repository not named there)
-# sizes max_num_tokens as INPUT_SEQ_LENGTH 1024 + OUTPUT_SEQ_LENGTH 2048 = 3072, the PR's number, and
-# passes --streaming, not --enable_chunked_context. output_tokens 1024: the dataset's name.
-EAGLE3_ONE_MODEL_RECIPE_PR5146 = {"max_draft_len": 3, "disable_overlap_scheduler": True,
-                                  "cuda_graph_batch_sizes": (1, 2, 3, 4), "max_batch_size": 4,
-                                  "max_num_tokens": 3072, "input_tokens": 1024, "output_tokens": 1024}
-# trtllm-bench's per-user output throughput counts the context phase: tensorrt_llm/bench/benchmark/
-# utils/asynchronous.py (LlmManager._process_single_request) stamps a request's start before
-# generate_async and its end at the final response, and without --streaming records no first-token
-# time, so bench/dataclasses/statistics.py's RequestRecord has time_to_first_token 0 and every
-# per-request throughput is output tokens / end-to-end latency; bench/dataclasses/reporting.py
-# prints it as "Per User Output Throughput [w/ ctx]" ("Output Throughput includes context/first
-# token"). At concurrency 4 (max_batch_size 4) a request's latency also holds the context phases of
-# the requests that join the batch while it decodes (in-flight batching runs their chunks in the
-# same iterations), or, with no concurrency limit, the queue ahead of it. With --streaming it also
-# prints "Per User Output Speed" = 1 / TPOT, decode only; which of the two PR 5146 quotes is not in
-# its stored text. Read for A6 (scripts/bench_published_setups.py).
-TRTLLM_BENCH_PER_USER_INCLUDES_CONTEXT = True
-# Without chunked prefill the LLM API refuses a prompt longer than max_num_tokens: "The sum of prompt
-# length (...), query length (...) should not exceed max_num_tokens (...)" (LLM._check_arguments in
-# tensorrt_llm/llmapi/llm.py; TensorRT-LLM's own test_max_num_token_check). Not in every version: the
-# stored llm.py of commit 00966934 returns from _check_arguments early for the pytorch backend, so for
-# PR 5146's (mid-2025) version this is a likelihood, not a fact. trtllm-bench's
-# --enable_chunked_context defaults to off (bench/benchmark/throughput.py).
-PYTORCH_PROMPT_CAPPED_WITHOUT_CHUNKING = True
-# The PyTorch backend's overlap scheduler (docs: torch/features/overlap_scheduler) runs step n's CPU
-# work (stop criteria, responses, scheduling the next batch) while the GPU runs step n + 1; "Enabled
-# by default". With it disabled (A6's speculative run) that host time is exposed in every step.
-OVERLAP_SCHEDULER_DEFAULT = True
-# SGLang (not TensorRT-LLM, but the other framework the published rows ran on; kept here with the
-# other upstream step facts). server_args.py of early 2025: speculative_num_steps 5,
-# speculative_eagle_topk 8, speculative_num_draft_tokens 64, and for EAGLE "the radix cache, chunked
-# prefill, and overlap scheduler are disabled". sglang PR 4716 (EAGLE-3 for Llama-3.3-70B): "It may
-# be worth to shard self.fc, as currently it doesn't get the benefits of TP" (fc replicated per rank).
-# EAGLEWorker (speculative/eagle_worker.py, and PR 21599's walk-through): draft (multi-step, one CUDA
-# graph), verify (target, tree mask), forward_draft_extend_after_decode (drafter on the accepted
-# tokens), each its own replay, with the accepted lengths read on the host in between.
-SGLANG_EAGLE_DEFAULTS_2025 = (5, 8, 64)  # (num_steps, topk, num_draft_tokens)
-SGLANG_EAGLE_OVERLAP_SCHEDULER = False
-SGLANG_EAGLE3_FC_SHARDED = False
