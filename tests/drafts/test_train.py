@@ -74,7 +74,7 @@ def test_resuming_an_interrupted_run_gives_the_uninterrupted_head(tiny, tmp_path
     assert [h["loss"] for h in summary["history"]] == [h["loss"] for h in whole["history"]]
 
 
-def test_the_output_is_modelopts_export_and_loads_into_modelopts_model(tiny, tmp_path):
+def test_the_output_is_modelopts_export_as_midlayer_and_loads_into_modelopts_model(tiny, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from trtspec.drafts import head
@@ -87,6 +87,8 @@ def test_the_output_is_modelopts_export_and_loads_into_modelopts_model(tiny, tmp
     config = json.loads((tmp_path / "head" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["draft_vocab_size"] == 256
     assert config["eagle_config"]["use_aux_hidden_state"] is True
+    names = set(tensors(tmp_path / "head"))  # the layer as `midlayer.*`, which TensorRT-LLM 1.2 and main both load
+    assert "midlayer.self_attn.q_proj.weight" in names and not any(n.startswith("layers.") for n in names)
 
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     d2t = tensors(tmp_path / "head")["d2t"]

@@ -32,6 +32,7 @@ from .safetensors_io import WeightSource, open_weights
 from .spec import SUPPORTED_ROPE_TYPES, DecoderSpec
 
 LAYER = "midlayer."
+MODELOPT_LAYER = "layers.0."  # ModelOpt's name for the one decoder layer
 LAYER_TENSORS = tuple(f"{LAYER}{n}.weight" for n in (
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
     "mlp.up_proj", "mlp.down_proj", "hidden_norm", "input_layernorm", "post_attention_layernorm"))
@@ -62,6 +63,16 @@ class Eagle3Head:
         return draft_to_target(self.tensors.get("d2t"), self.draft_vocab)
 
 
+def midlayer_name(name: str) -> str:
+    """A ModelOpt head tensor name (`layers.0.*`) in TensorRT-LLM's `midlayer.*`; other names unchanged."""
+    return LAYER + name[len(MODELOPT_LAYER):] if name.startswith(MODELOPT_LAYER) else name
+
+
+def modelopt_name(name: str) -> str:
+    """The inverse of midlayer_name: a `midlayer.*` tensor name as ModelOpt's module calls it."""
+    return MODELOPT_LAYER + name[len(LAYER):] if name.startswith(LAYER) else name
+
+
 def _canonical(src: WeightSource, where: Path) -> tuple[str, dict[str, str]]:
     """The layout and {canonical name: stored name}; unknown or mixed names are refused."""
     names = src.names()
@@ -71,7 +82,7 @@ def _canonical(src: WeightSource, where: Path) -> tuple[str, dict[str, str]]:
     if not (mid or lay):
         raise TrtspecError(f"{where}: no decoder layer tensors ('midlayer.*' or 'layers.0.*'); not an EAGLE-3 head")
     layout = "safeailab" if mid else "modelopt"
-    mapping = {(LAYER + n[len("layers.0."):] if n.startswith("layers.0.") else n): n for n in names}
+    mapping = {midlayer_name(n): n for n in names}
     for canon, stored in mapping.items():
         if canon.startswith("layers."):
             raise TrtspecError(f"{where}: tensor '{stored}': EAGLE-3 heads with more than one decoder layer "
@@ -80,7 +91,7 @@ def _canonical(src: WeightSource, where: Path) -> tuple[str, dict[str, str]]:
             raise TrtspecError(f"{where}: unexpected tensor '{stored}' in an EAGLE-3 head")
     missing = [n for n in REQUIRED if n not in mapping]
     if missing:
-        stored = missing[0] if layout == "safeailab" else missing[0].replace(LAYER, "layers.0.")
+        stored = missing[0] if layout == "safeailab" else modelopt_name(missing[0])
         raise TrtspecError(f"{where}: missing tensor '{stored}' ({layout} EAGLE-3 layout)")
     return layout, mapping
 

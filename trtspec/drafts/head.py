@@ -3,8 +3,10 @@
 The head is ModelOpt's own (`modelopt.torch.speculative.convert` with EAGLE3_DEFAULT_CFG): its
 architecture, its forward with training-time-test (TTT) steps and its loss (soft cross-entropy against
 the target's next-token distribution, decayed per TTT step) are ModelOpt's, and the output is what
-`modelopt.torch.export.export_speculative_decoding` writes (config.json + model.safetensors, the
-layout TensorRT-LLM's PyTorch backend loads). We only size it for the target: ModelOpt's default
+`modelopt.torch.export.export_speculative_decoding` writes (config.json + model.safetensors), with
+its decoder layer renamed from `layers.0.*` to `midlayer.*`: TensorRT-LLM main renames it on load, but
+1.2.0rc2's Eagle3ForCausalLM.load_weights does not (upstream.trtllm, EAGLE-3), and `midlayer.*` (the
+SafeAILab layout) is what every version loads. We only size it for the target: ModelOpt's default
 head is sized for 8B targets (intermediate 14336, 32 heads), so width, heads and head_dim follow
 the target, and its rope the target's too."""
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoints.eagle3 import draft_to_target
+from ..checkpoints.eagle3 import draft_to_target, midlayer_name, modelopt_name
 from ..errors import TrtspecError
 from ..upstream.modelopt import EAGLE3_CPU_OVERRIDES, EAGLE3_EXPORT_FILES
 from .options import TrainDraftOptions
@@ -111,6 +113,17 @@ def export(model, out: Path) -> None:
     missing = [f for f in EAGLE3_EXPORT_FILES if not (Path(out) / f).is_file()]
     if missing:
         raise TrtspecError(f"{out}: ModelOpt's export wrote no {', '.join(missing)}")
+    _rename_tensors(Path(out) / "model.safetensors", midlayer_name)
+
+
+def _rename_tensors(path: Path, rename) -> None:
+    """Rewrite a safetensors file with its tensors renamed (a temp sibling, then rename)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {rename(k): v.contiguous() for k, v in load_file(str(path)).items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.replace(path)
 
 
 def load_head(model, head_dir: Path) -> None:
@@ -118,7 +131,7 @@ def load_head(model, head_dir: Path) -> None:
     the module has, no other; `lm_head` is skipped when the head shares the target's)."""
     from safetensors.torch import load_file
 
-    sd = load_file(str(Path(head_dir) / "model.safetensors"))
+    sd = {modelopt_name(k): v for k, v in load_file(str(Path(head_dir) / "model.safetensors")).items()}
     if not hasattr(model.eagle_module, "lm_head"):
         sd.pop("lm_head.weight", None)
     try:

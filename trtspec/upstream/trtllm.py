@@ -308,7 +308,8 @@ EAGLE3_LAYERS_FIELD = "eagle3_layers_to_capture"
 # `pretrained_config.draft_vocab_size` as an attribute, which a head config.json without the key lacks
 # (AttributeError), and the two-model path picks the EAGLE-3 class only for a config that has it
 # (_torch/models/modeling_auto.py AutoModelForCausalLM: hasattr(..., "draft_vocab_size")).
-# A JSON null is read as vocab_size by both. Main (@00679c66) also takes a missing key as vocab_size, with a warning. `target_hidden_size` (the fc input is
+# A JSON null is read as vocab_size by both. Main (@00679c66) also takes a missing key as vocab_size,
+# with a warning. `target_hidden_size` (the fc input is
 # num_capture_layers * target_hidden_size; the head gets its own embed_tokens only when it differs
 # from hidden_size, else the target's embedding is shared); `bias` (fc bias, default False);
 # `num_hidden_layers` (decoder layers of the head: `midlayer`, a list when > 1).
@@ -318,7 +319,8 @@ EAGLE3_FC_BIAS_KEY = "bias"  # the fc is built Linear(..., bias=config.bias): an
 # Tensor names: single-layer heads use `midlayer.*`; `layers.0.*` is renamed to `midlayer.*`
 # (Eagle3ForCausalLM.load_weights) on main (@00679c66). 1.2-line note: the 1.2.0rc2 load_weights
 # (@b35ac1b6) has no such rename (it only prefixes `model.`), so a `layers.0.*` head (ModelOpt 0.47's
-# export) may not load there; whether 1.2.x final has the rename is UNVERIFIED. A head `lm_head` is
+# export) may not load there; whether 1.2.x final has the rename is UNVERIFIED, so train-draft writes
+# `midlayer.*` (drafts/head.py), which both load. A head `lm_head` is
 # loaded when present, else the target's
 # (load_lm_head_from_target). `d2t` [draft_vocab] int offsets exist when draft_vocab_size !=
 # vocab_size: target id = draft id + d2t[draft id] (Eagle3OneModelWorker.draft_decoder). `t2d` is
