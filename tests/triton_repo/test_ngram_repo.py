@@ -8,12 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
+from typer.testing import CliRunner
 
 from triton_fixtures import DRAFT, LLAMA, build_dir, fake_ckpt, tiny_tokenizer_dir, tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.runtime import ngram_pool
 from trtspec.perf.sweep import settings_for
+from trtspec.triton_repo.command import triton_command
 from trtspec.triton_repo.configs import parse_file, params
 from trtspec.triton_repo.models.serving_rules import ngram_size
 from trtspec.triton_repo.repo import RepoRequest, make_repository
@@ -38,6 +41,13 @@ def make(w, name, **kw) -> Path:
 
 def routing_of(repo: Path) -> dict:
     return json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
+
+
+def hf_dir(path: Path) -> Path:
+    """A Hugging Face model directory as the llmapi flavor reads it (its config.json)."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"}))
+    return path
 
 
 def test_trtllm_flavor_drafts_in_spec_decode_for_the_target_engine_alone(w):
@@ -78,9 +88,7 @@ def test_cpu_flavor_serves_the_checkpoint_with_an_ngram_spec_decode(w):
 
 
 def test_llmapi_flavor_writes_one_ngram_model_per_tuned_setting(w):
-    target = w["root"] / "hf"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"}))
+    target = hf_dir(w["root"] / "hf")
     repo = make(w, "llmapi", flavor="llmapi", ckpt=target)
     assert check_repository(repo) == []
     routing = routing_of(repo)
@@ -104,14 +112,15 @@ def test_llmapi_flavor_writes_one_ngram_model_per_tuned_setting(w):
 
 # ---- a draft-target tuning whose drafter choice serves n-gram drafting only ---------------------------
 
-def ngram_only_choice(d: Path, model_served: bool = False, separate_instances: bool = False) -> Path:
-    """A draft-target tuning.json whose choice (tuning/choose.py) left the draft model out (the memory
-    budget) and serves n-gram drafting to edit and code, chat off: CHOICES as choose writes them.
-    model_served: the same choice with the draft model served (a control)."""
+def ngram_only_choice(d: Path, model_served: bool = False, separate_instances: bool = False,
+                      mode: str = "draft-target") -> Path:
+    """A draft-target (or eagle3) tuning.json whose choice (tuning/choose.py) left the draft model out
+    (the memory budget) and serves n-gram drafting to edit and code, chat off: CHOICES as choose writes
+    them. model_served: the same choice with the draft model served (a control)."""
     from trtspec.tuning.schema import dump_json
     from trtspec.tuning.tuning_schema import DrafterChoice, OfferedDrafter, load_tuning
 
-    path = tuning_file(d / "tuning.json", "draft-target", {w: 0 for w in CHOICES})
+    path = tuning_file(d / "tuning.json", mode, {w: 0 for w in CHOICES})
     t = load_tuning(path)
     for w, (k, n) in CHOICES.items():
         for b in t.workloads[w].bands:
@@ -119,7 +128,7 @@ def ngram_only_choice(d: Path, model_served: bool = False, separate_instances: b
             b.drafter = "ngram" if k else None
     t.max_draft_len = max(k for k, _ in CHOICES.values())
     t.choice = DrafterChoice(drafters={
-        "draft-target": OfferedDrafter(mode="draft-target", profile=t.profile, memory_gib=1.5, served=model_served),
+        mode: OfferedDrafter(mode=mode, profile=t.profile, memory_gib=1.5, served=model_served),
         "ngram": OfferedDrafter(mode="ngram", profile=t.profile, memory_gib=0.0, served=True)},
         memory_budget_gib=None if model_served else 1.0, separate_instances=separate_instances, memory_gib=0.0,
         score=1.0)
@@ -196,10 +205,7 @@ def test_llmapi_flavor_says_when_the_choice_counted_shared_instances(w):
     which the build says; a choice made with separate instances is this flavor's and passes quietly."""
     from trtspec.triton_repo.repo import RepoRequest, make_repository
 
-    target, draft = w["root"] / "hf_choice", w["root"] / "hf_choice_draft"  # (a draft is given, never loaded)
-    for d in (target, draft):
-        d.mkdir()
-        (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"}))
+    target, draft = hf_dir(w["root"] / "hf_choice"), hf_dir(w["root"] / "hf_choice_draft")  # (draft: never loaded)
     warned = {}
     for separate in (False, True):
         tuning = ngram_only_choice(w["root"] / f"llmapi_choice_{separate}", separate_instances=separate)
@@ -211,3 +217,73 @@ def test_llmapi_flavor_says_when_the_choice_counted_shared_instances(w):
         warned[separate] = [x for x in res.warnings if "separate_instances" in x]
     assert len(warned[False]) == 1 and "tune again with separate_instances true" in warned[False][0]
     assert warned[True] == []
+
+
+# ---- ... and so needs no draft given; one the choice serves is still needed --------------------------
+
+def no_draft_model(repo: Path) -> None:
+    """The repository validates and drafts n-grams only (what perf --sweep sends it too): no draft
+    model, no draft artifact."""
+    assert check_repository(repo) == []
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == [
+        "generate", "postprocessing", "preprocessing", "spec_decode", "tensorrt_llm"]
+    assert params(parse_file(repo / "spec_decode" / "config.pbtxt"))["drafter"] == "ngram"
+    manifest = json.loads((repo / "trtspec-repo.json").read_text())
+    assert [a["role"] for a in manifest["artifacts"]] == ["target"]
+    assert manifest["routing"]["drafter"] == "ngram"
+    swept = [s for s in settings_for(manifest["routing"], "chat", 8) if s.num_draft_tokens]
+    assert swept and all(s.drafter == "ngram" for s in swept)
+
+
+def test_trtllm_flavor_needs_no_draft_engine_the_choice_does_not_serve(w):
+    """The target engine alone (its own directory, no build directory naming a draft) is enough, and
+    the repository is the one a given draft engine makes; a choice serving the draft still needs it."""
+    target = w["build"] / "engines" / "target"
+    tuning = ngram_only_choice(w["root"] / "no_draft_trt")
+    repo = make(w, "trt_no_draft", flavor="trtllm", engines=target, tuning=tuning)
+    no_draft_model(repo)
+    given = make(w, "trt_draft_given", flavor="trtllm", engines=w["build"], tuning=tuning)
+    manifest, with_draft = (json.loads((r / "trtspec-repo.json").read_text()) for r in (repo, given))
+    assert manifest == with_draft
+    served = ngram_only_choice(w["root"] / "draft_served_trt", model_served=True)
+    with pytest.raises(TrtspecError, match="^draft_engines: needed"):
+        make(w, "trt_draft_served", flavor="trtllm", engines=target, tuning=served)
+
+
+def test_cpu_flavor_needs_no_draft_checkpoint_the_choice_does_not_serve(w):
+    """A plain target checkpoint (no pair, no draft_ckpt) is enough, for an eagle3 tuning (no head)
+    alike, from the library and from `trtspec triton`; a choice serving the draft still needs it."""
+    target = fake_ckpt(w["root"] / "no_draft_target", LLAMA)
+    tunings = {}
+    for mode in ("draft-target", "eagle3"):
+        tuning = tunings[mode] = ngram_only_choice(w["root"] / f"no_draft_cpu_{mode}", mode=mode)
+        repo = make(w, f"cpu_no_draft_{mode}", flavor="cpu", ckpt=target, tuning=tuning, tokenizer=w["tok"])
+        no_draft_model(repo)
+        p = params(parse_file(repo / "spec_decode" / "config.pbtxt"))
+        assert (p["target_checkpoint"], p["draft_checkpoint"]) == (str(target), "")
+        served = tunings[f"{mode} served"] = ngram_only_choice(w["root"] / f"draft_served_cpu_{mode}",
+                                                               model_served=True, mode=mode)
+        with pytest.raises(TrtspecError, match="^draft_ckpt: needed"):
+            make(w, f"cpu_draft_served_{mode}", flavor="cpu", ckpt=target, tuning=served, tokenizer=w["tok"])
+
+    app = typer.Typer()
+    app.command()(triton_command)
+    args = ["--flavor", "cpu", "--ckpt", str(target), "--tokenizer", str(w["tok"])]
+    res = CliRunner().invoke(app, [*args, "--tuning", str(tunings["draft-target"]),
+                                   "--out", str(w["root"] / "cli_no_draft")])
+    assert res.exit_code == 0, res.output
+    no_draft_model(w["root"] / "cli_no_draft")
+    res = CliRunner().invoke(app, [*args, "--tuning", str(tunings["draft-target served"]),
+                                   "--out", str(w["root"] / "cli_draft_served")])
+    assert isinstance(res.exception, TrtspecError) and str(res.exception).startswith("--draft-ckpt: needed")
+
+
+def test_llmapi_flavor_needs_no_draft_the_choice_does_not_serve(w):
+    target = hf_dir(w["root"] / "hf_no_draft")
+    tuning = ngram_only_choice(w["root"] / "no_draft_llmapi", separate_instances=True)
+    repo = make(w, "llmapi_no_draft", flavor="llmapi", ckpt=target, tuning=tuning)
+    assert check_repository(repo) == []
+    assert [a["role"] for a in json.loads((repo / "trtspec-repo.json").read_text())["artifacts"]] == ["target"]
+    served = ngram_only_choice(w["root"] / "draft_served_llmapi", model_served=True)
+    with pytest.raises(TrtspecError, match="^draft_ckpt: needed"):
+        make(w, "llmapi_draft_served", flavor="llmapi", ckpt=target, tuning=served)

@@ -33,11 +33,15 @@ def triton_command(
     engines: Optional[Path] = typer.Option(None, "--engines", help="trtllm: engine directory, or a trtspec build "
                                                                   "output directory (engines/<name>/)."),
     draft_engines: Optional[Path] = typer.Option(None, "--draft-engines", help="trtllm, draft-target: the draft "
-                                                                              "engine directory."),
+                                                                              "engine directory (not needed when "
+                                                                              "tuning.json's drafter choice serves "
+                                                                              "n-grams only)."),
     ckpt: Optional[Path] = typer.Option(None, "--ckpt", help="cpu: TRT-LLM checkpoint (EAGLE, or a target/ + draft/ "
                                                             "pair); llmapi: the HF target directory."),
     draft_ckpt: Optional[Path] = typer.Option(None, "--draft-ckpt", help="cpu: draft checkpoint; llmapi: the HF "
-                                                                        "EAGLE-3 head or draft model."),
+                                                                        "EAGLE-3 head or draft model (either: not "
+                                                                        "needed when tuning.json's drafter choice "
+                                                                        "serves n-grams only)."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: next to the "
                                                                       "checkpoint, or the engines' build plan)."),
     max_batch_size: Optional[int] = typer.Option(default(T, "max_batch_size"), "--max-batch-size",

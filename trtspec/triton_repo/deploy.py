@@ -122,8 +122,11 @@ def _build_dir_engines(path: Path) -> dict[str, Path]:
         raise TrtspecError(f"{path / MANIFEST_FILE}: expected {{'engines': {{name: {{'engine_dir': ...}}}}}}") from None
 
 
-def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None) -> list[Artifact]:
-    """trtllm flavor: [target, draft] for draft-target, [eagle] for EAGLE, [target] for n-gram."""
+def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None,
+                    draft_needed: bool = True) -> list[Artifact]:
+    """trtllm flavor: [target, draft] for draft-target, [eagle] for EAGLE, [target] for n-gram.
+    draft_needed False: a draft-target tuning whose drafter choice serves no draft model (repo.py);
+    without a draft engine it is [target] alone, a draft given is checked all the same."""
     root = _dir(engines, "engines")
     found = _build_dir_engines(root) if (root / MANIFEST_FILE).is_file() else None
     if mode == "ngram":
@@ -148,19 +151,21 @@ def resolve_engines(mode: str, engines: Path | None, draft_engines: Path | None)
     else:
         target_dir, draft_dir = root, None
     target = _engine(_dir(target_dir, "engines"), "target", "engines")
+    if target.speculative_mode != "draft_tokens_external":
+        raise TrtspecError(f"engines: the target engine {target.path} was built with speculative_decoding_mode "
+                           f"{target.speculative_mode}; draft-target serving needs draft_tokens_external "
+                           "(trtspec build on the pair directory does that)")
     if draft_engines is not None:
         draft_dir = _dir(draft_engines, "draft_engines")
         if (draft_dir / MANIFEST_FILE).is_file():  # a build directory of the draft alone
             built = _build_dir_engines(draft_dir)
             draft_dir = built.get("draft") or built.get("plain") or draft_dir
     if draft_dir is None:
+        if not draft_needed:
+            return [target]
         raise TrtspecError("draft_engines: needed (the draft engine directory), or give `engines` a "
                            "'trtspec build' output directory of a draft-target pair")
     draft = _engine(_dir(draft_dir, "draft_engines"), "draft", "draft_engines")
-    if target.speculative_mode != "draft_tokens_external":
-        raise TrtspecError(f"engines: the target engine {target.path} was built with speculative_decoding_mode "
-                           f"{target.speculative_mode}; draft-target serving needs draft_tokens_external "
-                           "(trtspec build on the pair directory does that)")
     if draft.speculative_mode is not None:
         raise TrtspecError(f"draft_engines: {draft.path} is a speculative engine ({draft.speculative_mode}); "
                            "expected a plain draft engine")
@@ -204,11 +209,15 @@ def _checkpoint(path: Path, role: str, option: str) -> Artifact:
                     speculative_mode="eagle" if eagle else None)
 
 
-def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
-    """pytorch flavor: [target, draft], [eagle], [target] for n-gram, or for eagle3 [target, the EAGLE-3 head]."""
+def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None,
+                        draft_needed: bool = True) -> list[Artifact]:
+    """pytorch flavor: [target, draft], [eagle], [target] for n-gram, or for eagle3 [target, the EAGLE-3 head].
+    draft_needed: as resolve_engines' (without a draft or head: [target])."""
     root = _dir(ckpt, "ckpt")
     if mode == "eagle3":
         target = _checkpoint(root, "target", "ckpt")
+        if draft_ckpt is None and not draft_needed:
+            return [target]
         return [target, eagle3_head(draft_ckpt, "draft_ckpt", ", but the tuning is eagle3")]
     pair = (root / "target" / "config.json").is_file() and (root / "draft" / "config.json").is_file()
     if mode == "ngram":
@@ -228,15 +237,16 @@ def resolve_checkpoints(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -
         draft_dir = _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None else root / "draft"
     else:
         target_dir, draft_dir = root, _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None else None
-    if draft_dir is None:
+    if draft_dir is None and draft_needed:
         raise TrtspecError("draft_ckpt: needed for a draft-target tuning (or give `ckpt` a pair directory "
                            "with target/ and draft/)")
-    target = _checkpoint(target_dir, "target", "ckpt")
-    draft = _checkpoint(Path(draft_dir), "draft", "draft_ckpt")
-    for a in (target, draft):
+    arts = [_checkpoint(target_dir, "target", "ckpt")]
+    if draft_dir is not None:
+        arts.append(_checkpoint(Path(draft_dir), "draft", "draft_ckpt"))
+    for a in arts:
         if a.speculative_mode == "eagle":
             raise TrtspecError(f"{a.path}: an EagleForCausalLM checkpoint, but the tuning is draft-target")
-    return [target, draft]
+    return arts
 
 
 def _recorded_source(path: Path, roles: tuple[str, ...]) -> Path | None:
@@ -269,9 +279,10 @@ def _hf_dir(path: Path, option: str, roles: tuple[str, ...] = ("hf", "target")) 
                        "config.json); the llmapi flavor runs HF weights on the PyTorch backend")
 
 
-def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Artifact]:
+def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None,
+               draft_needed: bool = True) -> list[Artifact]:
     """llmapi flavor: [target, draft] HF directories (the draft: the EAGLE-3 head of an eagle3 tuning,
-    else a draft model); [target] for n-gram."""
+    else a draft model); [target] for n-gram. draft_needed: as resolve_engines'."""
     root = _dir(ckpt, "ckpt")
     if mode == "ngram":
         if draft_ckpt is not None:
@@ -287,9 +298,11 @@ def resolve_hf(mode: str, ckpt: Path | None, draft_ckpt: Path | None) -> list[Ar
         if draft_ckpt is None and _recorded_source(root, ("draft",)) is not None:  # a trtspec pair directory
             draft_dir = _recorded_source(root, ("draft",))
         else:
-            draft_dir = _dir(draft_ckpt, "draft_ckpt")
+            draft_dir = _dir(draft_ckpt, "draft_ckpt") if draft_ckpt is not None or draft_needed else None
     tcfg = read_json(target_dir / "config.json")
     target = Artifact(role="target", path=target_dir, kind="hf", config=tcfg, dtype=_hf_dtype(tcfg))
+    if draft_dir is None:
+        return [target]
     if mode == "eagle3":
         return [target, eagle3_head(draft_dir, "draft_ckpt", ", but the tuning is eagle3")]
     dcfg = read_json(draft_dir / "config.json")

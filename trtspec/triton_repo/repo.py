@@ -42,7 +42,7 @@ from .heads import resolve_heads
 from .models.serving_rules import CHAIN_MODES, SPEC_DECODE_RULES, route_inputs
 from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
-from .routing import check_tuning, draft_target_routes, eagle_routes, served_drafters
+from .routing import check_tuning, draft_target_routes, drafts_ngrams_only, eagle_routes
 from .validate import check_repository
 from ..upstream.triton import TRITON_CONTAINER
 from ..upstream.trtllm import GPU_MEMORY_MIB, TRTLLM_VERSION_LABEL
@@ -58,9 +58,9 @@ class RepoRequest:
     flavor: str
     out: Path
     engines: Path | None = None
-    draft_engines: Path | None = None
+    draft_engines: Path | None = None  # the draft: optional when tuning.json's choice drafts n-grams only
     ckpt: Path | None = None
-    draft_ckpt: Path | None = None
+    draft_ckpt: Path | None = None  # (routing.drafts_ngrams_only), as draft_engines
     draft_heads: dict[str, Path] | None = None  # more EAGLE-3 heads by drafter name (tuning.choice.drafters)
     tokenizer: Path | None = None
     max_batch_size: int | None = _D.max_batch_size  # defaults: TritonOptions (the flags and the recipe's)
@@ -121,12 +121,13 @@ def make_repository(req: RepoRequest) -> RepoResult:
     refusal = mode_refusal(req.flavor, mode)
     if refusal:
         raise TrtspecError(refusal)
+    draft_needed = not drafts_ngrams_only(tuning)
     if req.flavor == "trtllm":
-        arts = resolve_engines(mode, req.engines, req.draft_engines)
+        arts = resolve_engines(mode, req.engines, req.draft_engines, draft_needed)
     elif is_pytorch(req.flavor):
-        arts = resolve_checkpoints(mode, req.ckpt, req.draft_ckpt)
+        arts = resolve_checkpoints(mode, req.ckpt, req.draft_ckpt, draft_needed)
     else:
-        arts = resolve_hf(mode, req.ckpt, req.draft_ckpt)
+        arts = resolve_hf(mode, req.ckpt, req.draft_ckpt, draft_needed)
     if req.flavor == "llmapi" and req.tokenizer is None:
         tokenizer = arts[0].path  # the LLM API loads the tokenizer of the HF directory itself
     else:
@@ -156,8 +157,8 @@ class _Builder:
     def __init__(self, req: RepoRequest, tuning, tuning_path: Path, arts: list[Artifact], tokenizer: Path):
         self.mode, self.flavor = tuning.mode, req.flavor
         # A drafter choice that left the draft model (or head) out (its memory budget, tuning/choose.py)
-        # drafts n-grams only: no route drafts with the model, and its artifact is not loaded.
-        self.ngram_only = self.mode in ("draft-target", "eagle3") and not served_drafters(tuning)[0]
+        # drafts n-grams only: no route drafts with the model, and its artifact (if given) is not loaded.
+        self.ngram_only = drafts_ngrams_only(tuning)
         if self.ngram_only:
             arts = arts[:1]
         self.req, self.tuning, self.tuning_path, self.arts, self.tokenizer = req, tuning, tuning_path, arts, tokenizer

@@ -121,6 +121,12 @@ def served_drafters(tuning) -> tuple[bool, bool]:
     return any(m != "ngram" for m in served), "ngram" in served
 
 
+def drafts_ngrams_only(tuning) -> bool:
+    """A draft-target or EAGLE-3 tuning whose choice left the draft model (or head) out: its repository
+    drafts n-grams only, so it neither loads the draft nor needs one given (repo.py)."""
+    return tuning.mode in ("draft-target", "eagle3") and not served_drafters(tuning)[0]
+
+
 class SharedSetting(NamedTuple):
     draft_len: int
     ngram_size: int | None = None
