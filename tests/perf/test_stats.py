@@ -635,3 +635,34 @@ def test_zero_token_resamples_count_alike_in_either_run(blocks):
     assert 0 < ci.low <= point <= ci.high < np.inf
     assert (ci.low, ci.high) == pytest.approx((1 / swapped.high, 1 / swapped.low), rel=1e-9)
     assert rate.low > 0  # a run's own interval drops the zero-token resamples too
+
+
+def test_a_latency_interval_over_a_few_skewed_requests_stays_at_or_above_zero():
+    """Three requests, one queued behind a context phase (TTFT 50, 50, 500 ms): the widened interval of
+    the mean is symmetric and reached -203 ms, a mean time no run can have. Its low end is held at 0,
+    its high end is the bootstrap's; an interval already above 0 is unchanged."""
+    def recs(ttfts):
+        return [RequestRecord(index=i, prompt_id=f"p{i}", start_s=float(i), status="ok", ttft_s=t, e2e_s=t + 1.0,
+                              itl_s=t / 10, output_tokens=11) for i, t in enumerate(ttfts)]
+
+    skewed = [0.05, 0.05, 0.5]
+    assert mean_ci(skewed).low < 0  # the plain widened interval (stats docstring: 2.69x at 3 requests)
+    s = summarize(recs(skewed))
+    for ci, xs in ((s.ttft_mean_ci_s, skewed), (s.itl_mean_ci_s, [t / 10 for t in skewed])):
+        assert ci.low == 0.0 and ci.high == pytest.approx(mean_ci(xs).high)
+    even = [0.1, 0.12, 0.11, 0.13, 0.1, 0.12]
+    assert summarize(recs(even)).ttft_mean_ci_s == mean_ci(even) and mean_ci(even).low > 0
+
+
+@pytest.mark.parametrize("rate", [None, 2.0])
+def test_a_baseline_without_tokens_gives_no_speedup_rather_than_0x(rate):
+    """Every baseline request timed out (speculation off too slow for perf.timeout_s): there is no
+    baseline rate, so no comparison, as the report's headline already has none; a row said
+    'speedup 0.00x', speculation read as useless when it was the only mode that answered."""
+    spec = timed(np.full(6, 2.0))
+    base = [RequestRecord(index=i, prompt_id=f"p{i}", start_s=float(i), status="timeout", error="no final response")
+            for i in range(6)]
+    mk = lambda recs, on: Run(workload="chat", speculation=on, concurrency=None if rate else 1,  # noqa: E731
+                              request_rate=rate, started_at="t", completed=True, requests=recs, summary=summarize(recs))
+    assert comparisons([mk(spec, True), mk(base, False)]) == []
+    assert len(comparisons([mk(spec, True), mk(spec, False)])) == 1

@@ -206,7 +206,9 @@ def resampled_requests(r: Run, b: Run, pairs: list | None) -> int:
 
 
 def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
-    """One row per (workload, load point) that has both a speculation and a baseline run."""
+    """One row per (workload, load point) that has both a speculation and a baseline run, the baseline
+    with tokens to divide by: a baseline that timed out or failed throughout has no rate, and a
+    speedup of 0.00x would read as speculation being useless (its errors are the runs' to show)."""
     def key(r: Run):
         return (r.workload, r.concurrency, r.request_rate)
 
@@ -217,7 +219,9 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
         if b is None:
             continue
         tps, btps = compared_rates(r, b)
-        speedup = tps / btps if btps > 0 else 0.0
+        if btps <= 0:
+            continue
+        speedup = tps / btps
         ci, pairs = speedup_ci(r.requests, b.requests, speedup), pair_up(r.requests, b.requests)
         n = resampled_requests(r, b, pairs)
         aa = served_off(r)

@@ -7,12 +7,14 @@ gets its share of a core. Several processes, each with its own event loop, chann
 lift that ceiling the way perf_analyzer's threads do.
 
 How a run is split: closed loop, process i runs concurrency_i workers (the concurrency divided as
-evenly as possible) and its share of --requests; open loop, process i runs Poisson arrivals at
-rate / N with its own seed (the superposition of N independent Poisson processes of rate R/N is a
-Poisson process of rate R). Each process warms up on its own, then all wait on one barrier, so the
-measured phases start together; `time.perf_counter` is the system-wide monotonic clock on Linux,
-so the send times of all processes share one time base. Processes are started once per invocation
-(spawn: grpc must not be forked) and each returns its Results and, if the server went away, why.
+evenly as possible) and the requests those workers would send in one process (`by_workers`: in
+proportion to them, so all processes drain together and the run keeps its concurrency to the end);
+open loop, process i runs Poisson arrivals at rate / N with its own seed (the superposition of N
+independent Poisson processes of rate R/N is a Poisson process of rate R). Each process warms up
+on its own, then all wait on one barrier, so the measured phases start together; `time.perf_counter`
+is the system-wide monotonic clock on Linux, so the send times of all processes share one time base.
+Processes are started once per invocation (spawn: grpc must not be forked) and each returns its
+Results and, if the server went away, why.
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ class Share:
 def split(total: int, parts: int) -> list[int]:
     """total as `parts` near-equal non-negative integers, larger ones first."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def by_workers(total: int, workers: list[int]) -> list[int]:
+    """total requests as one closed loop of sum(workers) workers hands them out (worker j sends
+    requests j, j + c, j + 2c, ...), grouped by the processes owning `workers[i]` workers each. Why
+    not `split` by process: at concurrency 3 over 2 processes, 2 workers would finish their half
+    while 1 worker still sends the other half alone, at concurrency 1."""
+    c = sum(workers)
+    full, rest = divmod(total, c) if c else (0, 0)
+    out, lo = [], 0
+    for k in workers:
+        out.append(full * k + max(0, min(rest, lo + k) - lo))
+        lo += k
+    return out
 
 
 def _init(counts, barrier) -> None:
@@ -133,11 +149,11 @@ def shares(n: int, url: str, info, prompts, speculation, max_tokens: int, timeou
            concurrency: int | None, requests: int | None, duration_s: float | None, rate: float | None,
            seed: int, warmup: int) -> list[Share]:
     """Split one run into n shares (see the module docstring)."""
-    if concurrency:  # closed loop: requests and warm-up follow the workers
+    if concurrency:  # closed loop: requests follow the workers
         conc = split(concurrency, n)
         active = sum(c > 0 for c in conc)
-        reqs = split(requests, active) + [0] * (n - active) if requests is not None else [None] * n
-        warm = split(warmup, active) + [0] * (n - active)
+        reqs = by_workers(requests, conc) if requests is not None else [None] * n
+        warm = split(warmup, active) + [0] * (n - active)  # per process: each warms its own channel
     else:
         conc = [None] * n
         reqs = split(requests, n) if requests is not None else [None] * n

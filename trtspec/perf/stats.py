@@ -13,7 +13,7 @@ Confidence intervals (95%, `LEVEL`), all from one seeded percentile bootstrap ov
 requests of a run (`BOOT_SEED`, `BOOT_REPS` resamples, so the same results.json always gives the same
 intervals):
 - mean TTFT and mean ITL (means, not p50: a bootstrap of a median over a handful of requests takes
-  only a few distinct values, the mean's is smooth);
+  only a few distinct values, the mean's is smooth), the low end held at 0 (`latency_ci`);
 - tokens/s: a resample's rate is sum(tokens) / sum(E2E) of the resampled requests; the run's measured
   tokens/s is scaled by each resample's rate / the observed rate. At concurrency 1 the window is the
   sum of the E2Es, so this is the throughput itself; under concurrency it carries the request-level
@@ -138,6 +138,14 @@ def mean_ci(values: Sequence[float], seed: int = BOOT_SEED, reps: int = BOOT_REP
         return None
     m = xs.mean()
     return _interval(m + _widen(xs.size) * (xs[_resample(xs.size, reps, np.random.default_rng(seed))].mean(axis=1) - m))
+
+
+def latency_ci(values: Sequence[float]) -> Interval | None:
+    """`mean_ci` of times, its low end held at 0. The widened interval is symmetric, so at 2-3
+    requests a skewed latency's reaches below 0 (TTFTs 50, 50, 500 ms: -203 ms), which no mean
+    time can be; holding it there loses no coverage (the true mean is >= 0)."""
+    ci = mean_ci(values)
+    return None if ci is None else Interval(low=max(ci.low, 0.0), high=ci.high)
 
 
 def _rates(tok: np.ndarray, e2e: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -366,12 +374,15 @@ def _by_block(records: Sequence[RequestRecord]) -> dict[int | None, list[Request
 
 
 def _window(records: Sequence[RequestRecord]) -> float:
-    """First send to last successful completion (module docstring); 0 without a success."""
+    """First send to last successful completion (module docstring); 0 without a success. genai-perf
+    ends it at any request's last response (perf.metrics); a failure's must not stretch it."""
     ok = [r for r in records if r.status == "ok"]
     return max(r.start_s + r.e2e_s for r in ok) - min(r.start_s for r in records) if ok else 0.0
 
 
 def summarize(records: Sequence[RequestRecord]) -> RunSummary:
+    """A run's aggregates over its successful requests; unlike genai-perf, requests/s and tokens/s
+    count only those (its request throughput divides every request sent: perf.metrics)."""
     ok = [r for r in records if r.status == "ok"]
     errors = sum(r.status == "error" for r in records)
     timeouts = sum(r.status == "timeout" for r in records)
@@ -385,5 +396,5 @@ def summarize(records: Sequence[RequestRecord]) -> RunSummary:
         ttft_s=percentiles(r.ttft_s for r in ok), itl_s=percentiles(r.itl_s for r in ok),
         e2e_s=percentiles(r.e2e_s for r in ok),
         tokens_per_s_ci=rate_ci(ok, tokens / window if window > 0 else 0.0),
-        ttft_mean_ci_s=mean_ci([r.ttft_s for r in ok if r.ttft_s is not None]),
-        itl_mean_ci_s=mean_ci([r.itl_s for r in ok if r.itl_s is not None]))
+        ttft_mean_ci_s=latency_ci([r.ttft_s for r in ok if r.ttft_s is not None]),
+        itl_mean_ci_s=latency_ci([r.itl_s for r in ok if r.itl_s is not None]))
