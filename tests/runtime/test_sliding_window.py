@@ -13,9 +13,11 @@ from trtspec.checkpoints.convert import convert_hf
 from trtspec.checkpoints.spec import spec_from_hf
 from trtspec.checkpoints.trtllm_ckpt import load_checkpoint
 from trtspec.errors import TrtspecError
+from trtspec.runtime.decode import generate
 from trtspec.runtime.draft_target import generate_draft_target
 from trtspec.runtime.greedy import generate_greedy
 from trtspec.runtime.model import Decoder
+from trtspec.runtime.ngram import NGramProposer
 
 WINDOW, NEW = 6, 24
 
@@ -104,3 +106,18 @@ def test_qwen_per_layer_windows_are_refused(tmp_path):
     model = make_hf_model("qwen2", tmp_path / "none", use_sliding_window=True, sliding_window=8, max_window_layers=2)
     assert model.config.layer_types == ["full_attention"] * 2
     assert spec_from_hf(tmp_path / "none").sliding_window is None
+
+
+def test_ngram_drafts_as_long_as_the_window_in_a_ragged_batch_keep_the_windowed_greedy_tokens(mistral):
+    """N-gram drafts differ in length per row, so a batch's block is each row's chain padded with
+    dead nodes. The padding sits at its slots' positions, so a block of K >= window is a chain to
+    the window check (decoded exactly), not a tree as deep as the padding (which was refused)."""
+    d, _ = mistral
+    target = Decoder(load_checkpoint(d / "ckpt"))
+    g = torch.Generator().manual_seed(2)
+    loop = torch.randint(3, 1001, (4,), generator=g).tolist()
+    prompts = [loop * 5, torch.randint(3, 1001, (9,), generator=g).tolist()]  # long drafts beside short ones
+    greedy = [r.output_ids for r in generate_greedy(target, prompts, NEW)]
+    out = generate(target, prompts, NEW, (), NGramProposer(WINDOW + 2))
+    assert [r.output_ids for r in out] == greedy
+    assert any(s.accepted for r in out for s in r.stats.steps)  # the drafts were verified, some kept

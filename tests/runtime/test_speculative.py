@@ -287,6 +287,17 @@ def test_eagle2_dynamic_tree_reproduces_greedy(m, tp, top_k):
         assert [r.stats.steps for r in out] == [r.stats.steps for r in chain_out]
 
 
+def test_eagle2_with_a_tree_capped_by_max_draft_len_runs_to_the_last_token(m, tmp_path):
+    """max_draft_len caps the tree sent to the target (3 nodes here), not the drafter's levels: each
+    of the 3 levels after the first still runs top_k = 3 nodes through the drafter, 9 slots past its
+    committed pairs, which the drafter's cache must hold on the last step too (it was sized for the
+    target's 3-node block, and the last steps failed with 'KV cache full')."""
+    ckpt = load_checkpoint(convert_eagle(m["dir"] / "hf", m["dir"] / "head", tmp_path / "e", dtype="float32",
+                                         max_draft_len=3))
+    out = generate_eagle(m["target"], EagleNet(ckpt), m["prompts"], NEW, dynamic_top_k=3)
+    assert [r.output_ids for r in out] == m["greedy"]
+
+
 def test_eagle2_options_are_checked(m):
     net = EagleNet(load_checkpoint(m["dir"] / "eagle1"))
     with pytest.raises(TrtspecError, match="top_k=11 must be in"):

@@ -62,13 +62,16 @@ class EagleProposer:
             raise TrtspecError(f"eagle_choices: rank {widest - 1} needs more candidates than the vocabulary has")
         self.net, self.tree = net, tree
         self.max_block, self.max_positions = tree.size, tree.max_depth
+        self.drafter_slots = tree.size  # its non-leaf nodes are written in the drafter's cache (below)
         self.mask = tree.mask
         self.cache = None
         self.pending: dict[int, tuple[list[int], torch.Tensor]] = {}
 
     def start(self, requests: list[Request], rows: torch.Tensor, target_hidden: torch.Tensor) -> None:
+        """The drafter's cache holds the committed pairs and the `drafter_slots` a proposal writes
+        after them (its levels), which is not the target's block (EAGLE-2 writes more)."""
         longest = max(len(r.prompt) for r in requests)
-        self.cache = self.net.new_cache(len(requests), longest + requests[0].max_new_tokens + self.max_block + 2)
+        self.cache = self.net.new_cache(len(requests), longest + requests[0].max_new_tokens + self.drafter_slots + 2)
         for i, b in enumerate(rows.tolist()):
             r = requests[b]
             self.pending[b] = (r.prompt[1:] + r.output[:1], target_hidden[i, :len(r.prompt)])

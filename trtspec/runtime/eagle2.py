@@ -59,6 +59,9 @@ class DynamicEagleProposer(EagleProposer):
         self.net, self.k = net, top_k
         self.size = tree_size(top_k, net.num_levels, net.max_draft_len)
         self.max_block, self.max_positions = self.size, net.num_levels
+        # every level after the first runs its top_k nodes through the drafter, whatever max_draft_len
+        # leaves of them in the tree sent to the target
+        self.drafter_slots = (net.num_levels - 1) * top_k
         self.cache = None
         self.pending = {}
 

@@ -41,11 +41,14 @@ from .tree import Tree
 
 
 def padded_chain(n: int, size: int) -> Tree:
-    """A chain of n draft tokens followed by size - n dead nodes (depth 1, parent the root, in no
-    children list: computed, never accepted)."""
+    """A chain of n draft tokens followed by size - n dead nodes (parent the root, in no children
+    list: computed, never accepted). A dead node's depth is its block index, so the block's
+    positions are its slot offsets, those of a chain: a sliding window (model.block_geometry)
+    then sees a chain, not a tree as deep as the padding, and a batch whose drafts differ in
+    length is not refused where a chain as long is decoded exactly."""
     paths = tuple((0,) * d for d in range(1, n + 1)) + tuple((-1 - i,) for i in range(size - n))
     parent = (-1,) + tuple(range(n)) + (0,) * (size - n)
-    depth = (0,) + tuple(range(1, n + 1)) + (1,) * (size - n)
+    depth = tuple(range(size + 1))
     children = tuple((i + 1,) for i in range(n)) + ((),) * (size - n + 1)
     return Tree(paths, parent, depth, (-1,) + (0,) * size, children)
 
