@@ -40,6 +40,15 @@ class Plan:
     counted: bool  # the model reports num_output_tokens
 
 
+def warmup_plan(plan: Plan, warmup: int) -> Plan:
+    """The warm-up's `warmup` requests: `plan`'s prompts from the end of the list, those a run sends
+    last (if at all). From the start, a server that reuses a prompt's KV cache across requests
+    (TensorRT-LLM's enable_kv_cache_reuse, on in draft-target repositories; the LLM API's block
+    reuse, on by default) would serve the first measured requests' prefill from the warm-up's, and
+    their TTFT would read low."""
+    return Plan(plan.prompts[::-1], warmup, None, plan.timeout_s, plan.counted)
+
+
 class StreamPool:
     """Idle streams for reuse (open loop takes one per arrival; closed loop one per worker)."""
 

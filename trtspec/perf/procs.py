@@ -93,8 +93,7 @@ async def _share(s: Share) -> tuple[list[client.Result], str | None]:
     closed = s.rate is None
     try:
         if s.warmup and (s.concurrency or not closed):
-            await load.closed_loop(pool, load.Plan(prompts, s.warmup, None, s.timeout_s, s.counted),
-                                   s.concurrency or 1, [])
+            await load.closed_loop(pool, load.warmup_plan(plan, s.warmup), s.concurrency or 1, [])
         await asyncio.get_running_loop().run_in_executor(None, _shared["barrier"].wait, BARRIER_TIMEOUT_S)
         if closed and s.concurrency:
             await load.closed_loop(pool, plan, s.concurrency, results)

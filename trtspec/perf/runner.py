@@ -141,8 +141,7 @@ async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, pr
     """Warm-up, then the measured requests into `results`; clock gets the measured start (perf_counter
     and wall time)."""
     if warmup:
-        wplan = load.Plan(plan.prompts, warmup, None, plan.timeout_s, plan.counted)
-        await load.closed_loop(pool, wplan, concurrency or 1, [])
+        await load.closed_loop(pool, load.warmup_plan(plan, warmup), concurrency or 1, [])
     clock.update(start=time.perf_counter(), started_at=_now())
     ticker = asyncio.ensure_future(_tick(progress, task, lambda: len(results))) if progress is not None else None
     try:
