@@ -229,6 +229,22 @@ def test_medoids_exact_and_swap_search(seed, monkeypatch):
     assert grouping.assign(loss, chosen) == [chosen[int(np.argmin(loss[i, chosen]))] for i in range(7)]
 
 
+def test_the_exact_medoid_search_is_bounded_by_the_subsets_it_visits(monkeypatch):
+    """Exact search enumerates every subset of at most n columns: at n = C that is 2^C - 1, not
+    C(C, n) = 1 (max_profiles None over many workloads). Past EXACT_LIMIT it must fall back to greedy
+    + swaps, which still serves every workload its own column (loss 0) when n = C."""
+    rng = np.random.default_rng(0)
+    loss = rng.uniform(0.1, 1, (10, 10))
+    np.fill_diagonal(loss, 0.0)
+    calls = []
+    cost = grouping._cost
+    monkeypatch.setattr(grouping, "_cost", lambda l, c: calls.append(1) or cost(l, c))
+    monkeypatch.setattr(grouping, "EXACT_LIMIT", 50)
+    chosen = grouping.choose_medoids(loss, 10)
+    assert cost(loss, chosen) == 0.0
+    assert len(calls) <= 10 * 11 // 2 + 10 * 10  # greedy build + one swap pass, far below 2^10 - 1 = 1023
+
+
 def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguishable():
     """A 3-prompt profile: K=1..4 predict throughputs within the noise of their AL standard errors, so
     the summary names them instead of presenting the argmax as a winner; 64 long prompts separate

@@ -21,7 +21,11 @@ predicted tokens/s over the served bands wins (ties: less memory, then fewer dra
 instances serve one band, the smallest (the llmapi flavor), so there the score, the memory and
 each drafter's `served` count that band alone: a drafter that would win only at a larger band is
 not served, and no band names a drafter outside the chosen set. The sets are enumerated: a recipe
-offers a handful of drafters, so 2^n is small, and the answer is exact rather than greedy.
+offers a handful of drafters, so 2^n is small, and the answer is exact over sets of drafters. With
+separate instances it is not exact over what is served: each workload keeps its drafter's own best
+K, so workloads sharing one K (one instance) instead of their own (one each) is never considered,
+and a tight budget can leave off what one shared setting would serve (at budget 0, nothing where
+one n-gram instance for every workload would gain).
 
 The result is one Tuning (the model drafter's mode, so the repository serves it as it would that
 drafter alone) whose bands each name their `drafter` (None: the model drafter, or with several

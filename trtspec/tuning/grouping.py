@@ -6,8 +6,9 @@ L >= 0, L[i, own] = 0). Pick at most N candidates M minimising sum_i min_{j in M
 serve each workload with its best pick: k-medoids where the "distance" is the throughput a
 workload gives up. Workloads count equally (weight them by traffic share later if known).
 
-Exact when the number of subsets C(candidates, N) is small (the usual case: a handful of
-workloads), otherwise greedy addition followed by single swaps until no swap helps (PAM).
+Exact when the subsets of at most N candidates, sum over k <= N of C(candidates, k), are few (the
+usual case: a handful of workloads), otherwise greedy addition followed by single swaps until no
+swap helps (PAM).
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ def _cost(loss: np.ndarray, chosen) -> float:
     return float(loss[:, list(chosen)].min(axis=1).sum())
 
 
+def exact_subsets(num_candidates: int, n: int) -> int:
+    """Subsets the exact search enumerates: every size 1..n, not only n (at n = candidates, C(C, n)
+    is 1 while the search visits 2^C - 1: unlimited profiles over 30 workloads would never end)."""
+    return sum(math.comb(num_candidates, k) for k in range(1, n + 1))
+
+
 def choose_medoids(loss: np.ndarray, n: int) -> list[int]:
     """Indices of at most n candidate columns minimising the total loss (ties: fewer, lower index)."""
     W, C = loss.shape
     n = max(1, min(n, C))
-    if math.comb(C, n) <= EXACT_LIMIT:
+    if exact_subsets(C, n) <= EXACT_LIMIT:
         best = None
         for k in range(1, n + 1):
             for chosen in itertools.combinations(range(C), k):
