@@ -239,3 +239,25 @@ def test_warnings_for_unverified_combinations(copy):
     assert any("FP8 KV without FP8 weights" in n for n in plan.build().notes)
     plan = make_plan(awq, BuildOptions(max_seq_len=4096, max_input_len=128))
     assert any("exceeds the model's 256 positions" in w for w in plan.warnings)
+
+
+def test_draft_target_outside_the_dtm_support_matrix_warns(copy):
+    """The draft-target README supports FP16/BF16/FP8 draft and target: an INT8 SmoothQuant pair (no KV
+    quantization, so it builds) is planned, with a warning per engine; FP8 and unquantized are not."""
+    pair = copy("pair")
+    for role in ("target", "draft"):
+        edit_config(pair / role, quantization={"quant_algo": "W8A8_SQ_PER_CHANNEL", "exclude_modules": ["lm_head"]})
+    plan = make_plan(pair, BuildOptions(**LIMITS))
+    for role in ("target", "draft"):
+        assert any(w.startswith(f"{role}: W8A8_SQ_PER_CHANNEL weights in a draft-target pair") for w in plan.warnings)
+    edit_config(pair / "draft", quantization={"quant_algo": "W4A16_AWQ", "group_size": 128, "pre_quant_scale": True,
+                                              "exclude_modules": ["lm_head"]})
+    plan = make_plan(pair, BuildOptions(role="draft", **LIMITS))
+    assert [w for w in plan.warnings if "support matrix" in w] == [
+        "draft: W4A16_AWQ weights in a draft-target pair are outside the draft-target README's support matrix "
+        "(FP16/BF16/FP8); validate acceptance on the GPU before serving"]
+    for role in ("target", "draft"):
+        edit_config(pair / role, quantization={"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+                                               "exclude_modules": ["lm_head"]})
+    assert not any("support matrix" in w for w in make_plan(pair, BuildOptions(**LIMITS)).warnings)
+    assert not any("support matrix" in w for w in make_plan(copy("pair"), BuildOptions(**LIMITS)).warnings)

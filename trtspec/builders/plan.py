@@ -80,7 +80,7 @@ def plugin_flags(quant_algo: str | None, kv_algo: str | None, notes: list[str]) 
         notes.append("use_fp8_context_fmha disable: with paged context FMHA it needs an FP8 KV cache")
     fused_mlp = quant_algo in trtllm.FUSED_MLP_ALGOS
     if not fused_mlp:
-        notes.append(f"use_fused_mlp disable: trtllm-build forces it off for {quant_algo}")
+        notes.append(f"use_fused_mlp disable: TensorRT-LLM never fuses {quant_algo} gate/up GEMMs (fuse_gate_mlp)")
     return {
         "gemm_plugin": trtllm.GEMM_PLUGIN,
         "gpt_attention_plugin": trtllm.GPT_ATTENTION_PLUGIN,
@@ -177,7 +177,7 @@ def _engine_build(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, seq: in
     gen_logits = opts.draft_logits and name in ("target", "draft")
     if gen_logits:
         notes.append("gather_generation_logits: logits-based acceptance (use_logits=True) needs them on both "
-                     "engines (trtllm-build warns the flag is deprecated; the DTM example still checks it)")
+                     "engines (trtllm-build calls the flag deprecated; the executor behind Triton still needs it)")
     return EngineBuild(
         name=name, checkpoint_dir=str(ckpt.path), engine_dir=f"engines/{name}", architecture=ckpt.architecture,
         dtype=ckpt.dtype, quant_algo=ckpt.quant_algo, kv_cache_quant_algo=ckpt.kv_cache_quant_algo, tp=ckpt.tp,

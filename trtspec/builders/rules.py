@@ -2,8 +2,8 @@
 
 Each refusal is one line: what is wrong (naming the flag or the config field), why (the reference
 section), and what to do instead. Combinations that build but are not officially exercised (FP8 or
-weight-only EAGLE, a Qwen2 EAGLE base) become warnings, not refusals: the user may have validated
-them; the plan says so plainly.
+weight-only EAGLE, a Qwen2 EAGLE base, a SmoothQuant or weight-only draft-target pair) become
+warnings, not refusals: the user may have validated them; the plan says so plainly.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def check_checkpoint(name: str, ckpt: TrtllmCheckpoint, opts: BuildOptions, warn
         _check_eagle(ckpt, opts, warnings)
     if name in SPECULATIVE:
         _check_speculative(name, ckpt, opts)
+        if name != "eagle" and q not in trtllm.DTM_SUPPORTED_QUANT_ALGOS:
+            warnings.append(f"{name}: {q} weights in a draft-target pair are outside the draft-target README's "
+                            "support matrix (FP16/BF16/FP8); validate acceptance on the GPU before serving")
     elif opts.draft_logits:
         raise TrtspecError("build.draft_logits: applies to draft-target builds (a pair directory, build.role target "
                            "or draft); a plain engine has no draft to accept")

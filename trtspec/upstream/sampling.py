@@ -116,6 +116,11 @@ DRAFT_ACCEPTANCE_THRESHOLD_INPUT = "draft_acceptance_threshold"
 DRAFT_ACCEPTANCE_THRESHOLD_RANGE = (0.0, 1.0)  # (0, 1]
 # The draft engine must return generation logits: built with this flag, requested per call with
 # return_generation_logits (examples/draft_target_model/README, run_dtm_ngram.py asserts it on both).
+# 1.x trtllm-build warns the flag is deprecated ("Use --output_generation_logits at runtime"), but the
+# C++ executor refuses return_generation_logits when it enqueues a request ("gather_generation_logits
+# must be enabled in ExecutorConfig"; file path not pinned) unless the engine flag OR ExecutorConfig's
+# gatherGenerationLogits is set (batch_manager trtGptModelInflightBatcher.h getGatherGenerationLogits),
+# and the Triton template has no key for the latter (upstream.triton): the engine flag is what works.
 DRAFT_LOGITS_BUILD_FLAG = "--gather_generation_logits"
 DRAFT_LOGITS_REQUEST_FLAG = "return_generation_logits"
 BLS_DRAFT_LOGITS_SWITCH = "use_draft_logits"  # tensorrt_llm_bls input (decode.py _spec_generate @4db68284)

@@ -165,6 +165,10 @@ MC_SIM_7B_63 = [
 # --max_draft_len says (models/eagle/model.py), so the build must use the checkpoint value.
 # The draft-target README's typical draft lengths are 4-10; §7.4's example target uses 8.
 DTM_DEFAULT_MAX_DRAFT_LEN = 8
+# The draft-target README's support matrix (examples/draft_target_model/README.md @567239fc):
+# "FP16 / BF16 / FP8 (both draft and target model)". Other weight formats (SmoothQuant, weight-only,
+# AWQ) build, but are not exercised there.
+DTM_SUPPORTED_QUANT_ALGOS = (None, "FP8")
 # build() adds max_draft_len to max_seq_len for every speculative mode, and num_eagle_layers on
 # top for EAGLE (§4.5, builder.py); it raises max_num_tokens to max_batch_size*(max_draft_len+1).
 # For EAGLE, paged context FMHA is forced on ("Paged Context FMHA is required for EAGLE").
@@ -240,7 +244,10 @@ GEMM_PLUGIN = "auto"
 GPT_ATTENTION_PLUGIN = "auto"    # required for paged KV and speculative decoding (§7.1)
 # build() keeps FP8 context FMHA only for these weight formats, on SM >= 89 (§7.2, builder.py).
 FP8_CONTEXT_FMHA_ALGOS = ("FP8", "W4A8_AWQ", "NVFP4")
-# trtllm-build forces use_fused_mlp off unless quant_algo is one of these (§7.1, commands/build.py).
+# Gate/up GEMMs are fused only for these quant_algos. commands/build.py @65f1d153 main() sets use_fused_mlp
+# False for any other quant_algo, but only in the kwargs that build_model() never reads; what holds is
+# models/modeling_utils.py fuse_gate_mlp, which skips (leaves unfused) every GatedMLP whose fc is
+# quantized with anything but FP8. The plan writes the flag off for the rest so the engine says so.
 FUSED_MLP_ALGOS = (None, "FP8", "MIXED_PRECISION")
 
 # --- Runtime memory facts used by the estimate --------------------------------------------------
