@@ -208,3 +208,52 @@ def read_json(path: Path, what: str = "JSON file") -> dict:
         raise TrtspecError(f"{path}: {what} not found") from None
     except json.JSONDecodeError as e:
         raise TrtspecError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+# Files larger than this are fingerprinted by (size, mtime), not content (pipeline/state.py says why).
+CONTENT_LIMIT = 16 << 20
+
+
+def _file_digest(path: Path, st: os.stat_result) -> str:
+    if st.st_size > CONTENT_LIMIT:
+        return f"size={st.st_size},mtime={st.st_mtime_ns}"
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(path: Path) -> str | None:
+    """A digest of a file or a directory tree (relative names + file digests); None if missing.
+    Symlinked folders are followed (an HF cache snapshot is links into blobs/), each real folder
+    once; a file that cannot be read (a dangling link: a half-downloaded snapshot) is an error
+    naming it, not a crash of the run."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    h = hashlib.sha256()
+    if path.is_file():
+        h.update(_readable_digest(path).encode())
+        return h.hexdigest()
+    seen = set()
+    for root, dirs, files in os.walk(path, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a link back to a folder already hashed (a cycle)
+            dirs.clear()
+            continue
+        seen.add(real)
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(root) / name
+            h.update(f"{p.relative_to(path).as_posix()}\0{_readable_digest(p)}\n".encode())
+    return h.hexdigest()
+
+
+def _readable_digest(p: Path) -> str:
+    try:
+        return _file_digest(p, p.stat())
+    except OSError as e:
+        broken = p.is_symlink() and not p.exists()
+        why = f"broken symbolic link to {os.readlink(p)}" if broken else f"cannot read it ({e.strerror})"
+        raise TrtspecError(f"{p}: {why}; fix or remove it (an interrupted download?)") from None

@@ -179,6 +179,7 @@ class Recipe(ConvertOptions):
                 sampling[name] = {**written, **sampling.get(name, {})}
             else:
                 sampling[name] = v  # not a mapping: the field's own type check names it
+        sampling = {n: s for n, s in sampling.items() if s != {}}  # no settings of its own: as if written plain
         return {**data, "workloads": plain, "workload_sampling": sampling if isinstance(given, dict) else given}
 
     @field_validator("workloads")

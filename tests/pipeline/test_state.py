@@ -1,4 +1,4 @@
-"""pipeline/state.py: the fingerprints that decide whether a stage re-runs."""
+"""pipeline/state.py: the fingerprints (fsutil.fingerprint) that decide whether a stage re-runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from trtspec.errors import TrtspecError
-from trtspec.pipeline.state import fingerprint
+from trtspec.fsutil import fingerprint
 
 
 def test_a_symlinked_folder_is_hashed_by_its_files_content(tmp_path):

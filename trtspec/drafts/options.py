@@ -16,6 +16,15 @@ from ..tuning.options import distinct_positive
 SELF = "self"  # the workload name of the prompts the target writes itself (self_prompts)
 
 
+def device_type(device: str) -> str:
+    """Where a head with this `device` option is trained and its target answers: cpu or cuda (auto:
+    cuda when torch sees one). Part of the head's cache key (cache.head_key) and of the derive stage's
+    hash: the target answers in another dtype there, so the head differs."""
+    import torch  # lazy: this module is read by `trtspec --help`
+
+    return "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
+
+
 class TrainDraftOptions(StageOptions):
     """How an EAGLE-3 head is trained for a target (trtspec.drafts)."""
     section = "draft.train"

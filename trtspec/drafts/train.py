@@ -31,7 +31,7 @@ import torch
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, check_output_dir, write_json
 from . import data, head, heldout, report, selfprompt
-from .options import SELF, TrainDraftOptions
+from .options import SELF, TrainDraftOptions, device_type
 
 CHECKPOINT = "checkpoint.pt"
 # Bumped when a checkpoint of an earlier version must not be resumed (2: input_layernorm untrained).
@@ -41,7 +41,7 @@ TRAINING_VERSION = 2
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise TrtspecError("draft.train.device: cuda requested but torch sees no CUDA device")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+    return torch.device(device_type(name))
 
 
 def load_target(target: Path, device: torch.device):

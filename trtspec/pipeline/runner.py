@@ -13,8 +13,9 @@ upstream changes", since its inputs cannot be known yet).
 
 serve is not a stage with lasting output: it starts the cpu-flavor tritonserver when perf is about
 to run and the server is stopped right after perf, and in a `finally` on any failure, so no server
-outlives `trtspec run`. A failing stage is recorded as failed (it re-runs next time), the summary
-is printed, and the run ends with one `error:` line naming the stage; earlier outputs stay valid.
+outlives `trtspec run`. A failing stage is recorded as failed (it re-runs next time; so does one cut,
+recorded as interrupted until it ends), the summary is printed, and the run ends with one `error:`
+line naming the stage; earlier outputs stay valid.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ..drafts.options import device_type
 from ..errors import TrtspecError
+from ..fsutil import fingerprint
+from ..options import default
 from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
 from ..perf.schema import load_results
 from ..recipe import GENERAL_HEAD, Recipe, load_recipe
 from . import stages as st
 from .triton_stage import engines_built, run_triton, triton_not_applicable, triton_options
 from .inputs import missing_inputs, stage_inputs
-from .state import RunManifest, canonical, code_versions, fingerprint, outputs_exist, sha256_text
+from .state import RunManifest, canonical, code_versions, outputs_exist, sha256_text
 
 ORDER = ("derive", "convert", "quantize", "build", "profile", "tune", "triton", "serve", "perf", "report")
 
@@ -57,7 +61,9 @@ def _models_section(r: Recipe) -> dict:
 
 
 def _build_section(r: Recipe) -> dict:
-    b = r.build.model_dump()
+    """The build options; timeout_s is how long a trtllm-build may take, not what it makes: raising it
+    must not rebuild engines that took hours (held at its default, so the hashes stay as they were)."""
+    b = r.build.model_dump() | {"timeout_s": default(type(r.build), "timeout_s")}
     b["max_draft_len"] = st.build_options(r).max_draft_len
     b["trtllm_build_on_path"] = st.trtllm_build_on_path() if r.build.engines else None
     return b
@@ -70,11 +76,15 @@ def _trains(r: Recipe) -> bool:
 def _derive_section(r: Recipe) -> dict:
     """The derived draft's inputs; a trained head's also the options of each head (the content of the
     prompt files it trains on is an external input, `draft.train.workloads.*`; packaged sets are named:
-    they change with trtspec's version)."""
+    they change with trtspec's version) and, when it is CUDA, where it trains: the head cache keys
+    the device (drafts.cache.head_key), so a head trained on the CPU must not be kept for a recipe now
+    training on a GPU (added only then, so CPU recipes keep their hashes)."""
     section = {"target": r.target, "derive": r.draft.model_dump(exclude={"train"}) if r.draft else None}
     if _trains(r):
         section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads, general=n == GENERAL_HEAD).shaping()
                                       for n, e in r.trained_heads().items()}}
+        if device_type(r.draft.train.device) == "cuda":
+            section["train"]["device"] = "cuda"
     return section
 
 
@@ -277,6 +287,10 @@ class Runner:
 
     def _execute(self, stage: st.Stage, h: str | None, reason: str) -> Row:
         self.ctx.console.print(f"[bold]{stage.name}[/] ({reason})")
+        # Until its result is recorded the stage counts as interrupted: a stage writes its outputs one by
+        # one, and one cut between them (Ctrl-C, kill -9) must not leave its last entry, which a recipe
+        # edited back would match, passing those mixed outputs as that run's.
+        self.manifest.record(stage.name, {"status": "interrupted", "input_hash": h})
         start = time.perf_counter()
         try:
             note = stage.run(self.ctx)

@@ -11,23 +11,21 @@ layers) must re-run everything after it. A stage's input hash is sha256 over
 The last item is what propagates changes downstream: a re-run upstream stage has a new input hash,
 and an output edited by hand changes its fingerprint, so every reader re-runs.
 
-Fingerprints hash the content of files up to 16 MiB and (size, mtime) of larger ones: checkpoints
-of an 8B model are tens of GB and re-reading them on every `trtspec run` would cost minutes.
+Fingerprints (fsutil.fingerprint) hash the content of files up to 16 MiB and (size, mtime) of larger
+ones: checkpoints of an 8B model are tens of GB and re-reading them on every `trtspec run` would cost
+minutes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from ..errors import TrtspecError
 from ..fsutil import read_json, write_text_atomic
 
 MANIFEST = "run-manifest.json"
 SCHEMA = "trtspec.run/1"
-CONTENT_LIMIT = 16 << 20
 
 
 # The code a stage's output depends on besides its inputs: a new release of trtspec or of a library it
@@ -55,51 +53,6 @@ def canonical(obj) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _file_digest(path: Path, st: os.stat_result) -> str:
-    if st.st_size > CONTENT_LIMIT:
-        return f"size={st.st_size},mtime={st.st_mtime_ns}"
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
-def fingerprint(path: Path) -> str | None:
-    """A digest of a file or a directory tree (relative names + file digests); None if missing.
-    Symlinked folders are followed (an HF cache snapshot is links into blobs/), each real folder
-    once; a file that cannot be read (a dangling link: a half-downloaded snapshot) is an error
-    naming it, not a crash of the run."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    h = hashlib.sha256()
-    if path.is_file():
-        h.update(_readable_digest(path).encode())
-        return h.hexdigest()
-    seen = set()
-    for root, dirs, files in os.walk(path, followlinks=True):
-        real = os.path.realpath(root)
-        if real in seen:  # a link back to a folder already hashed (a cycle)
-            dirs.clear()
-            continue
-        seen.add(real)
-        dirs.sort()
-        for name in sorted(files):
-            p = Path(root) / name
-            h.update(f"{p.relative_to(path).as_posix()}\0{_readable_digest(p)}\n".encode())
-    return h.hexdigest()
-
-
-def _readable_digest(p: Path) -> str:
-    try:
-        return _file_digest(p, p.stat())
-    except OSError as e:
-        broken = p.is_symlink() and not p.exists()
-        why = f"broken symbolic link to {os.readlink(p)}" if broken else f"cannot read it ({e.strerror})"
-        raise TrtspecError(f"{p}: {why}; fix or remove it (an interrupted download?)") from None
 
 
 class RunManifest:

@@ -40,7 +40,7 @@ from ..runtime.generate import Models, load_models, prompts_within_positions, re
 from ..upstream.sampling import EXACT_MATCH
 from ..workloads import load_workloads, render
 from .options import ProfileOptions
-from .profile_partial import conditions_hash, load_partial, save_partial
+from .profile_partial import conditions_hash, load_partial, resume_key, save_partial
 from .profile_pass import agreement_runs, chain_match_lengths, eagle3_match_lengths, eagle_rank_paths
 from .ngram_profile import POOL as NGRAM_POOL, check_rule as check_ngram_rule, ngram_steps
 from .sampled import (decode_settings, decode_targets, estimator, rejection_agreement, samples_drafts,
@@ -193,7 +193,8 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     if mode == "ngram":
         conditions |= {"draft": None, "ngram_pool": NGRAM_POOL}
     digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k,
-                              **({"ngram_sizes": ngram_sizes} if ngram_sizes else {})})
+                              **({"ngram_sizes": ngram_sizes} if ngram_sizes else {}),
+                              **resume_key(ckpt, conditions["draft"], conditions.get("eagle3_head"), devices)})
     done = load_partial(partial, digest, progress)
     samples: dict[str, list[dict]] = {}
     key = {"eagle": "rank_paths", "ngram": "ngram_steps"}.get(mode, "match_lengths")
