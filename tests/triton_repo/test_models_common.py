@@ -205,3 +205,10 @@ def test_a_stop_the_caller_knows_ends_a_callees_stream_with_a_bare_final(common)
     assert direct.sender.sent == told and to_front.sender.sent == told
     callee.close()
     front.close()
+
+
+def test_models_load_the_runtime_where_the_parameter_says(common):
+    """The `device` parameter (triton_repo/runtime_device.py) as load_models' arguments."""
+    load_device = common[0].load_device
+    assert load_device({}) == {} and load_device({"device": "cpu"}) == {}
+    assert load_device({"device": "cuda:1"}) == {"device": "cuda:1"}

@@ -10,7 +10,6 @@ import pytest
 from triton_fixtures import DRAFT, EAGLE, LLAMA, TREE_A, fake_ckpt, tiny_tokenizer_dir, tuning_file
 from trtspec.errors import TrtspecError
 from trtspec.triton_repo.configs import parse_file, params, pb
-from trtspec.triton_repo.models.serving_rules import load_device
 from trtspec.triton_repo.repo import RepoRequest, make_repository
 from trtspec.triton_repo.validate import check_repository
 
@@ -72,11 +71,6 @@ def test_a_device_that_is_not_one_is_refused_by_field(w):
     with pytest.raises(TrtspecError, match="triton.device: 'gpu' is not a device"):
         make(w, "bad", flavor="pytorch", device="gpu")
     assert not (w["root"] / "bad").exists()
-
-
-def test_models_load_the_runtime_where_the_parameter_says():
-    assert load_device({}) == {} and load_device({"device": "cpu"}) == {}
-    assert load_device({"device": "cuda:1"}) == {"device": "cuda:1"}
 
 
 def test_a_device_for_the_trtllm_flavor_is_refused(w):

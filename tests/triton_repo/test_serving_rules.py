@@ -253,3 +253,27 @@ def test_new_suffix_keeps_the_stream_append_only_and_says_what_the_client_has():
         got += piece
         assert sent == got
     assert got == "abcdef"
+
+
+def test_a_stream_of_cleaned_up_text_adds_up_to_the_final_text():
+    """Each step's text is transformers' clean_up_tokenization of all text so far (a tokenizer with
+    clean_up_tokenization_spaces, SmolLM2's), which can rewrite what an earlier step decoded:
+    the pieces streamed before the final one hold back what may still change, so they add up to
+    the final text whatever comes next. Random texts of the fragments that clean-up acts on."""
+    import random
+
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    cleanup = PreTrainedTokenizerBase.clean_up_tokenization
+    fragments = [" ", "'", ".", "s", "n", "t", "a", ",", "?", "!", "m", "v", "e", "r", "'t", " '", "  ", " .", "'s",
+                 "\ufffd"]
+    rng = random.Random(0)
+    for _ in range(20000):
+        steps = [rng.choice(fragments) for _ in range(rng.randint(1, 10))]
+        sent, pieces = "", []
+        for i in range(1, len(steps) + 1):
+            piece, sent = r.new_suffix(cleanup("".join(steps[:i])), sent, final=i == len(steps))
+            pieces.append(piece)
+        assert "".join(pieces) == cleanup("".join(steps)), steps
+    assert r.new_suffix("a \ufffd", "", final=False) == ("a", "a")  # an incomplete character waits, as before
+    assert r.new_suffix(" it '", " it", final=False) == ("", " it")

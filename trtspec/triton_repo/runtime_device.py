@@ -2,7 +2,7 @@
 
 A model that runs the runtime in the python backend (cpu_llm, and spec_decode on engine
 trtspec.runtime) gets, for a CUDA device, `instance_group { kind: KIND_GPU gpus: [N] }` and the
-parameter `device` = cuda:N, which the model reads at initialize (serving_rules.load_device): it
+parameter `device` = cuda:N, which the model reads at initialize (trtspec_triton_common.load_device): it
 loads the runtime there (runtime.generate.load_models(device=...)). For `cpu` the configs stay
 exactly what they were (KIND_CPU, no parameter). Tokenizer and routing models (preprocessing,
 postprocessing, generate) stay on the CPU: they do no tensor work.

@@ -40,9 +40,9 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, load_device,
-                           parse_braces, stop_ids, tree_depth)
-from trtspec_triton_common import FINAL, is_true, llm_request, out, scalar
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, parse_braces, stop_ids,
+                           tree_depth)
+from trtspec_triton_common import FINAL, is_true, llm_request, load_device, out, scalar
 from trtspec_triton_pool import PooledModel
 
 

@@ -38,7 +38,8 @@ trtspec/triton_repo/routing.py; unknown or missing workload -> the default route
   (tokens of the iteration - 1) to total_accepted_draft_tokens per iteration, so
   steps = total_draft_tokens / depth and AL = 1 + accepted / steps, the runtime's definition;
 and detokenize with `postprocessing` (all tokens so far, streaming the new suffix of the text; a
-trailing incomplete UTF-8 character is held back until it completes).
+tail the next tokens may still change, an incomplete UTF-8 character or what the tokenizer's clean-up may
+rewrite, is held back until it settles: serving_rules.new_suffix).
 A request the client cancels (or that stops early) cancels the call behind it: spec_decode, or the
 EAGLE profile's tensorrt_llm_<profile> (see bls in trtspec_triton_common: Triton's own BLS
 cancellation where the python backend has it, which the C++ tensorrtllm backend honors; else a
@@ -268,10 +269,7 @@ class TritonPythonModel(PooledModel):
         return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
     def _piece(self, tokens, sent, final):
-        text = self._detok(tokens)
-        if not final and text.endswith("\ufffd"):
-            return "", sent  # an incomplete multi-byte character: wait for its next token
-        return new_suffix(text, sent)
+        return new_suffix(self._detok(tokens), sent, final)  # an unsettled tail waits for the next step
 
     def _response(self, text, stats, route, n_tokens):
         return pb_utils.InferenceResponse(output_tensors=[

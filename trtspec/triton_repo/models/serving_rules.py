@@ -251,10 +251,16 @@ def swept_route(routing, route, k=None, ngram=None, model=None):
     return route
 
 
-def new_suffix(text, sent):
+UNSETTLED = re.compile(r"(?: (?:'[vr]?|n'?)?|['\ufffd])+$")  # see new_suffix
+
+
+def new_suffix(text, sent, final=True):
     """(what a stream sends next, the text the client has then) given the decoded text so far and
-    what the client was sent. Streams stay append-only: when the detokenizer re-segments earlier text
-    (rare), the client keeps what it has and gets only what lies beyond its length."""
+    what the client was sent. Before the final piece, the tail later tokens may still change waits
+    (UNSETTLED): an incomplete UTF-8 character (U+FFFD), and what transformers' clean_up_tokenization (on
+    in SmolLM2's tokenizer) may rewrite: " '" + "s" -> "'s", " n" + "'t" -> "n't", "x'" + "." -> "x '.".
+    Append-only still: text re-segmented anyway stays as the client has it; it gets what lies beyond."""
+    text = text if final else UNSETTLED.sub("", text)
     piece = text[len(sent):] if text.startswith(sent) or len(text) > len(sent) else ""
     return piece, sent + piece
 
@@ -391,9 +397,3 @@ class Acceptance:
     def rate(self):
         return acceptance_rate(self.accepted, self.drafted)
 
-
-def load_device(params: dict) -> dict:
-    """load_models' keyword arguments for the model's `device` parameter (triton_repo/runtime_device.py):
-    none on the CPU, the runtime's default, so a CPU repository loads exactly as before."""
-    device = params.get("device") or "cpu"
-    return {} if device == "cpu" else {"device": device}

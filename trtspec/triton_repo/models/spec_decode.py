@@ -54,9 +54,8 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (Acceptance, RequestError, draft_len, is_sampled, load_device, ngram_size, spec_decode_rule,
-                           stop_ids)
-from trtspec_triton_common import FINAL, bls, is_true, llm_request, max_positions, out, scalar
+from serving_rules import Acceptance, RequestError, draft_len, is_sampled, ngram_size, spec_decode_rule, stop_ids
+from trtspec_triton_common import FINAL, bls, is_true, llm_request, load_device, max_positions, out, scalar
 from trtspec_triton_pool import PooledModel
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",

@@ -299,3 +299,10 @@ def draining(marker=DRAIN_FILE) -> bool:
     """serve has begun a drain (DRAIN_FILE) or ended it (STOP_FILE); never outside `trtspec serve`."""
     d = os.environ.get(CONTROL_DIR)
     return bool(d) and os.path.exists(os.path.join(d, marker))
+
+
+def load_device(params: dict) -> dict:
+    """load_models' keyword arguments for the model's `device` parameter (triton_repo/runtime_device.py):
+    none on the CPU, the runtime's default, so a CPU repository loads exactly as before."""
+    device = params.get("device") or "cpu"
+    return {} if device == "cpu" else {"device": device}
