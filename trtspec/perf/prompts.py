@@ -3,7 +3,8 @@
 Why the client renders the chat template: the repository's `preprocessing` applies none (like
 upstream's, the client sends the final prompt text), while `trtspec profile` measured acceptance on
 prompts rendered with the target's chat template (`trtspec.workloads.render`). To serve the traffic
-the tuning was computed for, perf renders each sample the same way, with `render_text` and the
+the tuning was computed for, perf renders each sample the same way, with `served_text` (the template
+text without a BOS the repository's preprocessing adds again) and the
 tokenizer the repository itself loads (preprocessing's `tokenizer_dir`; servers bind 127.0.0.1,
 so that path is readable here) or `--tokenizer`. A tokenizer without a chat template, or
 chat=False, gives the plain format of `trtspec.workloads.render`.
@@ -16,7 +17,7 @@ import random
 from pathlib import Path
 
 from ..errors import TrtspecError
-from ..workloads import Workload, load_workload, parse_workload_specs, render_text
+from ..workloads import Workload, load_workload, parse_workload_specs, served_text
 from ..workloads.spec import parse_one
 
 
@@ -55,7 +56,7 @@ def render_all(workloads: list[Workload], seed: int, tokenizer, chat: bool) -> d
     through a seeded mix of the whole workload instead of the file's first N."""
     out = {}
     for wl in workloads:
-        texts = [(s.id, render_text(s, tokenizer, chat=chat and tokenizer is not None)) for s in wl.samples]
+        texts = [(s.id, served_text(s, tokenizer, chat=chat and tokenizer is not None)) for s in wl.samples]
         random.Random(seed).shuffle(texts)
         out[wl.name] = texts
     return out

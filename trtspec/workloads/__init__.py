@@ -13,9 +13,10 @@ humaneval from their pip wheels), `files` (JSONL/CSV traffic logs and EAGLE ques
 
 from .files import read_prompt_file
 from .packaged import PACKAGED, base_set, packaged_path, task_key
-from .render import plain_text, render, render_text
+from .render import plain_text, render, render_text, served_text
 from .sample import Sample, Workload
 from .spec import WorkloadSpec, load_workload, load_workloads, parse_workload_specs
 
 __all__ = ["PACKAGED", "Sample", "Workload", "WorkloadSpec", "load_workload", "load_workloads", "packaged_path",
-           "parse_workload_specs", "plain_text", "read_prompt_file", "render", "render_text", "task_key", "base_set"]
+           "parse_workload_specs", "plain_text", "read_prompt_file", "render", "render_text",
+           "served_text", "task_key", "base_set"]

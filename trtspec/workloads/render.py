@@ -23,7 +23,10 @@ vanish or print as text, and the prompt would not be the one the server sees. Fi
 out of a log (JQ_FILTER) to profile the rest.
 
 Plain text is tokenized with the tokenizer's special tokens (a BOS when it adds one); template text
-already contains whatever special tokens the template writes, so nothing is added to it.
+already contains whatever special tokens the template writes, so nothing is added to it. A server
+that encodes the text it is sent with the special tokens (the repository's preprocessing,
+add_special_tokens true as upstream's) would add a second BOS to template text that starts with
+one (Llama-2/3, Mistral): `served_text` is the text to send so that it encodes to `render`'s ids.
 """
 
 from __future__ import annotations
@@ -93,6 +96,22 @@ def render_text(sample: Sample, tokenizer, chat: bool = True) -> str:
         if has_chat_template(tokenizer):
             return _template(sample, tokenizer, tokenize=False)
     return plain_text(sample.messages)
+
+
+def served_text(sample: Sample, tokenizer, chat: bool = True) -> str:
+    """`render_text` for a server that encodes it with the special tokens: a leading BOS the template
+    wrote is dropped when the tokenizer adds one itself, so the server's ids are `render`'s, not those
+    with two BOS (which no model was trained on, and whose acceptance the profile never measured)."""
+    text = render_text(sample, tokenizer, chat)
+    bos = getattr(tokenizer, "bos_token", None)  # no tokenizer: the plain format, sent as it is
+    if bos and text.startswith(bos) and _adds_bos(tokenizer):
+        return text[len(bos):]
+    return text
+
+
+def _adds_bos(tokenizer) -> bool:
+    ids = tokenizer("x")["input_ids"]
+    return bool(ids) and ids[0] == tokenizer.bos_token_id
 
 
 def render(sample: Sample, tokenizer, chat: bool = True, max_prompt_tokens: int | None = None,
