@@ -205,6 +205,10 @@ def tiny_hf(tmp_path_factory):
 @pytest.mark.parametrize("kw, match", [
     (dict(exclude=["*.mlp.nothing"]), r"^quantization.exclude: '\*.mlp.nothing' matches no quantizable linear"),
     (dict(exclude=["lm_head"]), "^quantization.exclude: 'lm_head' matches no quantizable linear"),
+    # every GEMM excluded: ModelOpt's mtq.quantize would raise a RuntimeError of its own after loading the model
+    (dict(kv_cache="fp8", exclude=["transformer.layers.0.*", "*.1.*"]),
+     r"^quantization.exclude: .* exclude every quantizable linear \(8 GEMMs\); nothing would be quantized"),
+    (dict(fmt="int8_sq", exclude=["*"]), r"^quantization.exclude: \['\*'\] exclude every quantizable linear"),
     (dict(fmt="w8a16", exclude=["*.mlp.proj"]), "^quantization.exclude: .*W8A16 weights are quantized by trtllm-build"),
     (dict(fmt="w8a16", kv_cache="fp8", keep_sensitive=KeepSensitive(2)),
      "^quantization.keep_sensitive: .*calibrated weight"),

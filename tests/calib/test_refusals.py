@@ -126,6 +126,16 @@ def test_failure_half_way_leaves_nothing(models, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # neither the output nor its temporary sibling
 
 
+@pytest.mark.parametrize("bad", [1001, -1])
+def test_calibration_ids_outside_the_vocabulary(models, tmp_path, bad):
+    """A token id the embedding cannot look up is refused by field (not torch's IndexError from
+    inside the calibration forward), and nothing is left behind."""
+    refused(quantize_hf, models / "hf", tmp_path / "o", "fp8", calib=CalibOptions(prompts=[[3, 4], [5, bad, 6]]),
+            needle=f"quantization.calib: calibration prompt #1 holds token id {bad}, outside the model's "
+                   "vocabulary [0, 1001)")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_w8a16_needs_no_calibration(models, tmp_path, no_work):
     """Full-precision weights + quant_algo W8A16: trtllm-build quantizes them (trtllm.md §3.7)."""
     from safetensors import safe_open

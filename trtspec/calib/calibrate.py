@@ -73,6 +73,7 @@ def calibrate(model: nn.Module, cfg: dict, prompts: list[list[int]], progress: b
     import modelopt.torch.quantization as mtq
 
     dev = calib_device(device)
+    check_prompt_ids(model, prompts)
 
     def forward_loop(m: nn.Module) -> None:
         with torch.no_grad():
@@ -90,6 +91,20 @@ def calibrate(model: nn.Module, cfg: dict, prompts: list[list[int]], progress: b
     finally:
         model.to("cpu")
     return time.perf_counter() - start
+
+
+def check_prompt_ids(model: nn.Module, prompts: list[list[int]]) -> None:
+    """Every calibration token id must index the model's embedding (an EAGLE wrapper's base's):
+    refused by field here, not as an IndexError from inside the embedding lookup mid-calibration."""
+    hf = getattr(model, "base", model)
+    if not isinstance(hf, PreTrainedModel):
+        return
+    vocab = hf.get_input_embeddings().num_embeddings
+    for i, ids in enumerate(prompts):
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise TrtspecError(f"quantization.calib: calibration prompt #{i} holds token id {bad[0]}, outside the "
+                               f"model's vocabulary [0, {vocab}) (a tokenizer that does not belong to the model?)")
 
 
 def run_backbone(model: nn.Module, ids: torch.Tensor) -> None:

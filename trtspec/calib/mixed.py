@@ -63,7 +63,8 @@ def unit_modules(plans: list[TensorPlan]) -> dict[str, list[str]]:
 
 def resolve_excludes(patterns: list[str], plans: list[TensorPlan], algo: str | None,
                      field: str = "quantization.exclude") -> tuple[str, ...]:
-    """Exact TRT-LLM linear names matched by `patterns`, a matched unit always whole."""
+    """Exact TRT-LLM linear names matched by `patterns`, a matched unit always whole; refused when they
+    match every unit (nothing left to quantize)."""
     patterns = [p.strip() for p in patterns if p and p.strip()]
     if not patterns:
         return ()
@@ -78,6 +79,10 @@ def resolve_excludes(patterns: list[str], plans: list[TensorPlan], algo: str | N
                                f"module names such as '{example}' (attention.qkv, attention.dense, mlp.fc, mlp.gate, "
                                "mlp.proj)")
         chosen += [u for u in hits if u not in chosen]
+    if len(chosen) == len(units):  # ModelOpt would refuse a config that quantizes no weight, from deep inside
+        raise TrtspecError(f"{field}: {patterns} exclude every quantizable linear ({len(units)} GEMMs); nothing "
+                           "would be quantized. Exclude fewer linears, or convert the model unquantized "
+                           "(trtspec convert)")
     return expand_units(chosen, units)
 
 
