@@ -66,6 +66,14 @@ def edit_tensor(name: str, value: float):
     return fn
 
 
+def retype_tensor(name: str, dtype: torch.dtype):
+    def fn(hf: Path):
+        tensors = load_file(hf / "model.safetensors")
+        tensors[name] = tensors[name].to(dtype)
+        save_file(tensors, str(hf / "model.safetensors"))
+    return fn
+
+
 def assert_one_error(code: int, out: str, err: str, expected: str, outputs: list[Path], want_code: int = 2):
     assert code == want_code, (out, err)
     assert "Traceback" not in out + err
@@ -161,6 +169,14 @@ WEIGHTS = [
     ("tp_zero", lambda hf: None, ["--tp", "0"], "--tp"),
     ("dtype", lambda hf: None, ["--dtype", "int3"], "--dtype"),
     ("eagle_and_draft", lambda hf: None, ["--eagle", "x", "--draft", "y"], "--eagle and --draft"),
+    ("config_not_utf8", lambda hf: (hf / "config.json").write_bytes(b"\xff\xfe{}"), [],
+     "config.json: not valid JSON (not UTF-8 text)"),
+    ("int_weight", retype_tensor("model.layers.1.mlp.up_proj.weight", torch.int32), [],
+     "tensor 'model.layers.1.mlp.up_proj.weight' is int32, expected an unquantized float16, bfloat16 or float32"),
+    ("fp8_weight", retype_tensor("model.norm.weight", torch.float8_e4m3fn), [],
+     "tensor 'model.norm.weight' is float8_e4m3fn, expected an unquantized"),
+    ("max_draft_len", lambda hf: None, ["--max-draft-len", "0"], "--max-draft-len: "),  # not `--eagle:`
+    ("num_eagle_layers", lambda hf: None, ["--num-eagle-layers", "-1"], "--num-eagle-layers: "),
 ]
 
 
@@ -192,7 +208,8 @@ def test_generate_bad_checkpoint_config(capsys, models, tmp_path, edit, expected
     (["--prompt", "hi", "--prompt-ids", "[1]"], "give exactly one of --prompt or --prompt-ids"),
     (["--prompt-ids", "[1]", "--eagle-choices", "[[0"], "--eagle-choices: not valid JSON"),
     (["--prompt-ids", "[1]", "--min-tokens", "-1"], "--min-tokens: "),
-], ids=["prompt_ids", "both_prompts", "eagle_choices", "min_tokens"])
+    (["--prompt-ids", "[1]", "--max-new-tokens", "0"], "--max-new-tokens: expected >= 1, got 0"),
+], ids=["prompt_ids", "both_prompts", "eagle_choices", "min_tokens", "max_new_tokens"])
 def test_generate_bad_flags(capsys, models, args, expected):
     assert_one_error(*run_cli(capsys, "generate", "--ckpt", models / "ckpt", *args), expected, [])
 
@@ -232,6 +249,102 @@ def test_quantize_bad_hf_config(capsys, models, tmp_path):
     out = tmp_path / "q"
     assert_one_error(*run_cli(capsys, "quantize", "--hf", hf, "--out", out, "--format", "fp8"),
                      "hidden_size: expected a positive integer, got 64.9", [out])
+
+
+# --- a file where a folder is expected, and the other way round --------------------------------
+
+def test_a_file_given_for_a_model_directory(capsys, models, tmp_path):
+    out = tmp_path / "out"
+    assert_one_error(*run_cli(capsys, "convert", "--hf", models / "prompts.txt", "--out", out),
+                     "prompts.txt/config.json: HF config.json not found", [out])
+    assert_one_error(*run_cli(capsys, "generate", "--ckpt", models / "prompts.txt", "--prompt-ids", "[1]"),
+                     "prompts.txt/config.json: TRT-LLM config.json not found", [])
+
+
+def test_an_hf_directory_given_for_a_checkpoint(capsys, models):
+    assert_one_error(*run_cli(capsys, "generate", "--ckpt", models / "hf", "--prompt-ids", "[1]"),
+                     "this is a Hugging Face model directory, not a TensorRT-LLM checkpoint", [])
+
+
+def test_a_directory_given_for_a_json_file(capsys, models, tmp_path):
+    out = tmp_path / "t.json"
+    assert_one_error(*run_cli(capsys, "tune", "--profile", models, "--out", out, "--no-plots"),
+                     "is a directory (expected the profile)", [out])
+
+
+@pytest.mark.parametrize("where,expected", [
+    ("dir", "p: is a directory (expected a file path)"),
+    ("under_file", "cannot write here ("),
+], ids=["out_is_a_dir", "out_under_a_file"])
+def test_profile_refuses_a_bad_out_before_profiling(capsys, models, tmp_path, where, expected):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "f").write_text("")
+    out = tmp_path / "p" if where == "dir" else tmp_path / "f" / "profile.json"
+    code, o, err = run_cli(capsys, "profile", "--ckpt", models / "pair", "--workloads", "mt-bench", "--out", out,
+                           "--samples", "1", "--max-new-tokens", "2", "--max-k", "1")
+    assert_one_error(code, o, err, expected, [])
+    assert "profiling" not in o and sorted(p.name for p in tmp_path.iterdir()) == ["f", "p"]
+
+
+def test_measure_cost_context_beyond_the_model_positions(capsys, models, tmp_path):
+    out = tmp_path / "cost.json"
+    assert_one_error(*run_cli(capsys, "measure-cost", "--target-ckpt", models / "ckpt", "--context", "250",
+                              "--num-tokens", "1,8", "--out", out),
+                     "--context: 250 + 8 new tokens exceed", [out])
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--timeout", "nan"], "--timeout: "),
+    (["--http-port", "0"], "--http-port: "),
+    (["--drain-timeout", "0"], "--drain-timeout: "),
+], ids=["timeout_nan", "port_zero", "drain_zero"])
+def test_serve_bad_flags(capsys, tmp_path, args, expected):
+    assert_one_error(*run_cli(capsys, "serve", tmp_path / "repo", *args), expected, [])
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--blocks", "3"], "--blocks: 3 interleaves speculation with the baseline"),
+    (["--out", "FILE"], "FILE: output path exists and is not a directory"),
+], ids=["blocks", "out_is_a_file"])
+def test_perf_bad_input_before_connecting(capsys, tmp_path, args, expected):
+    (tmp_path / "FILE").write_text("")
+    args = [str(tmp_path / a) if a == "FILE" else a for a in args]
+    code, o, err = run_cli(capsys, "perf", "--workloads", "mt-bench", "--url", "127.0.0.1:9",
+                           "--connect-timeout", "0.1", *(["--out", str(tmp_path / "perf")] if "--out" not in args
+                                                         else []), *args)
+    assert_one_error(code, o, err, expected.replace("FILE", str(tmp_path / "FILE")), [tmp_path / "perf"])
+
+
+def test_overwrite_never_deletes_an_input(capsys, models, tmp_path):
+    out = tmp_path / "X"
+    (out / "ckpt").mkdir(parents=True)
+    (out / "tuning.json").write_text("{}")
+    code, o, err = run_cli(capsys, "triton", "--tuning", out / "tuning.json", "--flavor", "pytorch", "--ckpt",
+                           models / "pair", "--out", out, "--overwrite")
+    assert_one_error(code, o, err, f"--tuning: {out / 'tuning.json'} is or lies inside the output directory", [])
+    assert (out / "tuning.json").is_file()
+    hf = copy_of(models, "hf", tmp_path)
+    code, o, err = run_cli(capsys, "train-draft", "--target", hf, "--out", hf, "--overwrite")
+    assert_one_error(code, o, err, f"--target: {hf} is or lies inside the output directory", [])
+    assert (hf / "model.safetensors").is_file()
+
+
+def test_train_draft_refuses_a_checkpoint_as_target(capsys, models, tmp_path):
+    out = tmp_path / "head"
+    assert_one_error(*run_cli(capsys, "train-draft", "--target", models / "ckpt", "--out", out),
+                     "not a Hugging Face model directory transformers can load", [out])
+
+
+@pytest.mark.parametrize("text,expected", [
+    (b"name: t\ntarget: default\nprofile: {max_k: 2}\nprofile: {max_k: 3}\n",
+     "not valid YAML at line 4 (key 'profile' given twice)"),
+    (b"name: t\ntarget: default\nprofile:\n  max_k: 2\n  max_k: 3\n", "key 'max_k' given twice"),
+    (b"\xff\xfename: t\n", "not valid YAML (not UTF-8 text)"),
+], ids=["section_twice", "key_twice", "not_utf8"])
+def test_recipe_duplicate_keys_and_bytes(capsys, tmp_path, text, expected):
+    (tmp_path / "r.yaml").write_bytes(text)
+    assert_one_error(*run_cli(capsys, "run", tmp_path / "r.yaml", "--out", tmp_path / "o", "--dry-run"),
+                     expected, [tmp_path / "o"])
 
 
 # --- unexpected errors: one line + the traceback's file (exit 1), or the traceback with --debug --

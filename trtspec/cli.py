@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from .checkpoints.options import ConvertOptions as C, EagleOptions as E
+from .checkpoints.options import EAGLE_FLAGS, ConvertOptions as C, EagleOptions as E
 from .checkpoints.default_model import default_cache_root
 from .errors import TrtspecError
 from .fsutil import write_text_atomic
@@ -52,11 +52,15 @@ def convert(
 
     if eagle and draft:
         raise TrtspecError("--eagle and --draft are mutually exclusive")
-    options = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
+    options = from_cli(C, EAGLE_FLAGS, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
         max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
     with flag_context(C), flag_context(E):  # library errors name convert./eagle.FIELD
         run_convert(hf, out, options, eagle_head=eagle, draft_hf=draft)
     typer.echo(f"wrote {out}")
+
+
+GENERATE_PARAMS = {name: "--" + name.replace("_", "-") for name in  # run_generate's arguments -> flags
+                   ("chat", "accept_rule", "max_new_tokens", "draft_len", "eagle_choices")}
 
 
 @app.command()
@@ -111,7 +115,7 @@ def generate(
     options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule,
                        fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers,
                        min_tokens=min_tokens)
-    with flag_context(G, params={"chat": "--chat", "accept_rule": "--accept-rule"}):  # run_generate names its arguments
+    with flag_context(G, params=GENERATE_PARAMS):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                               draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head
                               or resolve_pair(ckpt, None)[1] else None,  # a pair directory drafts too

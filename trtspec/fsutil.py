@@ -48,8 +48,20 @@ def check_output_dir(out: Path, overwrite: bool = False) -> None:
     probe = parent
     while not probe.exists():  # the nearest existing ancestor must be writable
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+    if not probe.is_dir():
+        raise TrtspecError(f"{out}: cannot write here ({probe} is a file, not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
         raise TrtspecError(f"{out}: cannot write here ({probe} is not writable)")
+
+
+def check_inputs_kept(out: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse an output directory that is, or holds, one of `inputs` ({argument name: path}):
+    replacing it (overwrite) would delete that input. Errors name the argument in backticks."""
+    target = Path(out).resolve()
+    for name, path in inputs.items():
+        if path is not None and (target == Path(path).resolve() or target in Path(path).resolve().parents):
+            raise TrtspecError(f"`{name}`: {path} is or lies inside the output directory {out}, which `overwrite` "
+                               "would replace (deleting it); write the output elsewhere")
 
 
 OLD_STYLE_QUIET_S = 3600.0  # an old-style sibling (no PID, no lock) untouched this long is stale
@@ -170,11 +182,21 @@ def atomic_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
         os.close(lock)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file through a temporary sibling and a rename: readers never see half a file."""
+def check_output_file(path: Path) -> None:
+    """Refuse an output file path that is a directory or lies under a file (call it before a long
+    run, so the run does not fail only when it writes)."""
     path = Path(path)
     if path.is_dir():
         raise TrtspecError(f"{path}: is a directory (expected a file path)")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise TrtspecError(f"{path}: cannot write here ({blocker} is a file, not a directory)")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file through a temporary sibling and a rename: readers never see half a file."""
+    path = Path(path)
+    check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, lock = _tmp_sibling(path, _mkstemp_path)
     try:
@@ -204,8 +226,14 @@ def write_json(path: Path, obj: object) -> None:
 def read_json(path: Path, what: str = "JSON file") -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a file given for its folder
         raise TrtspecError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise TrtspecError(f"{path}: is a directory (expected the {what})") from None
+    except OSError as e:
+        raise TrtspecError(f"{path}: cannot read the {what} ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise TrtspecError(f"{path}: not valid JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
         raise TrtspecError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 

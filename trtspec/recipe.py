@@ -352,6 +352,21 @@ def parse_recipe(data: Any, where: str = "recipe") -> Recipe:
         raise explain(e, where) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, but a key given twice in one mapping is an error (YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key: the base class reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_recipe(path: Path) -> Recipe:
     """Read, validate and resolve a recipe file; errors are one line naming the file and field."""
     path = Path(path)
@@ -361,8 +376,10 @@ def load_recipe(path: Path) -> Recipe:
         raise TrtspecError(f"{path}: recipe file not found") from None
     except OSError as e:
         raise TrtspecError(f"{path}: cannot read the recipe ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise TrtspecError(f"{path}: not valid YAML (not UTF-8 text)") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -54,9 +54,6 @@ def read_checkpoint(path: Path) -> TrtllmCheckpoint:
         raise TrtspecError(f"{path}: a ModelOpt unified HF checkpoint ({trtllm.HF_QUANT_CONFIG_FILE}) for the PyTorch "
                            "backend, which TensorRT engines cannot be built from; serve it with trtspec triton "
                            "--flavor llmapi, or quantize with quantization.output_format trtllm for an engine")
-    if "architecture" not in config and config.get("architectures"):
-        raise TrtspecError(f"{cfg_path}: this is a Hugging Face model directory, not a TensorRT-LLM checkpoint "
-                           f"(run 'trtspec convert --hf {path} --out CKPT' first)")
     pp = ConfigFields(config.get("mapping") or {}, cfg_path, "mapping.").int("pp_size", 1)
     if pp != 1 and config.get("architecture") == trtllm.EAGLE_ARCHITECTURE:
         raise TrtspecError(f"{cfg_path}: mapping.pp_size={pp}, but EAGLE engines need pp_size 1 (TRT-LLM asserts "

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..options import StageOptions
+from ..options import StageOptions, flag_of
 from ..upstream.trtllm import EAGLE_DEFAULT_MAX_DRAFT_LEN, EAGLE_DEFAULT_MAX_NON_LEAVES, EAGLE_DEFAULT_NUM_LAYERS
 
 
@@ -33,3 +33,7 @@ class ConvertOptions(StageOptions):
     tp: int = Field(1, ge=1, description="Tensor-parallel size (number of rank files).")
     eagle: EagleOptions = Field(default_factory=EagleOptions, description="EAGLE tree limits.")
     allow_pickle: bool = Field(False, description="Allow a pytorch_model.bin EAGLE head (weights_only=True).")
+
+
+# The CLI flattens `eagle` into its own flags (--max-draft-len, not --eagle.max-draft-len): from_cli's map.
+EAGLE_FLAGS = {f"eagle.{name}": flag_of(name) for name in EagleOptions.model_fields}

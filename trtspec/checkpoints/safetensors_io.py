@@ -150,6 +150,11 @@ class WeightSource:
             return tuple(self.eager[name].shape)
         return self.infos[name].shape
 
+    def dtype(self, name: str) -> torch.dtype:
+        if name in self.eager:
+            return self.eager[name].dtype
+        return self.infos[name].dtype
+
     def get(self, name: str) -> torch.Tensor:
         if name in self.eager:
             return self.eager[name]

@@ -129,7 +129,11 @@ def load_checkpoint(path: Path) -> TrtllmCheckpoint:
     if is_hf_unified(path):
         raise TrtspecError(f"{path}: a ModelOpt unified HF checkpoint ({trtllm.HF_QUANT_CONFIG_FILE}), for the PyTorch "
                            "backend; this needs a TensorRT-LLM checkpoint (quantization.output_format trtllm)")
-    view = checkpoint_from_config(read_json(path / "config.json", "TRT-LLM config.json"), path)
+    config = read_json(path / "config.json", "TRT-LLM config.json")
+    if isinstance(config, dict) and "architecture" not in config and config.get("architectures"):
+        raise TrtspecError(f"{path / 'config.json'}: this is a Hugging Face model directory, not a TensorRT-LLM "
+                           f"checkpoint (run 'trtspec convert --hf {path} --out CKPT' first)")
+    view = checkpoint_from_config(config, path)
     if view.pp != 1:
         raise TrtspecError(f"{path / 'config.json'}: mapping.pp_size must be 1 (pipeline parallel is not supported)")
     ranks = []

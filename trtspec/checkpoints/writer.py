@@ -42,6 +42,7 @@ def validate_sources(plans: list[TensorPlan], sources: dict[str, WeightSource],
                 raise TrtspecError(
                     f"{weights.where}: tensor '{s.name}' has shape {list(got)}, expected {list(s.shape)} "
                     "(from config.json)")
+            check_weight_dtype(weights, s.name)
             used[s.model].add(s.name)
     for model, weights in sources.items():
         allowed = (allowed_unused or {}).get(model, set())
@@ -51,6 +52,15 @@ def validate_sources(plans: list[TensorPlan], sources: dict[str, WeightSource],
             raise TrtspecError(
                 f"{weights.where}: unexpected tensor '{extra[0]}' ({len(extra)} unexpected in all; "
                 "does config.json match the weights?)")
+
+
+def check_weight_dtype(weights: WeightSource, name: str) -> None:
+    """An unquantized HF weight is a float16/bfloat16/float32/float64 tensor: an integer, bool or
+    float8 one (a corrupt file, or an already-quantized export) would be cast into nonsense."""
+    dtype = weights.dtype(name)
+    if dtype not in _WIDE_FLOATS:
+        raise TrtspecError(f"{weights.where}: tensor '{name}' is {str(dtype).removeprefix('torch.')}, expected an "
+                           "unquantized float16, bfloat16 or float32 weight")
 
 
 def materialize(plan: TensorPlan, sources: dict[str, WeightSource], dtype: torch.dtype) -> torch.Tensor:

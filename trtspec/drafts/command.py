@@ -65,7 +65,7 @@ def train_draft_command(
                        loss_on_prompt=loss_on_prompt, epochs=epochs, batch_size=batch_size, lr=lr,
                        eval_every=eval_every, checkpoint_every=checkpoint_every, eval_k=parse_k(eval_k), seed=seed, device=device,
                        threads=threads)
-    with flag_context(D):
+    with flag_context(D, params={"target": "--target", "overwrite": "--overwrite"}):
         summary = train_draft(target, out, options, overwrite=overwrite)
     last = next((h for h in reversed(summary["history"]) if h.get("al")), None)
     al = ", ".join(f"AL({k}) {v:.3f}" for k, v in (last or {}).get("al", {}).items() if v is not None)

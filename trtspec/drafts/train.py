@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, check_output_dir, write_json
+from ..fsutil import atomic_dir, check_inputs_kept, check_output_dir, write_json
 from . import data, head, heldout, report, selfprompt
 from .options import SELF, TrainDraftOptions, device_type
 
@@ -47,13 +47,23 @@ def resolve_device(name: str) -> torch.device:
 def load_target(target: Path, device: torch.device):
     """(tokenizer, model, eos ids) of an HF target directory; float32 on CPU (bf16 matmuls are slow
     there), the checkpoint's dtype on CUDA."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from ..tokenizer import TOKENIZER_MARKERS, load_tokenizer
 
     if not (Path(target) / "config.json").is_file():
         raise TrtspecError(f"{target}: not a Hugging Face model directory (no config.json)")
-    tok = AutoTokenizer.from_pretrained(target)
+    tok = load_tokenizer(target, "the target's")
+    if tok is None:
+        raise TrtspecError(f"{target}: no tokenizer files ({', '.join(TOKENIZER_MARKERS)}); the target answers "
+                           "text prompts")
     dtype = torch.float32 if device.type == "cpu" else "auto"
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).to(device).eval()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype).to(device).eval()
+    except (OSError, ValueError, KeyError) as e:  # a TRT-LLM checkpoint, a foreign config, missing weights
+        why = str(e).split(". ")[0].split("\n")[0]
+        raise TrtspecError(f"{target}: not a Hugging Face model directory transformers can load "
+                           f"({type(e).__name__}: {why})") from None
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     eos |= {tok.eos_token_id} if tok.eos_token_id is not None else set()
@@ -193,6 +203,7 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
     options = options or TrainDraftOptions()
     target, out = Path(target), Path(out)
     check_output_dir(out, overwrite)
+    check_inputs_kept(out, {"target": target})
     if options.threads:
         torch.set_num_threads(options.threads)
     device = resolve_device(options.device)

@@ -26,6 +26,7 @@ import contextlib
 import math
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -35,6 +36,7 @@ from ..options import first_problem
 
 from .. import __version__
 from ..errors import TrtspecError
+from ..fsutil import check_output_dir
 from . import client, load, procs, prompts, sweep
 from .compare import comparisons, load_predictions
 from .parity import word_counts
@@ -63,12 +65,16 @@ def check_options(options: PerfOptions | dict) -> PerfOptions:
         return PerfOptions.model_validate(data)
     except ValidationError as e:
         field, msg = first_problem(e)
+        head, sep, rest = msg.partition(": ")  # a cross-field check names its field first ("blocks: ...")
+        if not field and sep and head in PerfOptions.model_fields:
+            field, msg = head, rest
         raise TrtspecError(f"perf.{field}: {msg}" if field else f"perf: {msg}") from None
 
 
 def run_perf(options: PerfOptions) -> PerfResults:
     """Measure every workload x load point (x speculation on/off with baseline); write --out files."""
     o = check_options(options)
+    check_output_dir(Path(o.out), overwrite=True)  # before the runs: a file there fails only when written
     specs = prompts.parse_workloads(o.workloads)
     workloads = prompts.load_all(specs, o.seed)
     tuning = load_predictions(o.tuning)

@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from ..checkpoints.options import ConvertOptions as C, EagleOptions as E
+from ..checkpoints.options import EAGLE_FLAGS, ConvertOptions as C, EagleOptions as E
 from ..options import default, doc, flag_context, from_cli
 from .command import entries
 from .options import QualityReportOptions as R, QuantizeStage as Q
@@ -71,7 +71,7 @@ def quantize_command(
                        output_format=output_format, device=device,
                        report=dict(workloads=rep, samples=report_samples, max_new_tokens=report_max_new_tokens)
                        if report else False)
-    conv = from_cli(C, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
+    conv = from_cli(C, EAGLE_FLAGS, dtype=dtype, tp=tp, allow_pickle=allow_pickle, eagle=dict(
         max_draft_len=max_draft_len, num_eagle_layers=num_eagle_layers, max_non_leaves=max_non_leaves))
     with flag_context(C), flag_context(E), flag_context(Q, FLAGS):  # library errors name convert./quantization.FIELD
         quantize(hf, out, options, conv, eagle_head=eagle, draft_hf=draft)

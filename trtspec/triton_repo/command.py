@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ..errors import TrtspecError
-from ..options import default, doc, flag_context
+from ..options import default, doc, flag_context, from_cli
 from .flavors import is_pytorch
 from .options import ServeOptions as S, TritonOptions as T
 
@@ -22,7 +22,8 @@ PORT_FLAGS = {"ports": "--http-port/--grpc-port/--metrics-port", "ports.http": "
               "ports.grpc": "--grpc-port", "ports.metrics": "--metrics-port", "start_timeout_s": "--timeout",
               "drain_timeout_s": "--drain-timeout", "model_control": "--model-control"}
 REPO_PARAMS = {"engines": "--engines", "draft_engines": "--draft-engines", "ckpt": "--ckpt",
-               "draft_ckpt": "--draft-ckpt", "tokenizer": "--tokenizer"}
+               "draft_ckpt": "--draft-ckpt", "tokenizer": "--tokenizer", "tuning": "--tuning",
+               "overwrite": "--overwrite"}
 
 
 def triton_command(
@@ -102,15 +103,18 @@ def serve_command(
     from . import container as c
     from . import serve as s
 
+    ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+    opts = from_cli(S, PORT_FLAGS, ports=ports, start_timeout_s=timeout, drain_timeout_s=drain_timeout,
+                    model_control=model_control)
     repo = Path(repo).expanduser().resolve()
     if not repo.is_dir():
         raise TrtspecError(f"{repo}: repository directory not found")
     manifest = s.read_manifest(repo)
-    ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
     if is_pytorch(manifest.get("flavor")):
         try:
             with flag_context(S, PORT_FLAGS):
-                code = s.serve_cpu(repo, ports, timeout, log_file, typer.echo, drain_timeout, model_control)
+                code = s.serve_cpu(repo, ports, opts.start_timeout_s, log_file, typer.echo, opts.drain_timeout_s,
+                                   opts.model_control)
         except s.ServerStartError as e:
             if e.log_tail:
                 typer.echo("--- tritonserver log (last lines) ---\n" + e.log_tail + "\n---", err=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, sha256_file
+from ..fsutil import atomic_dir, check_inputs_kept, sha256_file
 from ..tuning.tuning_schema import load_tuning
 from . import contracts as c, llmapi, render as r
 from .configs import render as render_config
@@ -114,6 +114,9 @@ def _check_options(req: RepoRequest) -> None:
 
 def make_repository(req: RepoRequest) -> RepoResult:
     _check_options(req)
+    check_inputs_kept(req.out, {"tuning": req.tuning, "engines": req.engines, "draft_engines": req.draft_engines,
+                                "ckpt": req.ckpt, "draft_ckpt": req.draft_ckpt, "tokenizer": req.tokenizer,
+                                **{f"draft_heads.{k}": v for k, v in (req.draft_heads or {}).items()}})
     tuning_path = Path(req.tuning).expanduser().resolve()
     tuning = load_tuning(tuning_path)
     check_tuning(tuning, str(tuning_path))

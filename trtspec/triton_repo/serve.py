@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TrtspecError
+from ..fsutil import check_output_file
 from .contracts import GENERATE
 from .flavors import is_pytorch
 from .models.serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE
@@ -184,6 +185,7 @@ class CpuServer:
             raise TrtspecError(f"{self.repo}: a {manifest.get('flavor')} repository; only the pytorch (cpu) flavor runs "
                                "on the bundled tritonserver (the others print their container command)")
         check_ports(self.ports)
+        check_output_file(self.log_file)
         self.bundle = find_bundle()
         self.workdir = Path(tempfile.mkdtemp(prefix="trtspec-triton-"))
         backend = self.workdir / "backends" / "python"

@@ -18,7 +18,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import TrtspecError
-from ..fsutil import atomic_dir, write_text_atomic
+from ..fsutil import atomic_dir, check_output_file, write_text_atomic
 from ..options import default, doc, flag_context, from_cli
 from ..runtime.command import COMPILE_LAYERS, DEVICE, DTYPE, FP8_GEMM
 from .options import MeasureConfig, TuneOptions
@@ -124,6 +124,7 @@ def measure_cost_command(
     """Time the PyTorch runtime's forwards on this machine into a cost table for `trtspec tune --cost FILE`."""
     from .measure import measure_runtime
 
+    check_output_file(out)  # before the timing runs, not after them
     cfg = from_cli(M, batches=parse_ints(batches, "--batches"), num_tokens=parse_ints(num_tokens, "--num-tokens"),
                    context=context, repeats=repeats, device=device, dtype=dtype, compile_layers=compile_layers,
                    fp8_gemm=fp8_gemm)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoints.trtllm_ckpt import load_checkpoint
+from ..errors import TrtspecError
 from ..runtime.device import compute_dtype, describe, resolve, synchronize
 from ..runtime.eagle_net import EagleNet
 from ..runtime.model import Decoder
@@ -73,6 +74,15 @@ def _eagle_rows(net, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
     return rows
 
 
+def _check_positions(ckpt, cfg: MeasureConfig, path: Path) -> None:
+    """The timed KV length (context + the most new tokens) must fit the model's positions."""
+    need, have = cfg.context + max(cfg.num_tokens), ckpt.spec.max_position_embeddings
+    if need > have:
+        raise TrtspecError(f"measure_cost.context: {cfg.context} + {max(cfg.num_tokens)} new tokens exceed "
+                           f"{path}'s max_position_embeddings={have}; lower measure_cost.context or "
+                           "measure_cost.num_tokens")
+
+
 def _decoder(ckpt, dtype: torch.dtype, devices: list[torch.device], cfg: MeasureConfig) -> Decoder:
     model = Decoder(ckpt, dtype, device=devices)
     set_fp8_gemm([lin for w in model.layers for lin in w.linears()], cfg.fp8_gemm)  # timed as it would be served
@@ -104,11 +114,14 @@ def measure_runtime(target_ckpt: Path, draft_ckpt: Path | None = None, cfg: Meas
     gpu = gpu or preset_for(devices)
     dtype = compute_dtype(cfg.dtype, devices, "measure_cost.dtype")
     c = load_checkpoint(Path(target_ckpt))
+    d = load_checkpoint(Path(draft_ckpt)) if draft_ckpt is not None else None
+    for ckpt, path in ((c, target_ckpt), (d, draft_ckpt)):
+        if ckpt is not None:
+            _check_positions(ckpt, cfg, path)
     target = _decoder(c, dtype, devices, cfg)
     rows = _decoder_rows(target, "target", cfg, g)
-    if draft_ckpt is not None:
-        rows += _decoder_rows(_decoder(load_checkpoint(Path(draft_ckpt)), dtype, devices, cfg),
-                              "draft", cfg, g)
+    if d is not None:
+        rows += _decoder_rows(_decoder(d, dtype, devices, cfg), "draft", cfg, g)
     if c.is_eagle:
         net = EagleNet(c, dtype, target.output_device)
         set_fp8_gemm(net.linears(), cfg.fp8_gemm)

@@ -46,10 +46,11 @@ def profile_command(
     out: Path = typer.Option(..., "--out", help="profile.json to write."),
 ):
     """Measure per-workload acceptance once; every K or EAGLE tree is derived from it later."""
-    from ..fsutil import write_text_atomic
+    from ..fsutil import check_output_file, write_text_atomic
     from ..workloads import parse_workload_specs
     from .schema import dump_json
 
+    check_output_file(out)  # before the profiling runs, not after them
     options = from_cli(P, max_k=max_k, samples=samples, max_new_tokens=max_new_tokens, tree_top_k=tree_top_k,
                        seed=seed, categories=categories.split(",") if categories is not None else None,
                        temperature=temperature, top_k=top_k, top_p=top_p, sampling_seed=sampling_seed,
