@@ -273,6 +273,15 @@ def llama_ckpt(d: Path, dtype: str = "float32") -> Path:
     return convert_hf(d / "hf", d / "ckpt", dtype=dtype)
 
 
+def near_bigram_llama(out: Path, scale: float = 0.1) -> Path:
+    """A random Llama (one KV head) whose layers write only `scale` of their output (scale_layer_outputs),
+    with the tiny tokenizer, saved in `out`: the target the pipeline tests run recipes on."""
+    model = make_hf_model("llama", out, num_key_value_heads=1)
+    scale_layer_outputs(model, scale).save_pretrained(out)
+    save_tiny_tokenizer(out)
+    return out
+
+
 def tiny_draft_target(root: Path, prompts: int = 20, chat_template: str | None = None,
                       low: int = 3) -> tuple[Path, Path]:
     """A near-bigram random Llama (a head can learn it quickly) with its tokenizer (and `chat_template`,

@@ -17,7 +17,7 @@ from .checkpoints.options import EAGLE_FLAGS, ConvertOptions as C, EagleOptions 
 from .checkpoints.default_model import default_cache_root
 from .errors import TrtspecError
 from .fsutil import write_text_atomic
-from .options import default, doc, flag_context, from_cli
+from .options import default, doc, flag_context, flag_of, from_cli
 from .runtime.command import COMPILE_LAYERS, DEVICE, DTYPE, FP8_GEMM
 from .runtime.options import GenerateOptions as G
 
@@ -59,7 +59,7 @@ def convert(
     typer.echo(f"wrote {out}")
 
 
-GENERATE_PARAMS = {name: "--" + name.replace("_", "-") for name in  # run_generate's arguments -> flags
+GENERATE_PARAMS = {name: flag_of(name) for name in  # run_generate's arguments -> flags
                    ("chat", "accept_rule", "max_new_tokens", "draft_len", "eagle_choices")}
 
 

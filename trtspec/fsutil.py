@@ -223,9 +223,11 @@ def write_json(path: Path, obj: object) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
-def read_json(path: Path, what: str = "JSON file") -> dict:
+def read_text(path: Path, what: str, syntax: str = "text") -> str:
+    """A UTF-8 input file's text; every way reading it fails is one line naming the path (`what` the
+    file is, `syntax` what it should parse as)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return Path(path).read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a file given for its folder
         raise TrtspecError(f"{path}: {what} not found") from None
     except IsADirectoryError:
@@ -233,7 +235,13 @@ def read_json(path: Path, what: str = "JSON file") -> dict:
     except OSError as e:
         raise TrtspecError(f"{path}: cannot read the {what} ({e.strerror})") from None
     except UnicodeDecodeError:
-        raise TrtspecError(f"{path}: not valid JSON (not UTF-8 text)") from None
+        raise TrtspecError(f"{path}: not valid {syntax} (not UTF-8 text)") from None
+
+
+def read_json(path: Path, what: str = "JSON file") -> dict:
+    text = read_text(path, what, "JSON")
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise TrtspecError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 

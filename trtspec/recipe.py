@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .builders.options import BuildOptions
 from .checkpoints.options import ConvertOptions
 from .drafts.options import TrainDraftStage
+from .fsutil import read_text
 from .errors import TrtspecError
 from .options import field_path, first_problem
 from .perf.options import PerfSettings
@@ -370,14 +371,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_recipe(path: Path) -> Recipe:
     """Read, validate and resolve a recipe file; errors are one line naming the file and field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TrtspecError(f"{path}: recipe file not found") from None
-    except OSError as e:
-        raise TrtspecError(f"{path}: cannot read the recipe ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise TrtspecError(f"{path}: not valid YAML (not UTF-8 text)") from None
+    text = read_text(path, "recipe file", "YAML")
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:

@@ -19,7 +19,7 @@ import yaml
 
 from cli_helpers import run_cli
 from fake_trtllm_build import install_fake
-from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
+from tiny_models import near_bigram_llama
 from trtspec.errors import TrtspecError
 from trtspec.pipeline.runner import ORDER, run_recipe
 from trtspec.recipe import load_recipe, parse_recipe
@@ -36,9 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def tiny(tmp_path_factory):
     """An HF target with the tiny tokenizer and a prompt file; returns the directory."""
     d = tmp_path_factory.mktemp("recipe")
-    model = make_hf_model("llama", d / "hf", num_key_value_heads=1)
-    scale_layer_outputs(model, 0.1).save_pretrained(d / "hf")
-    save_tiny_tokenizer(d / "hf")
+    near_bigram_llama(d / "hf")
     (d / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     return d
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tiny_models import make_hf_model, save_tiny_tokenizer, scale_layer_outputs
+from tiny_models import near_bigram_llama
 from trtspec.pipeline.runner import STAGES, Runner, run_recipe
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -26,9 +26,7 @@ PROMPTS = ["t5 t17 t300 t42 t9", "t9 t8 t7 t100", "t100 t200 t301", "t11 t12 t13
 def tiny(tmp_path_factory):
     """A 2-layer HF target (its 1-layer and 2-layer derived drafts accept differently) and two workloads."""
     d = tmp_path_factory.mktemp("staleness")
-    model = make_hf_model("llama", d / "hf", num_key_value_heads=1)
-    scale_layer_outputs(model, 0.1).save_pretrained(d / "hf")
-    save_tiny_tokenizer(d / "hf")
+    near_bigram_llama(d / "hf")
     for name in ("a", "b"):
         (d / f"{name}.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     return d
