@@ -123,7 +123,7 @@ def test_eos_from_generation_config(d, greedy, tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(ckpt="plain", eagle_choices=[[0]]), "eagle_choices apply to EAGLE checkpoints only"),
     (dict(ckpt="bare", prompt="t5 t6"), "no tokenizer files"),
-    (dict(ckpt="plain", draft_len=3), "draft_len needs a draft checkpoint"),
+    (dict(ckpt="plain", draft_len=3), "draft_len: needs a draft checkpoint"),
     (dict(ckpt="eagle", eagle_choices=[[0], [0, 0], [0, 0, 0]]), "depth 3 exceeds num_eagle_layers=2"),
     (dict(ckpt="eagle"), "pass eagle_choices"),  # the 63-node default does not fit max_draft_len=8
     (dict(ckpt="plain", prompt_ids=[1, 1001]), "token id 1001"),
@@ -136,6 +136,16 @@ def test_run_generate_errors(d, kwargs, message):
         kwargs["prompt_ids"] = PROMPT
     with pytest.raises(TrtspecError, match=message):
         run_generate(ckpt, max_new_tokens=4, **kwargs)
+
+
+@pytest.mark.parametrize("ckpt", ["plain", "eagle"])
+def test_cli_draft_len_without_a_draft_is_refused(d, capsys, ckpt):
+    """--draft-len on a checkpoint that does not draft it (plain, EAGLE-1 tree) is an error naming
+    the flag, not a flag silently ignored."""
+    code, out, err = run_cli(capsys, "generate", "--ckpt", d / ckpt, "--prompt-ids", json.dumps(PROMPT),
+                             "--draft-len", "3", "--eagle-choices", "[[0]]")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--draft-len" in err and "needs a draft checkpoint" in err
 
 
 def test_cli_error_is_one_line(d, capsys):

@@ -71,7 +71,7 @@ def generate(
     eagle3_head: Optional[Path] = typer.Option(None, "--eagle3-head",
                                                help="EAGLE-3 head directory (SafeAILab or ModelOpt layout); "
                                                     "drafts --draft-len tokens per step."),
-    draft_len: int = typer.Option(default(G, "draft_len"), "--draft-len", help=doc(G, "draft_len")),
+    draft_len: Optional[int] = typer.Option(default(G, "draft_len"), "--draft-len", help=doc(G, "draft_len")),
     eagle_choices: Optional[str] = typer.Option(default(G, "eagle_choices"), "--eagle-choices",
                                                 help=doc(G, "eagle_choices") + " As JSON."),
     eagle_dynamic_top_k: Optional[int] = typer.Option(default(G, "eagle_dynamic_top_k"), "--eagle-dynamic-top-k",
@@ -95,7 +95,7 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Decode with the PyTorch runtime: greedy, draft-target, or EAGLE tree (static or dynamic)."""
-    from .runtime.generate import resolve_pair, run_generate
+    from .runtime.generate import run_generate
 
     if (prompt is None) == (prompt_ids is None):
         raise TrtspecError("give exactly one of --prompt or --prompt-ids")
@@ -117,9 +117,7 @@ def generate(
                        min_tokens=min_tokens)
     with flag_context(G, params=GENERATE_PARAMS):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
-                              draft_ckpt=draft_ckpt, draft_len=draft_len if draft_ckpt or eagle3_head
-                              or resolve_pair(ckpt, None)[1] else None,  # a pair directory drafts too
-                              eagle3_head=eagle3_head,
+                              draft_ckpt=draft_ckpt, draft_len=draft_len, eagle3_head=eagle3_head,
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
                               batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule,
                               fp8_gemm=options.fp8_gemm, device=options.device, dtype=options.dtype,

@@ -278,7 +278,7 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
     if chat and prompt is None:
         raise TrtspecError("chat formatting needs a text prompt")
     if draft_len is not None and draft_ckpt is None and eagle3_head is None and not resolve_pair(Path(ckpt), None)[1]:
-        raise TrtspecError("draft_len needs a draft checkpoint or an EAGLE-3 head")
+        raise TrtspecError("draft_len: needs a draft checkpoint or an EAGLE-3 head (nothing else drafts K tokens)")
     devices = resolve_device(device, "generate.device")
     models = load_models(Path(ckpt), draft_ckpt, compute_dtype(dtype, devices, "generate.dtype"),
                          eagle3_head=eagle3_head, device=devices, fp8_gemm=fp8_gemm)

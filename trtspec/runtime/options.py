@@ -57,7 +57,8 @@ class GenerateOptions(Sampling, RuntimeDevice):
                                        "lossless), rejection_sampling (draft-target; the draft samples), "
                                        "exact_match_resample or typical_acceptance (TensorRT-LLM engine rules, "
                                        "lossy).")
-    draft_len: int = Field(4, ge=1, description="Draft tokens per step (draft-target).")
+    draft_len: Optional[int] = Field(None, ge=1, description="Draft tokens per step (draft-target, EAGLE-3 head); "
+                                     "unset: 4. Refused without a draft, where it would be ignored.")
     eagle_choices: Optional[list[list[int]]] = Field(None, description="EAGLE tree, e.g. [[0],[1],[0,0]].")
     eagle_dynamic_top_k: Optional[int] = Field(None, description="EAGLE-2 dynamic tree with this top-k (instead of "
                                                                  "eagle_choices).")
