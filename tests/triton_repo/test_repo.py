@@ -498,6 +498,27 @@ def test_llmapi_repository(w):
              draft_ckpt=head)
 
 
+def test_eagle_band_picks_the_llmapi_band_and_is_refused_where_every_band_is_served(w):
+    """The llmapi flavor serves one band (an LLM instance per setting): triton.eagle_band picks it,
+    as for EAGLE engines. Draft-target on trtllm routes every band by load, so the option would be
+    ignored there: refused by field."""
+    target = _hf(w["root"] / "hf_band_t", {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"})
+    head = _hf(w["root"] / "hf_band_h", {"architectures": ["LlamaForCausalLMEagle3"], "torch_dtype": "bfloat16",
+                                         "eagle_config": {"use_aux_hidden_state": True}})
+    tuning = tuning_file(w["root"] / "tband" / "tuning.json", "eagle3", {"chat": [2, 6], "code": [5, 0]})
+    for band, expected in ((None, {"chat": 2, "code": 5}), (4, {"chat": 6, "code": 0})):
+        repo = make(w, f"llmapi_band{band}", tuning=tuning, flavor="llmapi", ckpt=target, draft_ckpt=head,
+                    eagle_band=band)
+        routing = json.loads(params(parse_file(repo / "generate" / "config.pbtxt"))["routing"])
+        assert routing["band"] == (band or 1)
+        assert {n: e["num_draft_tokens"] for n, e in routing["workloads"].items()} == expected
+    with pytest.raises(TrtspecError, match=r"^triton\.eagle_band: 2 is not a tuned concurrency band \(1, 4\)$"):
+        make(w, "llmapi_band2", tuning=tuning, flavor="llmapi", ckpt=target, draft_ckpt=head, eagle_band=2)
+    with pytest.raises(TrtspecError, match=r"^triton\.eagle_band: a draft-target repository on the trtllm flavor "
+                                           "serves every tuned band"):
+        make(w, "trt_dt_band", tuning=w["dt_tuning"], flavor="trtllm", engines=w["dt_build"], eagle_band=4)
+
+
 def test_llmapi_mistral_attends_over_its_sliding_window(w):
     """KvCacheConfig's default window is the whole max_seq_len (upstream.trtllm): a Mistral target
     with a window gets it in every model.yaml, beside the KV share of several instances."""

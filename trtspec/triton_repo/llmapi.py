@@ -4,8 +4,8 @@ served speculative setting.
 `max_draft_len` and the drafter are per-model LLM() arguments (`speculative_config` in model.yaml),
 so each distinct setting the tuning chose is its own model, a whole LLM instance: for a draft model
 or an EAGLE-3 head `tensorrt_llm_k<K>`, for n-gram drafting `tensorrt_llm_k<K>_n<n>`
-(ngram_serving.py), `tensorrt_llm_k0` without speculation. One band is served, the smallest (as for
-EAGLE engines; each model is an instance, so serving every band would multiply them); `generate`
+(ngram_serving.py), `tensorrt_llm_k0` without speculation. One band is served, triton.eagle_band or
+the smallest (as for EAGLE engines; each model is an instance, so serving every band would multiply them); `generate`
 routes each workload to its model. With the drafter choice (tuning/choose.py) a workload's route
 says which drafter it got: a route with `max_matching_ngram_size` drafts n-grams.
 """
@@ -27,19 +27,22 @@ from . import contracts as c
 from . import ngram_serving
 from . import render as r
 from .deploy import Artifact, attention_window, eagle3_capture
-from .routing import draft_target_routes
+from .routing import draft_target_routes, served_band
 
 Spec = tuple[str, dict | None, str]  # (model name, speculative_config or None, what it serves)
 
 
-def routing(routes: dict) -> dict:
+def routing(routes: dict, band: int | None = None) -> dict:
     """generate's llmapi routing from the flavor-free chain routes (routing.py): per workload the
-    model of its smallest band's setting. (EAGLE-1 tree tunings are refused for this flavor:
-    make_repository, upstream.trtllm.PYTORCH_SPEC_MODES.)"""
+    model of its setting at the served band (routing.served_band; None: the smallest). (EAGLE-1
+    tree tunings are refused for this flavor: make_repository, upstream.trtllm.PYTORCH_SPEC_MODES.)"""
+    band = routes["default"]["bands"][0]["concurrency"] if band is None else band  # bands sorted: the smallest
+
     def entry(bands):
-        k = bands[0]["num_draft_tokens"]  # the smallest band's K (llmapi serves one K per model)
-        n = bands[0].get("max_matching_ngram_size")  # n-gram: and its matching size
-        h = bands[0].get("draft_head")  # another EAGLE-3 head: a model of its own per K (heads.py)
+        b = next(b for b in bands if b["concurrency"] == band)  # llmapi serves one K per model
+        k = b["num_draft_tokens"]
+        n = b.get("max_matching_ngram_size")  # n-gram: and its matching size
+        h = b.get("draft_head")  # another EAGLE-3 head: a model of its own per K (heads.py)
         name = ngram_serving.model_name(k, n) + (f"_{c.sanitize(h)}" if h else "")
         return {"model": name, "num_draft_tokens": k, **({"max_matching_ngram_size": n} if n is not None else {}),
                 **({"draft_head": h} if h else {})}
@@ -53,16 +56,21 @@ def routing(routes: dict) -> dict:
         default = {"source": f"the most routed served setting ({routes['default']['source']} was "
                              f"{default['model']}, not served)", **common}
     _check_names([*table.values(), default])
-    band = routes["default"]["bands"][0]["concurrency"]
     # band: the one served (generate names it in each request's route label, which perf reads)
     return {"mode": "llmapi", "band": band, "workloads": table, "default": default, "models": []}
 
 
-def choice_warning(tuning) -> str | None:
+def choice_warning(tuning, band: int | None = None) -> str | None:
     """A drafter choice made for shared instances counted every band and one target, so its `served`
     and memory are not this flavor's (the smallest band, one instance per setting: choose.py's
-    separate instances). Said, not refused: the routes still draft only with what it served."""
-    if tuning.choice is None or tuning.choice.separate_instances:
+    separate instances); nor are they at another band (triton.eagle_band). Said, not refused: the
+    routes still draft only with what it served."""
+    if tuning.choice is None:
+        return None
+    if band not in (None, min(tuning.concurrency_bands)):
+        return (f"triton.eagle_band {band}: the drafter choice scored and counted memory at the smallest band "
+                f"({min(tuning.concurrency_bands)}); band {band}'s settings may need more instances than it counted")
+    if tuning.choice.separate_instances:
         return None
     return ("tuning.json's drafter choice counted shared instances (tune.separate_instances false): its served "
             "drafters and memory cover every band and one target, but the llmapi flavor serves the smallest band "
@@ -81,12 +89,12 @@ def _check_names(entries: list[dict]) -> None:
 
 
 def specs(tuning, arts: list[Artifact], default_workload: str | None,
-          heads: dict[str, Artifact] | None = None) -> tuple[dict, list[Spec]]:
-    """(routing, one Spec per served model) of a chain tuning. heads: the other EAGLE-3 heads routes
-    name (triton_repo/heads.py)."""
+          heads: dict[str, Artifact] | None = None, band: int | None = None) -> tuple[dict, list[Spec]]:
+    """(routing, one Spec per served model) of a chain tuning at `band` (triton.eagle_band; default
+    the smallest). heads: the other EAGLE-3 heads routes name (triton_repo/heads.py)."""
     target, draft = arts[0], (arts[1] if len(arts) > 1 else None)
     eagle3 = tuning.mode == "eagle3"  # deploy.resolve_hf made the draft an EAGLE-3 head then, and only then
-    table = routing(draft_target_routes(tuning, default_workload))  # one K (and n-gram size) per workload x band
+    table = routing(draft_target_routes(tuning, default_workload), served_band(tuning, band))
     served = {e["model"]: e for e in [*table["workloads"].values(), table["default"]]}
     out = []
     for name, e in sorted(served.items()):

@@ -23,8 +23,9 @@ class TritonOptions(StageOptions):
                                                             "engine's, 8 on cpu).")
     instances: int = Field(1, description="Instances of preprocessing / postprocessing.")
     gpu: str = Field("h100", description="trtllm and llmapi: h100 | h200, for the KV-cache split and memory table.")
-    eagle_band: Optional[int] = Field(None, description="EAGLE: the concurrency band whose profiles are served "
-                                                        "(default: the smallest).")
+    eagle_band: Optional[int] = Field(None, description="The one concurrency band served by EAGLE tree repositories "
+                                                        "and by the llmapi flavor (default: the smallest); the "
+                                                        "others route every band by load and refuse it.")
     default_workload: Optional[str] = Field(None, description="Route unknown/missing workloads like this one "
                                                               "(default: computed).")
     device: str = Field("cpu", description="pytorch flavor: where its models run the runtime: cpu, cuda or cuda:N "

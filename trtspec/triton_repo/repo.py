@@ -196,6 +196,9 @@ class _Builder:
         for f in files:
             f.files = _python_files(f.kind)
         llm_names: list[str] = []
+        if self.mode in CHAIN_MODES and req.eagle_band is not None:  # generate routes every band by load
+            raise TrtspecError(f"triton.eagle_band: a {self.mode} repository on the {self.flavor} flavor serves "
+                               "every tuned band (each request routed by the load); leave it unset")
         if self.mode in ("draft-target", "eagle3") and not self.ngram_only:  # eagle3: cpu flavor (trtllm refused)
             routing = draft_target_routes(self.tuning, req.default_workload)
             max_k = check_draft_lengths(routing, self.flavor, self.arts, self.tuning_path)
@@ -342,10 +345,10 @@ class _Builder:
                                  "(triton.max_batch_size)")
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
-        routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads)
+        routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads, self.req.eagle_band)
         share, warning = llmapi.kv_share(len(specs), llmapi.weight_bytes(specs, self.arts[0]),
                                          GPU_MEMORY_MIB[self.req.gpu] * 2**20)
-        self.warnings += [w for w in (warning, llmapi.choice_warning(self.tuning)) if w]
+        self.warnings += [w for w in (warning, llmapi.choice_warning(self.tuning, self.req.eagle_band)) if w]
         files = llmapi.models(self.arts[0], specs, share)
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:  # generate flags sampled requests to these (sampling_fallback)

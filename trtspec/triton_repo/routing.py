@@ -170,14 +170,22 @@ def _best_shared(tuning, concurrency: int) -> SharedSetting:
     return SharedSetting(*best)
 
 
-def eagle_routes(tuning, band: int | None = None, default_workload: str | None = None,
-                 num_eagle_layers: int | None = None) -> dict:
-    """Routes plus the served profiles (one tensorrt_llm_<profile> model each) at one band."""
-    _check_default(tuning, default_workload)
+def served_band(tuning, band: int | None) -> int:
+    """The one concurrency band served where a repository cannot route by load: EAGLE engines (a
+    model per tree profile) and the llmapi flavor (an LLM instance per setting); serving every band
+    would multiply those models. triton.eagle_band picks it; default the smallest."""
     bands = sorted(tuning.concurrency_bands)
     band = bands[0] if band is None else band
     if band not in bands:
         raise TrtspecError(f"triton.eagle_band: {band} is not a tuned concurrency band ({', '.join(map(str, bands))})")
+    return band
+
+
+def eagle_routes(tuning, band: int | None = None, default_workload: str | None = None,
+                 num_eagle_layers: int | None = None) -> dict:
+    """Routes plus the served profiles (one tensorrt_llm_<profile> model each) at one band."""
+    _check_default(tuning, default_workload)
+    band = served_band(tuning, band)
     depth = num_eagle_layers or (tuning.eagle.num_eagle_layers if tuning.eagle else None)
     profiles = [p for p in tuning.profiles or [] if p.concurrency == band]
     models, by_profile = [], {}
@@ -206,7 +214,7 @@ def eagle_routes(tuning, band: int | None = None, default_workload: str | None =
         best = max(models, key=lambda e: (weight[e["model"]], -e["mean_throughput_loss"], e["model"]))
         default = {"source": "computed (the profile serving the most profiled tokens)", "model": best["model"],
                    "profile": best["profile"], "num_draft_tokens": best["num_draft_tokens"]}
-    return {"mode": "eagle", "band": band, "bands": bands, "workloads": table, "default": default, "models": models}
+    return {"mode": "eagle", "band": band, "bands": sorted(tuning.concurrency_bands), "workloads": table, "default": default, "models": models}
 
 
 def tree_problems(choices: list[list[int]], max_draft_len: int, num_eagle_layers: int | None,
