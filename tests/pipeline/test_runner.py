@@ -179,6 +179,8 @@ def test_pipeline_runs_skips_reruns_downstream_and_forces(tiny, tmp_path, fake_b
 
     again = run_recipe(recipe, out, until="tune")
     assert set(statuses(again).values()) <= {"skipped", "n/a"}
+    listed = [o for r in again.rows if r.output for o in r.output.split(", ")]  # what a skipped stage shows
+    assert listed and all((out / o).exists() for o in listed), listed  # is there (not merely declared)
     assert json.loads((out / "run-manifest.json").read_text())["stages"]["tune"] == manifest["stages"]["tune"]
 
     write_recipe(tiny, workloads=workloads, tune={"cost": "h100", "concurrency_bands": [1, 2, 8]})  # tune only

@@ -280,9 +280,10 @@ class Runner:
             return Row(stage.name, "n/a", note=reason)
         if self.dry_run:
             return Row(stage.name, decision, output=_short(outputs, self.ctx.paths.out), note=reason)
-        if decision == "skip":
-            return Row(stage.name, "skipped", output=_short(outputs, self.ctx.paths.out),
-                       note=self.manifest.get(stage.name).get("note", ""))
+        if decision == "skip":  # what its run wrote (recorded), not all it may write
+            entry = self.manifest.get(stage.name)
+            return Row(stage.name, "skipped", output=_short(entry.get("outputs", []), self.ctx.paths.out),
+                       note=entry.get("note", ""))
         return self._execute(stage, h, reason)
 
     def _execute(self, stage: st.Stage, h: str | None, reason: str) -> Row:
