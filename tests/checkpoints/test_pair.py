@@ -57,3 +57,25 @@ def test_pair_without_tokenizer_is_refused(tmp_path, capsys):
     code, _, err = run_cli(capsys, "convert", "--hf", tmp_path / "target", "--draft", tmp_path / "draft",
                            "--out", tmp_path / "pair")
     assert code == 2 and "no tokenizer files" in err
+
+
+def test_tokenizer_ids_beyond_vocab_are_refused_despite_holes(tmp_path, capsys):
+    """A tokenizer whose ids have holes (here 0..1000 and 1500) emits ids up to its highest one,
+    not up to its token count: vocab_size 1001 leaves id 1500 without an embedding row."""
+    make_hf_model("llama", tmp_path / "target")
+    make_hf_model("llama", tmp_path / "draft", seed=3, num_hidden_layers=1)
+    for role in ("target", "draft"):
+        save_tiny_tokenizer(tmp_path / role, 1001, rename={1500: "late"})
+    code, _, err = run_cli(capsys, "convert", "--hf", tmp_path / "target", "--draft", tmp_path / "draft",
+                           "--out", tmp_path / "pair")
+    assert code == 2 and "target vocab_size=1001" in err and "highest id is 1500" in err
+    assert not (tmp_path / "pair").exists()
+
+
+def test_non_integer_vocab_size_is_named(tmp_path, capsys):
+    make_pair(tmp_path)
+    cfg = json.loads((tmp_path / "draft" / "config.json").read_text())
+    (tmp_path / "draft" / "config.json").write_text(json.dumps({**cfg, "vocab_size": "1001"}))
+    code, _, err = run_cli(capsys, "convert", "--hf", tmp_path / "target", "--draft", tmp_path / "draft",
+                           "--out", tmp_path / "pair")
+    assert code == 2 and "vocab_size: expected" in err and "'1001'" in err

@@ -54,3 +54,33 @@ def test_damage_is_named(tmp_path, damage, needle):
     with pytest.raises(TrtspecError, match="rank0.safetensors") as e:
         validate_checkpoint(tmp_path / "ckpt")
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("mapping", [{"tp_size": 2}, {"world_size": 4, "tp_size": 2, "pp_size": 1}])
+def test_world_size_must_be_tp_times_pp(tmp_path, mapping):
+    """TRT-LLM's Mapping(**mapping) raises unless world_size (default 1) == tp * pp * cp; trtllm-build
+    would fail on this config.json, so the self-check names the field first."""
+    import json
+
+    make_hf_model("llama", tmp_path / "hf")
+    convert_hf(tmp_path / "hf", tmp_path / "ckpt", dtype="float16", tp=2)
+    cfg_file = tmp_path / "ckpt" / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), "mapping": mapping}))
+    with pytest.raises(TrtspecError, match=r"config\.json: mapping\.world_size: expected tp_size \* pp_size \* cp_size = 2"):
+        validate_checkpoint(tmp_path / "ckpt")
+
+
+def test_eagle_net_quantization_alone_is_refused(tmp_path):
+    """The EAGLE nets' attention takes its quant mode from eagle_net_config.quantization while the
+    root quantize() (and the tensors) follow the top-level block: a net-only FP8 KV cache is a mismatch."""
+    import json
+
+    make_hf_model("llama", tmp_path / "hf")
+    make_eagle_head(tmp_path / "hf", tmp_path / "head", num_layers=1)
+    convert_eagle(tmp_path / "hf", tmp_path / "head", tmp_path / "ckpt", dtype="float16", num_eagle_layers=1)
+    cfg_file = tmp_path / "ckpt" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["eagle_net_config"]["quantization"] = {"quant_algo": None, "kv_cache_quant_algo": "FP8"}
+    cfg_file.write_text(json.dumps(cfg))
+    with pytest.raises(TrtspecError, match="eagle_net_config.quantization .* differs from the top-level"):
+        validate_checkpoint(tmp_path / "ckpt")

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json
 from ..tokenizer import load_tokenizer
+from .config_fields import ConfigFields
 from .convert import prepare_decoder, write_decoder
 from .writer import source_record, write_manifest
 
@@ -28,7 +29,8 @@ def require_tokenizer(model_dir: Path, role: str):
 
 
 def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> int:
-    """Raise TrtspecError naming the first difference; return the shared tokenizer size."""
+    """Raise TrtspecError naming the first difference; return the shared tokenizer size (its
+    highest token id + 1, the embedding rows both models need)."""
     t_tok, d_tok = require_tokenizer(target_dir, "target"), require_tokenizer(draft_dir, "draft")
     t_vocab, d_vocab = t_tok.get_vocab(), d_tok.get_vocab()
     t_by_id = {i: tok for tok, i in t_vocab.items()}
@@ -42,12 +44,13 @@ def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> int:
         if getattr(t_tok, attr) != getattr(d_tok, attr):
             raise TrtspecError(f"{draft_dir}: draft {attr}={getattr(d_tok, attr)} but target has "
                                f"{getattr(t_tok, attr)} (draft and target must share special tokens)")
-    size = len(t_by_id)
+    size = max(t_by_id, default=-1) + 1  # ids need not be contiguous: the embedding must reach the highest one
     for role, d in (("target", target_dir), ("draft", draft_dir)):
-        vocab = read_json(Path(d) / "config.json", "HF config.json").get("vocab_size", 0)
+        path = Path(d) / "config.json"
+        vocab = ConfigFields(read_json(path, "HF config.json"), path).int("vocab_size")
         if vocab < size:
-            raise TrtspecError(f"{Path(d) / 'config.json'}: {role} vocab_size={vocab} is smaller than the "
-                               f"shared tokenizer's {size} tokens")
+            raise TrtspecError(f"{path}: {role} vocab_size={vocab} is smaller than the {size} rows "
+                               f"the shared tokenizer's ids need (its highest id is {size - 1})")
     return size
 
 

@@ -99,8 +99,13 @@ def checkpoint_from_config(config: dict, path: Path) -> TrtllmCheckpoint:
         eagle_spec = spec_from_trtllm(net, where, prefix="eagle_net_config.")
     _check_checkpoint_fields(config, where)
     mapping = ConfigFields(config.get("mapping") or {}, where, "mapping.")
-    return TrtllmCheckpoint(path, config, spec, eagle_spec, QuantScheme.from_config(config, str(where)),
-                            mapping.int("tp_size", 1), mapping.int("pp_size", 1))
+    tp, pp = mapping.int("tp_size", 1), mapping.int("pp_size", 1)
+    # TRT-LLM's Mapping(**mapping) raises unless world_size (default 1) is tp * pp * cp
+    world, parts = mapping.int("world_size", 1), tp * pp * mapping.int("cp_size", 1)
+    if world != parts:
+        mapping.fail("world_size", f"tp_size * pp_size * cp_size = {parts} (TensorRT-LLM's Mapping requires it)",
+                     world)
+    return TrtllmCheckpoint(path, config, spec, eagle_spec, QuantScheme.from_config(config, str(where)), tp, pp)
 
 
 def _check_checkpoint_fields(config: dict, where: Path) -> None:

@@ -26,7 +26,8 @@ def expected_plans(ckpt: TrtllmCheckpoint) -> list[TensorPlan]:
         plans = eagle_plans(ckpt.spec, ckpt.eagle_spec, int(ckpt.config.get("num_eagle_layers", EAGLE_CONFIG_DEFAULT_NUM_LAYERS)))
         net_q = ckpt.config["eagle_net_config"].get("quantization") or {}
         top_q = ckpt.config.get("quantization") or {}
-        if (top_q.get("quant_algo") or top_q.get("kv_cache_quant_algo")) and net_q != top_q:
+        quantized = any(q.get(k) for q in (top_q, net_q) for k in ("quant_algo", "kv_cache_quant_algo"))
+        if quantized and net_q != top_q:
             raise TrtspecError(f"{where}: eagle_net_config.quantization {net_q} differs from the top-level "
                                f"quantization {top_q}; the EAGLE nets' attention takes its quant mode from it "
                                "(trtllm.md §4.6), so both must be the same block")
