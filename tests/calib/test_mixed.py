@@ -214,6 +214,10 @@ def tiny_hf(tmp_path_factory):
      "^quantization.keep_sensitive: .*calibrated weight"),
     (dict(keep_sensitive=KeepSensitive(-1)), "^quantization.keep_sensitive: expected an integer >= 0, got -1"),
     (dict(keep_sensitive=KeepSensitive(2, 0)), "^quantization.sensitivity_samples: expected an integer >= 1, got 0"),
+    # keeping every GEMM still quantized would write an FP8 checkpoint of plain linears, after the whole measurement
+    (dict(keep_sensitive=KeepSensitive(8)), r"^quantization.keep_sensitive: 8 would keep every one of the 8 GEMMs"),
+    (dict(kv_cache="fp8", exclude=["transformer.layers.0.*"], keep_sensitive=KeepSensitive(5)),
+     r"^quantization.keep_sensitive: 5 would keep every one of the 4 GEMMs still quantized"),
 ])
 def test_bad_requests_are_refused_before_work(tiny_hf, tmp_path, kw, match):
     args = dict(fmt="fp8", kv_cache=None, calib=CalibOptions(prompts=prompts()), dtype="float16")

@@ -210,3 +210,53 @@ def test_held_out_excludes_the_base_set_of_a_derived_workload(tmp_path):
     chosen, held_out, excluded = held_out_samples(edit, calibration_ids(tmp_path), 4, 0)
     assert excluded == 160 and held_out is True
     assert not {s.id for s in chosen} & set(calibrated.ids)
+
+
+def test_standard_errors_are_over_prompts(ckpts, tmp_path):
+    """Top-1 agreement and AL are pooled over prompts whose tokens are correlated: their standard
+    errors are over prompts. Oracles: scipy's standard error of the per-prompt agreement rates
+    (every prompt has the same number of positions, so the pooled rate is their mean); with the
+    reference target as both pairs' draft the reference pair accepts every draft, so the paired SE
+    of the AL delta is the quantized pair's own AL SE; the identical-checkpoint control has 0."""
+    from scipy.stats import sem
+
+    from trtspec.confidence import Z95
+    from trtspec.quality.render import report_table
+
+    items = token_prompts(5)
+    rep = quality_report(ckpts / "fp8", ckpts / "ref", [], None, draft_ckpt=ckpts / "ref", max_new_tokens=10,
+                         max_k=2, prompts=items)["workloads"]["ids"]
+    rates, prompt_rates = [], []
+    for item in items["ids"]:
+        one = quality_report(ckpts / "fp8", ckpts / "ref", [], None, max_new_tokens=10,
+                             prompts={"ids": [item]})["workloads"]["ids"]
+        assert one["positions"] == 10 and one["top1_agreement_se"] is None  # one prompt: no spread
+        rates.append(one["top1_agreement"])
+        prompt_rates.append(one["top1_agreement_prompt"])
+    assert rep["top1_agreement"] == pytest.approx(sum(rates) / len(rates)) and len(set(rates)) > 1, rates
+    assert rep["top1_agreement_se"] == pytest.approx(sem(rates), abs=1e-12)
+    assert rep["top1_agreement_prompt_se"] == pytest.approx(sem(prompt_rates), abs=1e-12)
+    a = rep["acceptance"]
+    for k in ("1", "2"):
+        assert a["reference"]["accept_length_se_by_k"][k] == pytest.approx(0.0, abs=1e-12)
+        assert a["delta_se_by_k"][k] == pytest.approx(a["quantized"]["accept_length_se_by_k"][k], rel=1e-9)
+        assert a["delta_se_by_k"][k] > 0
+    assert a["delta_se_at_max_k"] == a["delta_se_by_k"]["2"]
+    ctl = quality_report(ckpts / "ref", ckpts / "ref", [], None, draft_ckpt=ckpts / "fp8", max_new_tokens=10,
+                         max_k=2, prompts=items)["workloads"]["ids"]
+    assert ctl["top1_agreement_se"] == 0.0 and all(v == 0.0 for v in ctl["acceptance"]["delta_se_by_k"].values())
+    row = next(iter(report_table({"quantized": {"quantization": {}}, "workloads": {"ids": rep}}).columns[5].cells))
+    assert row == f"{100 * rep['top1_agreement']:.1f}±{100 * Z95 * rep['top1_agreement_se']:.1f}"
+
+
+def test_paired_delta_se_matches_the_standard_error_of_differences():
+    """With one step per prompt each AL is a plain mean, and the paired SE of the difference of
+    two means over the same prompts is scipy's standard error of the per-prompt differences."""
+    from scipy.stats import sem
+
+    from trtspec.tuning.acceptance import paired_ratio_delta_se
+
+    ref, quant = [3.0, 2.0, 4.0, 1.0, 3.5], [2.0, 2.0, 3.0, 1.5, 2.0]
+    se = paired_ratio_delta_se([(y, 1) for y in ref], [(y, 1) for y in quant])
+    assert se == pytest.approx(sem([q - r for q, r in zip(quant, ref)]), rel=1e-12)
+    assert paired_ratio_delta_se([(2.0, 1)], [(1.0, 1)]) is None  # one prompt: no spread

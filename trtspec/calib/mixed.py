@@ -86,6 +86,21 @@ def resolve_excludes(patterns: list[str], plans: list[TensorPlan], algo: str | N
     return expand_units(chosen, units)
 
 
+def quantized_units(plans: list[TensorPlan], layout) -> list[str]:
+    """The units `layout` (a QuantScheme) still quantizes whole: what keep_sensitive measures."""
+    return [u for u, ls in linear_units(plans).items() if all(layout.quantizes(x) for x in ls)]
+
+
+def check_keep_count(count: int, plans: list[TensorPlan], layout) -> None:
+    """Refuse, before calibrating and measuring, a keep_sensitive that would leave no GEMM quantized:
+    the same outcome resolve_excludes refuses for patterns."""
+    left = len(quantized_units(plans, layout))
+    if count >= left:
+        raise TrtspecError(f"quantization.keep_sensitive: {count} would keep every one of the {left} GEMMs still "
+                           f"quantized in the model dtype; nothing would be quantized. Keep fewer than {left}, or "
+                           "convert the model unquantized (trtspec convert)")
+
+
 def expand_units(chosen: list[str], units: dict[str, list[str]]) -> tuple[str, ...]:
     """Units -> their TRT-LLM linears, in model order."""
     keep = set(chosen)

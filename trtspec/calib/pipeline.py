@@ -33,7 +33,7 @@ from .calibrate import QuantState, calibrate, collect, plain_weights, unsmooth
 from .data import CalibSet
 from .export import QuantSource
 from .formats import QuantFormat, modelopt_config
-from .mixed import exclusion_config, expand_units, hf_modules, linear_units, unit_of
+from .mixed import exclusion_config, expand_units, hf_modules, linear_units, quantized_units, unit_of
 from .sensitivity import measure, sensitivity_prompts
 
 
@@ -133,7 +133,7 @@ def exclude_sensitive(d: PreparedDecoder, fmt: QuantFormat, layout: QuantScheme,
     ModelOpt model too, and their smoothing (int8_sq, w4a16_awq) undone, so model and checkpoint
     say the same thing: a plain linear of the HF model's own weights."""
     units = linear_units(d.plans)
-    candidates = [u for u, ls in units.items() if all(layout.quantizes(x) for x in ls)]
+    candidates = quantized_units(d.plans, layout)
     prompts = sensitivity_prompts(cal.calib.prompts, keep.samples, keep.seq_len)
     progress(f"measuring the sensitivity of {len(candidates)} quantized GEMMs on {len(prompts)} calibration prompts")
     with tempfile.TemporaryDirectory(prefix="trtspec-sensitivity-") as tmp:

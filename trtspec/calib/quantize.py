@@ -39,7 +39,7 @@ from .data import CalibSet, check_calib_options, load_calib_set, token_id_set
 from .eagle_quant import calibrate_eagle, write_quantized_eagle
 from .formats import QuantFormat, check_format, check_kv_format
 from .hf_export import quantize_hf_unified, quantize_pair_unified
-from .mixed import check_mixed_algo, hf_modules, resolve_excludes
+from .mixed import check_keep_count, check_mixed_algo, hf_modules, resolve_excludes
 from .options import QuantizeOptions
 from .pipeline import (KeepSensitive, calibrate_decoder, exclude_sensitive, mixed_record, needs_calibration,
                        write_quantized_decoder)
@@ -93,6 +93,8 @@ def quantize_hf(hf_dir: Path, out_dir: Path, fmt: str = "fp8", kv_cache: str | N
     check_output_dir(out_dir, overwrite)
     d = prepare_decoder(hf_dir, quant_dtype(dtype, hf_dir), tp)
     layout = replace(layout, exclude=resolve_excludes(exclude or [], d.plans, layout.quant_algo))
+    if keep is not None:
+        check_keep_count(keep.count, d.plans, layout)
     check_group_size(d.plans, layout, tp, str(hf_dir / "config.json"))
     data = calib.load(hf_dir) if needs_calibration(layout) else None
     mixed = None

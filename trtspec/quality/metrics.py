@@ -1,5 +1,10 @@
 """The numbers of a quality report: logit RMSE, top-1 agreement and perplexity pooled over the
-teacher-forced sequences of one workload, and the acceptance length of a pair (via the profiler)."""
+teacher-forced sequences of one workload, and the acceptance length of a pair (via the profiler).
+
+Standard errors are over prompts (the tokens of one prompt are correlated: one early divergence
+shifts all that follow): top-1 agreement and AL are ratio estimators pooled over prompts
+(tuning.acceptance.ratio_se), and the quantized - reference AL delta is paired, both pairs having
+run the same prompts (tuning.acceptance.paired_ratio_delta_se)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import math
 
 import torch
 
-from ..tuning.acceptance import summarize
+from ..tuning.acceptance import chain_accepted, rank_paths_to_chain, ratio_se, summarize, tokens_steps
 from ..tuning.profile import profile_prompts
 
 
@@ -30,6 +35,8 @@ class PooledMetrics:
         self.n_logits = 0
         self.agree = self.positions = 0
         self.agree_prompt = self.positions_prompt = 0
+        self.per_prompt: list[tuple[int, int]] = []  # (agreeing, generated positions) of each prompt
+        self.per_prompt_prompt: list[tuple[int, int]] = []  # the same over its prompt positions
         self.nll = {"prompt": [0.0, 0.0], "continuation": [0.0, 0.0]}  # [ref, quant]
         self.ntok = {"prompt": 0, "continuation": 0}
 
@@ -42,15 +49,19 @@ class PooledMetrics:
             self.sq += float((d * d).sum())
             self.max_abs = max(self.max_abs, float(d.abs().max()))
             self.n_logits += d.numel()
-            self.agree += int((lq[gen].argmax(-1) == lr[gen].argmax(-1)).sum())
+            agree = int((lq[gen].argmax(-1) == lr[gen].argmax(-1)).sum())
+            self.agree += agree
             self.positions += L - P
+            self.per_prompt.append((agree, L - P))
             for i, lg in enumerate((lr, lq)):
                 self.nll["continuation"][i] += _nll(lg[gen], tokens[P:])
             self.ntok["continuation"] += L - P
         if P > 1:
             pr = slice(0, P - 1)
-            self.agree_prompt += int((lq[pr].argmax(-1) == lr[pr].argmax(-1)).sum())
+            agree = int((lq[pr].argmax(-1) == lr[pr].argmax(-1)).sum())
+            self.agree_prompt += agree
             self.positions_prompt += P - 1
+            self.per_prompt_prompt.append((agree, P - 1))
             for i, lg in enumerate((lr, lq)):
                 self.nll["prompt"][i] += _nll(lg[pr], tokens[1:P])
             self.ntok["prompt"] += P - 1
@@ -67,7 +78,9 @@ class PooledMetrics:
                 "logit_rmse": math.sqrt(self.sq / self.n_logits) if self.n_logits else None,
                 "logit_max_abs": self.max_abs if self.n_logits else None,
                 "top1_agreement": self.agree / self.positions if self.positions else None,
+                "top1_agreement_se": ratio_se(self.per_prompt),
                 "top1_agreement_prompt": self.agree_prompt / self.positions_prompt if self.positions_prompt else None,
+                "top1_agreement_prompt_se": ratio_se(self.per_prompt_prompt),
                 "perplexity": {"prompt": ppl("prompt"), "continuation": ppl("continuation")}}
 
 
@@ -79,3 +92,10 @@ def pair_acceptance(models, prompts, max_new_tokens: int, max_k: int):
     profiles = profile_prompts(models, prompts, max_new_tokens, max_k)
     lists = [p.rank_paths if mode == "eagle" else p.match_lengths for p in profiles]
     return mode, summarize(mode, lists, max_k), profiles
+
+
+def al_counts(mode: str, profiles, k: int, max_k: int) -> list[tuple[int, int]]:
+    """Each prompt's (tokens, steps) at draft length k, the terms of its pooled AL (summarize's)."""
+    lists = [rank_paths_to_chain(p.rank_paths, max_k) if mode == "eagle" else p.match_lengths for p in profiles]
+    return [tokens_steps(chain_accepted(c, k)) for c in lists]
+

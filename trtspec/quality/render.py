@@ -10,6 +10,8 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
+from ..confidence import Z95
+
 
 def plot_report(report: dict, path: Path) -> Path:
     """Left: top-1 agreement per workload; middle: prompt perplexity of both models; right (with a
@@ -68,12 +70,20 @@ def _fmt(x, spec=".4f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _pm(x, se, spec: str, scale: float = 1.0) -> str:
+    """`x ± 95% half-width` (the standard error over prompts; none with fewer than two prompts)."""
+    if x is None:
+        return "-"
+    return format(scale * x, spec) + ("" if se is None else f"±{format(Z95 * scale * se, spec.lstrip('+'))}")
+
+
 def report_table(report: dict):
     mixed = report["quantized"].get("mixed_precision")
     kept = f", {mixed['excluded_gemms']}/{mixed['total_gemms']} GEMMs unquantized" if mixed else ""
     t = Table(title=f"quantization quality ({report['quantized']['quantization'].get('quant_algo')}, "
-                    f"KV {report['quantized']['quantization'].get('kv_cache_quant_algo')}{kept}) vs reference")
-    for col in ("workload", "samples", "held-out", "positions", "logit RMSE", "top-1 agree", "ppl ref",
+                    f"KV {report['quantized']['quantization'].get('kv_cache_quant_algo')}{kept}) vs reference",
+              caption="±: 95% interval over prompts")
+    for col in ("workload", "samples", "held-out", "positions", "logit RMSE", "top-1 agree %", "ppl ref",
                 "ppl quant", "AL ref", "AL quant", "ΔAL"):
         t.add_column(col, justify="left" if col == "workload" else "right")
     for name, w in report["workloads"].items():
@@ -81,11 +91,11 @@ def report_table(report: dict):
         k = str(a["max_k"]) if a else None
         ppl = w["perplexity"]["prompt"]
         t.add_row(name, str(w["num_samples"]), "yes" if w["held_out"] else "no", str(w["positions"]),
-                  _fmt(w["logit_rmse"]), _fmt(w["top1_agreement"] and 100 * w["top1_agreement"], ".1f") + "%",
+                  _fmt(w["logit_rmse"]), _pm(w["top1_agreement"], w.get("top1_agreement_se"), ".1f", 100),
                   _fmt(ppl["reference"], ".2f"), _fmt(ppl["quantized"], ".2f"),
                   _fmt(a["reference"]["accept_length_by_k"][k], ".3f") if a else "-",
                   _fmt(a["quantized"]["accept_length_by_k"][k], ".3f") if a else "-",
-                  (_fmt(a["delta_at_max_k"], "+.3f") + f" (K={k})") if a else "-")
+                  (_pm(a["delta_at_max_k"], a.get("delta_se_at_max_k"), "+.3f") + f" (K={k})") if a else "-")
     return t
 
 

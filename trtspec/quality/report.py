@@ -11,6 +11,7 @@ Per workload, both checkpoints run in the PyTorch runtime with TRT-LLM numerics:
   positions whose next token is a continuation token. `logit_max_abs` is the largest |difference|.
 - **top-1 agreement** = fraction of generated positions where argmax l_quant == argmax l_ref (pooled,
   i.e. token-weighted). `top1_agreement_prompt` is the same over the prompt positions 0 .. P-2.
+  `*_se`: standard errors over prompts, not tokens (metrics.py); the ALs' and the AL deltas' too.
 - **perplexity** = exp(mean NLL), token-weighted over the samples, of each model on (a) the prompt
   tokens s_1 .. s_{P-1} (`perplexity.prompt`: real text the reference did not write, chat-template
   tokens included) and (b) the reference continuation (`perplexity.continuation`: biased in the
@@ -50,8 +51,9 @@ from ..checkpoints.stage import convert as convert_ckpt
 from ..errors import TrtspecError
 from ..fsutil import write_text_atomic
 from ..runtime.generate import generate_batch, load_models, resolve_pair
+from ..tuning.acceptance import paired_ratio_delta_se
 from ..workloads import load_workloads, render
-from .metrics import PooledMetrics, pair_acceptance, teacher_forced_logits
+from .metrics import PooledMetrics, al_counts, pair_acceptance, teacher_forced_logits
 from .options import QualityReportOptions
 from .render import plot_report
 from .samples import calibration_ids, held_out_samples, mixed_precision, quant_block
@@ -70,6 +72,8 @@ DEFINITIONS = {
     "held_out": "prompts drawn from samples whose ids are not in the quantized checkpoint's calibration set",
     "acceptance": "acceptance length (tokens per target verify step) replayed from the profiler, K = 1..max_k; "
                   "delta = quantized pair - reference pair",
+    "standard errors": "*_se: over prompts (tokens of one prompt are correlated), delta method on the pooled "
+                       "ratio; delta_se_by_k is paired (both pairs ran the same prompts); 95% = 1.96 x se",
 }
 
 
@@ -185,19 +189,24 @@ def workload_entry(rm, qm, meta: dict, items: list[tuple[str, list[int]]], max_n
              "acceptance": None}
     q_acc = pair_acceptance(qm, items, max_new_tokens, max_k) if ref_acc is not None else None
     if ref_acc is not None and q_acc is not None:
-        entry["acceptance"] = acceptance_delta(ref_acc[0], ref_acc[1], q_acc[1], max_k)
+        delta_se = {str(k): paired_ratio_delta_se(al_counts(ref_acc[0], ref_acc[2], k, max_k),
+                                                  al_counts(q_acc[0], q_acc[2], k, max_k))
+                    for k in range(1, max_k + 1)}
+        entry["acceptance"] = acceptance_delta(ref_acc[0], ref_acc[1], q_acc[1], max_k, delta_se)
     return entry
 
 
-def acceptance_delta(mode: str, rs: dict, qs: dict, max_k: int) -> dict:
-    """Both pairs' acceptance lengths by K and quantized - reference."""
+def acceptance_delta(mode: str, rs: dict, qs: dict, max_k: int, delta_se: dict) -> dict:
+    """Both pairs' acceptance lengths by K (with their standard errors over prompts) and quantized -
+    reference, with the paired standard error `delta_se` ({K: se})."""
     delta = {k: (None if qs["accept_length_by_k"][k] is None or rs["accept_length_by_k"][k] is None
                  else qs["accept_length_by_k"][k] - rs["accept_length_by_k"][k])
              for k in rs["accept_length_by_k"]}
+    keys = ("mean_accept_length", "accept_length_by_k", "accept_length_se_by_k")
     return {"mode": mode, "max_k": max_k,
-            "reference": {"mean_accept_length": rs["mean_accept_length"], "accept_length_by_k": rs["accept_length_by_k"]},
-            "quantized": {"mean_accept_length": qs["mean_accept_length"], "accept_length_by_k": qs["accept_length_by_k"]},
-            "delta_by_k": delta, "delta_at_max_k": delta[str(max_k)]}
+            "reference": {k: rs[k] for k in keys}, "quantized": {k: qs[k] for k in keys},
+            "delta_by_k": delta, "delta_se_by_k": delta_se,
+            "delta_at_max_k": delta[str(max_k)], "delta_se_at_max_k": delta_se[str(max_k)]}
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:

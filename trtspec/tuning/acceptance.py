@@ -49,6 +49,8 @@ Everything here is plain Python on lists: no torch, no numpy, cheap to call thou
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -131,6 +133,20 @@ def ratio_se(counts: Sequence[tuple[float, float]], clusters: Sequence | None = 
         return None
     r = sum(y for y, _ in pooled.values()) / total_x
     return (n / (n - 1) * sum((y - r * x) ** 2 for y, x in pooled.values())) ** 0.5 / total_x
+
+
+def paired_ratio_delta_se(ref: list[tuple[float, float]], quant: list[tuple[float, float]]) -> float | None:
+    """Standard error of sum(yq)/sum(xq) - sum(yr)/sum(xr), both ratios over the same prompts
+    (ref[i] and quant[i] are prompt i's (y, x)): the delta method applied to the difference, so a
+    prompt that is hard for both pairs cancels instead of counting in each ratio's own SE."""
+    pairs = [(r, q) for r, q in zip(ref, quant) if r[1] > 0 or q[1] > 0]
+    xr, xq = sum(r[1] for r, _ in pairs), sum(q[1] for _, q in pairs)
+    if len(pairs) < 2 or not xr or not xq:
+        return None
+    rr, rq = sum(r[0] for r, _ in pairs) / xr, sum(q[0] for _, q in pairs) / xq
+    terms = [(q[0] - rq * q[1]) / xq - (r[0] - rr * r[1]) / xr for r, q in pairs]
+    n = len(pairs)
+    return math.sqrt(n / (n - 1) * sum(t * t for t in terms))
 
 
 def acceptance_length_se(per_sample_accepted: Iterable[Sequence[int]], clusters: Sequence | None = None
