@@ -666,3 +666,22 @@ def test_a_baseline_without_tokens_gives_no_speedup_rather_than_0x(rate):
                               request_rate=rate, started_at="t", completed=True, requests=recs, summary=summarize(recs))
     assert comparisons([mk(spec, True), mk(base, False)]) == []
     assert len(comparisons([mk(spec, True), mk(spec, False)])) == 1
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_speculation_run_without_successes_gives_no_speedup_and_no_parity(sampled):
+    """Every speculative request failed: there is no rate to divide, as for a failed baseline, and
+    the report's headline shows no comparison; results.json and the summary said 'speedup 0.00x',
+    and a sampled run's parity 'consistent' over zero outputs."""
+    spec = [RequestRecord(index=i, prompt_id=f"p{i}", start_s=float(i), status="error", error="boom")
+            for i in range(6)]
+    base = timed(np.full(6, 2.0))
+    mk = lambda recs, on: Run(workload="chat", speculation=on, concurrency=1, started_at="t",  # noqa: E731
+                              completed=True, requests=recs, summary=summarize(recs),
+                              sampling={"temperature": 0.8} if sampled else None)
+    runs = [mk(spec, True), mk(base, False)]
+    assert comparisons(runs) == []
+    assert [h.comparison for h in headlines(PerfResults(
+        created="t", trtspec_version="0", completed=True, runs=runs,
+        settings=Settings(url="u", model="m", workloads={"chat": "c"}, warmup=0, timeout_s=1.0, max_tokens=8,
+                          baseline=True, seed=0)))] == [None]

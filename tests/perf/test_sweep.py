@@ -119,3 +119,30 @@ def test_blocks_interleave_the_settings_and_send_each_the_same_requests(tmp_path
     assert [(j, list(r)) for j, r in sweep.schedule(5, 2)] == [(0, [0, 1]), (1, [2, 3, 4])]
     assert len(sweep.schedule(3, 10)) == 3  # never an empty block
     assert PerfOptions(workloads={"chat": "mt-bench"}, out=tmp_path, sweep=True, blocks=4).blocks == 4
+
+
+def test_the_csv_files_carry_the_sweeps_runs_named_by_their_setting(tmp_path):
+    """A sweep's results.json has its runs in `sweep`, none in `runs`: summary.csv and requests.csv
+    held only their headers."""
+    import csv
+
+    from trtspec.perf.output import write_results
+
+    s = sweep.new_sweep({"mode": "draft-target"}, 4)
+    k2 = sweep.OFF.model_copy(update={"label": "K=2", "speculation": True, "drafter": "model", "num_draft_tokens": 2})
+    for setting, recs in ((sweep.OFF, [_record(0, 20, 1.0), _record(1, 30, 1.0)]),
+                          (k2, [_record(0, 20, 1.5), _record(1, 30, 2.5), _record(2, 10, 1.2)])):
+        s.runs.append(sweep.sweep_run("chat", 2, setting, "t", recs, None))
+    res = PerfResults(created="x", trtspec_version="0", completed=True, runs=[], sweep=s,
+                      settings=Settings(url="u", model="generate", workloads={"chat": "mt-bench"}, warmup=0,
+                                        timeout_s=1, max_tokens=8, baseline=False, seed=0, sweep=True))
+    write_results(res, tmp_path)
+    summary = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert [(row["setting"], row["speculation"], row["concurrency"]) for row in summary] == [
+        ("off", "False", "2"), ("K=2", "True", "2")]
+    for row, run in zip(summary, s.runs):
+        assert float(row["output_tokens_per_s"]) == run.summary.output_tokens_per_s
+        assert float(row["acceptance_length"]) == run.summary.acceptance_length
+    rows = list(csv.DictReader(open(tmp_path / "requests.csv")))
+    assert [(row["setting"], int(row["output_tokens"])) for row in rows] == [
+        ("off", 20), ("off", 30), ("K=2", 20), ("K=2", 30), ("K=2", 10)]

@@ -89,6 +89,10 @@ def test_the_fit_recovers_the_parameters_that_generated_the_sweep(tmp_path, pres
     assert cal.within_share(c.points, after=False) < 0.5  # the preset was wrong, and it shows
     lines = calibration_lines(c)
     assert f"after 100% of the {len(c.points)} points the fit used" in lines[0]
+    # a row of the fit is a sweep point's mean request, not a request (they each held one here)
+    assert f"calibration fit: {len(c.points)} sweep points (each its mean request)" in lines[1]
+    # one request per point: no interval, so no point "differs by more than the measurement's noise"
+    assert "after calibration 0 of the 0 predictions with a measured tokens/s 95% interval" in lines[2]
     assert calibration_table(c).row_count == len(c.points)
 
 
@@ -218,6 +222,8 @@ def test_points_that_cannot_be_modelled_are_skipped_with_the_reason(tmp_path):
     (lambda d: d["sweep"].update(schema="trtspec.perf-sweep/9"), "sweep.schema"),
     (lambda d: d["sweep"]["runs"][0].update(concurrency=0), "sweep.runs.0.concurrency"),
     (lambda d: d["sweep"]["runs"][0]["setting"].pop("num_draft_tokens"), "sweep.runs.0.setting.num_draft_tokens"),
+    (lambda d: d["sweep"]["runs"][0]["summary"].update(tokens_per_s_ci={"low": 1.0}),
+     "sweep.runs.0.summary.tokens_per_s_ci.high"),  # was a KeyError
 ])
 def test_a_bad_results_file_is_one_line_naming_file_and_field(tmp_path, edit, field):
     path = tmp_path / "results.json"
@@ -284,3 +290,20 @@ def test_draft_tokens_per_step_counts_the_verified_drafts_over_the_steps():
     recs.append(RequestRecord(index=2, prompt_id="q", start_s=0.0, status="error", output_tokens=0))
     assert perf_sweep.draft_tokens_per_step(recs) == pytest.approx(42 / 30)
     assert perf_sweep.draft_tokens_per_step(recs[2:]) is None
+
+
+def test_only_points_with_an_interval_are_judged_against_it():
+    """A point of one request has no tokens/s interval: it was counted among the predictions that
+    'differ by more than the measurement's own noise'."""
+    from trtspec.tuning.fit import Calibration, CalibrationPoint, FitReport
+
+    def point(ci, after):
+        return CalibrationPoint(workload="chat", concurrency=1, label="K=1", drafter="model", num_draft_tokens=1,
+                                acceptance_length=1.5, tokens_per_s=100.0, tokens_per_s_ci=ci, request_s=1.0,
+                                predicted_before=80.0, predicted_after=after)
+
+    fit = FitReport(num_rows=3, rms_relative_error=0.01, max_relative_error=0.02, fitted=[], kept=[])
+    cal_ = Calibration(results="r.json", sha256="0", before="cpu", fit=fit,
+                       points=[point([95.0, 105.0], 101.0), point([99.0, 101.0], 110.0), point(None, 150.0)])
+    assert ("after calibration 1 of the 2 predictions with a measured tokens/s 95% interval lie inside it"
+            in calibration_lines(cal_)[2])

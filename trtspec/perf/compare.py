@@ -208,7 +208,9 @@ def resampled_requests(r: Run, b: Run, pairs: list | None) -> int:
 def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     """One row per (workload, load point) that has both a speculation and a baseline run, the baseline
     with tokens to divide by: a baseline that timed out or failed throughout has no rate, and a
-    speedup of 0.00x would read as speculation being useless (its errors are the runs' to show)."""
+    speedup of 0.00x would read as speculation being useless (its errors are the runs' to show).
+    Likewise a speculation run without a successful request: it has no rate either (the report's
+    headline shows none), and its parity would read 'consistent' over no outputs at all."""
     def key(r: Run):
         return (r.workload, r.concurrency, r.request_rate)
 
@@ -216,7 +218,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     out = []
     for r in runs:
         b = base.get(key(r)) if r.speculation else None
-        if b is None:
+        if b is None or r.summary.requests_ok == 0:
             continue
         tps, btps = compared_rates(r, b)
         if btps <= 0:

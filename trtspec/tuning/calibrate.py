@@ -84,6 +84,12 @@ class MeanView(BaseModel):
     mean: float | None = Field(None, gt=0)
 
 
+class IntervalView(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    low: float
+    high: float
+
+
 class SummaryView(BaseModel):
     model_config = ConfigDict(extra="ignore")
     requests_ok: int
@@ -91,7 +97,7 @@ class SummaryView(BaseModel):
     e2e_s: MeanView
     output_tokens_per_s: float = Field(ge=0)
     acceptance_length: float | None = Field(None, gt=0)
-    tokens_per_s_ci: dict | None = None
+    tokens_per_s_ci: IntervalView | None = None
 
 
 class RunView(BaseModel):
@@ -253,7 +259,7 @@ def calibrate_points(pts: list[Point], shapes: dict[str, ModelShape], base: GpuS
         table.append(CalibrationPoint(
             workload=p.run.workload, concurrency=p.run.concurrency, label=p.run.setting.label,
             drafter=p.run.setting.drafter, num_draft_tokens=p.run.setting.num_draft_tokens, acceptance_length=p.al,
-            tokens_per_s=p.tokens_per_s, tokens_per_s_ci=[ci["low"], ci["high"]] if ci else None,
+            tokens_per_s=p.tokens_per_s, tokens_per_s_ci=[ci.low, ci.high] if ci else None,
             request_s=p.row.seconds, predicted_before=predicted_tps(base, p, shapes),
             predicted_after=predicted_tps(gpu, p, shapes), fitted=fit_on is None or bool(fit_on(p))))
     return gpu, report, table

@@ -270,12 +270,12 @@ def calibration_lines(cal: Calibration) -> list[str]:
     fitted = sum(p.fitted for p in cal.points)
     out = [f"within {WITHIN:.0%} of the measured tokens/s: before {share(False, True)}, after {share(True, True)} of "
            f"the {fitted} points the fit used (in-sample)",
-           f"calibration fit: {f.num_rows} requests, rms relative request-time error {f.rms_relative_error:.1%}, max "
-           f"{f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}"]
-    inside = [p for p in cal.points if p.tokens_per_s_ci and p.tokens_per_s_ci[0] <= p.predicted_after
-              <= p.tokens_per_s_ci[1]]
-    out.append(f"after calibration {len(inside)} of {len(cal.points)} predictions lie inside the measured tokens/s "
-               "95% interval (the rest differ by more than the measurement's own noise)")
+           f"calibration fit: {f.num_rows} sweep points (each its mean request), rms relative request-time error "
+           f"{f.rms_relative_error:.1%}, max {f.max_relative_error:.1%}; fitted {', '.join(f.fitted) or 'nothing'}"]
+    with_ci = [p for p in cal.points if p.tokens_per_s_ci]  # a point of one request has no interval to judge by
+    inside = [p for p in with_ci if p.tokens_per_s_ci[0] <= p.predicted_after <= p.tokens_per_s_ci[1]]
+    out.append(f"after calibration {len(inside)} of the {len(with_ci)} predictions with a measured tokens/s 95% "
+               "interval lie inside it (the rest differ by more than the measurement's own noise)")
     if any(not p.fitted for p in cal.points):
         out.append(f"held out: after {share(True, False)} within {WITHIN:.0%}")
     out += [f"skipped {s}" for s in cal.skipped]
