@@ -105,3 +105,20 @@ def test_fewer_written_prompts_than_asked_are_warned_of_and_counted(chat_target,
         in out.getvalue()
     written = json.loads((tmp_path / "head" / "training.json").read_text())
     assert written["self_prompts_written"] == 1
+
+
+def test_a_written_prompt_that_repeats_a_held_out_prompt_is_not_trained_on(chat_target, monkeypatch):
+    """A target can write a request its users sent (a short greeting in a traffic log): trained on,
+    the held-out AL would measure an answer the head learnt."""
+    from trtspec.drafts import data
+
+    target, prompts = chat_target
+    texts = [json.loads(line)["prompt"] for line in prompts.read_text().splitlines()]
+    monkeypatch.setattr(selfprompt, "write_prompts", lambda *a, **kw: texts[:12])  # every prompt of the set
+    tok, model = AutoTokenizer.from_pretrained(target), AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    opts = TrainDraftOptions(workloads=f"p={prompts}", heldout=2, max_new_tokens=4, device="cpu", self_prompts=12)
+    examples = data.load_examples(target, model, tok, opts, {2})
+    held = {tuple(e.prompt) for e in examples if e.heldout}
+    written = [e for e in examples if e.workload == "self"]
+    assert len(held) == 2 and len(written) == 10
+    assert not any(tuple(e.prompt) in held for e in written)

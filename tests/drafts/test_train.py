@@ -261,7 +261,75 @@ def test_loss_on_prompt_shapes_the_head_its_checkpoint_and_its_cache_key(tiny, t
     target, prompts = tiny
     off, on = options(prompts, epochs=1), options(prompts, epochs=1, loss_on_prompt=True)
     assert head_key(target, off) != head_key(target, on)
-    assert fingerprint(off, []) != fingerprint(on, [])
+    assert fingerprint(off, [], "t") != fingerprint(on, [], "t")
     train_draft(target, tmp_path / "off", off)
     train_draft(target, tmp_path / "on", on)
     assert not same(tensors(tmp_path / "off"), tensors(tmp_path / "on"))
+
+
+def test_the_head_cache_key_covers_what_the_head_directory_reports_and_nothing_else(tiny):
+    """eval_k and eval_every change training.json's held-out AL(K) and the curve: a cached head
+    measured at other K must not be returned; checkpoint_every and threads change nothing written."""
+    from trtspec.drafts.cache import head_key
+    from trtspec.drafts.train import fingerprint
+
+    target, prompts = tiny
+    base = options(prompts, epochs=1)
+    key = head_key(target, base)
+    assert head_key(target, options(prompts, epochs=1, eval_k=[1, 2])) != key
+    assert head_key(target, options(prompts, epochs=1, eval_every=5)) != key
+    assert head_key(target, options(prompts, epochs=1, checkpoint_every=7, threads=2)) == key
+    # the weights do not depend on how they are measured: a cut run resumes at another eval_k
+    assert fingerprint(options(prompts, epochs=1, eval_k=[2]), [], "t") == fingerprint(base, [], "t")
+
+
+def test_a_head_of_two_layers_is_written_as_tensorrt_llms_midlayer_list(tiny, tmp_path):
+    """TensorRT-LLM's Eagle3DraftModel holds several layers as the list `midlayer` (`midlayer.{i}.*`;
+    main's load_weights maps ModelOpt's `layers.{i}.*` there): `midlayer.*` beside `layers.1.*` loads in
+    no version. The runtime refuses such a head by its layer count."""
+    import re
+
+    from transformers import AutoModelForCausalLM
+
+    from trtspec.checkpoints.eagle3 import load_eagle3_head
+    from trtspec.checkpoints.spec import spec_from_hf
+    from trtspec.drafts import head
+    from trtspec.errors import TrtspecError
+
+    target, prompts = tiny
+    opts = options(prompts, epochs=1, num_layers=2)
+    train_draft(target, tmp_path / "head", opts)
+    names = set(tensors(tmp_path / "head"))
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    head.convert(model, opts, tensors(tmp_path / "head")["d2t"], seed=123)
+    upstream = {re.sub(r"^layers\.(\d+)\.", r"midlayer.\1.", k) for k in model.eagle_module.state_dict()}
+    assert names == upstream and "midlayer.1.self_attn.q_proj.weight" in names
+    head.load_head(model, tmp_path / "head")  # and back into ModelOpt's module, every tensor
+    with pytest.raises(TrtspecError, match="single-layer EAGLE-3 heads only"):
+        load_eagle3_head(tmp_path / "head", spec_from_hf(target))
+
+
+def test_a_cut_run_is_not_resumed_for_another_target_with_the_same_answers(tiny, tmp_path):
+    """A fine-tune of the target can answer the prompts alike; its hidden states differ, so a head cut
+    while learning the first must not continue on the second: it starts again (as one run would)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from trtspec.drafts.cache import head_key
+
+    target, prompts = tiny
+    other = tmp_path / "other"
+    shutil.copytree(target, other)
+    model = AutoModelForCausalLM.from_pretrained(other, dtype=torch.float32)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(1.001)
+    model.save_pretrained(other)
+    opts = options(prompts, epochs=1)
+    assert head_key(other, opts) != head_key(target, opts)
+    assert train_draft(target, tmp_path / "split", opts, stop_after_steps=2) is None
+    train_draft(other, tmp_path / "split", opts)
+    train_draft(other, tmp_path / "whole", opts)
+    answers = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "draft-data").glob("*.json")]
+    assert len(answers) == 2 and answers[0] == answers[1]  # the same answers, cached per target
+    assert same(tensors(tmp_path / "whole"), tensors(tmp_path / "split"))

@@ -95,3 +95,17 @@ def test_a_bad_train_section_is_one_line_naming_the_field(tiny, tmp_path, capsys
     write_recipe(tiny, recipe, train={"per_workloads": True})
     code, _, err = run_cli(capsys, "run", recipe, "--out", tmp_path / "o", "--dry-run")
     assert code == 2 and "unknown key 'draft.train.per_workloads'" in err and "per_workload" in err
+
+
+def test_another_eval_k_reruns_the_derive_stage_and_a_checkpoint_interval_does_not(tiny, tmp_path):
+    """The head's training.json reports held-out AL(K) at eval_k: a changed K must not keep (or take
+    from the cache) a head that reports the old K."""
+    recipe, out = write_recipe(tiny, tmp_path / "recipe.yaml"), tmp_path / "out"
+    run_recipe(recipe, out, until="derive")
+    write_recipe(tiny, recipe, train={"checkpoint_every": 7})
+    assert statuses(run_recipe(recipe, out, until="derive", dry_run=True))["derive"] == "skip"
+    write_recipe(tiny, recipe, train={"eval_k": [1, 3]})
+    assert statuses(run_recipe(recipe, out, until="derive", dry_run=True))["derive"] == "run"
+    assert "AL(3)" in run_recipe(recipe, out, until="derive").rows[0].note
+    history = json.loads((out / "draft-head" / "training.json").read_text())["history"]
+    assert set(history[-1]["al"]) == {"1", "3"}

@@ -63,13 +63,19 @@ class Eagle3Head:
         return draft_to_target(self.tensors.get("d2t"), self.draft_vocab)
 
 
-def midlayer_name(name: str) -> str:
-    """A ModelOpt head tensor name (`layers.0.*`) in TensorRT-LLM's `midlayer.*`; other names unchanged."""
+def midlayer_name(name: str, num_layers: int = 1) -> str:
+    """A ModelOpt head tensor name in TensorRT-LLM's: `layers.0.*` as `midlayer.*` for a one-layer
+    head; with several layers its `midlayer` is a list, `layers.{i}.*` as `midlayer.{i}.*` (what
+    Eagle3ForCausalLM.load_weights on main maps them to). Other names unchanged."""
+    if num_layers > 1:
+        return LAYER + name[len("layers."):] if name.startswith("layers.") else name
     return LAYER + name[len(MODELOPT_LAYER):] if name.startswith(MODELOPT_LAYER) else name
 
 
-def modelopt_name(name: str) -> str:
+def modelopt_name(name: str, num_layers: int = 1) -> str:
     """The inverse of midlayer_name: a `midlayer.*` tensor name as ModelOpt's module calls it."""
+    if num_layers > 1:
+        return "layers." + name[len(LAYER):] if name.startswith(LAYER) else name
     return MODELOPT_LAYER + name[len(LAYER):] if name.startswith(LAYER) else name
 
 

@@ -1,8 +1,9 @@
 """Trained heads cached by their inputs, like the converted default model: a recipe's
 `draft: {train: ...}` (and the demo) trains a head once per machine, not once per output directory.
 
-The key covers everything the head depends on: the target's weights, config and tokenizer
-(data.target_fingerprint), the options that shape training (TrainDraftOptions.shaping), the exact prompt ids
+The key covers everything the head's directory depends on: the target's weights, config and tokenizer
+(data.target_fingerprint), the options that shape training or its held-out report
+(TrainDraftOptions.written: a changed eval_k must not return AL(K) for the old K), the exact prompt ids
 (packaged sets and prompt files alike; tokenizing them is cheap), the device type the target answers on
 and train.TRAINING_VERSION. The head
 lives under `$TRTSPEC_CACHE/draft-heads/<key>`; train_draft writes it atomically and keeps its
@@ -27,7 +28,7 @@ def head_key(target: Path, options: TrainDraftOptions) -> str:
 
     prompts = data.split_prompts(options, AutoTokenizer.from_pretrained(target))
     blob = json.dumps({"version": train.TRAINING_VERSION, "target": data.target_fingerprint(target),
-                       "options": options.shaping(), "prompts": prompts,
+                       "options": options.written(), "prompts": prompts,
                        # where the target answers decides its dtype too (data.answered_on)
                        "device": train.resolve_device(options.device).type})
     return hashlib.sha256(blob.encode()).hexdigest()[:24]

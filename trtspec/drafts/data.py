@@ -157,9 +157,12 @@ def self_written(target: Path, model, tokenizer, options: TrainDraftOptions, eos
 
 def load_examples(target: Path, model, tokenizer, options: TrainDraftOptions, eos: set[int],
                   advance=lambda n: None) -> list[Example]:
-    """Every example of the run, regenerated or read from the cache."""
+    """Every example of the run, regenerated or read from the cache. A prompt the target wrote that
+    renders to a held-out prompt's ids is dropped like any training repeat of one (split_prompts)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
-    chosen = split_prompts(options, tokenizer) + self_written(target, model, tokenizer, options, eos, pad)
+    chosen = split_prompts(options, tokenizer)
+    held = {tuple(ids) for _, ids, h in chosen if h}
+    chosen += [c for c in self_written(target, model, tokenizer, options, eos, pad) if tuple(c[1]) not in held]
     prompts = [ids for _, ids, _ in chosen]
     # the batch (padding) can change a greedy answer, and so can where the target answers (answered_on)
     key = {"target": target_fingerprint(target), "prompts": prompts, "max_new_tokens": options.max_new_tokens,

@@ -6,7 +6,8 @@ the target's next-token distribution, decayed per TTT step) are ModelOpt's, and 
 `modelopt.torch.export.export_speculative_decoding` writes (config.json + model.safetensors), with
 its decoder layer renamed from `layers.0.*` to `midlayer.*`: TensorRT-LLM main renames it on load, but
 1.2.0rc2's Eagle3ForCausalLM.load_weights does not (upstream.trtllm, EAGLE-3), and `midlayer.*` (the
-SafeAILab layout) is what every version loads. We only size it for the target: ModelOpt's default
+SafeAILab layout) is what every version loads (a head of several layers: `midlayer.{i}.*`, the list
+TensorRT-LLM builds then). We only size it for the target: ModelOpt's default
 head is sized for 8B targets (intermediate 14336, 32 heads), so width, heads and head_dim follow
 the target, and its rope the target's too."""
 
@@ -113,7 +114,8 @@ def export(model, out: Path) -> None:
     missing = [f for f in EAGLE3_EXPORT_FILES if not (Path(out) / f).is_file()]
     if missing:
         raise TrtspecError(f"{out}: ModelOpt's export wrote no {', '.join(missing)}")
-    _rename_tensors(Path(out) / "model.safetensors", midlayer_name)
+    layers = len(model.eagle_module.layers)
+    _rename_tensors(Path(out) / "model.safetensors", lambda name: midlayer_name(name, layers))
 
 
 def _rename_tensors(path: Path, rename) -> None:
@@ -131,7 +133,8 @@ def load_head(model, head_dir: Path) -> None:
     the module has, no other; `lm_head` is skipped when the head shares the target's)."""
     from safetensors.torch import load_file
 
-    sd = {modelopt_name(k): v for k, v in load_file(str(Path(head_dir) / "model.safetensors")).items()}
+    layers = len(model.eagle_module.layers)
+    sd = {modelopt_name(k, layers): v for k, v in load_file(str(Path(head_dir) / "model.safetensors")).items()}
     if not hasattr(model.eagle_module, "lm_head"):
         sd.pop("lm_head.weight", None)
     try:

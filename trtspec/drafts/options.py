@@ -84,9 +84,16 @@ class TrainDraftOptions(StageOptions):
         return self
 
     def shaping(self) -> dict:
-        """The options the trained head depends on (not how often it is measured, where or how fast):
-        what its cache key (drafts/cache.py), its checkpoints and a recipe's derive stage hash."""
+        """The options the trained head's weights depend on (not how often or at which K it is measured,
+        where or how fast): what its resumable checkpoints are valid for (train.fingerprint)."""
         return self.model_dump(exclude={"eval_every", "checkpoint_every", "eval_k", "device", "threads"})
+
+    def written(self) -> dict:
+        """shaping() and how the held-out AL(K) is measured (eval_k, eval_every): what the head's
+        directory holds (training.json's history, learning_curve.png) depends on both, so the head
+        cache key and the derive stage hash take this; the checkpoint takes shaping() (the weights
+        do not depend on how often they are measured)."""
+        return self.shaping() | {"eval_k": self.eval_k, "eval_every": self.eval_every}
 
 
 class TrainDraftStage(TrainDraftOptions):

@@ -96,9 +96,12 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[i
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
-def fingerprint(options: TrainDraftOptions, examples: list[data.Example]) -> str:
-    """What a checkpoint is valid for: the options that shape training and the exact data."""
-    blob = json.dumps([TRAINING_VERSION, options.shaping(), [(e.prompt, e.response, e.heldout) for e in examples]])
+def fingerprint(options: TrainDraftOptions, examples: list[data.Example], target: str) -> str:
+    """What a checkpoint is valid for: the options that shape training, the exact data and the target
+    (data.target_fingerprint: the head learns its hidden states, and another target, a fine-tune of
+    this one say, can give the same greedy answers)."""
+    blob = json.dumps([TRAINING_VERSION, options.shaping(), target,
+                       [(e.prompt, e.response, e.heldout) for e in examples]])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -230,7 +233,7 @@ def train_draft(target: Path, out: Path, options: TrainDraftOptions | None = Non
         head.convert(model, options, d2t, options.seed)
         run = Run(model, options, train, held, pad, device)
         run_dir = out.parent / f"{out.name}.train-run"
-        fp = fingerprint(options, examples)
+        fp = fingerprint(options, examples, data.target_fingerprint(target))
         state = load_checkpoint(run_dir, fp)
         if state is not None:
             run.restore(state)

@@ -81,7 +81,7 @@ def _derive_section(r: Recipe) -> dict:
     training on a GPU (added only then, so CPU recipes keep their hashes)."""
     section = {"target": r.target, "derive": r.draft.model_dump(exclude={"train"}) if r.draft else None}
     if _trains(r):
-        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads, general=n == GENERAL_HEAD).shaping()
+        section["train"] = {"heads": {n: r.draft.train.head_options(e, r.threads, general=n == GENERAL_HEAD).written()
                                       for n, e in r.trained_heads().items()}}
         if device_type(r.draft.train.device) == "cuda":
             section["train"]["device"] = "cuda"
