@@ -95,6 +95,9 @@ def test_a_bad_train_section_is_one_line_naming_the_field(tiny, tmp_path, capsys
     write_recipe(tiny, recipe, train={"per_workloads": True})
     code, _, err = run_cli(capsys, "run", recipe, "--out", tmp_path / "o", "--dry-run")
     assert code == 2 and "unknown key 'draft.train.per_workloads'" in err and "per_workload" in err
+    write_recipe(tiny, recipe, train={"num_layers": 2})  # would train, then fail at profile
+    code, _, err = run_cli(capsys, "run", recipe, "--out", tmp_path / "o", "--dry-run")
+    assert code == 2 and "draft.train.num_layers" in err and "one-layer EAGLE-3 heads only" in err, err
 
 
 def test_another_eval_k_reruns_the_derive_stage_and_a_checkpoint_interval_does_not(tiny, tmp_path):

@@ -106,6 +106,16 @@ class TrainDraftStage(TrainDraftOptions):
                                "tuner routes a workload to its best head (tune.memory_budget_gib counts each).")
     threads: Optional[int] = Field(None, ge=1, description="torch CPU threads; null: the recipe's `threads`.")
 
+    @field_validator("num_layers")
+    @classmethod
+    def _profiled(cls, v: int) -> int:
+        """A recipe profiles its heads with trtspec's runtime, which executes one-layer EAGLE-3 heads:
+        a deeper one would train (hours) and then fail at the profile stage."""
+        if v != 1:
+            raise ValueError(f"{v}: a recipe profiles its heads with trtspec's runtime, which executes one-layer "
+                             "EAGLE-3 heads only (train deeper ones with `trtspec train-draft`)")
+        return v
+
     def head_options(self, workloads: str, threads: int | None, general: bool = True) -> TrainDraftOptions:
         """The TrainDraftOptions of one head, trained on `workloads` (NAME=SOURCE list). A per-workload
         head (`general` False) learns that workload alone: without the target's self-written prompts."""

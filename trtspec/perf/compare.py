@@ -192,8 +192,10 @@ def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
     the tuner's concurrency bands predict. Open loop: both runs are offered the same arrivals, so
     below saturation both throughputs are the arrival rate's whatever speculation does (requests
     twice as fast read as ~1.0x); what it changes is how fast each request completes, so the rates
-    are per request, tokens / E2E summed over the successful requests (trtllm-bench's per-user output
-    throughput; the speedup's bootstrap resamples exactly this ratio, stats.speedup_ci)."""
+    are per request, sum(tokens) / sum(E2E) over the successful requests (a ratio of sums, weighting
+    long answers as the tuner's token-weighted tokens/s does; trtllm-bench's per-user output
+    throughput is the mean of each request's tokens / latency instead, bench/dataclasses/reporting.py;
+    the speedup's bootstrap resamples exactly this ratio, stats.speedup_ci)."""
     if not per_request(spec):
         return spec.summary.output_tokens_per_s, base.summary.output_tokens_per_s
     return per_request_tokens_per_s(spec.requests), per_request_tokens_per_s(base.requests)
