@@ -685,3 +685,16 @@ def test_a_speculation_run_without_successes_gives_no_speedup_and_no_parity(samp
         created="t", trtspec_version="0", completed=True, runs=runs,
         settings=Settings(url="u", model="m", workloads={"chat": "c"}, warmup=0, timeout_s=1.0, max_tokens=8,
                           baseline=True, seed=0)))] == [None]
+
+
+def test_an_interval_end_off_one_is_never_printed_as_1_00x():
+    """A 'faster' interval [1.003, 1.30] printed with two decimals reads [1.00x, 1.30x], as if it
+    touched 1.0: such an interval gets a third decimal; others keep two."""
+    from trtspec.perf.compare import ci_text
+    from trtspec.perf.schema import Interval
+
+    assert ci_text(Interval(low=1.003, high=1.3)) == "[1.003x, 1.300x]"
+    assert ci_text(Interval(low=0.7, high=0.9996)) == "[0.700x, 1.000x]"  # just below 1: 'slower'
+    assert ci_text(Interval(low=0.85, high=1.47)) == "[0.85x, 1.47x]"
+    assert ci_text(Interval(low=1.0, high=1.2)) == "[1.00x, 1.20x]"  # exactly 1 is exactly 1
+    assert ci_text(None) == "-"

@@ -282,8 +282,16 @@ def prediction_text(end_to_end: float, per_step: float | None) -> str:
     return f"{end_to_end:.2f}x end to end ({per_step:.2f}x per step)"
 
 
-def ci_text(ci, fmt: str = ".2f", suffix: str = "x") -> str:
-    """'[0.85x, 1.47x]', or '-' without an interval."""
+def ratio_fmt(ci) -> str:
+    """The format of a speedup interval's ends: two decimals, three where an end off 1.0 would round
+    to 1.00x ([1.003x, 1.30x] is 'faster'; printed [1.00x, 1.30x] it would read as touching 1)."""
+    near = ci is not None and any(v != 1.0 and f"{v:.2f}" == "1.00" for v in (ci.low, ci.high))
+    return ".3f" if near else ".2f"
+
+
+def ci_text(ci, fmt: str | None = None, suffix: str = "x") -> str:
+    """'[0.85x, 1.47x]', or '-' without an interval; fmt default: ratio_fmt's."""
+    fmt = fmt or ratio_fmt(ci)
     return "-" if ci is None else f"[{ci.low:{fmt}}{suffix}, {ci.high:{fmt}}{suffix}]"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..confidence import Z95
 from ..fsutil import write_text_atomic
 from . import plots
-from .compare import claim_unit, load_predictions, prediction_text, step_differs
+from .compare import claim_unit, load_predictions, prediction_text, ratio_fmt, step_differs
 from .headline import Headline, has_successes, headlines, load_label, run_ci
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
@@ -206,7 +206,7 @@ def _headline_table(heads: list[Headline]) -> str:
             f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}'
             f'{_per(h)}</td>'
             f'<td class="big{_speed_cls(h)}" data-k="speedup">{_num(_speedup(h), "{:.2f}", "x")}'
-            f'{_ci(c and c.speedup_ci, "{:.2f}", "x")}</td>'
+            f'{_ci(c and c.speedup_ci, "{:" + ratio_fmt(c and c.speedup_ci) + "}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(p.speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}{_ci(h.acceptance_length_ci, "{:.2f}")}</td>'
             f'<td data-k="predicted_acceptance_length">{_num(p.acceptance_length, "{:.2f}")}{_pm(h)}</td>'
