@@ -1,9 +1,13 @@
-"""The cpu flavor's tensorrt_llm model (cpu_llm.py) without a server: min_tokens reaches the runtime.
+"""The cpu flavor's tensorrt_llm model (cpu_llm.py) without a server: min_tokens reaches the runtime,
+and the end id is left out of the output as TensorRT-LLM's executor leaves it out.
 
 A request's end_id is the token the tiny target's greedy output emits at index 2. With min_tokens 0
 the request ends there; with a min_tokens between 0 and request_output_len it runs on, and its
 tokens are the runtime's with that min_tokens, also when the first step verifies
-draft_input_ids (the continuation after that step owes min_tokens less what it emitted).
+draft_input_ids (the continuation after that step owes min_tokens less what it emitted). The end
+id that ends a request is in no response: the executor's sampling kernels do not count it in the
+sequence length and its batch manager returns only the tokens within it (upstream's BLS relies on
+that: a target answering fewer tokens than asked has ended).
 """
 
 from __future__ import annotations
@@ -65,25 +69,37 @@ def cpu_llm(monkeypatch, target):
         sys.modules.pop(name, None)
 
 
-def serve(model, prompt: list[int], end_id: int, min_tokens: int | None, draft: list[int] | None = None) -> list[int]:
+def responses(model, prompt: list[int], end_id: int, min_tokens: int | None, draft: list[int] | None = None,
+              streaming: bool = False) -> list[dict]:
+    """The responses with outputs of one request (the last, bare final one of a stream left out)."""
     request = Request()
     request.inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
-                      "request_output_len": np.array([[NEW]], np.int32), "end_id": np.array([[end_id]], np.int32)}
+                      "request_output_len": np.array([[NEW]], np.int32), "end_id": np.array([[end_id]], np.int32),
+                      "streaming": np.array([[streaming]], bool)}
     if min_tokens is not None:
         request.inputs["min_tokens"] = np.array([[min_tokens]], np.int32)
     if draft:
         request.inputs["draft_input_ids"] = np.array([draft], np.int32)
     model.handle(request, request.sender)
-    (response, _), = request.sender.sent
+    return [r for r, _ in request.sender.sent if r is not None]
+
+
+def serve(model, prompt: list[int], end_id: int, min_tokens: int | None, draft: list[int] | None = None) -> list[int]:
+    (response,) = responses(model, prompt, end_id, min_tokens, draft)
     return response["output_ids"].reshape(-1).tolist()
+
+
+def without_end(tokens: list[int], end_id: int) -> list[int]:
+    """The runtime's output as the executor returns it: cut before the end id."""
+    return tokens[:tokens.index(end_id)] if end_id in tokens else tokens
 
 
 def test_min_tokens_between_zero_and_the_length_reaches_the_runtime(cpu_llm, target):
     models, prompt, greedy, end_id = target
-    assert serve(cpu_llm, prompt, end_id, None) == serve(cpu_llm, prompt, end_id, 0) == greedy[:3]
+    assert serve(cpu_llm, prompt, end_id, None) == serve(cpu_llm, prompt, end_id, 0) == greedy[:2]
     with_end_id = dataclasses.replace(models, eos_ids=(end_id,))
-    want = generate_batch(with_end_id, [prompt], NEW, "greedy", min_tokens=M)[0].output_ids
-    assert end_id not in want[:M] and len(want) > M
+    want = without_end(generate_batch(with_end_id, [prompt], NEW, "greedy", min_tokens=M)[0].output_ids, end_id)
+    assert end_id not in want[:M] and len(want) >= M
     assert serve(cpu_llm, prompt, end_id, M) == want
     # draft_input_ids: the verify step (indices 0..2) and the continuation are both masked
     assert serve(cpu_llm, prompt, end_id, M, draft=greedy[:2]) == want
@@ -93,3 +109,18 @@ def test_min_tokens_past_the_length_runs_to_the_length(cpu_llm, target):
     _, prompt, _, end_id = target
     got = serve(cpu_llm, prompt, end_id, NEW)
     assert len(got) == NEW and end_id not in got
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["one-response", "streamed"])
+@pytest.mark.parametrize("draft", [0, 2], ids=["plain", "draft_input_ids"])
+def test_the_end_id_that_ends_a_request_is_not_returned(cpu_llm, target, streaming, draft):
+    """TensorRT-LLM's executor returns no end id: output_ids, sequence_length and num_output_tokens
+    stop before it (sampling / accept kernels: "Do not increase seq len when EOS is generated";
+    updateRequests adds only the tokens within the sequence length)."""
+    _, prompt, greedy, end_id = target
+    got = responses(cpu_llm, prompt, end_id, None, greedy[:draft], streaming)
+    ids = [t for r in got for t in r["output_ids"].reshape(-1).tolist()]
+    assert ids == greedy[:2] and end_id not in ids
+    assert sum(int(r["sequence_length"].item()) for r in got) == 2
+    counted = [int(r["num_output_tokens"].item()) for r in got]
+    assert (sum(counted) if streaming else counted[-1]) == 2

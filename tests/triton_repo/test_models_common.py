@@ -212,3 +212,20 @@ def test_models_load_the_runtime_where_the_parameter_says(common):
     load_device = common[0].load_device
     assert load_device({}) == {} and load_device({"device": "cpu"}) == {}
     assert load_device({"device": "cuda:1"}) == {"device": "cuda:1"}
+
+
+def test_an_input_length_outside_the_input_ids_row_is_refused(common, monkeypatch):
+    """input_lengths says how many of the row's tokens are the prompt: 1 to the row's length. More
+    than the row (or 0) was read as the whole row (or passed on as an empty prompt)."""
+    m, _ = common
+    monkeypatch.setattr(sys.modules["triton_python_backend_utils"], "get_input_tensor_by_name", lambda req, name: (
+        types.SimpleNamespace(as_numpy=lambda: req.inputs[name]) if name in req.inputs else None), raising=False)
+    request = Request()
+    for n, want in ((2, [5, 17]), (3, [5, 17, 300])):
+        request.inputs = {"input_ids": np.array([[5, 17, 300]], np.int32), "input_lengths": np.array([[n]], np.int32)}
+        assert m.ids_input(request, "input_ids", "input_lengths") == want
+    for n in (4, 0):
+        request.inputs["input_lengths"] = np.array([[n]], np.int32)
+        with pytest.raises(m.RequestError, match=rf"^input_lengths: {n}; expected 1 to the length of 'input_ids' "
+                                                 r"\(3 tokens\)$"):
+            m.ids_input(request, "input_ids", "input_lengths")

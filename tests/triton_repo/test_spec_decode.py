@@ -30,7 +30,8 @@ DRAFT_TOKENS = [3, 5, 7, 9]
 def fake_engines(calls: list, logits: np.ndarray):
     """pb_utils whose InferenceRequest.exec answers as the two engines: the draft returns the first
     request_output_len of DRAFT_TOKENS (+ their generation logits when asked), the target accepts
-    one draft token and adds token 1 (or returns token 1 alone without drafts)."""
+    one draft token and adds token 1, then decodes token 1 on to request_output_len, as the
+    executor does (token 1 alone without drafts)."""
     pb = types.ModuleType("triton_python_backend_utils")
     pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 
@@ -55,7 +56,7 @@ def fake_engines(calls: list, logits: np.ndarray):
                     out["generation_logits"] = logits[None, None, :n]
             else:
                 draft = self.inputs.get("draft_input_ids")
-                tokens = [int(draft.reshape(-1)[0]), 1] if draft is not None else [1]
+                tokens = (([int(draft.reshape(-1)[0])] if draft is not None else []) + [1] * n)[:n]
                 out = {"output_ids": np.array([[tokens]], np.int32),
                        "sequence_length": np.array([[len(tokens)]], np.int32)}
             return iter([Resp(out)])
@@ -86,7 +87,7 @@ def spec(monkeypatch):
         sys.modules.pop(name, None)
 
 
-def run_rounds(mod, draft_logits: bool, inputs: dict, k: int = 2, n: int = 6):
+def run_rounds(mod, draft_logits: bool, inputs: dict, k: int = 2, n: int = 5):
     m = mod.TritonPythonModel.__new__(mod.TritonPythonModel)
     m.target_model, m.draft_model, m.draft_logits = "tensorrt_llm", "tensorrt_llm_draft", draft_logits
     req = Request()
@@ -120,12 +121,12 @@ def sampled_inputs(seed=5):
 def test_draft_logits_are_sent_with_the_draft_tokens_when_enabled_and_sampled(spec):
     mod, calls, logits = spec
     tokens, stats = run_rounds(mod, True, sampled_inputs())
-    # rounds draft 2, 2, then 1 token (one output token left after it)
-    assert tokens == [3, 1, 3, 1, 3, 1] and (stats.steps, stats.accepted, stats.drafted) == (3, 3, 5)
+    # rounds draft 2 (the target answers 3 tokens), then 1 (two output tokens left)
+    assert tokens == [3, 1, 1, 3, 1] and (stats.steps, stats.accepted, stats.drafted) == (2, 2, 3)
     drafts = [i for m, i in calls if m == "tensorrt_llm_draft"]
     targets = [i for m, i in calls if m == "tensorrt_llm"]
-    assert len(drafts) == len(targets) == 3
-    for d, t, k in zip(drafts, targets, (2, 2, 1)):
+    assert len(drafts) == len(targets) == 2
+    for d, t, k in zip(drafts, targets, (2, 1)):
         assert d["return_generation_logits"].all() and d["temperature"].item() == pytest.approx(0.8)
         assert d["runtime_top_k"].item() == 4 and d["runtime_top_p"].item() == pytest.approx(0.9)
         assert t["draft_input_ids"].tolist() == [DRAFT_TOKENS[:k]]
@@ -166,3 +167,22 @@ def test_a_draft_without_generation_logits_is_an_error(spec, monkeypatch):
     monkeypatch.setattr(mod.TritonPythonModel, "_call", no_logits)
     with pytest.raises(RuntimeError, match="built with --gather_generation_logits"):
         run_rounds(mod, True, sampled_inputs())
+
+
+def test_a_target_answer_short_of_its_length_ends_the_request(spec, monkeypatch):
+    """The executor returns no end id (its sequence length does not count it): a target that stops
+    short of request_output_len has ended, and no further round may decode past that end (upstream's
+    BLS stops there too). Here the target's second token would be the end id: the draft token it
+    returns is an accepted one (no bonus token of the target's is returned)."""
+    mod, calls, _ = spec
+    real = mod.TritonPythonModel._call
+
+    def ends_after_one(self, model, ids, n, end_id, pad_id, extra, logits=False):
+        tokens, rows = real(self, model, ids, n, end_id, pad_id, extra, logits)
+        return (tokens[:1], rows) if model == "tensorrt_llm" else (tokens, rows)
+    monkeypatch.setattr(mod.TritonPythonModel, "_call", ends_after_one)
+    for inputs in ({}, sampled_inputs()):
+        calls.clear()
+        tokens, stats = run_rounds(mod, False, inputs)
+        assert tokens == [3] and [m for m, _ in calls] == ["tensorrt_llm_draft", "tensorrt_llm"]
+        assert (stats.steps, stats.accepted, stats.drafted) == (1, 1, 2)

@@ -14,9 +14,11 @@ tools see the same responses:
 - output tokens: the server's num_output_tokens of the last response. genai-perf re-tokenizes the
   streamed text (its tokenizer, no special tokens). The llmapi flavor counts exactly that way (its
   last, empty-text response restates the whole text's count). The chain flavors count the engine's
-  tokens, so a request that stops on an end id counts it where the engine emits it (the cpu
-  flavor's runtime does: trtspec/runtime/stats.py) and genai-perf, whose text has none
-  (postprocessing drops it), does not: one token more per such request on our side. Kept on purpose:
+  tokens: TensorRT-LLM's executor returns no end id (its sequence length leaves it out; the cpu
+  flavor's `tensorrt_llm` models follow it), but the cpu flavor's spec_decode, which runs the
+  runtime in-process, counts the one the runtime emits (trtspec/runtime/stats.py), and genai-perf,
+  whose text has none (postprocessing drops it), does not: one token more per such request on our
+  side there. Kept on purpose:
   E2E - TTFT includes the round that produced the end id (alone in its round, it comes as a last
   response with empty text), so dividing by N - 1 visible tokens puts that round's time on the
   others: a baseline run (one token a round) reads N / (N - 1) slow, and the ITL ratio and tokens/s

@@ -2,7 +2,8 @@
 
 It takes the subset of `tensorrt_llm`'s tensors that trtspec's models and a direct client use,
 with the same names, types and shapes, and runs the TRT-LLM checkpoint with trtspec.runtime:
-- input_ids / input_lengths / request_output_len / end_id, streaming (one response per target
+- input_ids / input_lengths / request_output_len / end_id (the end id that ends a request is not
+  returned, as the executor's; executor_tokens), streaming (one response per target
   step, carrying that step's new tokens; otherwise one response), exclude_input_in_output (else
   the prompt is prepended when not streaming), min_tokens (no end id before that many generated
   tokens: their logits are masked per verified position until then; serving_rules.check_min_tokens,
@@ -113,10 +114,11 @@ class TritonPythonModel(PooledModel):
             if depth is not None:
                 s = piece.stats
                 acc["accepted"], acc["drafted"] = s.accepted_draft_tokens, depth * len(s.steps)
+            tokens = executor_tokens(piece)
             if streaming:
-                sender.send(self._response(piece.tokens, acc, perf, len(prompt), len(piece.tokens)))
+                sender.send(self._response(tokens, acc, perf, len(prompt), len(tokens)))
             else:
-                collected.extend(piece.tokens)
+                collected.extend(tokens)
         if streaming:
             sender.send(flags=FINAL)
         else:
@@ -155,6 +157,14 @@ class TritonPythonModel(PooledModel):
                      out("total_draft_tokens", [[acc["drafted"]]], np.int32),
                      out("acceptance_rate", [[rate]], np.float32)]
         return pb_utils.InferenceResponse(output_tensors=outs)
+
+
+def executor_tokens(piece):
+    """The tokens TensorRT-LLM's executor returns for one runtime step: an end id that finishes the
+    request is not among them. Its sampling and accept kernels do not count the end id in the
+    sequence length, and the batch manager (TrtGptModelInflightBatching::updateRequests) adds only
+    the tokens within that length, so output_ids / sequence_length / num_output_tokens leave it out."""
+    return piece.tokens[:-1] if piece.finish_reason == "eos" else piece.tokens
 
 
 def eagle_choices(text):

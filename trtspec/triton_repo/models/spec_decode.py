@@ -19,7 +19,11 @@ draft tokens sent (bls), or the positions offered (trtspec.runtime, which record
 Two engines, chosen by the `engine` parameter:
 - "bls" (trtllm flavor): each round calls `tensorrt_llm_draft` for up to K tokens, then
   `tensorrt_llm` with them as draft_input_ids and request_output_len = drafts + 1; the target's
-  output is the accepted prefix plus its own next token. Every round re-sends the whole prefix as a
+  output is the accepted prefix plus its own next token, then what it decodes on to
+  request_output_len (as the executor does). Fewer tokens than that means the request ended: the
+  executor returns no end id (its sequence length does not count it), so a short answer is how a
+  round sees one, as in upstream's BLS (target output equal to the draft's, or no new tokens),
+  and the loop stops there. Every round re-sends the whole prefix as a
   new executor request, which KV-cache reuse (enable_kv_cache_reuse on both models) makes cheap.
   Unlike upstream's BLS this streams every round and sums the acceptance over all rounds.
 - "trtspec.runtime" (cpu flavor): the same loop in-process on the two TRT-LLM checkpoints with
@@ -290,20 +294,19 @@ class TritonPythonModel(PooledModel):
                                            1.0 if top_p is None else top_p)
                     extra["draft_logits"] = q[None]
             verify = bool(draft) or (pool is not None and bool(out_tokens))  # n-gram: every round after the first
-            new = self._call(self.target_model, ids, len(draft) + 1, end, pad_id, extra)[0][:left]
+            asked = len(draft) + 1
+            new = self._call(self.target_model, ids, asked, end, pad_id, extra)[0][:left]
             if not new:
                 return
-            if verify:
+            ended = len(new) < asked  # short of request_output_len: the target ended (module docstring, "bls")
+            if verify:  # (a short answer may be all accepted drafts: the target's own token was the end id)
                 a = 0
-                while a < min(len(draft), len(new) - 1) and draft[a] == new[a]:
+                while a < min(len(draft), len(new)) and draft[a] == new[a]:
                     a += 1
                 stats.steps += 1
                 stats.accepted += a
                 stats.drafted += len(draft)
-            if end is not None and end in new:
-                new = new[: new.index(end) + 1]
-                out_tokens.extend(new)
-                yield new
-                return
             out_tokens.extend(new)
             yield new
+            if ended:
+                return

@@ -62,6 +62,12 @@ CANCEL_INPUTS = {"input_lengths": np.array([[0]], np.int32), "request_output_len
                  "num_draft_tokens": np.array([[0]], np.int32)}
 
 
+class CalleeError(RuntimeError):
+    """A model this one called (BLS) answered with an error: its message, after the callee's name,
+    is what the client gets, in one line. The callee already said why in its own log (a traceback
+    where it was a bug); a traceback of the caller's BLS call would add nothing."""
+
+
 class Cancelled(RequestError):
     """The client cancelled the request, or the server is shutting down: stop early, but still
     close the response stream (an unclosed decoupled request would hold the server's shutdown)."""
@@ -181,12 +187,16 @@ def scalar(request, name, default=None):
 
 
 def ids_input(request, ids_name, len_name=None):
-    """A token-id input of one request as a list (the first batch row, cut at its length)."""
+    """A token-id input of one request as a list (the first batch row, cut at its length). A length
+    beyond the row, or below 1, is refused: read as given it would silently serve a shorter prompt
+    than the client said, or none."""
     arr = tensor(request, ids_name)
     if arr is None:
         raise RequestError(f"missing input '{ids_name}'")
     row = arr.reshape(-1) if arr.ndim <= 1 else arr.reshape(arr.shape[0], -1)[0]
     n = scalar(request, len_name) if len_name else None
+    if n is not None and not 1 <= int(n) <= row.size:
+        raise RequestError(f"{len_name}: {int(n)}; expected 1 to the length of '{ids_name}' ({row.size} tokens)")
     return [int(x) for x in (row[: int(n)] if n is not None else row)]
 
 
@@ -251,7 +261,7 @@ def bls(model, inputs, outputs, decoupled, stop=None, cancellable=False):
     try:
         for resp in responses:
             if resp.has_error():
-                raise RuntimeError(f"{model}: {resp.error().message()}")
+                raise CalleeError(f"{model}: {resp.error().message()}")
             got = {}
             for name in outputs:
                 t = pb_utils.get_output_tensor_by_name(resp, name)

@@ -16,8 +16,9 @@ import traceback
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import CONTROL_DIR, INFLIGHT_SUFFIX, STOP_FILE
-from trtspec_triton_common import (CANCEL, FINAL, STREAM_ID, USER_ERRORS, Cancelled, Stopped, check_running, draining,
-                                   error_response, parameters, release_ended_streams, request_parameter)
+from trtspec_triton_common import (CANCEL, FINAL, STREAM_ID, USER_ERRORS, CalleeError, Cancelled, Stopped,
+                                   check_running, draining, error_response, parameters, release_ended_streams,
+                                   request_parameter)
 
 
 class Workers:
@@ -27,7 +28,8 @@ class Workers:
     set by finalize() and checked by the request loops between steps.
 
     Every request handed over gets a final response, whatever happens: the handler's, an error
-    (a RequestError or trtspec's own error as the client's message, anything else with its type),
+    (a RequestError, trtspec's own error or a called model's error (CalleeError) as the client's
+    message, anything else with its type and a traceback in the log),
     or "the server is shutting down" for a request still queued when the pool closes. A decoupled
     stream left open is not harmless: the caller's BLS iterator waits on it without a timeout,
     and the python backend drains unfinished iterators before it lets a stub finish unloading."""
@@ -116,6 +118,9 @@ class Workers:
             if self.front and draining():  # Triton refused the stream's next BLS call: it is stopping
                 _send_final_error(sender, Cancelled("the server is shutting down: the request did not finish "
                                                     "within the drain period"))
+                return
+            if isinstance(e, CalleeError):  # the callee's own one-line message (see CalleeError)
+                _send_final_error(sender, e)
                 return
             traceback.print_exc()
             _send_final_error(sender, f"{type(e).__name__}: {e}")
