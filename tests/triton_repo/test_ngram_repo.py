@@ -110,6 +110,22 @@ def test_llmapi_flavor_writes_one_ngram_model_per_tuned_setting(w):
                for p in check_repository(repo))
 
 
+def test_llmapi_check_refuses_keys_the_1_2_llm_api_forbids(w):
+    """TensorRT-LLM's LLM API configs forbid extra fields, so a misspelled model.yaml key (or a decoding
+    type its from_dict does not map) fails the model at load on the GPU host: --check says so here."""
+    repo = make(w, "llmapi_keys", flavor="llmapi", ckpt=hf_dir(w["root"] / "hf_keys"))
+    assert check_repository(repo) == []  # every key trtspec writes is a 1.2 field (upstream.triton LLMAPI_*)
+    k5, k3 = (repo / m / "1" / "model.yaml" for m in ("tensorrt_llm_k5_n3", "tensorrt_llm_k3_n2"))
+    k5.write_text(k5.read_text().replace("is_keep_all:", "keep_all:") + "kv_cache_config:\n  free_gpu_mem_fraction: 0.4\n")
+    k3.write_text(k3.read_text().replace("decoding_type: NGram", "decoding_type: Draft_Target")
+                  + "max_num_tokens: 8192\n")  # any LLM() argument may be added at the top level
+    probs = check_repository(repo)
+    assert not any("max_num_tokens" in p for p in probs)
+    assert any(f"{k5}: speculative_config.keep_all is not a TensorRT-LLM 1.2" in p for p in probs)
+    assert any(f"{k5}: kv_cache_config.free_gpu_mem_fraction is not a TensorRT-LLM 1.2" in p for p in probs)
+    assert any(f"{k3}: speculative_config.decoding_type 'Draft_Target' is not one of" in p for p in probs)
+
+
 # ---- a draft-target tuning whose drafter choice serves n-gram drafting only ---------------------------
 
 def ngram_only_choice(d: Path, model_served: bool = False, separate_instances: bool = False,

@@ -79,7 +79,8 @@ def test_tensorrt_llm_tables_are_the_v0_19_template_plus_the_documented_1x_chang
 @needs_ref
 def test_llmapi_tables_match_the_template():
     _, cfg = _template("llmapi/tensorrt_llm/config.pbtxt")
-    assert [tensor_of(t) for t in cfg.input] == list(f.LLMAPI_INPUTS)
+    ren = f.LLMAPI_RENAMED_SINCE_V0_19
+    assert [tensor_of(t)._replace(name=ren.get(t.name, t.name)) for t in cfg.input] == list(f.LLMAPI_INPUTS)
     assert [tensor_of(t) for t in cfg.output] == list(f.LLMAPI_OUTPUTS)
     assert cfg.backend == "python" and cfg.max_batch_size == 0
 
@@ -101,3 +102,11 @@ def test_our_preprocessing_and_postprocessing_use_upstream_names_and_types():
                     continue
                 assert (up[t.name].data_type, up[t.name].dims, up[t.name].optional) == \
                     (t.data_type, t.dims, t.optional), t.name
+
+
+def test_llmapi_sampling_inputs_are_ones_the_1x_helpers_read():
+    """Every sampling_param_* scalar our llmapi config.pbtxt declares is one the 1.x helpers.py turns into a
+    SamplingParams argument (upstream.triton LLMAPI_SAMPLING_PARAM_ARGS): v0.19's beam_width is not."""
+    scalars = {t.name for t in f.LLMAPI_INPUTS if t.name.startswith("sampling_param_")} - {"sampling_param_stop"}
+    assert scalars <= {f"sampling_param_{a}" for a in f.LLMAPI_SAMPLING_PARAM_ARGS}
+    assert "sampling_param_best_of" in scalars and "sampling_param_beam_width" not in scalars

@@ -17,9 +17,10 @@ import yaml
 
 from .configs import params, tensor_of
 from .models.serving_rules import parse_braces
-from ..upstream.triton import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_OUTPUTS,
-                               PARAM_KIND, SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS,
-                               TENSORRT_LLM_PARAMETERS, Tensor)
+from ..upstream.triton import (BATCHING_TYPES, BOOL_STRINGS, DECODING_MODES, LLMAPI_INPUTS, LLMAPI_KV_CACHE_CONFIG,
+                               LLMAPI_KV_CACHE_FIELDS, LLMAPI_OUTPUTS, LLMAPI_SPEC_FIELDS, PARAM_KIND,
+                               SCHEDULER_POLICIES, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS,
+                               Tensor)
 
 
 def _same(a: Tensor, b: Tensor, *, ragged: bool = True) -> bool:
@@ -145,4 +146,20 @@ def check_llmapi(cfg, where: str, model_dir: Path) -> list[str]:
             tc = data.get("triton_config") or {}
             if bool(tc.get("decoupled")) != bool(cfg.model_transaction_policy.decoupled):
                 probs.append(f"{y}: triton_config.decoupled disagrees with config.pbtxt")
+            probs += _unknown_llmapi_keys(data, y)
     return probs
+
+
+def _unknown_llmapi_keys(data: dict, y: Path) -> list[str]:
+    """Keys TensorRT-LLM 1.2's LLM API would refuse at model load (its configs forbid extra fields),
+    in the sections whose every field upstream.triton lists: speculative_config (per decoding type)
+    and kv_cache_config. The top level takes every LLM() argument (a user may add max_num_tokens,
+    say) and model.py pops triton_config, so neither is checked here."""
+    spec = data.get("speculative_config")
+    kind = spec.get("decoding_type") if isinstance(spec, dict) else None
+    if isinstance(spec, dict) and kind not in LLMAPI_SPEC_FIELDS:
+        return [f"{y}: speculative_config.decoding_type {kind!r} is not one of {', '.join(LLMAPI_SPEC_FIELDS)}"]
+    sections = (("speculative_config.", spec, LLMAPI_SPEC_FIELDS.get(kind, ())),
+                (f"{LLMAPI_KV_CACHE_CONFIG}.", data.get(LLMAPI_KV_CACHE_CONFIG), LLMAPI_KV_CACHE_FIELDS))
+    return [f"{y}: {prefix}{k} is not a TensorRT-LLM 1.2 LLM API field" for prefix, section, known in sections
+            if isinstance(section, dict) for k in section if k not in known]

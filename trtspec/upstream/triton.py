@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .trtllm import EAGLE3_LAYERS_FIELD, LLMAPI_ATTENTION_WINDOW_KEY
+
 TRITON_CONTAINER = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
 BACKEND = "tensorrtllm"
 
@@ -213,10 +215,21 @@ ENGINE_DTYPE_TO_TRITON = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "floa
 # config.pbtxt: `backend: "python"`, no max_batch_size (the model.yaml `triton_config` decides),
 # inputs `text_input` + `sampling_param_*`; model.py (shipped by TensorRT-LLM, not by us) builds
 # `LLM(**model.yaml minus triton_config)`.
+# The request scalars its helpers.py turns into SamplingParams (get_sampling_params_from_request:
+# `sampling_param_<arg>` -> <arg>; `sampling_param_stop` is read as a tensor beside them), read at
+# NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/helpers.py @0df60f9a and the
+# earliest version the code index holds; every stored TensorRT-LLM version names `best_of`. v0.19.0's
+# `sampling_param_beam_width` was renamed `sampling_param_best_of` in tensorrtllm_backend c2e65b8
+# (2025-05-13, "Update TensorRT-LLM backend", config.pbtxt and helpers.py), before the backend moved
+# into TensorRT-LLM 1.x. `return_perf_metrics` (and a `stop` BOOL input) are in the stored template
+# @c8c6df08; whether 1.2.x has them is UNVERIFIED, so the config we write does not declare them.
+LLMAPI_SAMPLING_PARAM_ARGS = ("best_of", "temperature", "top_k", "top_p", "frequency_penalty", "presence_penalty",
+                              "max_tokens", "seed", "exclude_input_from_output", "return_perf_metrics")
+LLMAPI_RENAMED_SINCE_V0_19 = {"sampling_param_beam_width": "sampling_param_best_of"}
 LLMAPI_INPUTS: tuple[Tensor, ...] = (
     Tensor("text_input", "TYPE_STRING", (-1,)),
     Tensor("streaming", "TYPE_BOOL", (1,), None, True),
-    Tensor("sampling_param_beam_width", "TYPE_INT32", (1,), None, True),
+    Tensor("sampling_param_best_of", "TYPE_INT32", (1,), None, True),
     Tensor("sampling_param_temperature", "TYPE_FP32", (1,), None, True),
     Tensor("sampling_param_top_k", "TYPE_INT32", (1,), None, True),
     Tensor("sampling_param_top_p", "TYPE_FP32", (1,), None, True),
@@ -276,6 +289,30 @@ LLMAPI_MODEL_FILES = ("model.py", "helpers.py")
 LLMAPI_DECODING_NGRAM = "NGram"
 LLMAPI_NGRAM_KEYS = {"max_matching_ngram_size": "max_matching_ngram_size", "keep_all": "is_keep_all",
                      "use_oldest": "is_use_oldest", "public_pool": "is_public_pool"}
+# What model.yaml may carry. The LLM API models are StrictBaseModels (extra="forbid"): any other key
+# fails LLM() when the model loads. Read in NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py, the
+# 1.2-era version the code index holds (SaveState/AUTO decoding types, max_total_draft_tokens; no commit
+# tied to a 1.2 tag): DecodingBaseConfig.from_dict maps decoding_type "Eagle", "NGram", "DraftTarget"
+# (every stored 1.x version; "Draft_Target" is only the class's ClassVar, which from_dict does not
+# accept) and pops it; EagleDecodingConfig.eagle3_one_model defaults True, so a one-model EAGLE-3
+# needs no key. The llmapi model.py (@b35ac1b6, 1.2.0rc2) passes the yaml minus triton_config through
+# llm_utils.update_llm_args_with_extra_dict (speculative_config -> DecodingBaseConfig.from_dict,
+# kv_cache_config -> KvCacheConfig(**d)) to LLM(**args), and reads triton_config's decoupled and
+# max_batch_size (both required) and cancellation_check_period_ms.
+_SPEC_BASE_FIELDS = ("decoding_type", "max_draft_len", "max_total_draft_tokens", LLMAPI_SPEC_MODEL_KEY,
+                     "max_concurrency", "load_format", "acceptance_window", "acceptance_length_threshold")
+LLMAPI_SPEC_FIELDS = {
+    LLMAPI_DECODING_EAGLE3: _SPEC_BASE_FIELDS + (
+        "eagle_choices", "greedy_sampling", "posterior_threshold", "use_dynamic_tree", "dynamic_tree_max_topK",
+        "num_eagle_layers", "max_non_leaves_per_layer", "eagle3_one_model", EAGLE3_LAYERS_FIELD),
+    LLMAPI_DECODING_NGRAM: _SPEC_BASE_FIELDS + tuple(LLMAPI_NGRAM_KEYS.values()),
+    LLMAPI_DECODING_DRAFT_TARGET: _SPEC_BASE_FIELDS,
+}
+LLMAPI_KV_CACHE_FIELDS = (
+    "enable_block_reuse", "max_tokens", LLMAPI_ATTENTION_WINDOW_KEY, "sink_token_length",
+    LLMAPI_FREE_GPU_MEMORY_FRACTION, "host_cache_size", "onboard_blocks", "cross_kv_cache_fraction", "secondary_offload_min_priority",
+    "event_buffer_max_size", "attention_dp_events_gather_period_ms", "enable_partial_reuse", "copy_on_partial_reuse",
+    "use_uvm", "max_gpu_total_bytes", "dtype", "mamba_ssm_cache_dtype", "tokens_per_block")
 
 # ---- launching (reference §6.2) -----------------------------------------------------------------
 # `scripts/launch_triton_server.py` leader mode: one tritonserver per MPI rank (world size = TP x PP of
