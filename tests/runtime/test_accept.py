@@ -11,6 +11,8 @@ which is lossy by design, is shown to move the distribution.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from scipy.stats import chi2
@@ -235,3 +237,37 @@ def test_exact_match_resample_tests_the_draft_against_the_engine_kernels_draw(mo
     got = [kept(x) for x in grid]
     want = [int(engine_kernel_draw(logits.softmax(0), s.top_p, x) == 0) for x in grid]
     assert sum(got) / len(grid) == pytest.approx(0.5 / 0.6, abs=2e-3) and got == want
+
+
+def test_exact_match_resample_draws_the_bonus_token_afresh_from_p(monkeypatch):
+    """After a fully kept chain the engine marks step == numDraftTokens not accepted, so the bonus
+    token is the multinomial resample of the masked, renormalised p (acceptDraftTokensKernel), not
+    the kernels' truncated draw: p = (.5, .3, .2) at top_p .6 gives (.625, .375, 0), not (.833, .167, 0).
+    A step with no draft emits the kernels' draw itself."""
+    logits = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64).log()
+    s = Sampling(temperature=1.0, top_p=0.6)
+    rule = ExactMatchResample(s)
+    grid = [(i + 0.5) / 600 for i in range(600)]
+
+    def emitted(tree, drafted, x: float) -> list[int]:  # the first draft kept (u .1 -> token 0), else u = x
+        monkeypatch.setattr(accept_module, "uniform",
+                            lambda seed, position, purpose: 0.1 if (position, purpose) == (0, TARGET) else x)
+        n = len(drafted)
+        return rule(Proposal(tree, torch.tensor([drafted]), None), logits.expand(1, n + 1, 3), [Key(0, 0)])[0].tokens
+    bonus = torch.bincount(torch.tensor([emitted(chain(1), [0], x)[-1] for x in grid]), minlength=3)
+    assert bonus.tolist() == [375, 225, 0]  # .625 / .375 of the grid
+    monkeypatch.setattr(accept_module, "uniform", lambda seed, position, purpose: 0.7)
+    plain = rule(Proposal(chain(0), torch.zeros(1, 0, dtype=torch.long), None), logits[None, None], [Key(0, 0)])
+    assert plain[0].tokens == [engine_kernel_draw(logits.softmax(0), s.top_p, 0.7)]
+
+
+def test_typical_acceptance_masks_with_the_engines_entropy():
+    """TensorRT-LLM masks p < min(eps, sqrt(eps) e^-H) with H = -sum p ln(p + 1e-6) (addBiasSoftMax's
+    EPSILON for float logits): on this flat 128k vocabulary that H is 0.11 nats below the exact
+    entropy, which raises the threshold by 11% and masks 4181 more tokens."""
+    logits = torch.randn(128_000, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    s = Sampling(temperature=0.8)
+    p = (logits / s.temperature).softmax(-1)
+    threshold = min(0.09, 0.09 ** 0.5 * math.exp(float((p * (p + 1e-6).log()).sum())))
+    kept = TypicalAcceptance(s).node_probs(logits) > 0
+    assert torch.equal(kept, p >= threshold)

@@ -74,3 +74,14 @@ def test_kernel_probs_are_the_engine_kernels_draw(s):
         want = torch.zeros_like(p).scatter(0, order, edges[1:] - edges[:-1])
         assert torch.allclose(row, want, atol=1e-12) and abs(float(row.sum()) - 1) < 1e-12
     assert torch.allclose(kernel_probs(logits, s.model_copy(update={"top_p": 1.0})), base, atol=1e-12)
+
+
+@pytest.mark.parametrize("t", [1e-5, 1e-200, 1e-310, 5e-324])
+def test_a_tiny_temperature_is_the_argmax_without_nan(t):
+    """Any T > 0 the settings accept, subnormal included, gives the argmax's one-hot (logits / T
+    alone overflows to inf there and softmax gives NaN); masked (-inf) logits stay at 0."""
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 3
+    logits[:, :5] = float("-inf")
+    want = torch.nn.functional.one_hot(logits.argmax(-1), 40).double()
+    for s in (Sampling(temperature=t), Sampling(temperature=t, top_k=7, top_p=0.3)):
+        assert torch.equal(probs(logits, s), want) and torch.equal(kernel_probs(logits, s), want)

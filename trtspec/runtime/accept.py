@@ -12,8 +12,9 @@ source); the profile must predict that rule, so each is named and selectable (`a
   keyed draws (sampling.py) it even emits the plain sampled output, token for token.
 - exact_match_resample (engine-flow draft-target without draft logits): the same test against the
   engine kernels' sample (top-p boundary truncated: sampling.kernel_probs), but at the first miss
-  TensorRT-LLM emits a FRESH draw from p instead of the sample that missed. LOSSY: the rejected draft
-  token d is drawn again with probability p(d), so P(emit d) = p(d)(2 - p(d)) at top_p 1.
+  TensorRT-LLM emits a FRESH draw from p instead of the sample that missed (the bonus token after a
+  full chain is a fresh draw of p too). LOSSY: the rejected draft token d is drawn again with
+  probability p(d), so P(emit d) = p(d)(2 - p(d)) at top_p 1.
 - rejection_sampling (draft-target with draft logits; chains only): keep d_i when u < p(d_i)/q(d_i),
   p the target's and q the draft's filtered distribution at that position; at the first rejection
   emit a sample of norm(max(0, p - q)), after a full chain a sample of p. Lossless (Leviathan et al.
@@ -99,6 +100,8 @@ class ExactMatch:
         return probs(logits, self.sampling)
 
     def on_miss(self, logits: torch.Tensor, sample: int, key: Key, position: int) -> int:
+        """The token emitted where the walk stops after drafting (a miss, or the bonus after a full
+        path): the sample itself."""
         return sample
 
     def __call__(self, proposal: Proposal, target_logits: torch.Tensor, keys: list[Key]) -> list[Acceptance]:
@@ -112,7 +115,7 @@ class ExactMatch:
                 position = key.position + tree.depth[node]
                 token = draw(p, uniform(key.seed, position, TARGET))
                 kid = next((c for c in tree.children[node] if drafted[b][c - 1] == token), None)
-                if kid is None and tree.children[node]:  # a draft was offered here and missed
+                if kid is None and (node or tree.children[node]):  # a miss, or the bonus after drafts
                     token = self.on_miss(target_logits[b, node], token, key, position)
                 return kid, token
             out.append(_walk(tree, drafted[b], choose))
@@ -121,7 +124,9 @@ class ExactMatch:
 
 class ExactMatchResample(ExactMatch):
     """TensorRT-LLM's engine flow without draft logits: the sample is the kernels' draw, a miss
-    emits a fresh draw of the masked, renormalised p (lossy)."""
+    emits a fresh draw of the masked, renormalised p (lossy), and so does the bonus token after a
+    fully accepted chain (acceptDraftTokensKernel marks step == numDraftTokens not accepted, so the
+    multinomial resample runs); a step with no draft emits the kernels' draw itself."""
     name = upstream.EXACT_MATCH_RESAMPLE.name
 
     def node_probs(self, logits: torch.Tensor) -> torch.Tensor:
@@ -146,7 +151,7 @@ class TypicalAcceptance(ExactMatch):
 
     def node_probs(self, logits: torch.Tensor) -> torch.Tensor:
         p = probs(logits, self.tempered)
-        entropy = -float((p * (p + 1e-20).log()).sum())
+        entropy = -float((p * (p + upstream.TYPICAL_ENTROPY_EPSILON).log()).sum())
         p = p.masked_fill(p < min(self.threshold, self.alpha * math.exp(-entropy)), 0.0)
         return p / p.sum()
 

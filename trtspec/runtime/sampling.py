@@ -47,8 +47,10 @@ def uniform(seed: int, position: int, purpose: int) -> float:
 
 def _tempered(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """softmax(logits / T) over the top_k most likely tokens (ties at the k-th value kept, as
-    transformers' TopKLogitsWarper does), float64."""
-    logits = logits.double() / sampling.temperature
+    transformers' TopKLogitsWarper does), float64. The maximum is subtracted before dividing, so
+    that a tiny T (any T > 0 the settings accept) gives the argmax's one-hot, not inf - inf = NaN."""
+    logits = logits.double()
+    logits = (logits - logits.amax(-1, keepdim=True)) / sampling.temperature
     if 0 < sampling.top_k < logits.shape[-1]:
         kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -40,7 +40,10 @@ EXACT_MATCH = AcceptRule("exact_match", True, "p(d)", "tensorrt_llm/_torch/pyexe
 # So P(emit d at the first rejected position) = p(d)(2 - p(d)): not lossless. The issue text says
 # "the target's sample is emitted"; the source says otherwise. Layer @1d263f15, kernels @2931b93f.
 # s follows the kernels' draw (ENGINE_TOP_P_TRUNCATES below); the fresh draw follows the masked,
-# renormalised p.
+# renormalised p. After all K drafts are kept the bonus token is a fresh draw too:
+# acceptDraftTokensKernel (@2931b93f) sets batchIsAccepted false at step == numDraftTokens, so
+# multinomialSampling runs on the masked target probs; only a step with no draft tokens
+# (numDraftTokens 0: returnAllSelectedTokens off) emits the kernels' draw itself.
 EXACT_MATCH_RESAMPLE = AcceptRule(
     "exact_match_resample", False, "p(d), the kernels' top-p boundary draw (ENGINE_TOP_P_TRUNCATES)",
     "cpp/tensorrt_llm/layers/externalDraftTokensLayer.cpp forwardAsync @1d263f15")
@@ -56,10 +59,13 @@ EXACT_MATCH_RESAMPLE = AcceptRule(
 # samplingTopKKernels.cu @3c44cb97 and the 1.x topPSsampling with returnAllSelectedTokens (commit not
 # named by the index). maskTargetLogitsKernel and the multinomial resample (top_p 1) use the kept set
 # renormalised instead; the PyTorch backend renormalises (sampling_utils.top_k_top_p_sampling_batch).
-# UNVERIFIED against 1.2 where top_k is set too: the top-k kernel read predates the
-# returnAllSelectedTokens / outputIdCurrentStep the layer @1d263f15 passes, and an intermediate
-# externalDraftTokensKernels.cu (@04a2cacb) took s from a random prefix instead. The top-p-only
-# draw is the same in every version read.
+# With top_k set too (the layer runs only the top-k kernel then, topPs = the request's top_p,
+# logitsHasProbs): a 1.x topKStage2Sampling with returnAllSelectedTokens / strictTopPBoundary
+# (default true, the layer @1d263f15 leaves it) / outputIdCurrentStep (commit not named by the
+# index) walks the top-k by descending probability, draws s with randNum2 = u * top_p * (sum of the
+# top-k), and ends the selected set at the first token whose cumulative mass reaches top_p * sum:
+# the same law, over the top-k renormalised (kernel_probs), and the same kept set (probs). (An
+# intermediate externalDraftTokensKernels.cu, @04a2cacb, took s from a random prefix instead.)
 ENGINE_TOP_P_TRUNCATES = True
 # Accept iff p(d) > u * q(d), u ~ U(0,1) per position (curand, request seed); on rejection sample
 # from norm(max(0, p - q)); after K accepted the bonus token is sampled from p. p and q are defined
@@ -85,6 +91,10 @@ TYPICAL_ALPHA_EXPONENT = 0.5  # alpha = eps ** 0.5 per request (eagleBuffers.cpp
 # EagleConfig::checkPosteriorValue: 0 <= eps < 1 (executor/decodingConfig.cpp @97e36d0b).
 TYPICAL_POSTERIOR_THRESHOLD_RANGE = (0.0, 1.0)
 TYPICAL_ARGMAX_BELOW_TEMPERATURE = 1e-6  # T < 1e-6: the node sample is the argmax (top_p 0)
+# The EPSILON of that entropy: addBiasSoftMax's `EPSILON`, 1e-6 for float logits (1e-3 for half);
+# read in a 1.x decodingCommon.cu with outputEntropy (commit not named by the index). It weighs a
+# large vocabulary's tail: H is lower than the exact entropy, so the threshold is higher.
+TYPICAL_ENTROPY_EPSILON = 1e-6
 
 # --- EAGLE-1/2 engine configuration -----------------------------------------------------------
 # executor.h EagleConfig(eagle_choices=None, greedy_sampling=True, posterior_threshold=None,
