@@ -32,6 +32,9 @@ def test_request_sampling_reads_tensorrt_llm_inputs():
     assert request_sampling({}.get) == Sampling()  # absent: greedy, seed 0
     off = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}  # penalties set to off
     assert request_sampling({**values, **off}.get) == request_sampling(values.get)
+    # top_p 0, as the engines read it (serving_rules.engine_top_k_top_p): greedy, or top-k alone
+    assert request_sampling({"temperature": 0.8, "runtime_top_p": 0.0}.get).greedy
+    assert request_sampling({**values, "runtime_top_p": 0.0}.get) == Sampling(temperature=0.8, top_k=40, seed=7)
 
 
 @pytest.mark.parametrize("values, message", [

@@ -93,6 +93,16 @@ def test_greedy_requests_are_not_sampled(temperature, top_k):
     assert Sampling(temperature=temperature or 0.0, top_k=top_k or 0).greedy  # the same rule as the model
 
 
+def test_top_p_zero_is_read_as_the_engines_read_it():
+    """TensorRT-LLM's regularizeTopKTopP (kernels/samplingTopKKernels.h): top_p 0 without a top_k is
+    greedy (top_k 1); with a top_k it means no top-p (1.0). A client written for the engines sends it."""
+    assert r.engine_top_k_top_p(0, 0.0) == (1, 1.0) and r.engine_top_k_top_p(None, 0.0) == (1, 1.0)
+    assert r.engine_top_k_top_p(8, 0.0) == (8, 1.0)
+    assert r.engine_top_k_top_p(0, 0.9) == (0, 0.9) and r.engine_top_k_top_p(5, None) == (5, None)
+    assert not r.is_sampled(0.8, 0, 0.0) and r.is_sampled(0.8, 8, 0.0) and r.is_sampled(0.8, 0, 0.5)
+    assert r.sampling_fallback(True, 0.8, None, 0.0) == ""  # greedy anyway: nothing was changed
+
+
 @pytest.mark.parametrize("temperature, top_k", [(0.7, None), (1.0, 0), (0.1, 40)])
 def test_sampled_requests_on_eagle_routes_are_flagged_greedy(temperature, top_k):
     assert r.is_sampled(temperature, top_k)

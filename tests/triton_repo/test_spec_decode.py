@@ -143,6 +143,21 @@ def test_draft_logits_are_sent_with_the_draft_tokens_when_enabled_and_sampled(sp
     assert not set(int(i["seed"].item()) for _, i in calls) & set(seeds)
 
 
+def test_top_p_zero_samples_as_the_engines_read_it(spec):
+    """top_p 0 with a top_k is top-k alone for TensorRT-LLM (regularizeTopKTopP): the draft_logits'
+    q must be that distribution, not an empty one (log 0 everywhere); without a top_k it is greedy,
+    so no draft logits are sent."""
+    mod, calls, logits = spec
+    run_rounds(mod, True, {**sampled_inputs(), "runtime_top_p": (0.0, np.float32)})
+    target = next(i for m, i in calls if m == "tensorrt_llm" and "draft_logits" in i)
+    k = target["draft_input_ids"].shape[1]
+    assert np.allclose(target["draft_logits"][0], mod.draft_distribution(logits[:k], 0.8, 4, 1.0), atol=1e-5)
+    calls.clear()
+    run_rounds(mod, True, {"temperature": (0.8, np.float32), "runtime_top_p": (0.0, np.float32),
+                           "seed": (5, np.uint64)})
+    assert calls and not any("draft_logits" in i for _, i in calls)
+
+
 def test_no_draft_logits_without_the_switch_or_at_temperature_0(spec):
     mod, calls, _ = spec
     run_rounds(mod, False, sampled_inputs())  # engine-flow exact_match_resample: greedy draft

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ..errors import TrtspecError
 from ..options import Sampling, first_problem
 from .flavors import PYTORCH, canonical
+from .models.serving_rules import engine_top_k_top_p
 from ..upstream.sampling import (BLS_SAMPLING_INPUTS, EXACT_MATCH, EXACT_MATCH_RESAMPLE, GREEDY, PATH_RULES,
                                 PENALTY_OFF, REJECTION, TRTLLM_SAMPLING_INPUTS)
 
@@ -42,6 +43,8 @@ def request_sampling(get) -> Sampling:
         value = get(name)
         if value is not None:
             given[field] = value.item() if hasattr(value, "item") else value
+    if "top_p" in given:  # top_p 0: greedy, or no top-p with a top_k, as the engines read it
+        given["top_k"], given["top_p"] = engine_top_k_top_p(given.get("top_k", 0), given["top_p"])
     try:
         return Sampling.model_validate(given)
     except ValidationError as e:

@@ -110,7 +110,8 @@ class TritonPythonModel(PooledModel):
         """sampling_fallback of this request: EAGLE engines, and the llmapi models the routing names
         greedy (one-model EAGLE-3; not tensorrt_llm_k0 or n-gram ones, which sample), decode greedily."""
         greedy_only = self.mode == "eagle" or route.get("model") in self.routing.get("greedy_models", ())
-        return sampling_fallback(greedy_only, scalar(request, "temperature"), scalar(request, "top_k"))
+        return sampling_fallback(greedy_only, scalar(request, "temperature"), scalar(request, "top_k"),
+                                 scalar(request, "top_p"))
 
     def _speculation_off(self, route):
         if self.mode not in CHAIN_MODES:

@@ -9,17 +9,15 @@ Two kinds of readers use the same functions, which is why they live here and now
   the models parse, perf predicts a run with the bands the models picked (`label_band`), the
   repository validator checks model parameters with the same parser.
 
-The rules: which tuned concurrency band serves a request, the `eagle_choices` brace syntax,
-request validation (output lengths, draft lengths), the accept rule each route runs at
-temperature > 0, and the acceptance counters and
-their definitions (acceptance length = tokens per target verification step, bonus included).
+The rules: which tuned band serves a request, the `eagle_choices` brace syntax, request validation,
+the accept rule each route runs at temperature > 0 (and top_k/top_p as the engines read them), and
+the acceptance counters (acceptance length = tokens per target verification step, bonus included).
 """
 
 import re
 
 
 # ---- draining (`trtspec serve` and the front model agree on these; see trtspec_triton_common) ----
-
 CONTROL_DIR = "TRTSPEC_CONTROL_DIR"  # environment variable: the directory serve and the stubs share
 DRAIN_FILE = "draining"  # created there by serve when it begins to drain
 STOP_FILE = "stopping"  # created when the drain period is over, just before Triton's SIGTERM
@@ -32,14 +30,12 @@ class RequestError(ValueError):
 
 
 # ---- routes ------------------------------------------------------------------------------------
-
 # Modes served by one spec_decode with K per request: a draft model's chain, n-gram drafts (K and
 # max_matching_ngram_size per band, no draft model), or (cpu flavor) an EAGLE-3 head's chain.
 CHAIN_MODES = ("draft-target", "ngram", "eagle3")
 
 
 # ---- concurrency bands -----------------------------------------------------------------------
-
 def band_concurrency(band):
     """A band's concurrency, whether the band is tuning.json's object or the routing table's dict."""
     return band["concurrency"] if isinstance(band, dict) else band.concurrency
@@ -58,7 +54,6 @@ def pick_band(bands, inflight):
 
 
 # ---- eagle_choices brace syntax ----------------------------------------------------------------
-
 def braces(choices):
     """eagle_choices in the brace syntax the C++ backend parses ("{0}, {0, 1}"; reference §3.5)."""
     return ", ".join("{" + ", ".join(str(i) for i in c) + "}" for c in choices)
@@ -85,7 +80,6 @@ def tree_depth(choices):
 
 
 # ---- request validation ------------------------------------------------------------------------
-
 def output_len(value, name):
     """A requested number of output tokens (`max_tokens`, `request_output_len`) as an int >= 1."""
     if value is None or int(value) < 1:
@@ -94,10 +88,9 @@ def output_len(value, name):
 
 
 def check_positions(prompt_len, output_len, max_positions):
-    """Refuse a request the model's positions cannot hold (prompt + output tokens), before any KV
-    cache is allocated for it: the cpu flavor preallocates prompt + output tokens, so an unbounded
-    max_tokens (10^9) would otherwise end in an allocator error, and a prompt past the trained
-    positions would be served as noise. max_positions 0: no known bound."""
+    """Refuse a request the model's positions cannot hold (prompt + output tokens) before any KV
+    cache is allocated (the cpu flavor preallocates both: max_tokens 10^9 would end in an allocator
+    error, a prompt past the trained positions be served as noise). max_positions 0: no bound."""
     if not max_positions:
         return
     if prompt_len >= max_positions:
@@ -311,10 +304,9 @@ def check_min_tokens(value) -> int:
 
 
 # ---- sampling at temperature > 0: the accept rule of each route --------------------------------
-# Stated once, here, because the models (which import nothing but the standard library) and
-# trtspec (readme, perf) both need it. The names are trtspec.upstream.sampling's AcceptRule names
-# (tests/triton_repo/test_serving_rules.py checks they agree); each route runs the rule of the
-# TensorRT-LLM path it stands for (upstream.sampling.PATH_RULES):
+# Stated once, here: the models (standard library only) and trtspec (readme, perf) both need it.
+# Names are upstream.sampling's AcceptRule names (test_serving_rules checks); each route runs the
+# rule of the TensorRT-LLM path it stands for (upstream.sampling.PATH_RULES):
 # - spec_decode, cpu flavor (trtspec.runtime in-process): exact_match by default, which is what the
 #   PyTorch / LLM-API backend's two-model path runs (lossless: with keyed draws the output equals
 #   plain sampling from the target for the same seed); rejection_sampling when the repository is
@@ -338,9 +330,18 @@ SPEC_DECODE_RULES = (EXACT_MATCH_RULE, RESAMPLE_RULE, REJECTION_RULE)  # a cpu s
 SAMPLING_FALLBACK_GREEDY = "greedy"  # generate's `sampling_fallback` when a sampled request was decoded greedily
 
 
-def is_sampled(temperature, top_k):
-    """Does the request ask for sampling? temperature > 0 unless top_k is 1 (trtspec.options.
-    Sampling.greedy says the same; absent values are the greedy defaults)."""
+def engine_top_k_top_p(top_k, top_p):
+    """(top_k, top_p) as TensorRT-LLM's sampling layers run them (regularizeTopKTopP, cpp/tensorrt_llm/
+    kernels/samplingTopKKernels.h): top_p 0 means greedy (top_k 1) without a top_k, no top-p with one."""
+    if top_p is None or float(top_p) != 0.0:
+        return top_k, top_p
+    return (top_k if top_k else 1), 1.0
+
+
+def is_sampled(temperature, top_k, top_p=None):
+    """Does the request ask for sampling? temperature > 0 unless top_k is 1 after engine_top_k_top_p
+    (trtspec.options.Sampling.greedy says the same; absent values are the greedy defaults)."""
+    top_k = engine_top_k_top_p(top_k, top_p)[0]
     return temperature is not None and float(temperature) > 0 and (top_k is None or int(top_k) != 1)
 
 
@@ -357,14 +358,13 @@ def spec_decode_rule(value):
     return rule
 
 
-def sampling_fallback(eagle, temperature, top_k):
+def sampling_fallback(eagle, temperature, top_k, top_p=None):
     """generate's `sampling_fallback` output: "greedy" for a sampled request on an EAGLE route
     (decoded greedily, see above), else ""."""
-    return SAMPLING_FALLBACK_GREEDY if eagle and is_sampled(temperature, top_k) else ""
+    return SAMPLING_FALLBACK_GREEDY if eagle and is_sampled(temperature, top_k, top_p) else ""
 
 
 # ---- acceptance ----------------------------------------------------------------------------------
-
 def acceptance_length(accepted, steps):
     """Tokens per target verification step, the bonus token included: 1 + accepted / steps (1.0
     before the first step). The runtime, the tuner and the served counters all mean this."""

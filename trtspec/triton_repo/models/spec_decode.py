@@ -58,7 +58,8 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import Acceptance, RequestError, draft_len, is_sampled, ngram_size, spec_decode_rule, stop_ids
+from serving_rules import (Acceptance, RequestError, draft_len, engine_top_k_top_p, is_sampled, ngram_size,
+                           spec_decode_rule, stop_ids)
 from trtspec_triton_common import FINAL, bls, is_true, llm_request, load_device, max_positions, out, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -266,6 +267,7 @@ class TritonPythonModel(PooledModel):
             yield from self._plain(prompt, n, end, sampling, stats)
             return
         temperature, top_k, top_p = (scalar(request, x) for x in ("temperature", "runtime_top_k", "runtime_top_p"))
+        top_k, top_p = engine_top_k_top_p(top_k, top_p)  # as the engines will sample (draft_logits' q)
         sampled = is_sampled(temperature, top_k)
         with_logits = self.draft_logits and sampled and size is None
         pool = None
