@@ -58,3 +58,19 @@ def test_the_cpu_tensorrt_llm_returns_no_end_id(server, streaming):
     greedy = tokens(server, streaming, -1)  # -1: no end id, the request runs to its length
     assert len(greedy) == 6 and greedy[2] not in greedy[:2]
     assert tokens(server, streaming, greedy[2]) == greedy[:2]
+
+
+def test_top_p_zero_is_greedy_as_on_the_engines(server):
+    """top_p 0 without a top_k is greedy for TensorRT-LLM (regularizeTopKTopP): at temperature 0.9
+    the live server answers with the greedy text, through spec_decode and the cpu tensorrt_llm."""
+    def text(**extra):
+        pieces, _ = request(server["url"], "t5 t17 t300", "chat", max_tokens=8, extra=extra)
+        return "".join(p.as_numpy("text_output").reshape(-1)[0].decode() for p in pieces)
+
+    assert text(temperature=(0.9, "FP32"), top_p=(0.0, "FP32"), seed=(3, "UINT64")) == text()
+    direct = {"input_ids": (PROMPT, "INT32"), "input_lengths": (len(PROMPT), "INT32"),
+              "request_output_len": (6, "INT32"), "end_id": (-1, "INT32"), "exclude_input_in_output": (True, "BOOL")}
+    greedy = tokens(server, False, -1)
+    pieces, _ = request(server["url"], "", model="tensorrt_llm", extra={
+        **direct, "temperature": (0.9, "FP32"), "runtime_top_p": (0.0, "FP32"), "seed": (3, "UINT64")})
+    assert [int(t) for p in pieces for t in p.as_numpy("output_ids").reshape(-1)] == greedy

@@ -16,6 +16,7 @@ from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
 from trtspec.triton_repo.configs import parse_file, params
 from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.models import serving_rules
 from trtspec.triton_repo.sampling import request_sampling, route_sampling, tuned_rule
 from trtspec.triton_repo.validate import check_repository
 from trtspec.upstream.sampling import (BLS_SAMPLING_INPUTS, DRAFT_LOGITS_INPUT, DRAFT_LOGITS_REQUEST_FLAG,
@@ -33,8 +34,9 @@ def test_request_sampling_reads_tensorrt_llm_inputs():
     off = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}  # penalties set to off
     assert request_sampling({**values, **off}.get) == request_sampling(values.get)
     # top_p 0, as the engines read it (serving_rules.engine_top_k_top_p): greedy, or top-k alone
-    assert request_sampling({"temperature": 0.8, "runtime_top_p": 0.0}.get).greedy
-    assert request_sampling({**values, "runtime_top_p": 0.0}.get) == Sampling(temperature=0.8, top_k=40, seed=7)
+    engine = serving_rules.engine_top_k_top_p  # what the models pass
+    assert request_sampling({"temperature": 0.8, "runtime_top_p": 0.0}.get, engine).greedy
+    assert request_sampling({**values, "runtime_top_p": 0.0}.get, engine) == Sampling(temperature=0.8, top_k=40, seed=7)
 
 
 @pytest.mark.parametrize("values, message", [

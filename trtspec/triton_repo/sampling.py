@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from ..errors import TrtspecError
 from ..options import Sampling, first_problem
 from .flavors import PYTORCH, canonical
-from .models.serving_rules import engine_top_k_top_p
 from ..upstream.sampling import (BLS_SAMPLING_INPUTS, EXACT_MATCH, EXACT_MATCH_RESAMPLE, GREEDY, PATH_RULES,
                                 PENALTY_OFF, REJECTION, TRTLLM_SAMPLING_INPUTS)
 
@@ -30,9 +29,11 @@ def input_name(field: str) -> str:
     return trt if trt == front else f"{trt} ({front})"
 
 
-def request_sampling(get) -> Sampling:
+def request_sampling(get, engine_reading=None) -> Sampling:
     """Sampling from `get(tensorrt_llm input name) -> value or None`; errors name the input. The
-    runtime applies no penalties: one set to anything but off is refused, not ignored."""
+    runtime applies no penalties: one set to anything but off is refused, not ignored.
+    engine_reading: (top_k, top_p) -> the pair as the engines sample with it (the models pass
+    serving_rules.engine_top_k_top_p; this module does not import the models it serves)."""
     for name, off in PENALTY_OFF.items():
         value = get(name)
         if value is not None and float(value) != off:
@@ -43,8 +44,8 @@ def request_sampling(get) -> Sampling:
         value = get(name)
         if value is not None:
             given[field] = value.item() if hasattr(value, "item") else value
-    if "top_p" in given:  # top_p 0: greedy, or no top-p with a top_k, as the engines read it
-        given["top_k"], given["top_p"] = engine_top_k_top_p(given.get("top_k", 0), given["top_p"])
+    if engine_reading is not None and "top_p" in given:  # top_p 0: greedy, or top-k alone
+        given["top_k"], given["top_p"] = engine_reading(given.get("top_k", 0), given["top_p"])
     try:
         return Sampling.model_validate(given)
     except ValidationError as e:

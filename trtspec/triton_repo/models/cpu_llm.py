@@ -41,8 +41,8 @@ import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, parse_braces, stop_ids,
-                           tree_depth)
+from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, engine_top_k_top_p,
+                           parse_braces, stop_ids, tree_depth)
 from trtspec_triton_common import FINAL, is_true, llm_request, load_device, out, scalar
 from trtspec_triton_pool import PooledModel
 
@@ -88,7 +88,7 @@ class TritonPythonModel(PooledModel):
         from trtspec.triton_repo.sampling import request_sampling
 
         prompt, n, end_id, streaming = llm_request(request, self.positions)
-        sampling = request_sampling(lambda name: scalar(request, name))
+        sampling = request_sampling(lambda name: scalar(request, name), engine_top_k_top_p)
         check_beam_width(scalar(request, "beam_width", 1))
         exclude = scalar(request, "exclude_input_in_output")
         exclude = self.exclude_default if exclude is None else bool(exclude)

@@ -185,7 +185,7 @@ class TritonPythonModel(PooledModel):
         from trtspec.runtime.generate import stream_request
         from trtspec.triton_repo.sampling import request_sampling
 
-        sampling = request_sampling(lambda name: scalar(request, name))
+        sampling = request_sampling(lambda name: scalar(request, name), engine_top_k_top_p)
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.heads[head] if head is not None else self.models
         mode = ("ngram" if size is not None else self.draft_mode) if k else "greedy"
