@@ -12,6 +12,7 @@ from trtspec.runtime.accept import accept_greedy
 from trtspec.runtime.batch import make_requests
 from trtspec.runtime.generate import generate_batch, load_models
 from trtspec.runtime.ngram import NGramProposer, padded_chain
+from trtspec.runtime.ngram_pool import NGramPool, drop_shorter
 from trtspec.runtime.speculative import Proposal
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -38,6 +39,18 @@ def test_oldest_or_newest_match_and_the_length_rule():
     # (4,) was followed by 9 4, then by 9 3: both kept (same length), the oldest drafted
     assert draft([4, 9, 4, 9, 3, 1, 4], k=2, max_matching_ngram_size=1) == [9, 4]
     assert draft([4, 9, 4, 9, 3, 1, 4], k=2, max_matching_ngram_size=1, use_oldest=False) == [9, 3]
+
+
+def test_shorter_matches_are_dropped_as_upstreams_loop_drops_them():
+    """Upstream removes the shorter matches from the OrderedSet it iterates, which skips the match
+    after each removed one (ordered-set 4.1.0, what TensorRT-LLM installs). Here (0,) keeps
+    [(0,1,0), (1,0,0), (0,0), (0,)] after the first scan; the rescan's (0,0,1) removes (0,0), skips
+    (0,), so (0,) stays and the later (0,) match is not appended again: the newest is (0,0,1)."""
+    pool = NGramPool(3, 1, keep_all=True, use_oldest=False)
+    seq = [0, 0, 1, 0, 0, 0, 1, 0, 0]
+    assert pool.draft(0, seq[:6], 100) == [0]
+    assert pool.draft(0, seq, 100) == [0, 0, 1]  # the plain filter drafted [0]
+    assert drop_shorter([(1,), (2,), (3, 3), (4,), (5,)], 2) == [(2,), (3, 3), (5,)]
 
 
 def test_drafts_never_run_past_the_last_position_the_request_can_emit():

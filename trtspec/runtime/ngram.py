@@ -9,7 +9,8 @@ runtime/ngram_pool.py, plain Python, which the trtllm-flavor Triton repository s
 - each step the pool is updated from the part of the committed sequence not scanned yet (plus an
   overlap of K + max_matching_ngram_size - 1 tokens, so patterns spanning the boundary are seen),
   every pattern size from the largest down; a new pattern gets its match; a known one appends a
-  new distinct match after dropping the kept ones shorter than it, except that without
+  new distinct match after dropping the kept ones shorter than it (as upstream's loop drops them,
+  skipping the match after each one removed: ngram_pool.drop_shorter), except that without
   `keep_all` a match longer than the oldest kept replaces them all (upstream's exact rule: a
   shorter match is still appended, so even then a pattern can hold several);
 - the draft is the match of the longest pattern that ends the committed sequence: the oldest match

@@ -9,6 +9,22 @@ by the caller (runtime.ngram.NGramProposer).
 from __future__ import annotations
 
 
+def drop_shorter(kept: list[tuple[int, ...]], length: int) -> list[tuple[int, ...]]:
+    """The kept matches after upstream drops those shorter than `length`. Upstream removes them from
+    the OrderedSet it is iterating, whose iterator walks a list by index: the match right after a
+    removed one shifts into its slot and is never examined, so it stays even when short. That
+    leftover is what the pool drafts next when it is the oldest or newest kept, so it is kept here
+    too (tests/runtime/test_ngram.py has a sequence where the two differ)."""
+    out, skip = [], False
+    for m in kept:
+        if not skip and len(m) < length:
+            skip = True  # removed: the next match is not examined
+            continue
+        skip = False
+        out.append(m)
+    return out
+
+
 class NGramPool:
     """Patterns -> matches (oldest first), and per request where its next scan starts. One pool per
     request is a private pool; one pool for every request is upstream's public pool."""
@@ -26,7 +42,7 @@ class NGramPool:
                 if kept is None or (not self.keep_all and len(match) > len(kept[0])):
                     self.patterns[pattern] = [match]
                 elif match not in kept:  # drop the kept matches shorter than the new one, append it
-                    self.patterns[pattern] = [m for m in kept if len(m) >= len(match)] + [match]
+                    self.patterns[pattern] = drop_shorter(kept, len(match)) + [match]
 
     def draft(self, key, seq: list[int], max_len: int) -> list[int]:
         """The draft (possibly empty) for request `key` whose committed sequence is `seq` and which
