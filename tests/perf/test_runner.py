@@ -33,6 +33,7 @@ from integration.test_triton_serve import DT, request, text_of, value
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
+from trtspec.perf.genai_perf import export_for_options
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.sampling import request_seed
 from trtspec.perf.schema import load_results
@@ -272,3 +273,29 @@ def test_a_block_must_hold_as_many_requests_as_the_concurrency_it_is_labelled(kw
     c=4, and the comparison's band and the calibration's batch were read from that label."""
     with pytest.raises(ValueError, match=r"(blocks|requests): at concurrency 4, .* fewer than the 4 to keep in flight"):
         PerfOptions(url="127.0.0.1:1", workloads={"chat": "mt-bench"}, out=tmp_path, **kw)
+
+
+def test_prompts_the_server_would_refuse_are_left_out_before_the_runs(served, tmp_path):
+    """The tiny target has 256 positions: `generate` refuses a 250-token prompt with 16 output tokens
+    (its own error, the oracle below). perf leaves such a prompt out before any request, with one
+    warning saying how many and why, instead of counting it as an error in every run (or failing
+    the baseline probe with a reason that blames speculation=false); none left is a clear error."""
+    long_text = " ".join(f"t{5 + i}" for i in range(250))
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t, "id": i}) + "\n" for i, t in
+                               (("long", long_text), ("short", "t5 t17 t300"))))
+    with pytest.raises(Exception, match="250-token prompt exceed this repository's max_seq_len=256"):
+        request(served["url"], long_text)  # the server's own refusal, through tritonclient
+    with pytest.warns(UserWarning, match=r"workload 'w': left out 1 of 2 prompts .*long: max_tokens: 16 output "
+                                         r"tokens after a 250-token prompt exceed .*max_seq_len=256"):
+        res = run_perf(options(served, tmp_path / "a", workloads={"w": str(prompts)}, concurrency=[1], requests=2,
+                               baseline=True))
+    for run in res.runs:
+        assert [(q.prompt_id, q.status) for q in run.requests] == [("short", "ok")] * 2
+    with pytest.warns(UserWarning, match="left out 1 of 2"):  # the genai-perf export sends what perf sends
+        export_for_options(options(served, tmp_path / "a", workloads={"w": str(prompts)}), tmp_path / "gp")
+    (sent,) = (tmp_path / "gp" / "inputs").glob("*.jsonl")
+    assert [json.loads(line)["text"] for line in sent.read_text().splitlines()] == ["t5 t17 t300"]
+    with pytest.raises(TrtspecError, match=r"perf.workloads: the server refuses every prompt of 'w' with max_tokens "
+                                           r"300 .*ask for at most 6"):
+        run_perf(options(served, tmp_path / "b", workloads={"w": str(prompts)}, max_tokens=300, concurrency=[1]))

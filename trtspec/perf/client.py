@@ -251,6 +251,10 @@ class Stream:
             return result
         finally:
             timer.cancel()
+        if self.expired is call:  # the timer ran in the loop turn that brought the final response:
+            if result.status == "ok":  # past its timeout all the same, and the call is cancelled
+                return self._timed_out(result, timeout_s)
+            self.close()
         if result.status == "ok":
             times = result.token_times
             if times:
@@ -347,14 +351,19 @@ async def check_server(url: str, model: str, timeout_s: float) -> ModelInfo:
     return ModelInfo(model, inputs, outputs, decoupled)
 
 
+async def model_parameters(url: str, model: str, timeout_s: float) -> dict[str, str]:
+    """A model's config parameters as {name: string value}; {} when the server has no such model."""
+    client = InferenceServerClient(url)
+    try:
+        cfg = (await client.get_model_config(model, as_json=True, client_timeout=timeout_s))["config"]
+    except InferenceServerException:
+        return {}
+    finally:
+        await client.close()
+    return {k: (v or {}).get("string_value", "") for k, v in (cfg.get("parameters") or {}).items()}
+
+
 async def tokenizer_dir(url: str, timeout_s: float) -> str | None:
     """The tokenizer the repository's `preprocessing` model loads (servers bind 127.0.0.1, so the
     client runs on the same host and can read it), or None without such a model."""
-    client = InferenceServerClient(url)
-    try:
-        cfg = (await client.get_model_config("preprocessing", as_json=True, client_timeout=timeout_s))["config"]
-    except InferenceServerException:
-        return None
-    finally:
-        await client.close()
-    return ((cfg.get("parameters") or {}).get("tokenizer_dir") or {}).get("string_value") or None
+    return (await model_parameters(url, "preprocessing", timeout_s)).get("tokenizer_dir") or None

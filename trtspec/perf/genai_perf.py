@@ -216,6 +216,7 @@ def export_for_options(options, out_dir: Path, tokenizer: Path | None = None) ->
                            "model to take the tokenizer from)")
     texts = prompts.render_all(prompts.load_all(prompts.parse_workloads(o.workloads), o.seed), o.seed,
                                prompts.load_tokenizer(tok_dir) if o.chat else None, o.chat)
+    texts = asyncio.run(prompts.drop_refused(texts, o.url, o.model, o.max_tokens, o.connect_timeout_s))  # as perf
     tuning = load_predictions(o.tuning)
     sampling = {name: genai_perf_inputs(workload_sampling(o, tuning, name)) for name in texts}
     return export_genai_perf(out_dir, prompts=texts, url=o.url, model=o.model, tokenizer=tok_dir,

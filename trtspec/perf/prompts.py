@@ -12,13 +12,17 @@ chat=False, gives the plain format of `trtspec.workloads.render`.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import warnings
 from pathlib import Path
 
 from ..errors import TrtspecError
+from ..triton_repo.models.serving_rules import RequestError, check_limits
 from ..workloads import Workload, load_workload, parse_workload_specs, served_text
 from ..workloads.spec import parse_one
+from . import client
 
 
 def parse_workloads(workloads: dict[str, str] | str | list[str]) -> list:
@@ -60,3 +64,39 @@ def render_all(workloads: list[Workload], seed: int, tokenizer, chat: bool) -> d
         random.Random(seed).shuffle(texts)
         out[wl.name] = texts
     return out
+
+
+async def drop_refused(rendered: dict[str, list[tuple[str, str]]], url: str, model: str, max_tokens: int,
+                       timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+    """The rendered prompts less those `model` would refuse: a trtspec repository's `generate`
+    checks every request against its routing `limits` (the engines' max_input_len / max_seq_len,
+    or the checkpoints' positions) before any engine runs, with the token count its `preprocessing`
+    encodes. Sent anyway, such a prompt is an error in every run (and the baseline probe's reason).
+    Left as they are without limits (another model; llmapi checks its own) or a readable tokenizer."""
+    routing = (await client.model_parameters(url, model, timeout_s)).get("routing")
+    limits = json.loads(routing).get("limits") if routing else None
+    path = (await client.model_parameters(url, "preprocessing", timeout_s)).get("tokenizer_dir")
+    if not limits or not any(limits.values()) or not path or not Path(path).is_dir():
+        return rendered
+    tokenizer = load_tokenizer(path)  # preprocessing's (perf.tokenizer may be another), special tokens on, as written
+    return {name: servable(name, texts, lambda t: len(tokenizer.encode(t)), limits, max_tokens)
+            for name, texts in rendered.items()}
+
+
+def servable(name: str, texts: list[tuple[str, str]], count, limits: dict, max_tokens: int) -> list[tuple[str, str]]:
+    """texts less those over `limits` (serving_rules.check_limits on count(text) tokens + max_tokens),
+    with one warning naming how many and why; an error when none is left."""
+    kept, refused = [], []
+    for pid, text in texts:
+        try:
+            check_limits(count(text), max_tokens, limits)
+            kept.append((pid, text))
+        except RequestError as e:
+            refused.append((pid, str(e)))
+    if refused and not kept:
+        raise TrtspecError(f"perf.workloads: the server refuses every prompt of {name!r} with max_tokens "
+                           f"{max_tokens} (e.g. {refused[0][0]}: {refused[0][1]})")
+    if refused:
+        warnings.warn(f"workload {name!r}: left out {len(refused)} of {len(texts)} prompts the server would refuse "
+                      f"(e.g. {refused[0][0]}: {refused[0][1]})", stacklevel=2)
+    return kept

@@ -7,7 +7,7 @@
 Order of work, and why:
 1. everything that can be wrong without a server is checked first (options, workload specs, files,
    tuning.json), then the server and model (clear error within --timeout), then the prompts are
-   rendered as profiling rendered them (trtspec.perf.prompts);
+   rendered as profiling rendered them, less those the server would refuse (trtspec.perf.prompts);
 2. with --baseline, one probe request with speculation=false, so a repository that cannot switch
    speculation off (EAGLE) fails at once with the server's reason instead of after a run of errors;
 3. runs: for each workload, for each load point, speculation on then off (adjacent, so the two
@@ -106,7 +106,8 @@ async def _prepare(o: PerfOptions, workloads: list):
                                "the tokenizer from, and the chat template is rendered on the client; give "
                                "perf.tokenizer, or turn perf.chat off for plain prompts")
         tokenizer = prompts.load_tokenizer(path)
-    return info, prompts.render_all(workloads, o.seed, tokenizer, o.chat)
+    rendered = prompts.render_all(workloads, o.seed, tokenizer, o.chat)
+    return info, await prompts.drop_refused(rendered, o.url, o.model, o.max_tokens, o.connect_timeout_s)
 
 
 def _extras(o: PerfOptions, info, texts, sampling) -> dict:
