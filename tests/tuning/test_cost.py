@@ -254,3 +254,27 @@ def test_the_window_reaches_the_shape_from_a_converted_checkpoint(tmp_path):
     make_hf_model("llama", tmp_path / "llama")
     convert_hf(tmp_path / "llama", tmp_path / "llama_ckpt", dtype="float16")
     assert shapes_from_checkpoint(tmp_path / "llama_ckpt")["target"].attention_window is None
+
+
+def test_a_table_timed_on_one_device_fits_a_tp_deployment():
+    """measure-cost times the whole network on one device (TP ranks merged): the fit sizes those rows
+    at the table's tp (1), so a tp=2 deployment is priced as two ranks, not as the single GPU it was
+    timed on (sized at tp=2, the rows halved the efficiencies and the prediction was 1.4-1.7x slow)."""
+    truth = gpu_preset("h100").model_copy(update=TRUE)
+    table = synthetic_table(truth, {"target": shape()})
+    assert table.tp == 1
+    fitted, _ = fit_gpu(table, {"target": shape(tp=2)})
+    assert fitted.bandwidth_efficiency == pytest.approx(TRUE["bandwidth_efficiency"], rel=1e-6)
+    for b, n in ((1, 1), (64, 8)):
+        assert forward_time(fitted, shape(tp=2), b, n, 600) == pytest.approx(
+            forward_time(truth, shape(tp=2), b, n, 600), rel=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_table_of_one_shape_is_refused_naming_the_field(rows):
+    """One row (or one shape timed again and again) cannot tell the overhead from the bandwidth:
+    least squares' minimum-norm answer was a 1e5 bandwidth efficiency, reported as fitted."""
+    row = CostRow(role="target", batch=1, num_tokens=1, context=32, seconds=4e-3)
+    with pytest.raises(TrtspecError, match=rf"^cost table: field 'rows': {rows} rows determine only 1 of "
+                                           r"forward_overhead_s, bandwidth_efficiency"):
+        fit_gpu(CostTable(gpu="h100", rows=[row] * rows), {"target": shape()})

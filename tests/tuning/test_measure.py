@@ -42,3 +42,24 @@ def test_a_table_timed_on_a_gpu_is_fitted_from_that_gpus_preset(monkeypatch):
     cuda = [torch.device("cuda", 0)]
     assert [measure.preset_for(cuda) for _ in range(3)] == ["h200", "h100", "h100"]
     assert measure.preset_for([torch.device("cpu")]) == "cpu"
+
+
+def test_filling_the_context_computes_no_logits(tmp_path, monkeypatch):
+    """The committed context is filled without logits (as the decoder's is): an EAGLE drafter's fill
+    took batch x context x vocab float32 logits, 8 GB at batch 4, 4096 tokens, a 128k vocabulary."""
+    from tiny_models import make_eagle_head, make_hf_model
+    from trtspec.checkpoints.eagle import convert_eagle
+    from trtspec.runtime.eagle_net import EagleNet
+
+    make_hf_model("llama", tmp_path / "hf")
+    make_eagle_head(tmp_path / "hf", tmp_path / "head")
+    convert_eagle(tmp_path / "hf", tmp_path / "head", tmp_path / "eagle", dtype="float32")
+    positions, real = [], EagleNet.logits
+    def logits(self, hidden, level=0):
+        positions.append(hidden.shape[1])
+        return real(self, hidden, level)
+
+    monkeypatch.setattr(EagleNet, "logits", logits)
+    cfg = MeasureConfig(batches=[2], num_tokens=[1, 3], context=6, repeats=1, warmup=0)
+    table = measure.measure_runtime(tmp_path / "eagle", cfg=cfg)
+    assert table.roles() == {"target", "eagle"} and positions and max(positions) <= 3

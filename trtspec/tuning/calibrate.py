@@ -252,7 +252,8 @@ def calibrate_points(pts: list[Point], shapes: dict[str, ModelShape], base: GpuS
     train = [p for p in pts if fit_on is None or fit_on(p)]
     if not train:
         raise TrtspecError("tune.calibrate: no sweep point to fit (every point skipped or held out)")
-    gpu, report = fit_steps([p.row for p in train], shapes, base, per_step=True)
+    gpu, report = fit_steps([p.row for p in train], shapes, base, per_step=True,
+                            what="tune.calibrate: the sweep's points")
     table = []
     for p in pts:
         ci = p.run.summary.tokens_per_s_ci

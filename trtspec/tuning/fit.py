@@ -6,7 +6,8 @@ A cost table is what a timing run produces, one row per (network, batch, tokens,
      "rows": [{"role": "target", "batch": 1, "num_tokens": 1, "context": 512, "seconds": 0.0031}, ...]}
 
 `role` is target | draft | eagle (the EAGLE drafter, one level); `gpu` names the preset whose
-nominal bandwidth and peaks the fit starts from (h100, h200, cpu).
+nominal bandwidth and peaks the fit starts from (h100, h200, cpu); `tp` (default 1) the tensor-parallel
+ranks each row's forward ran over, what its networks are sized at in the fit (fit_gpu).
 
 Fit. The model of trtspec/tuning/cost.py is, per row,
 
@@ -46,6 +47,7 @@ from .gpus import GpuSpec, gpu_preset
 
 TABLE_SCHEMA = "trtspec.cost-table/1"
 PARAMS = ("forward_overhead_s", "eagle_level_overhead_s", "bandwidth_efficiency", "compute_efficiency")
+FULL_NAMES = {"u": "bandwidth_efficiency", "v": "compute_efficiency"}  # the fit's 1 / efficiency unknowns
 
 
 class CostRow(BaseModel):
@@ -62,6 +64,8 @@ class CostTable(BaseModel):
     schema_id: Literal["trtspec.cost-table/1"] = Field(TABLE_SCHEMA, alias="schema")
     gpu: str = "h100"
     device: str | None = None
+    tp: int = Field(1, ge=1, description="tensor-parallel ranks each timed forward ran over: 1 for measure-cost, "
+                    "whose runtime merges a checkpoint's TP ranks onto one device; fit_gpu sizes the rows so")
     rows: list[CostRow] = Field(min_length=1)
 
     def roles(self) -> set[str]:
@@ -159,7 +163,10 @@ def _shape(shapes: dict[str, ModelShape], role: str) -> ModelShape:
 
 
 def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w):
-    """Weighted least squares for one bound assignment -> (params, names of the fitted ones)."""
+    """Weighted least squares for one bound assignment -> (params, names of the fitted ones), or
+    (None, (rank, names)) when the rows cannot tell those parameters apart (one row, or rows of one
+    shape): lstsq would return its minimum-norm solution, an arbitrary point of a line (a 1e5
+    bandwidth efficiency), reported as fitted."""
     overlap = base.memory_compute_overlap
     cols = {
         "forward_overhead_s": parts.sum(~parts.eagle),
@@ -175,6 +182,9 @@ def _solve(parts: _Parts, y, mem_bound, base: GpuSpec, w):
         # a dropped overhead is zero; a dropped u or v keeps the base's value, whose time is then known
         known = sum(params[n] * cols[n] for n in informed if n not in names and not n.endswith("_s"))
         X = np.stack([cols[n] for n in names], 1) * w[:, None]
+        rank = int(np.linalg.matrix_rank(X))
+        if rank < len(names):
+            return None, (rank, names)
         sol = dict(zip(names, np.linalg.lstsq(X, (y - parts.fixed - known) * w, rcond=None)[0]))
         negative = [n for n, s in sol.items() if s <= 0]
         if not negative:
@@ -213,13 +223,19 @@ def _errors(gpu: GpuSpec, rows: list[StepRow], shapes: dict[str, ModelShape]) ->
 
 def fit_gpu(table: CostTable, shapes: dict[str, ModelShape], base: GpuSpec | None = None,
             max_iter: int = 50) -> tuple[GpuSpec, FitReport]:
-    """Fit the efficiencies and overheads of `base` (default: the table's preset) to the table."""
+    """Fit the efficiencies and overheads of `base` (default: the table's preset) to the table.
+
+    The rows are sized at the table's tp, not the deployment's (`shapes`): a forward timed on one
+    device moved all of its network's bytes, and sizing it as one rank of a TP group would halve the
+    fitted efficiencies and price the TP deployment at a single GPU's step."""
     rows = [StepRow(Step((Forward(r.role, r.batch, r.num_tokens, r.context),)), r.seconds) for r in table.rows]
-    return fit_steps(rows, shapes, base if base is not None else gpu_preset(table.gpu), max_iter)
+    timed = {role: m.model_copy(update={"tp": table.tp}) for role, m in shapes.items()}
+    return fit_steps(rows, timed, base if base is not None else gpu_preset(table.gpu), max_iter)
 
 
 def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
-              max_iter: int = 50, per_step: bool = False) -> tuple[GpuSpec, FitReport]:
+              max_iter: int = 50, per_step: bool = False,
+              what: str = "cost table: field 'rows'") -> tuple[GpuSpec, FitReport]:
     """Fit the efficiencies and overheads of `base` to rows that are sums of forwards (module
     docstring; a forward's bound side is its own, so the max stays per forward).
 
@@ -231,7 +247,7 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
     base = base.model_copy(update={"step_tokens_s": {}})
     parts = _Parts(rows, shapes, base)
     y = np.array([r.seconds for r in rows])
-    gpu, fitted, mem_bound = _fit_model(parts, y, base, max_iter)
+    gpu, fitted, mem_bound = _fit_model(parts, y, base, max_iter, what=what)
     if per_step and parts.steps:
         corr = None
         for _ in range(200):  # alternating least squares: converges linearly
@@ -240,19 +256,18 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
                 break
             corr = new
             gpu, fitted, mem_bound = _fit_model(parts, y - sum(c * parts.steps[n] for n, c in corr.items()),
-                                                base, max_iter, 1.0 / y)
+                                                base, max_iter, 1.0 / y, what)
         gpu = gpu.model_copy(update={"step_tokens_s": _fit_corrections(parts, y, gpu)})
         fitted = fitted | {"step_tokens_s"}
     err = _errors(gpu, rows, shapes)
-    names = {"u": "bandwidth_efficiency", "v": "compute_efficiency"}
-    fitted_names = sorted(names.get(n, n) for n in fitted)
+    fitted_names = sorted(FULL_NAMES.get(n, n) for n in fitted)
     return gpu, FitReport(num_rows=len(rows), rms_relative_error=float(np.sqrt(np.mean(err ** 2))),
                           max_relative_error=float(np.abs(err).max()), fitted=fitted_names,
                           kept=[p for p in PARAMS if p not in fitted_names], forwards=int(mem_bound.size),
                           memory_bound_forwards=int(mem_bound.sum()))
 
 
-def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None):
+def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None, what: str = "cost table: field 'rows'"):
     """The four numbers by weighted least squares from three starting bound assignments; the lowest
     weighted error wins -> (gpu, names fitted, bound assignment). w: the rows' weights (default 1 / y;
     fit_steps passes 1 / the measured times when y has the step corrections taken off, so that both
@@ -261,18 +276,28 @@ def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None):
     w = 1.0 / y if w is None else w
     starts = [M / base.bandwidth_efficiency >= C / base.compute_efficiency, np.ones(len(M), bool),
               np.zeros(len(M), bool)]
-    best = None
+    best, undetermined = None, None
     for mem_bound in starts:
         for _ in range(max_iter):
             params, fitted = _solve(parts, y, mem_bound, base, w)
+            if params is None:
+                undetermined = undetermined or fitted  # the preset's assignment's, in the error
+                break
             new = params["u"] * M >= params["v"] * C
             if np.array_equal(new, mem_bound):
                 break
             mem_bound = new
+        if params is None:  # this start's assignment leaves the parameters undetermined; try the others
+            continue
         gpu = _apply(base, params)
         score = float(np.sqrt(np.mean(((_model_seconds(parts, gpu) - y) * w) ** 2)))
         if best is None or score < best[0] - 1e-15:
             best = (score, gpu, fitted, mem_bound)
+    if best is None:
+        rank, names = undetermined
+        raise TrtspecError(f"{what}: {parts.n} rows determine only {rank} of "
+                           f"{', '.join(FULL_NAMES.get(n, n) for n in names)}; "
+                           "time more distinct shapes (batch sizes, token counts)")
     return best[1:]
 
 

@@ -62,8 +62,9 @@ def _eagle_rows(net, cfg: MeasureConfig, g: torch.Generator) -> list[CostRow]:
     H, vocab = net.spec.hidden_size, net.nets[0].lm_head.shape[0]
     for b in cfg.batches:
         cache = net.new_cache(b, cfg.context + max(cfg.num_tokens))
+        # no logits, as the decoder's fill: b x context x vocab float32 would be GBs at a long context
         net.forward(torch.randint(0, vocab, (b, cfg.context), generator=g),
-                    torch.randn(b, cfg.context, H, generator=g), cache)
+                    torch.randn(b, cfg.context, H, generator=g), cache, with_logits=False)
         cache.advance(torch.arange(b), cfg.context)
         for n in cfg.num_tokens:
             tok = torch.randint(0, vocab, (b, n), generator=g).to(net.device)
