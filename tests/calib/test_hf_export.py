@@ -86,9 +86,12 @@ def test_manifest_and_atomic_output(tmp_path):
      "quantization.draft_format: w4a16_awq with quantization.output_format hf"),
     ("fp8", None, {"tp": 2}, "convert.tp: 2 with quantization.output_format hf"),
     ("fp8", None, {"exclude": ["*.mlp.proj"]}, "quantization.exclude: mixed precision"),
+    ("fp8", None, {"keep_sensitive": 2}, "quantization.keep_sensitive: mixed precision"),  # the field given
+    ("fp8", None, {"keep_sensitive": 2, "draft": True}, "quantization.keep_sensitive: mixed precision"),
 ])
 def test_refusals_name_the_field(tmp_path, fmt, kv, extra, field):
     options = QuantizeOptions(format=fmt, kv_cache=kv, output_format="hf", exclude=extra.get("exclude", []),
+                              keep_sensitive=extra.get("keep_sensitive", 0),
                               draft_format=extra.get("draft_format", "same"))
     with pytest.raises(TrtspecError) as e:
         quantize(tmp_path / "hf", tmp_path / "out", options, ConvertOptions(tp=extra.get("tp", 1)),

@@ -204,8 +204,8 @@ def quantize(hf: Path, out_dir: Path, options: QuantizeOptions, convert: Convert
     if options.draft_format != "same" and draft_hf is None:
         raise TrtspecError("quantization.draft_format: applies to a draft-target pair; give a draft too")
     if options.mixed and (eagle_head is not None or draft_hf is not None):
-        raise TrtspecError("quantization.exclude: mixed precision (exclude, keep_sensitive) is written for a plain "
-                           "decoder only, not with an EAGLE head or a draft")
+        raise TrtspecError(f"{mixed_field(options)}: mixed precision (exclude, keep_sensitive) is written for a "
+                           "plain decoder only, not with an EAGLE head or a draft")
     calib = CalibOptions(calib=[f"{n}={s}" for n, s in options.calib.items()] if options.calib else "mt-bench",
                          samples=options.samples, seq_len=options.seq_len, seed=options.seed, device=options.device)
     if options.output_format == "hf":
@@ -227,6 +227,11 @@ def quantize(hf: Path, out_dir: Path, options: QuantizeOptions, convert: Convert
     return quantize_hf(hf, out_dir, exclude=list(options.exclude), keep_sensitive=keep, **common)
 
 
+def mixed_field(options: QuantizeOptions) -> str:
+    """The mixed-precision field the request set (exclude wins), so a refusal names what the user gave."""
+    return "quantization.exclude" if options.exclude else "quantization.keep_sensitive"
+
+
 def check_hf_request(options: QuantizeOptions, convert: ConvertOptions, eagle_head: Path | None,
                      draft_hf: Path | None) -> None:
     """What `output_format: hf` does not write, refused before any work (hf_export.py writes the rest)."""
@@ -238,7 +243,7 @@ def check_hf_request(options: QuantizeOptions, convert: ConvertOptions, eagle_he
         raise TrtspecError(f"quantization.draft_format: {options.draft_format} with quantization.output_format hf: "
                            "the pair is written in one format (draft_format same)")
     if options.mixed:
-        raise TrtspecError("quantization.exclude: mixed precision (exclude, keep_sensitive) is written for "
+        raise TrtspecError(f"{mixed_field(options)}: mixed precision (exclude, keep_sensitive) is written for "
                            "quantization.output_format trtllm only")
     if convert.tp != 1:
         raise TrtspecError(f"convert.tp: {convert.tp} with quantization.output_format hf: the unified HF checkpoint "
