@@ -16,13 +16,14 @@ from importlib import resources
 from pathlib import Path
 
 from .pipeline.runner import run_recipe, summary_console
+from .pipeline.signals import sigterm_as_interrupt
 
 RECIPE = "cpu-demo.yaml"
 
 
 def run_demo(out: Path, until: str | None = None, force: str | None = None, dry_run: bool = False):
     console = summary_console()
-    with resources.as_file(resources.files("trtspec.recipes").joinpath(RECIPE)) as recipe:
+    with resources.as_file(resources.files("trtspec.recipes").joinpath(RECIPE)) as recipe, sigterm_as_interrupt():
         report = run_recipe(recipe, Path(out), until, force, dry_run, console)
     if report.report is None and not dry_run:
         console.print(f"no report yet (the run stopped before the report stage); outputs under {out}")

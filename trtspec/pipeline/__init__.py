@@ -4,4 +4,5 @@
     stages.py   one small function per stage over the stage's Python API, and where it writes
     runner.py   decisions (run / skip / n/a), --until / --force / --dry-run, the summary tables
     command.py  the Typer command
+    signals.py  SIGTERM taking Ctrl-C's path, so a killed run stops its server
 """

@@ -23,6 +23,8 @@ def run_command(
     """Run every stage of a recipe, skipping stages whose inputs did not change since the last run."""
     from ..options import flag_context
     from .runner import run_recipe
+    from .signals import sigterm_as_interrupt
 
-    with flag_context(None, params={"until": "--until", "force": "--force"}):  # run_recipe names its arguments
+    # flag_context: run_recipe names its arguments; sigterm_as_interrupt: a kill stops the server as Ctrl-C does
+    with flag_context(None, params={"until": "--until", "force": "--force", "out": "--out"}), sigterm_as_interrupt():
         run_recipe(recipe, out if out is not None else Path("out") / recipe.stem, until, force, dry_run)

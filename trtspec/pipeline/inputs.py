@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoints.default_model import CACHE_NAME, default_cache_root
+from ..errors import TrtspecError
 from ..recipe import GENERAL_HEAD, Recipe
 from ..tuning.gpus import PRESETS
 from ..workloads.spec import parse_workload_specs
@@ -46,6 +47,18 @@ def external_inputs(recipe: Recipe) -> dict[str, str]:
     if recipe.tune.calibrate is not None:
         found["tune.calibrate"] = str(recipe.tune.calibrate)
     return found
+
+
+def out_dir(recipe: Recipe, out: Path) -> Path:
+    """`out` made absolute, refused inside (or equal to) an input the recipe reads: the run would write
+    into its own input, whose fingerprint then changes with every run, so no stage would ever be skipped
+    (and a stage could overwrite what it reads)."""
+    out = Path(out).expanduser().resolve()
+    for key, p in external_inputs(recipe).items():
+        if out.is_relative_to(Path(p).resolve()):
+            raise TrtspecError(f"out: {out} is inside {key} ({p}), an input of the recipe; pick an output "
+                               "directory outside it")
+    return out
 
 
 def missing_inputs(recipe: Recipe) -> list[str]:

@@ -39,7 +39,7 @@ from ..perf.schema import load_results
 from ..recipe import GENERAL_HEAD, Recipe, load_recipe
 from . import stages as st
 from .triton_stage import engines_built, run_triton, triton_not_applicable, triton_options
-from .inputs import missing_inputs, stage_inputs
+from .inputs import missing_inputs, out_dir, stage_inputs
 from .state import RunManifest, canonical, code_versions, outputs_exist, sha256_text
 
 ORDER = ("derive", "convert", "quantize", "build", "profile", "tune", "triton", "serve", "perf", "report")
@@ -177,7 +177,7 @@ class Runner:
     def __init__(self, recipe_path: Path, out: Path, console: Console | None = None):
         self.recipe_path = Path(recipe_path)
         self.recipe = load_recipe(self.recipe_path)
-        self.ctx = st.Ctx(self.recipe, self.recipe_path, st.Paths(Path(out).resolve()),
+        self.ctx = st.Ctx(self.recipe, self.recipe_path, st.Paths(out_dir(self.recipe, out)),
                           console or summary_console())
         self.manifest = RunManifest(self.ctx.paths.out, self.recipe_path)
         self.planned: dict[str, str] = {}  # stage -> run | skip | n/a, decided this invocation

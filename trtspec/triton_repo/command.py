@@ -117,7 +117,7 @@ def serve_command(
                                    opts.model_control)
         except s.ServerStartError as e:
             if e.log_tail:
-                typer.echo("--- tritonserver log (last lines) ---\n" + e.log_tail + "\n---", err=True)
+                typer.echo(e.log_block(), err=True)
             raise
         raise typer.Exit(code)
     cmd = c.container_command(repo, manifest, ports, image)

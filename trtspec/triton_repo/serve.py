@@ -58,6 +58,10 @@ class ServerStartError(TrtspecError):
         super().__init__(message)
         self.log_tail = log_tail
 
+    def log_block(self) -> str:
+        """The log's last lines, framed, to print before the one-line error ('' without a log)."""
+        return "--- tritonserver log (last lines) ---\n" + self.log_tail + "\n---" if self.log_tail else ""
+
 
 def read_manifest(repo: Path) -> dict:
     path = Path(repo) / "trtspec-repo.json"

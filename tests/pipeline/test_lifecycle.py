@@ -1,0 +1,131 @@
+"""The lifecycle of `trtspec run` around its stages: where it may write, and what is left when it is
+stopped from outside (a `kill`, `timeout`) or its server fails to start.
+
+On the tiny models of test_runner.py (a 2-layer target, its first layer as the draft, a JSONL workload).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_helpers import run_cli
+from tiny_models import near_bigram_llama
+from trtspec.errors import TrtspecError
+from trtspec.pipeline.runner import run_recipe
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PROMPTS = ["t5 t17 t300 t42 t9", "t9 t8 t7 t100", "t100 t200 t301", "t11 t12 t13 t14 t15"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lifecycle")
+    near_bigram_llama(d / "hf")
+    (d / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    return d
+
+
+def write_recipe(d: Path, **over) -> Path:
+    recipe = {"target": "hf", "draft": {"derive": {"layers": 1}}, "dtype": "float32",
+              "workloads": {"logs": "prompts.jsonl"}, "profile": {"samples": 2, "max_new_tokens": 8, "max_k": 2},
+              "tune": {"cost": "h100", "concurrency_bands": [1]}, **over}
+    path = d / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def stages(out: Path) -> dict:
+    try:
+        return json.loads((out / "run-manifest.json").read_text())["stages"]
+    except (OSError, ValueError):
+        return {}
+
+
+def procs_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains `text` (a path of this test's own: no one else's processes)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_an_output_directory_inside_an_input_is_refused_before_any_work(tmp_path, capsys):
+    """Inside the target, the run would fingerprint its own outputs as the target's: every stage
+    would re-run on every run, and a stage could write over what it reads."""
+    (tmp_path / "hf").mkdir()
+    recipe, out = write_recipe(tmp_path), tmp_path / "hf" / "out"
+    code, _, err = run_cli(capsys, "run", recipe, "--out", out, "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: --out: {out} is inside target ({tmp_path / 'hf'})"), err
+    with pytest.raises(TrtspecError, match="inside target"):
+        run_recipe(recipe, tmp_path / "hf")  # the input itself
+    assert not out.exists() and list((tmp_path / "hf").iterdir()) == []
+
+
+def test_sigterm_during_perf_stops_the_server(tiny, tmp_path):
+    """`kill` (or `timeout`) of `trtspec run` while perf measures: the run ends non-zero, perf is not
+    recorded as ran, and no tritonserver or python-backend stub outlives it (they run in a session
+    of their own, which no signal to the run reaches)."""
+    pytest.importorskip("tritonclient.grpc")
+    perf = {"concurrency": [1], "requests": 500, "warmup": 0, "max_tokens": 64, "timeout_s": 60}
+    recipe = write_recipe(tiny, triton={"flavor": "cpu", "start_timeout_s": 120, "drain_timeout_s": 1}, perf=perf)
+    out = tmp_path / "out"
+    log = open(tmp_path / "run.log", "w")  # a file, not a pipe: a full pipe would block the run's progress output
+    proc = subprocess.Popen([sys.executable, "-c", "from trtspec.cli import main; main()", "run", str(recipe),
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=log, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while stages(out).get("serve", {}).get("status") != "ran" and proc.poll() is None:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "run.log").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) != 0
+        deadline = time.monotonic() + 10
+        while procs_mentioning(str(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert procs_mentioning(str(out)) == [], "processes outlived `trtspec run`"
+        assert stages(out)["perf"]["status"] in ("failed", "interrupted") and not (out / "perf").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+        for pid in procs_mentioning(str(out)):  # what a failed assertion left: this test's server only
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def test_a_server_that_fails_to_start_shows_its_log_and_is_not_left_running(tiny, tmp_path, capsys):
+    """The error stays one line naming the stage; what went wrong is in the server's log, whose last
+    lines are printed before it (as `trtspec serve` does)."""
+    pytest.importorskip("tritonclient.grpc")
+    perf = {"concurrency": [1], "requests": 2, "warmup": 0, "max_tokens": 8, "timeout_s": 60}
+    recipe = write_recipe(tiny, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf)
+    out = tmp_path / "out"
+    run_recipe(recipe, out, until="triton")
+    with open(out / "triton-repo" / "generate" / "config.pbtxt", "a") as f:
+        f.write("not a config {{{\n")  # tritonserver refuses to load the repository
+    code, stdout, err = run_cli(capsys, "run", recipe, "--out", out)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: stage serve failed: tritonserver exited with status"), err
+    assert "--- tritonserver log (last lines) ---" in stdout and "failed to load all models" in stdout
+    s = stages(out)
+    assert s["serve"]["status"] == "failed" and s["triton"]["status"] == "ran" and "perf" not in s
+    assert procs_mentioning(str(out)) == []
