@@ -1,7 +1,8 @@
 """The lifecycle of `trtspec run` around its stages: where it may write, and what is left when it is
 stopped from outside (a `kill`, `timeout`) or its server fails to start.
 
-On the tiny models of test_runner.py (a 2-layer target, its first layer as the draft, a JSONL workload).
+On test_runner.py's tiny models and recipe (a 2-layer target, its first layer as the draft, a JSONL
+workload), without engines.
 """
 
 from __future__ import annotations
@@ -15,33 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cli_helpers import run_cli
-from tiny_models import near_bigram_llama
+from integration.test_triton_serve import procs_mentioning
+from pipeline.test_runner import tiny, write_recipe  # noqa: F401 (tiny: the fixture)
 from trtspec.errors import TrtspecError
 from trtspec.pipeline.runner import run_recipe
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-PROMPTS = ["t5 t17 t300 t42 t9", "t9 t8 t7 t100", "t100 t200 t301", "t11 t12 t13 t14 t15"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lifecycle")
-    near_bigram_llama(d / "hf")
-    (d / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
-    return d
-
-
-def write_recipe(d: Path, **over) -> Path:
-    recipe = {"target": "hf", "draft": {"derive": {"layers": 1}}, "dtype": "float32",
-              "workloads": {"logs": "prompts.jsonl"}, "profile": {"samples": 2, "max_new_tokens": 8, "max_k": 2},
-              "tune": {"cost": "h100", "concurrency_bands": [1]}, **over}
-    path = d / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    return path
 
 
 def stages(out: Path) -> dict:
@@ -51,24 +33,11 @@ def stages(out: Path) -> dict:
         return {}
 
 
-def procs_mentioning(text: str) -> list[int]:
-    """PIDs whose command line contains `text` (a path of this test's own: no one else's processes)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(d.name))
-            except OSError:
-                pass
-    return found
-
-
 def test_an_output_directory_inside_an_input_is_refused_before_any_work(tmp_path, capsys):
     """Inside the target, the run would fingerprint its own outputs as the target's: every stage
     would re-run on every run, and a stage could write over what it reads."""
     (tmp_path / "hf").mkdir()
-    recipe, out = write_recipe(tmp_path), tmp_path / "hf" / "out"
+    recipe, out = write_recipe(tmp_path, build=None), tmp_path / "hf" / "out"
     code, _, err = run_cli(capsys, "run", recipe, "--out", out, "--dry-run")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"error: --out: {out} is inside target ({tmp_path / 'hf'})"), err
@@ -83,7 +52,8 @@ def test_sigterm_during_perf_stops_the_server(tiny, tmp_path):
     of their own, which no signal to the run reaches)."""
     pytest.importorskip("tritonclient.grpc")
     perf = {"concurrency": [1], "requests": 500, "warmup": 0, "max_tokens": 64, "timeout_s": 60}
-    recipe = write_recipe(tiny, triton={"flavor": "cpu", "start_timeout_s": 120, "drain_timeout_s": 1}, perf=perf)
+    recipe = write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120, "drain_timeout_s": 1},
+                          perf=perf)
     out = tmp_path / "out"
     log = open(tmp_path / "run.log", "w")  # a file, not a pipe: a full pipe would block the run's progress output
     proc = subprocess.Popen([sys.executable, "-c", "from trtspec.cli import main; main()", "run", str(recipe),
@@ -117,7 +87,7 @@ def test_a_server_that_fails_to_start_shows_its_log_and_is_not_left_running(tiny
     lines are printed before it (as `trtspec serve` does)."""
     pytest.importorskip("tritonclient.grpc")
     perf = {"concurrency": [1], "requests": 2, "warmup": 0, "max_tokens": 8, "timeout_s": 60}
-    recipe = write_recipe(tiny, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf)
+    recipe = write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf)
     out = tmp_path / "out"
     run_recipe(recipe, out, until="triton")
     with open(out / "triton-repo" / "generate" / "config.pbtxt", "a") as f:
