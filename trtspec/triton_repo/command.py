@@ -121,9 +121,10 @@ def serve_command(
             raise
         raise typer.Exit(code)
     cmd = c.container_command(repo, manifest, ports, image)
-    if manifest.get("flavor") == "llmapi" and exec_:
-        c.check_llmapi_model_py(repo, manifest)
     if not exec_:
         typer.echo(c.shell_join(cmd))
         return
+    s.check_servable(repo)  # on the GPU host: the engines / HF dirs the configs name are there
+    if manifest.get("flavor") == "llmapi":
+        c.check_llmapi_model_py(repo, manifest)
     raise typer.Exit(c.run_container(cmd))

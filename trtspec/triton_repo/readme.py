@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..upstream.sampling import EXACT_MATCH
 from ..upstream.triton import LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES
-from ..upstream.trtllm import TRTLLM_VERSION_LABEL
+from ..upstream.trtllm import KV_CACHE_FREE_GPU_MEMORY_FRACTION, TRTLLM_VERSION_LABEL
 from .container import container_command, shell_join
 from .flavors import is_pytorch
 from .models.serving_rules import CHAIN_MODES, served_models
@@ -215,7 +215,7 @@ def _memory_table(manifest: dict) -> list[str]:
                    f"{_gib(m['overhead_bytes'])} | {m['kv_tokens']} |")
     out.append("")
     out.append(f"{mem['gpu']}: {_gib(mem['gpu_memory_bytes'])} GiB; left for KV after loading every model: "
-               f"{_gib(max(0, mem['free_after_load_bytes']))} GiB, of which 90% is the KV pool "
+               f"{_gib(max(0, mem['free_after_load_bytes']))} GiB, of which {KV_CACHE_FREE_GPU_MEMORY_FRACTION:.0%} is the KV pool "
                f"({'shared by every request across both engines' if mem['shared_kv'] else 'split evenly'}).")
     if manifest["mode"] == "eagle":
         first = mem["models"][0]

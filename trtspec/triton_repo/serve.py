@@ -8,7 +8,8 @@ pytorch (cpu) flavor: nvidia-pytriton's `tritonserver` binary (server 2.51), run
   interpreter's LIBDIR (else the stub picks the system libpython and torch fails to import);
 - PATH starting with this interpreter's bin directory (the stub takes sys.prefix from the `python`
   on PATH, which is how the models see this venv's torch, transformers and trtspec).
-It binds HTTP, gRPC and metrics to 127.0.0.1 only, refuses ports already in use before starting,
+It binds HTTP, gRPC and metrics to 127.0.0.1 only, refuses ports already in use and a repository
+whose configs name directories that are gone (check_servable) before starting,
 waits for /v2/health/ready, and on failure stops the server and reports the tail of its log.
 The server runs in its own process group (the python-backend stubs are its children); stopping
 first drains (`generate` refuses new requests, the streams in flight get drain_timeout_s to finish;
@@ -71,6 +72,21 @@ def read_manifest(repo: Path) -> dict:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise TrtspecError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def check_servable(repo: Path) -> None:
+    """Before any server starts: the configs name absolute directories (checkpoints, engines,
+    tokenizer) that may have moved or gone since `trtspec triton` wrote the repository. Unchecked,
+    that ends in models' tracebacks in the server log (inside the container for trtllm / llmapi);
+    refused here in one line naming the config, parameter and path (validate.check_repository's
+    missing directories; its other findings are --check's to report, and a config the server cannot
+    load is reported from the server's log)."""
+    from .template_checks import MISSING_DIR
+    from .validate import check_repository
+
+    problems = [p for p in check_repository(repo) if p.endswith(MISSING_DIR)]
+    if problems:
+        raise TrtspecError(f"{problems[0]} ({len(problems)} problem(s): trtspec triton --check {repo})")
 
 
 # ---- cpu flavor: the bundled tritonserver -----------------------------------------------------------
@@ -188,6 +204,7 @@ class CpuServer:
         if not is_pytorch(manifest.get("flavor")):
             raise TrtspecError(f"{self.repo}: a {manifest.get('flavor')} repository; only the pytorch (cpu) flavor runs "
                                "on the bundled tritonserver (the others print their container command)")
+        check_servable(self.repo)
         check_ports(self.ports)
         check_output_file(self.log_file)
         self.bundle = find_bundle()

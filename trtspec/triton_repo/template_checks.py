@@ -70,11 +70,14 @@ def check_tensorrtllm(cfg, where: str) -> list[str]:
     return probs
 
 
+MISSING_DIR = "directory not found"  # every --check problem of a path the repository names ends so (serve.check_servable)
+
+
 def _param_problem(kind: str, v: str) -> str | None:
     if kind == "batching":
         return None if v in BATCHING_TYPES else f"expected one of {', '.join(BATCHING_TYPES)}"
     if kind == "path":
-        return None if v and Path(v).is_dir() else "directory not found"
+        return None if v and Path(v).is_dir() else MISSING_DIR
     if v == "":
         return None  # the backend's documented "unset" for every other kind
     if kind == "int":

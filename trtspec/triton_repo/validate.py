@@ -37,7 +37,7 @@ from .configs import parse_text, params, tensor_of
 from .models import HELPERS, SOURCES
 from .models.serving_rules import CHAIN_MODES, parse_braces
 from .routing import tree_problems
-from .template_checks import check_llmapi, check_subset, check_tensorrtllm
+from .template_checks import MISSING_DIR, check_llmapi, check_subset, check_tensorrtllm
 from ..upstream.triton import Tensor
 
 MANIFEST = "trtspec-repo.json"
@@ -115,7 +115,7 @@ def check_repository(repo: Path) -> list[str]:
             if p.get("drafter") == "ngram":  # no draft model
                 keys = keys[:1]
             probs += _paths(cfg, where, keys)
-            probs += [f"{where}: parameter draft_heads: {n} = '{d}': directory not found"
+            probs += [f"{where}: parameter draft_heads: {n} = '{d}': {MISSING_DIR}"
                       for n, d in json.loads(p.get("draft_heads") or "{}").items() if not Path(d).is_dir()]
     probs += _check_wiring(manifest, configs)
     probs += _check_limits(repo, configs, kinds)
@@ -124,7 +124,7 @@ def check_repository(repo: Path) -> list[str]:
 
 def _paths(cfg, where: str, keys) -> list[str]:
     p = params(cfg)
-    return [f"{where}: parameter {k} = '{p.get(k)}': directory not found" for k in keys
+    return [f"{where}: parameter {k} = '{p.get(k)}': {MISSING_DIR}" for k in keys
             if not p.get(k) or not Path(p[k]).is_dir()]
 
 
