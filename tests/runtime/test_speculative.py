@@ -304,3 +304,35 @@ def test_eagle2_options_are_checked(m):
         generate_eagle(m["target"], net, m["prompts"], 4, dynamic_top_k=11)
     with pytest.raises(TrtspecError, match="mutually exclusive"):
         generate_eagle(m["target"], net, m["prompts"], 4, [[0]], dynamic_top_k=2)
+
+
+@pytest.mark.parametrize("dynamic", [None, 2])
+def test_target_cache_after_acceptance_equals_a_fresh_prefill(m, dynamic):
+    """After every verification the target's committed cache holds exactly the emitted sequence
+    (accepted path kept in order, rejected nodes dropped, depth positions): its keys and values equal
+    those of a fresh forward over prompt + output (the root excluded). Greedy output alone can hide an
+    off-by-one here."""
+    from trtspec.runtime.decode import decode
+    from trtspec.runtime.eagle2 import eagle_proposer
+
+    ckpt = load_checkpoint(m["dir"] / "eagle1")
+    target, caches = Decoder(ckpt), []
+    new_cache = target.new_cache
+    target.new_cache = lambda *a, **k: caches.append(new_cache(*a, **k)) or caches[-1]
+    tree = None if dynamic else TREES["mixed"]
+    proposer = eagle_proposer(EagleNet(ckpt), target.vocab_size, tree, dynamic)
+    prompts, outs, accepted = m["prompts"][:2], [[], []], 0
+    for rows in decode(target, prompts, 16, proposer=proposer):
+        for r in rows:
+            outs[r.index] += r.tokens
+            accepted += r.step.accepted if r.step else 0
+            if r.done:
+                continue
+            seq = prompts[r.index] + outs[r.index][:-1]
+            assert int(caches[0].lens[r.index]) == len(seq)
+            fresh = new_cache(1, len(seq))
+            target.forward(torch.tensor([seq]), fresh)
+            for mine, ref in ((caches[0].k, fresh.k), (caches[0].v, fresh.v)):
+                for a, b in zip(mine, ref):
+                    assert (a[r.index, :len(seq)] - b[0]).abs().max() < 1e-5
+    assert accepted > 4  # paths longer than the root were kept
