@@ -63,20 +63,23 @@ class Eagle3Head:
         return draft_to_target(self.tensors.get("d2t"), self.draft_vocab)
 
 
+def _layer_prefixes(num_layers: int) -> tuple[str, str]:
+    """(ModelOpt's prefix, TensorRT-LLM's) of the head's decoder layers: `layers.0.` / `midlayer.`
+    for one layer; with several, `midlayer` is a list (`layers.{i}.` / `midlayer.{i}.`, what
+    Eagle3ForCausalLM.load_weights on main maps them to)."""
+    return (MODELOPT_LAYER, LAYER) if num_layers == 1 else ("layers.", LAYER)
+
+
 def midlayer_name(name: str, num_layers: int = 1) -> str:
-    """A ModelOpt head tensor name in TensorRT-LLM's: `layers.0.*` as `midlayer.*` for a one-layer
-    head; with several layers its `midlayer` is a list, `layers.{i}.*` as `midlayer.{i}.*` (what
-    Eagle3ForCausalLM.load_weights on main maps them to). Other names unchanged."""
-    if num_layers > 1:
-        return LAYER + name[len("layers."):] if name.startswith("layers.") else name
-    return LAYER + name[len(MODELOPT_LAYER):] if name.startswith(MODELOPT_LAYER) else name
+    """A ModelOpt head tensor name in TensorRT-LLM's (_layer_prefixes); other names unchanged."""
+    src, dst = _layer_prefixes(num_layers)
+    return dst + name[len(src):] if name.startswith(src) else name
 
 
 def modelopt_name(name: str, num_layers: int = 1) -> str:
     """The inverse of midlayer_name: a `midlayer.*` tensor name as ModelOpt's module calls it."""
-    if num_layers > 1:
-        return "layers." + name[len(LAYER):] if name.startswith(LAYER) else name
-    return MODELOPT_LAYER + name[len(LAYER):] if name.startswith(LAYER) else name
+    dst, src = _layer_prefixes(num_layers)
+    return dst + name[len(src):] if name.startswith(src) else name
 
 
 def _canonical(src: WeightSource, where: Path) -> tuple[str, dict[str, str]]:

@@ -12,6 +12,7 @@ decoding may round differently from unbatched decoding) and where the target ans
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -72,13 +73,20 @@ def split_prompts(options: TrainDraftOptions, tokenizer) -> list[tuple[str, list
 def target_fingerprint(target: Path) -> str:
     """sha256 over the target's config and weight files, its generation config and its tokenizer's
     files (both name EOS ids the answers end at, train.load_target; the chat template sets where the
-    self-written prompts start): what its greedy answers and written prompts depend on."""
-    h = hashlib.sha256()
+    self-written prompts start): what its greedy answers and written prompts depend on. A run asks
+    for it several times (head cache key, answers and prompts caches, checkpoint): the hashes are
+    remembered while the files' sizes and mtimes stay the same (a multi-GB target hashes once)."""
     files = sorted(p for p in Path(target).iterdir() if p.is_file() and (
                    p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json")
                    or p.name.startswith(("tokenizer", "special_tokens_map", "chat_template"))))
-    for p in files:
-        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
+    return _fingerprint(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(files: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for path, _, _ in files:
+        h.update(Path(path).name.encode() + b"\0" + sha256_file(Path(path)).encode())
     return h.hexdigest()
 
 

@@ -67,18 +67,24 @@ def render_all(workloads: list[Workload], seed: int, tokenizer, chat: bool) -> d
 
 
 async def drop_refused(rendered: dict[str, list[tuple[str, str]]], url: str, model: str, max_tokens: int,
-                       timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+                       timeout_s: float, served_tokenizer=None) -> dict[str, list[tuple[str, str]]]:
     """The rendered prompts less those `model` would refuse: a trtspec repository's `generate`
     checks every request against its routing `limits` (the engines' max_input_len / max_seq_len,
     or the checkpoints' positions) before any engine runs, with the token count its `preprocessing`
     encodes. Sent anyway, such a prompt is an error in every run (and the baseline probe's reason).
-    Left as they are without limits (another model; llmapi checks its own) or a readable tokenizer."""
+    Left as they are without limits (another model; llmapi checks its own) or a readable tokenizer.
+    served_tokenizer: preprocessing's tokenizer when the caller has loaded it already (else loaded
+    here from client.tokenizer_dir; perf.tokenizer may be another)."""
     routing = (await client.model_parameters(url, model, timeout_s)).get("routing")
     limits = json.loads(routing).get("limits") if routing else None
-    path = (await client.model_parameters(url, "preprocessing", timeout_s)).get("tokenizer_dir")
-    if not limits or not any(limits.values()) or not path or not Path(path).is_dir():
+    if not limits or not any(limits.values()):
         return rendered
-    tokenizer = load_tokenizer(path)  # preprocessing's (perf.tokenizer may be another), special tokens on, as written
+    if served_tokenizer is None:
+        path = await client.tokenizer_dir(url, timeout_s)
+        if not path or not Path(path).is_dir():
+            return rendered
+        served_tokenizer = load_tokenizer(path)
+    tokenizer = served_tokenizer  # special tokens on, as preprocessing encodes
     return {name: servable(name, texts, lambda t: len(tokenizer.encode(t)), limits, max_tokens)
             for name, texts in rendered.items()}
 

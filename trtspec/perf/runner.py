@@ -107,7 +107,8 @@ async def _prepare(o: PerfOptions, workloads: list):
                                "perf.tokenizer, or turn perf.chat off for plain prompts")
         tokenizer = prompts.load_tokenizer(path)
     rendered = prompts.render_all(workloads, o.seed, tokenizer, o.chat)
-    return info, await prompts.drop_refused(rendered, o.url, o.model, o.max_tokens, o.connect_timeout_s)
+    served = tokenizer if o.tokenizer is None else None  # loaded from preprocessing's directory: count with it
+    return info, await prompts.drop_refused(rendered, o.url, o.model, o.max_tokens, o.connect_timeout_s, served)
 
 
 def _extras(o: PerfOptions, info, texts, sampling) -> dict:

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..tuning.acceptance import chain_accepted, rank_paths_to_chain, ratio_se, summarize, tokens_steps
+from ..tuning.acceptance import chain_accepted, chains_of, ratio_se, summarize, tokens_steps
 from ..tuning.profile import profile_prompts
 
 
@@ -90,12 +90,15 @@ def pair_acceptance(models, prompts, max_new_tokens: int, max_k: int):
         return None
     mode = "eagle" if models.eagle is not None else "draft-target"
     profiles = profile_prompts(models, prompts, max_new_tokens, max_k)
-    lists = [p.rank_paths if mode == "eagle" else p.match_lengths for p in profiles]
-    return mode, summarize(mode, lists, max_k), profiles
+    return mode, summarize(mode, _samples(mode, profiles), max_k), profiles
 
 
 def al_counts(mode: str, profiles, k: int, max_k: int) -> list[tuple[int, int]]:
     """Each prompt's (tokens, steps) at draft length k, the terms of its pooled AL (summarize's)."""
-    lists = [rank_paths_to_chain(p.rank_paths, max_k) if mode == "eagle" else p.match_lengths for p in profiles]
-    return [tokens_steps(chain_accepted(c, k)) for c in lists]
+    return [tokens_steps(chain_accepted(c, k)) for c in chains_of(mode, _samples(mode, profiles), max_k)]
+
+
+def _samples(mode: str, profiles) -> list:
+    """What the profiler recorded per prompt: EAGLE rank paths, else the chain's match lengths."""
+    return [p.rank_paths if mode == "eagle" else p.match_lengths for p in profiles]
 

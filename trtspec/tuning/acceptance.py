@@ -238,6 +238,12 @@ def tree_se(samples: Iterable[Sequence[Sequence[int]]], choices, clusters: Seque
     return acceptance_length_se(([tree.accepted(p) for p in paths] for paths in samples), clusters)
 
 
+def chains_of(mode: str, samples: list[Sequence], max_k: int) -> list[Sequence[int]]:
+    """Each sample as the chain of match lengths summarize's ALs count: an EAGLE sample's rank paths
+    as its top-1 chain of depth max_k, the others' as they are."""
+    return [rank_paths_to_chain(p, max_k) for p in samples] if mode == "eagle" else samples
+
+
 def summarize(mode: str, samples: list[Sequence], max_k: int, clusters: Sequence | None = None) -> dict:
     """The per-workload aggregates a profile stores, from its samples' per-state lists.
 
@@ -246,7 +252,7 @@ def summarize(mode: str, samples: list[Sequence], max_k: int, clusters: Sequence
     conditional/marginal rates are those of the chain at K = max_k; `accept_length_se_by_k[k]` the
     standard error of each AL over `clusters` (one key per sample: its prompt id; ratio_se). Used by
     the profiler to write profile.json and by the tuner to check a profile it reads."""
-    chains = [rank_paths_to_chain(p, max_k) for p in samples] if mode == "eagle" else samples
+    chains = chains_of(mode, samples, max_k)
     by_k = {str(k): acceptance_length(chain_accepted(c, k) for c in chains) for k in range(1, max_k + 1)}
     se_by_k = {str(k): acceptance_length_se([chain_accepted(c, k) for c in chains], clusters)
                for k in range(1, max_k + 1)}

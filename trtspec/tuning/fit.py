@@ -247,7 +247,7 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
     base = base.model_copy(update={"step_tokens_s": {}})
     parts = _Parts(rows, shapes, base)
     y = np.array([r.seconds for r in rows])
-    gpu, fitted, mem_bound = _fit_model(parts, y, base, max_iter, what=what)
+    gpu, fitted, mem_bound = _fit_model(parts, y, base, max_iter, None, what)
     if per_step and parts.steps:
         corr = None
         for _ in range(200):  # alternating least squares: converges linearly
@@ -267,9 +267,9 @@ def fit_steps(rows: list[StepRow], shapes: dict[str, ModelShape], base: GpuSpec,
                           memory_bound_forwards=int(mem_bound.sum()))
 
 
-def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w=None, what: str = "cost table: field 'rows'"):
+def _fit_model(parts: _Parts, y, base: GpuSpec, max_iter: int, w, what: str):
     """The four numbers by weighted least squares from three starting bound assignments; the lowest
-    weighted error wins -> (gpu, names fitted, bound assignment). w: the rows' weights (default 1 / y;
+    weighted error wins -> (gpu, names fitted, bound assignment). w: the rows' weights (None: 1 / y;
     fit_steps passes 1 / the measured times when y has the step corrections taken off, so that both
     halves of its alternation minimise the same relative error)."""
     M, C = parts.M, parts.C
