@@ -14,7 +14,7 @@ from trtspec.checkpoints.scheme import QuantScheme
 from trtspec.checkpoints.trtllm_ckpt import checkpoint_from_config, load_checkpoint
 from trtspec.errors import TrtspecError
 from trtspec.runtime.quant import scheme_of
-from trtspec.tuning.cost import quant_bytes
+from trtspec.tuning.quant_bytes import quant_bytes
 from trtspec.upstream import trtllm
 
 

@@ -105,3 +105,23 @@ def test_off_winning_outright_is_said_in_the_source(clear):
     default = draft_target_routes(t)["default"]
     assert [b["num_draft_tokens"] for b in default["bands"]] == [0, 0]
     assert default["source"].count("off predicts the most tokens/s") == 2
+
+
+def test_a_default_over_a_workload_without_a_standard_error_is_not_clear(clear):
+    """A workload profiled on one prompt has an AL but no standard error (select.se_unknown). Under
+    speculate_only_if_clear the token-weighted default is then not clear of off, however large the
+    gain (edit's clear K), alone or beside a workload whose errors are known; the source says why.
+    Without the rule it is the argmax, as before."""
+    edit = clear["edit"]
+    w = edit.workloads["edit"]
+
+    def unknown(band):
+        sweep = [p.model_copy(update={"acceptance_length_se": None}) if p.draft_len else p for p in band.sweep]
+        return band.model_copy(update={"acceptance_length_se": None, "sweep": sweep})
+    one = w.model_copy(update={"bands": [unknown(b) for b in w.bands], "num_prompts": 1})
+    for workloads in ({"edit": one}, {"edit": w, "one": one}):
+        default = draft_target_routes(edit.model_copy(update={"workloads": workloads}))["default"]
+        assert [b["num_draft_tokens"] for b in default["bands"]] == [0, 0]
+        assert default["source"].count("is not shown clear of off: a workload's AL has no standard error") == 2
+    plain = edit.model_copy(update={"workloads": {"edit": one}, "speculate_only_if_clear": False})
+    assert draft_target_routes(plain)["default"]["bands"] == [_setting(b) for b in w.bands]

@@ -13,9 +13,10 @@ import torch
 from tiny_models import make_eagle_head, make_hf_model
 from trtspec.checkpoints.spec import spec_from_trtllm
 from trtspec.errors import TrtspecError
-from trtspec.tuning.cost import (CostModel, ModelShape, forward_time, quant_bytes, shape_from_spec,
+from trtspec.tuning.cost import (CostModel, ModelShape, forward_terms, forward_time, shape_from_spec,
                                  shapes_from_checkpoint)
 from trtspec.tuning.gpus import gpu_preset
+from trtspec.tuning.quant_bytes import quant_bytes
 from trtspec.tuning.fit import CostRow, CostTable, fit_gpu, load_cost_table, save_cost_table
 
 LLAMA_31_8B = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", "vocab_size": 128256, "hidden_size": 4096,
@@ -278,3 +279,40 @@ def test_a_table_of_one_shape_is_refused_naming_the_field(rows):
     with pytest.raises(TrtspecError, match=rf"^cost table: field 'rows': {rows} rows determine only 1 of "
                                            r"forward_overhead_s, bandwidth_efficiency"):
         fit_gpu(CostTable(gpu="h100", rows=[row] * rows), {"target": shape()})
+
+
+def test_kv_heads_fewer_than_ranks_are_replicated_not_split():
+    """Upstream sizes a rank's KV heads as ceil(num_kv_heads / tp) (engine Attention and the PyTorch
+    KVCacheManager): 4 KV heads over 8 ranks leave each rank a copy of one, so the KV bytes a rank
+    reads per cached token stay at one head's from tp=4 on, and each rank holds that head's k/v
+    projection besides its 1/8 share of the weights. Query heads split evenly: attention FLOPs /tp."""
+    gqa4 = {**LLAMA_31_8B, "num_key_value_heads": 4}
+    kv_bytes = lambda tp: 32 * 2 * -(-4 // tp) * 128 * 1.0  # noqa: E731  layers x K,V x heads x head_size x FP8
+
+    def per_token_kv(m, b=16, ctx=4096):  # the bytes one more cached token adds to a forward
+        return (forward_terms(m, b, 1, ctx)[0] - forward_terms(m, b, 1, 0)[0]) / (b * ctx)
+    tps = (1, 2, 4, 8)
+    assert [per_token_kv(shape(gqa4, tp=tp)) for tp in tps] == pytest.approx([kv_bytes(tp) for tp in tps])
+    assert shape(gqa4, tp=8).kv_bytes_per_token == kv_bytes(8)  # per rank, as builders.memory sizes the KV pool
+    assert kv_bytes(8) == kv_bytes(4) == kv_bytes(1) / 4 == 8192  # one head per rank at tp=8, not half of one
+    one, eight = shape(gqa4), shape(gqa4, tp=8)
+    copies = 32 * 2 * 4096 * 128 * (1 - 4 / 8)  # layers x k,v x H x head_size x the head beyond the 1/8 share
+    assert eight.rank_linear_params == pytest.approx(one.linear_params / 8 + copies, rel=1e-12)
+    weights = lambda m: forward_terms(m, 1, 1, 0)[0] - m.kv_bytes_per_token  # noqa: E731  (less the new token's KV)
+    assert weights(eight) == pytest.approx(weights(one) / 8 + copies * 1.0, rel=1e-12)
+    attn = lambda m: forward_terms(m, 1, 1, 8192)[1] - forward_terms(m, 1, 1, 0)[1]  # noqa: E731
+    assert attn(eight) == pytest.approx(attn(one) / 8, rel=1e-9)
+    assert shape(tp=8).rank_linear_params == shape().linear_params / 8  # 8 KV heads over 8: no copies
+
+
+@pytest.mark.parametrize("cfg, tp, field", [(LLAMA_31_8B, 3, "num_attention_heads=32 is not divisible by tp=3"),
+                                            ({**LLAMA_31_8B, "num_attention_heads": 48, "num_key_value_heads": 6,
+                                              "head_size": 128}, 4, "num_key_value_heads=6 and tp=4")])
+def test_a_tp_that_does_not_split_the_heads_is_refused(cfg, tp, field):
+    """Upstream asserts that tp divides the attention heads (and its converters that the KV heads
+    and tp divide one another); a rank of a fractional head has no step time to predict."""
+    with pytest.raises(TrtspecError, match=f"^cost model, network 'm' \\(target\\): {field}"):
+        shape(cfg, tp=tp)
+    table = synthetic_table(gpu_preset("h100").model_copy(update=TRUE), {"target": shape()})
+    with pytest.raises(TrtspecError, match="num_attention_heads=32 is not divisible by tp=3"):
+        fit_gpu(table.model_copy(update={"tp": 3}), {"target": shape()})

@@ -266,7 +266,8 @@ def test_settings_within_the_al_standard_errors_are_reported_as_not_distinguisha
         se = [q.tokens_per_s * noisy.accept_length_se_by_k[str(q.draft_len)] / q.acceptance_length for q in (p, c)]
         assert abs(p.tokens_per_s - c.tokens_per_s) <= 1.96 * np.hypot(*se)
     assert indistinguishable(band, {k: v / 100 for k, v in noisy.accept_length_se_by_k.items()}) == []
-    assert indistinguishable(band, None) == []
+    # no standard errors (a tuning.json from before them): nothing is told apart from the choice
+    assert indistinguishable(band, None) == [k for k in range(7) if k != band.draft_len]
     clean = tune_draft_target(chain_profile({"code": 0.6}, num_samples=64, T=512, max_k=6, seed=1), cost,
                               SelectConfig(concurrency_bands=[1]))["code"]
     assert indistinguishable(clean.bands[0], clean.accept_length_se_by_k) == []
@@ -300,7 +301,7 @@ def test_an_ngram_or_tree_choice_within_its_al_noise_of_off_is_reported_as_not_d
     edit = _served_band("ngram", 4.00, 0.13, 239.3, 92.0, draft_len=4, max_matching_ngram_size=2)
     assert indistinguishable(chat, None) == [0] and indistinguishable(edit, None) == []
     assert indistinguishable(chat.model_copy(update={"acceptance_length_se": 0.01}), None) == []
-    assert indistinguishable(chat.model_copy(update={"acceptance_length_se": None}), None) == []
+    assert indistinguishable(chat.model_copy(update={"acceptance_length_se": None}), None) == [0]  # unknown: not clear
     tree = _served_band(None, 1.3, 0.2, 105.0, 100.0, eagle_choices=[[0], [0, 0]], profile="p0")
     assert indistinguishable(tree, None) == [0]
     wt = WorkloadTuning.model_construct(num_samples=4, bands=[chat], accept_length_se_by_k=None)
@@ -332,6 +333,41 @@ def test_held_off_serves_off_where_the_choice_is_not_distinguishable_from_off():
     assert off.drafter == "ngram" and off.held_off == chat and indistinguishable(off, None) == []
     assert setting_text(off) == "off (held ngram K=1 n=3 x1.07: not clear)"
     assert held_off(edit, None) is edit and held_off(off, None) is off
+
+
+def test_a_choice_profiled_on_one_prompt_has_no_standard_error_and_is_not_clear():
+    """One distinct prompt (here 2 sampled draws of it) gives an AL but no standard error (ratio_se:
+    no spread between prompts to measure). That least evidence must not pass for a clear gain: the
+    chosen K is not distinguishable from off or any K, tune.speculate_only_if_clear holds it off,
+    and the table and notes say its standard error is unknown rather than print none or 0."""
+    from trtspec.tuning.report import al_text, indistinguishable_lines
+    from trtspec.tuning.select import held_off, indistinguishable, se_unknown
+    from trtspec.tuning.tuning_schema import Tuning
+
+    prof = chain_profile({"code": 0.6}, num_samples=2, T=64, max_k=4, seed=1)
+    for s in prof.workloads["code"].samples:
+        s.id = "code-0"
+    w = tune_draft_target(prof, example_cost_model("draft-target"), SelectConfig(concurrency_bands=[1]))["code"]
+    band = w.bands[0]
+    assert w.num_prompts == 1 and band.speculate and band.speedup > 1.1  # the premise: a gain, over one prompt
+    assert band.acceptance_length_se is None and set(w.accept_length_se_by_k.values()) == {None}
+    assert se_unknown(band)
+    assert indistinguishable(band, w.accept_length_se_by_k) == [k for k in range(5) if k != band.draft_len]
+    off = held_off(band, w.accept_length_se_by_k)
+    assert not off.speculate and off.draft_len == 0 and off.held_off.draft_len == band.draft_len
+
+    def text(bands) -> list[str]:
+        tuning = Tuning.model_construct(mode="draft-target", workloads={"code": w.model_copy(update={"bands": bands})})
+        return indistinguishable_lines(tuning)
+    assert text([band]) == [f"code c=1: K={band.draft_len} (x{band.speedup:.2f}) is not shown clear of off: its AL "
+                            "has no standard error (over 1 prompt; a spread needs 2 or more)"]
+    assert text([off]) == [f"code c=1: served off: K={band.draft_len} (x{band.speedup:.2f}, AL "
+                           f"{band.acceptance_length:.2f} ±? over 1 prompt) is not shown clear of off: its AL has no "
+                           "standard error (tune.speculate_only_if_clear)"]
+    assert al_text(band) == f"{band.acceptance_length:.2f} ±?" and al_text(off) == "1.00"  # the table's AL column
+    # an n-gram or tree choice without a standard error is not clear of off either
+    ngram = _served_band("ngram", 4.00, None, 239.3, 92.0, draft_len=4, max_matching_ngram_size=2)
+    assert indistinguishable(ngram, None) == [0] and not held_off(ngram, None).speculate
 
 
 def test_other_heads_chains_in_a_merged_sweep_are_not_compared_with_the_general_heads_errors():

@@ -105,7 +105,7 @@ class _Counter:
 
     def decoder_layers(self, spec: DecoderSpec, prefix: str) -> float:
         tp, h, hd = self.tp, spec.hidden_size, spec.head_size
-        q_heads, kv_heads = math.ceil(spec.num_heads / tp), max(1, spec.num_kv_heads // tp)
+        q_heads, kv_heads = math.ceil(spec.num_heads / tp), trtllm.kv_heads_per_rank(spec.num_kv_heads, tp)
         qkv_out = (q_heads + 2 * kv_heads) * hd
         total = 0.0
         for i in range(spec.num_layers):
@@ -144,7 +144,7 @@ def kv_bytes_per_token(ckpt: TrtllmCheckpoint) -> int:
     elem = 1 if kv in ("FP8", "INT8") else trtllm.DTYPE_BYTES[ckpt.dtype]
     spec = ckpt.spec
     layers = spec.num_layers + (ckpt.eagle_spec.num_layers if ckpt.eagle_spec is not None else 0)
-    return 2 * layers * max(1, spec.num_kv_heads // ckpt.tp) * spec.head_size * elem
+    return 2 * layers * trtllm.kv_heads_per_rank(spec.num_kv_heads, ckpt.tp) * spec.head_size * elem
 
 
 def activation_bytes(ckpt: TrtllmCheckpoint, max_batch_size: int, max_draft_len: int, max_num_tokens: int) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import TrtspecError
+from ..upstream import trtllm
 
 
 def pad_vocab_size(vocab_size: int, tp: int) -> int:
@@ -41,9 +42,8 @@ class Shard:
             return (shape[0] // tp, *shape[1:])
         if self.kind == "row":
             return (shape[0], shape[1] // tp)
-        q_heads = self.num_heads // tp
-        kv_heads = max(self.num_kv_heads // tp, 1)
-        return ((q_heads + 2 * kv_heads) * self.head_size, *shape[1:])
+        kv_heads = trtllm.kv_heads_per_rank(self.num_kv_heads, tp)
+        return ((self.num_heads // tp + 2 * kv_heads) * self.head_size, *shape[1:])
 
 
 def check_tp(num_heads: int, num_kv_heads: int, intermediate: int, tp: int, where: str) -> None:
@@ -90,7 +90,7 @@ def merge(parts: list[torch.Tensor], shard: Shard) -> torch.Tensor:
     if shard.kind == "row":
         return torch.cat(parts, dim=1)
     hd, nh, nkv = shard.head_size, shard.num_heads, shard.num_kv_heads
-    kv_per_rank = max(nkv // tp, 1)
+    kv_per_rank = trtllm.kv_heads_per_rank(nkv, tp)
     pieces = [p.split([nh // tp * hd, kv_per_rank * hd, kv_per_rank * hd], dim=0) for p in parts]
     owners = range(tp) if nkv >= tp else range(0, tp, tp // nkv)  # drop duplicated kv heads
     q = torch.cat([p[0] for p in pieces])

@@ -138,7 +138,8 @@ def _best_shared(tuning, concurrency: int) -> SharedSetting:
     workloads' sweeps, among the settings of served drafters and off (every drafter's sweep has
     its own K = 0 point: counted once per workload). With tune.speculate_only_if_clear a setting whose
     token-weighted gain over off is inside its noise is off, as select.held_off rules per workload:
-    the workloads' errors are independent, so the sum's SE is sqrt(sum((weight x SE)^2))."""
+    the workloads' errors are independent, so the sum's SE is sqrt(sum((weight x SE)^2)); one
+    workload's unknown SE makes the sum's unknown, and so not clear (select.se_unknown)."""
     model, ngram = served_drafters(tuning)
     score: dict[tuple, float] = {}
     var: dict[tuple, float | None] = {}  # None: a point without a standard error
@@ -163,10 +164,14 @@ def _best_shared(tuning, concurrency: int) -> SharedSetting:
     if not best[0]:
         return SharedSetting(0, None, "off predicts the most tokens/s")
     off = score.get((0, None))
-    if tuning.speculate_only_if_clear and off and var[best] is not None \
-            and within_noise(score[best] - off, math.sqrt(var[best])):
-        return SharedSetting(0, None, f"{chain_setting(*best)} (x{score[best] / off:.3f} token-weighted) is not distinguishable "
-                         f"from off (95%, the profiled AL standard errors)")
+    if not (tuning.speculate_only_if_clear and off):
+        return SharedSetting(*best)
+    gain = f"{chain_setting(*best)} (x{score[best] / off:.3f} token-weighted)"
+    if var[best] is None:  # select.se_unknown: a workload's AL has no standard error
+        return SharedSetting(0, None, f"{gain} is not shown clear of off: a workload's AL has no standard error "
+                             "(fewer than 2 profiled prompts)")
+    if within_noise(score[best] - off, math.sqrt(var[best])):
+        return SharedSetting(0, None, f"{gain} is not distinguishable from off (95%, the profiled AL standard errors)")
     return SharedSetting(*best)
 
 

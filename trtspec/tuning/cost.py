@@ -10,13 +10,17 @@ already in each sequence's KV cache, on one GPU of a tp-way group:
 (the sum of the two terms instead of their max when `memory_compute_overlap` is False: the "cpu"
 preset, see below)
 
-    bytes = (linear weights * bytes/weight + lm_head * its bytes/weight) / tp
-            + batch * (context + num_tokens) * KV bytes per token / tp     (KV read + the new writes)
-    FLOPs = 2 * batch * num_tokens * (linear + lm_head parameters) / tp
+    bytes = rank linear weights * bytes/weight + lm_head * its bytes/weight / tp
+            + batch * (context + num_tokens) * rank KV bytes per token     (KV read + the new writes)
+    FLOPs = 2 * batch * num_tokens * (rank linear weights + lm_head parameters / tp)
             + 4 * num_layers * batch * num_tokens * (context + (num_tokens + 1) / 2) * heads * head_size / tp
               (causal: new token i attends to the context and the i new tokens up to itself)
 
-where, for a network with a sliding window W (Mistral-7B-v0.1: every layer attends the last 4096
+where a rank holds heads / tp query heads (tp must divide them, as upstream asserts) and
+ceil(kv_heads / tp) KV heads (upstream.trtllm.kv_heads_per_rank): with fewer KV heads than ranks
+each rank keeps a copy of one, its cache and its k/v projection (rank linear weights = linear / tp
++ those copies' k/v weights), so the KV bytes per rank stop shrinking at tp = kv_heads. And, for a
+network with a sliding window W (Mistral-7B-v0.1: every layer attends the last 4096
 positions; ModelShape.attention_window), context is min(context, W): a query reads at most W
 cached positions, so past W the attention terms stay flat (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY;
 clamping the mean context, min(mean, W) >= mean(min(c, W)), errs toward the more expensive step).
@@ -61,12 +65,7 @@ host work sits in each forward's forward_overhead_s. What each kind of step runs
 for the tuner, and trtspec.tuning.calibrate fits the same description to a deployment's requests,
 so a calibrated model prices a step with exactly the terms it was fitted with.
 
-Quantization (trtllm.md §3): bytes per linear weight fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8
-SmoothQuant, W8A16) 1, INT4 (W4A16, AWQ/GPTQ) 0.5 + one model-dtype scale per `group_size`
-weights; the GEMMs run in FP8 (FP8, W4A8_AWQ), INT8 (W8A8_SQ_*) or the model dtype (weight-only).
-`lm_head` stays in the model dtype unless `exclude_modules` is an explicit list that does not
-match it (TRT-LLM's default excludes `*lm_head`). KV cache: 1 byte with kv_cache_quant_algo FP8
-or INT8, else the model dtype.
+Quantization: bytes per weight and KV element and the GEMM dtype (trtspec.tuning.quant_bytes).
 """
 
 from __future__ import annotations
@@ -75,15 +74,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..checkpoints.scheme import QuantScheme
 from ..checkpoints.hf_unified import open_checkpoint
+from ..checkpoints.sharding import check_tp
 from ..errors import TrtspecError
 from ..upstream import trtllm
 from .gpus import ComputeDtype, GpuSpec
-
-DTYPE_COMPUTE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+from .quant_bytes import quant_bytes
 
 
 class ModelShape(BaseModel):
@@ -116,6 +114,12 @@ class ModelShape(BaseModel):
     quant_algo: str | None = None
     kv_cache_quant_algo: str | None = None
 
+    @model_validator(mode="after")
+    def _splits_over_tp(self):
+        check_tp(self.num_heads, self.num_kv_heads, self.intermediate_size, self.tp,
+                 f"cost model, network '{self.name}' ({self.role})")
+        return self
+
     @property
     def linear_params(self) -> int:
         qkv = self.hidden_size * (self.num_heads + 2 * self.num_kv_heads) * self.head_size
@@ -132,42 +136,20 @@ class ModelShape(BaseModel):
         return self.linear_params * self.weight_bytes + self.lm_head_params * self.lm_head_bytes
 
     @property
+    def kv_heads_per_rank(self) -> int:
+        return trtllm.kv_heads_per_rank(self.num_kv_heads, self.tp)
+
+    @property
+    def rank_linear_params(self) -> float:
+        """Linear weights on one tp rank: a 1/tp share, plus the k/v projections of the KV heads a
+        rank holds beyond its share (fewer KV heads than ranks: each rank a copy of one)."""
+        copies = self.kv_heads_per_rank - self.num_kv_heads / self.tp
+        return self.linear_params / self.tp + self.num_layers * 2 * self.hidden_size * self.head_size * copies
+
+    @property
     def kv_bytes_per_token(self) -> float:
-        return self.num_layers * 2 * self.num_kv_heads * self.head_size * self.kv_bytes
-
-
-def quant_bytes(quant: dict | None, dtype: str, lm_head_name: str, where: str) -> dict:
-    """bytes per weight / lm_head weight / KV element and the GEMM dtype from a `quantization` block."""
-    if dtype not in trtllm.DTYPE_BYTES:
-        raise TrtspecError(f"{where}: field 'dtype' is {dtype!r}; expected one of {', '.join(trtllm.DTYPE_BYTES)}")
-    q = QuantScheme.from_block(quant, where)
-    algo, kv = q.quant_algo, q.kv_cache_quant_algo
-    base, compute = trtllm.DTYPE_BYTES[dtype], DTYPE_COMPUTE[dtype]
-    group = q.group_size
-    if algo in (None, "NO_QUANT"):
-        wb = base
-    elif algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_BLOCK_SCALES"):
-        wb, compute = 1.0, "fp8"
-    elif str(algo).startswith(trtllm.SMOOTHQUANT_PREFIX):
-        wb, compute = 1.0, "int8"
-    elif algo in ("W8A16", "W8A16_GPTQ"):
-        wb = 1.0
-    elif algo in ("W4A16", "W4A16_AWQ", "W4A16_GPTQ"):
-        wb = 0.5 + base / group
-    elif algo == "W4A8_AWQ":
-        wb, compute = 0.5 + base / group, "fp8"
-    else:
-        raise TrtspecError(f"{where}: quantization.quant_algo {algo!r} has no H100/H200 cost model (expected "
-                           "null, FP8, W8A8_SQ_*, W8A16, W4A16, W4A16_AWQ, W4A16_GPTQ or W4A8_AWQ)")
-    lm_quantized = algo != "NO_QUANT" and q.quantizes(lm_head_name)
-    if kv in (None, "NO_QUANT"):
-        kvb = base
-    elif kv in ("FP8", "INT8"):
-        kvb = 1.0
-    else:
-        raise TrtspecError(f"{where}: quantization.kv_cache_quant_algo {kv!r}: expected null, FP8 or INT8")
-    return {"weight_bytes": wb, "lm_head_bytes": wb if lm_quantized else base, "kv_bytes": kvb,
-            "compute_dtype": compute, "quant_algo": algo, "kv_cache_quant_algo": kv}
+        """KV-cache bytes of one token on one tp rank (kv_heads_per_rank, as builders.memory sizes it)."""
+        return self.num_layers * 2 * self.kv_heads_per_rank * self.head_size * self.kv_bytes
 
 
 def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> ModelShape:
@@ -218,9 +200,9 @@ def forward_terms(m: ModelShape, batch: int, num_tokens: int, context: float) ->
         context = min(context, m.attention_window)
     tokens = batch * num_tokens
     kv = batch * (context + num_tokens) * m.kv_bytes_per_token
-    nbytes = (m.weight_bytes_total + kv) / m.tp
+    nbytes = m.rank_linear_params * m.weight_bytes + m.lm_head_params * m.lm_head_bytes / m.tp + kv
     attn = 4.0 * m.num_layers * tokens * (context + (num_tokens + 1) / 2) * m.num_heads * m.head_size  # causal
-    flops = (2.0 * tokens * (m.linear_params + m.lm_head_params) + attn) / m.tp
+    flops = 2.0 * tokens * (m.rank_linear_params + m.lm_head_params / m.tp) + attn / m.tp
     return nbytes, flops
 
 

@@ -229,7 +229,7 @@ def fit_gpu(table: CostTable, shapes: dict[str, ModelShape], base: GpuSpec | Non
     device moved all of its network's bytes, and sizing it as one rank of a TP group would halve the
     fitted efficiencies and price the TP deployment at a single GPU's step."""
     rows = [StepRow(Step((Forward(r.role, r.batch, r.num_tokens, r.context),)), r.seconds) for r in table.rows]
-    timed = {role: m.model_copy(update={"tp": table.tp}) for role, m in shapes.items()}
+    timed = {role: ModelShape(**{**m.model_dump(), "tp": table.tp}) for role, m in shapes.items()}  # checked
     return fit_steps(rows, timed, base if base is not None else gpu_preset(table.gpu), max_iter)
 
 

@@ -16,7 +16,8 @@ placeholder: its ratios carry the choice, its absolute numbers do not (`tps_labe
 
 Under the table, every band whose chosen draft length the profile's AL standard errors cannot
 separate from another K at 95% (an n-gram or tree choice: from off) is named
-(select.indistinguishable): a winner by less than the noise of a few prompts is not presented as one.
+(select.indistinguishable): a winner by less than the noise of a few prompts is not presented as one;
+nor is one whose AL has no standard error (one profiled prompt: select.se_unknown, '±?' in the table).
 
 And `plot_al_vs_temperature`: from profiles at several temperatures (one `trtspec profile
 --temperature T` each), AL of a chain of K drafts against T, one line per workload, error bars of
@@ -40,7 +41,7 @@ from .fit import Calibration
 from .gpus import PRESETS
 from .schema import Profile
 from .tuning_schema import BandChoice, Tuning, WorkloadTuning
-from .select import indistinguishable, prompts_to_separate_from_off
+from .select import indistinguishable, prompts_to_separate_from_off, se_unknown
 
 
 def safe_name(name: str) -> str:
@@ -199,6 +200,13 @@ def setting_text(band: BandChoice) -> str:
     return f"K={band.draft_len}"
 
 
+def al_text(band: BandChoice) -> str:
+    """A band's AL and its standard error; '±?' where a speculating band has none (select.se_unknown:
+    unknown, which is not zero)."""
+    se = band.acceptance_length_se
+    return f"{band.acceptance_length:.2f}" + (" ±?" if se_unknown(band) else f" ±{se:.2f}" if se else "")
+
+
 def indistinguishable_lines(tuning: Tuning) -> list[str]:
     """Per workload and band whose chosen K the AL standard errors cannot separate from other K
     (select.indistinguishable): 'chat c=1: K=3 is not distinguishable from K=2, K=4 ...'."""
@@ -206,18 +214,26 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
     for name, wt in tuning.workloads.items():
         for band in wt.bands:
             prompts = wt.num_prompts or wt.num_samples
+            over = f"over {prompts} prompt{'s' * (prompts != 1)}"
             if band.held_off is not None:
                 held = band.held_off
                 out.append(f"{name} c={band.concurrency}: served off: {setting_text(held)} (x{held.speedup:.2f}, AL "
-                           f"{held.acceptance_length:.2f} ±{held.acceptance_length_se or 0:.2f} over {prompts} "
-                           "prompts) is not distinguishable from off (tune.speculate_only_if_clear)")
+                           f"{al_text(held)} {over}) is not "
+                           + ("shown clear of off: its AL has no standard error" if se_unknown(held)
+                              else "distinguishable from off") + " (tune.speculate_only_if_clear)")
+                continue
+            if se_unknown(band):
+                out.append(f"{name} c={band.concurrency}: {setting_text(band)} (x{band.speedup:.2f}) is not shown "
+                           f"clear of off: its AL has no standard error ({over}; a spread needs 2 or more)")
                 continue
             ks = indistinguishable(band, wt.accept_length_se_by_k)
             if ks:
                 need = prompts_to_separate_from_off(band, prompts) if 0 in ks else None
+                unknown = any((wt.accept_length_se_by_k or {}).get(str(k)) is None for k in ks if k)
                 out.append(f"{name} c={band.concurrency}: {setting_text(band)} is not distinguishable from "
                            + ", ".join("off (K=0)" if k == 0 else f"K={k}" for k in ks)
-                           + f" (95%, AL standard errors over {prompts} prompts; predicted "
+                           + (" (AL standard errors unknown" if unknown else " (95%, AL standard errors")
+                           + f" {over}; predicted "
                            + f"{band.tokens_per_s:,.0f} tok/s is not a clear winner"
                            + (f"; ~{need} prompts would separate it from off at this AL)" if need else ")"))
     return out
@@ -233,9 +249,7 @@ def summary_table(tuning: Tuning) -> Table:
     for name, wt in tuning.workloads.items():
         label = f"{name} ({wt.sampling.label()})" if wt.sampling is not None and not wt.sampling.greedy else name
         for band in wt.bands:
-            se = band.acceptance_length_se
-            al = f"{band.acceptance_length:.2f}" + (f" ±{se:.2f}" if se else "")
-            t.add_row(label, str(band.concurrency), setting_text(band), al,
+            t.add_row(label, str(band.concurrency), setting_text(band), al_text(band),
                       f"{band.step_time_s * 1e3:.2f}", f"{band.tokens_per_s:,.0f}",
                       f"{band.baseline_tokens_per_s:,.0f}", f"{band.speedup:.2f}x")
     return t

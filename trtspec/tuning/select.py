@@ -28,6 +28,9 @@ picks the K / tree for the workload's sampling settings, and tuning.json records
   compared with off alone: a chat band at 1.07x with AL 1.20 +- 0.14 over 4 prompts is "not
   distinguishable from off", which is what perf then measures. `prompts_to_separate_from_off` says
   how many profiled prompts would settle it if the AL and its spread held (SE ~ 1/sqrt(prompts)).
+  An AL without a standard error (acceptance.ratio_se: one profiled prompt has no spread to measure;
+  or a tuning.json from before they were recorded) separates nothing: the least evidence is not
+  presented as a clear gain (`se_unknown`).
 - EAGLE: candidate trees are, for every size from num_eagle_layers to the node budget, the tree of
   largest empirical acceptance found by greedy growth (trtspec/tuning/trees.py), plus the top-1
   chain of full depth and TRT-LLM's default mc_sim_7b_63 when it fits the limits; each is scored
@@ -132,20 +135,27 @@ def tokens_per_s_se(tokens_per_s: float, acceptance_length: float, al_se: float)
     return tokens_per_s * al_se / acceptance_length
 
 
+def se_unknown(band: BandChoice) -> bool:
+    """Whether a speculating band's AL has no standard error (module docstring): its gain over off
+    cannot be shown to be clear of the noise, so it is not clear (held_off, the notes, routing)."""
+    return band.speculate and band.acceptance_length_se is None
+
+
 def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None, z: float = Z95) -> list[int]:
     """Draft lengths whose predicted tokens/s cannot be told from the chosen setting's at 95% given the
-    ALs' standard errors (module docstring); [] when none, or without standard errors. The model
-    drafter's chain is compared with every K of its sweep (`se_by_k`). Any other speculating band (an
-    n-gram or another head's chain, an EAGLE tree) has no per-K standard errors (an n-gram sweep mixes
-    matching sizes), so it is compared with off only, from its own acceptance_length_se: [0] or []."""
+    ALs' standard errors (module docstring); [] when none. An unknown standard error (None, or no
+    `se_by_k`) tells nothing apart, so such a setting is listed. The model drafter's chain is compared
+    with every K of its sweep (`se_by_k`). Any other speculating band (an n-gram or another head's
+    chain, an EAGLE tree) has no per-K standard errors (an n-gram sweep mixes matching sizes), so it is
+    compared with off only, from its own acceptance_length_se: [0] or []."""
     if band.speculate and (band.draft_len is None or band.drafter is not None):
-        if band.acceptance_length_se is None:
-            return []
+        if se_unknown(band):
+            return [0]
         se = tokens_per_s_se(band.tokens_per_s, band.acceptance_length, band.acceptance_length_se)
         return [0] if within_noise(band.tokens_per_s - band.baseline_tokens_per_s, se, z) else []
-    if band.draft_len is None or not se_by_k or band.drafter is not None:  # off, in a non-chain mode
+    if band.draft_len is None or band.drafter is not None:  # off, in a non-chain mode
         return []
-    se = {0: 0.0, **{int(k): v for k, v in se_by_k.items() if v is not None}}
+    se = {0: 0.0, **{int(k): v for k, v in (se_by_k or {}).items()}}
 
     def tps_se(p: SweepPoint) -> float | None:
         s = se.get(p.draft_len)
@@ -159,13 +169,14 @@ def indistinguishable(band: BandChoice, se_by_k: dict[str, float | None] | None,
             points.append(p)
             seen.add(p.draft_len)
     chosen = next((p for p in points if p.draft_len == band.draft_len), None)
-    if chosen is None or tps_se(chosen) is None:
+    if chosen is None:
         return []
+    c = tps_se(chosen)
     out = []
     for p in points:
         s = tps_se(p)
-        if p is not chosen and s is not None and \
-                abs(p.tokens_per_s - chosen.tokens_per_s) <= z * float(np.hypot(s, tps_se(chosen))):
+        if p is not chosen and (c is None or s is None
+                                or abs(p.tokens_per_s - chosen.tokens_per_s) <= z * float(np.hypot(s, c))):
             out.append(p.draft_len)
     return out
 

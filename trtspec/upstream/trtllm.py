@@ -45,6 +45,19 @@ SLIDING_WINDOW_CONFIG_KEY = "sliding_window"
 LLMAPI_ATTENTION_WINDOW_KEY = "max_attention_window"
 # `Mapping(**d)` rejects unknown keys and the accepted set drifted across versions: write only these.
 MAPPING_KEYS = ("world_size", "tp_size", "pp_size")
+
+
+# Attention heads on one of tp ranks. Query heads are split evenly: both flows assert
+# "num_attention_heads must be divisible by tp_size" (engine: tensorrt_llm/layers/attention.py
+# Attention.__init__), and trtspec refuses the rest (checkpoints.sharding.check_tp). KV heads are
+# ceil(num_kv_heads / tp_size): fewer KV heads than ranks are replicated (the converters'
+# dup_kv_weight, §2.4), so each rank holds one and the KV cache per token per rank stops shrinking at
+# tp = num_kv_heads (engine: the same Attention.__init__; PyTorch backend:
+# tensorrt_llm/_torch/pyexecutor/resource_manager.py KVCacheManager.num_kv_heads_per_layer).
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    return -(-num_kv_heads // tp)
+
+
 # TRT-LLM parameter dtypes as written in config.json.
 DTYPES = ("float16", "bfloat16", "float32")
 # Bytes per element of each (what memory estimates and the step-time model read weights and KV in).
