@@ -192,3 +192,18 @@ def test_reading_a_recipe_imports_no_torch(tmp_path):
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.yaml")], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("ports, named", [
+    ({"http": 9000, "grpc": 9000}, "http and grpc are both 9000"),
+    ({"http": 9000, "grpc": 9001, "metrics": 9001}, "grpc and metrics are both 9001"),
+])
+def test_ports_given_twice_are_refused_when_the_recipe_is_read(tmp_path, ports, named):
+    """Not when the serve stage starts the server, after derive .. tune have run (an hour on a real
+    model); unset ports (a free one each, at serve) are not compared."""
+    from trtspec.errors import TrtspecError
+
+    with pytest.raises(TrtspecError) as e:
+        _load(tmp_path, draft="x", triton={"flavor": "cpu", "ports": ports})
+    assert str(e.value) == f"{tmp_path / 'r.yaml'}: triton.ports: http, grpc and metrics must differ ({named})"
+    assert _load(tmp_path, draft="x", triton={"flavor": "cpu", "ports": {"http": 9000}}).triton.ports.grpc is None

@@ -15,7 +15,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from .pipeline.runner import run_recipe, summary_console
+from .pipeline.runner import run_recipe
+from .pipeline.summary import summary_console
 from .pipeline.signals import sigterm_as_interrupt
 
 RECIPE = "cpu-demo.yaml"

@@ -87,8 +87,9 @@ def test_sigterm_during_perf_stops_the_server(tiny, tmp_path):
 
 
 def test_a_server_that_fails_to_start_shows_its_log_and_is_not_left_running(tiny, tmp_path, capsys):
-    """The error stays one line naming the stage; what went wrong is in the server's log, whose last
-    lines are printed before it (as `trtspec serve` does)."""
+    """The error stays one line naming the stage; what went wrong is in the server's log, whose first
+    errors and last lines are printed before it (as `trtspec serve` does). The broken config is the
+    first model polled: its error is far above the tail (the other models load and unload after it)."""
     pytest.importorskip("tritonclient.grpc")
     perf = {"concurrency": [1], "requests": 2, "warmup": 0, "max_tokens": 8, "timeout_s": 60}
     recipe = write_recipe(tiny, build=None, triton={"flavor": "cpu", "start_timeout_s": 120}, perf=perf)
@@ -99,7 +100,40 @@ def test_a_server_that_fails_to_start_shows_its_log_and_is_not_left_running(tiny
     code, stdout, err = run_cli(capsys, "run", recipe, "--out", out)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: stage serve failed: tritonserver exited with status"), err
-    assert "--- tritonserver log (last lines) ---" in stdout and "failed to load all models" in stdout
+    assert "--- tritonserver log (last lines) ---" in stdout
+    errors = stdout.split("--- tritonserver log (first errors) ---")[1].split("--- tritonserver log (last lines)")[0]
+    assert "Poll failed for model directory 'generate'" in errors, stdout
     s = stages(out)
     assert s["serve"]["status"] == "failed" and s["triton"]["status"] == "ran" and "perf" not in s
     assert procs_mentioning(str(out)) == []
+
+
+def test_an_interrupted_run_stops_the_server_then_prints_its_summary_and_exits_130(tiny, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """Ctrl-C (or SIGTERM, which takes its path) in a stage: the server the run started is stopped
+    first, then the stage table shows what ran and the stage that was cut; the exit status is 130."""
+    import dataclasses
+
+    from trtspec.pipeline import runner
+
+    events = []
+
+    class Server:
+        def stop(self):
+            events.append("server stopped")
+
+    def cut(ctx):
+        ctx.server = Server()  # as the serve stage leaves it for perf
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(runner.STAGES, "tune", dataclasses.replace(runner.STAGES["tune"], run=cut))
+    summary = runner.Runner.print_summary
+    monkeypatch.setattr(runner.Runner, "print_summary", lambda self, r: (events.append("summary"), summary(self, r)))
+    monkeypatch.setenv("COLUMNS", "200")
+    code, stdout, _ = run_cli(capsys, "run", write_recipe(tiny, build=None), "--out", tmp_path / "out")
+    assert code == 130 and events == ["server stopped", "summary"]
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip()}
+    assert rows == {"derive": "ran", "convert": "ran", "quantize": "n/a", "build": "n/a", "profile": "ran",
+                    "tune": "interrupted"}, stdout
+    assert stages(tmp_path / "out")["tune"]["status"] == "interrupted"

@@ -4,6 +4,7 @@ tests/integration/test_triton_shutdown.py)."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,49 @@ def test_serve_exec_refuses_a_repository_whose_engines_moved(moved):
     res = CliRunner().invoke(app, [str(moved / "trt"), "--exec"], env={"PATH": "/nonexistent"})
     assert isinstance(res.exception, TrtspecError), res.output
     assert str(moved / "build" / "engines" / "target") in str(res.exception) and "gpt_model_path" in str(res.exception)
+
+
+def test_serve_refuses_ports_given_twice_before_reading_the_repository(tmp_path, capsys):
+    """Refused when the flags are read (before the repository is), naming the flags the user typed."""
+    from cli_helpers import run_cli
+
+    code, _, err = run_cli(capsys, "serve", tmp_path / "none", "--http-port", "9000", "--grpc-port", "9000")
+    assert code == 2 and err.strip() == ("error: --http-port/--grpc-port/--metrics-port: http, grpc and metrics "
+                                         "must differ (http and grpc are both 9000)"), err
+
+
+# ---- a server that fails to start: the log's first errors and its tail -------------------------------
+
+LOGS = Path(__file__).resolve().parents[1] / "golden" / "tritonserver"
+
+
+@pytest.mark.parametrize("log, cause", [
+    ("model-initialize-raises.log", "failed to load 'preprocessing' version 1: Internal: RuntimeError: deliberate"),
+    ("config-does-not-parse.log", "Poll failed for model directory 'generate': failed to read text proto"),
+])
+def test_a_failed_start_shows_the_logs_first_errors_above_its_tail(log, cause):
+    """Real logs of the bundled tritonserver 2.51 (tmp paths replaced): a model that fails early is
+    followed by the others loading, the status tables and the unloading, so its error is not among
+    the last lines. The error lines above the tail are shown once, without the CUDA-driver line
+    logged at every start on a CPU box."""
+    from trtspec.triton_repo.serve import TAIL_LINES, ServerStartError
+
+    lines = (LOGS / log).read_text().splitlines()
+    assert not any(cause in x for x in lines[-TAIL_LINES:])  # the tail alone misses the cause
+    e = ServerStartError.from_log("tritonserver exited", LOGS / log)
+    assert e.log_tail.splitlines() == lines[-TAIL_LINES:]
+    errors = e.log_errors.splitlines()
+    assert any(cause in x for x in errors) and all(x in lines[:-TAIL_LINES] for x in errors)
+    assert not any("CudaDriverHelper" in x for x in errors)
+    block = e.log_block()
+    assert block.index("(first errors) ---") < block.index(cause) < block.index("(last lines) ---")
+    assert block.count(lines[-1]) == 1
+
+
+def test_a_failed_start_without_errors_before_the_tail_shows_the_tail_alone(tmp_path):
+    from trtspec.triton_repo.serve import ServerStartError
+
+    (tmp_path / "log").write_text("I1126 01:37:41.117684 1 server.cc:1] starting\nerror: creating server\n")
+    e = ServerStartError.from_log("tritonserver exited", tmp_path / "log")
+    assert e.log_errors == "" and e.log_block().startswith("--- tritonserver log (last lines) ---\nI1126")
+    assert ServerStartError.from_log("x", tmp_path / "absent").log_block() == ""

@@ -15,32 +15,29 @@ serve is not a stage with lasting output: it starts the cpu-flavor tritonserver 
 to run and the server is stopped right after perf, and in a `finally` on any failure, so no server
 outlives `trtspec run`. A failing stage is recorded as failed (it re-runs next time; so does one cut,
 recorded as interrupted until it ends), the summary is printed, and the run ends with one `error:`
-line naming the stage; earlier outputs stay valid.
+line naming the stage; earlier outputs stay valid. A run cut short (Ctrl-C, SIGTERM) stops the
+server, prints the summary with the cut stage as interrupted, and exits 130. The summary: summary.py.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
 from ..drafts.options import device_type
 from ..errors import TrtspecError
 from ..fsutil import fingerprint
 from ..options import default
-from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
-from ..perf.schema import load_results
 from ..recipe import GENERAL_HEAD, Recipe, load_recipe
 from . import stages as st
 from .triton_stage import engines_built, run_triton, triton_not_applicable, triton_options
 from .inputs import missing_inputs, out_dir, stage_inputs
 from .state import RunManifest, canonical, code_versions, outputs_exist, sha256_text
+from .summary import Row, RunReport, print_summary, summary_console
 
 ORDER = ("derive", "convert", "quantize", "build", "profile", "tune", "triton", "serve", "perf", "report")
 
@@ -144,35 +141,6 @@ def check_stage(name: str | None, param: str) -> str | None:
     return name
 
 
-@dataclass
-class Row:
-    stage: str
-    status: str  # ran | skipped | failed | n/a | run (dry run) | skip (dry run)
-    seconds: float | None = None
-    output: str = ""
-    note: str = ""
-
-
-@dataclass
-class RunReport:
-    rows: list[Row] = field(default_factory=list)
-    results: Path | None = None
-    report: Path | None = None
-
-
-# Columns for the summary when the output is not a terminal (a CI log, `make demo | tee`): rich's
-# default of 80 folds the 12-column speedup table into ellipses. COLUMNS, when set, still wins.
-LOG_WIDTH = 160
-
-
-def summary_console() -> Console:
-    """The console `trtspec run` and the demo print to: the terminal's width, or LOG_WIDTH when not a terminal."""
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = LOG_WIDTH
-    return console
-
-
 class Runner:
     def __init__(self, recipe_path: Path, out: Path, console: Console | None = None):
         self.recipe_path = Path(recipe_path)
@@ -246,16 +214,22 @@ class Runner:
         if not dry_run and self.recipe.uses_default_target:
             st.target_hf(self.ctx)  # build the embedded default once, before any input hash reads it
         try:
-            for i, name in enumerate(ORDER[: last + 1]):
-                row = self._stage(STAGES[name], i >= first_forced, until)
-                report.rows.append(row)
-                if name == "perf":
-                    st.stop_server(self.ctx)
-                if row.status == "failed":
-                    self.print_summary(report)
-                    raise TrtspecError(f"stage {name} failed: {row.note}")
-        finally:
-            st.stop_server(self.ctx)
+            try:
+                for i, name in enumerate(ORDER[: last + 1]):
+                    row = self._stage(STAGES[name], i >= first_forced, until)
+                    report.rows.append(row)
+                    if name == "perf":
+                        st.stop_server(self.ctx)
+                    if row.status == "failed":
+                        self.print_summary(report)
+                        raise TrtspecError(f"stage {name} failed: {row.note}")
+            finally:
+                st.stop_server(self.ctx)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (signals.py): the server is stopped; what ran, where it was cut
+            if not report.rows or report.rows[-1].stage != name:  # else cut after its row (stopping the server)
+                report.rows.append(Row(name, "interrupted", note="cut short (Ctrl-C or a signal)"))
+            self.print_summary(report)
+            raise
         if missing:
             report.rows.append(Row("inputs", "missing", note="; ".join(missing) + " (edit the recipe before running)"))
         if not dry_run and (self.ctx.paths.perf / "results.json").is_file() and last >= ORDER.index("perf"):
@@ -336,59 +310,12 @@ class Runner:
     # ---- output ----
 
     def print_summary(self, report: RunReport) -> None:
-        con = self.ctx.console
         title = f"trtspec run {self.recipe_path.name} -> {self.ctx.paths.out}" + (" (dry run)" if self.dry_run else "")
-        table = Table(title=title)
-        for col in ("stage", "status", "time", "output", "note"):
-            table.add_column(col, overflow="fold")
-        long_notes = []
-        for r in report.rows:
-            style = {"failed": "red", "n/a": "dim", "skipped": "cyan", "skip": "cyan", "missing": "yellow"}.get(r.status)
-            note = r.note
-            if len(note) > 90:
-                long_notes.append((r.stage, note))
-                note = note[:87] + "..."
-            table.add_row(r.stage, f"[{style}]{r.status}[/]" if style else r.status,
-                          "" if r.seconds is None else f"{r.seconds:.1f} s", r.output, note)
-        con.print(table)
-        for name, note in long_notes:
-            con.print(f"{name}: {note}", soft_wrap=True, highlight=False)
-        if report.results is not None:
-            print_speedups(report.results, con)
-        if report.report is not None:
-            con.print(f"report: {report.report}", soft_wrap=True, highlight=False)
+        print_summary(report, title, self.ctx.console)
 
 
 def _short(outputs: list[str], out: Path) -> str:
     return ", ".join(str(Path(p).relative_to(out)) if Path(p).is_relative_to(out) else p for p in outputs)
-
-
-def print_speedups(results_path: Path, console: Console) -> list:
-    """Measured speedup (perf, speculation on vs off) with its 95% interval next to the tuner's
-    prediction, per workload; coloured only when the interval excludes 1 (trtspec.perf.stats)."""
-    results = load_results(results_path)
-    table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
-    for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "95% CI", "verdict", "predicted",
-                "per step", "AL meas.", "AL pred.", "K"):
-        table.add_column(col, justify="right")
-
-    def f(x, spec):
-        return "-" if x is None else format(x, spec)
-
-    for c in results.comparisons:
-        load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
-        style = VERDICT_STYLE.get(c.verdict or "")
-        measured = f(c.speedup, ".2f") + "x"
-        table.add_row(c.workload, load, f(c.tokens_per_s, ".1f"), f(c.baseline_tokens_per_s, ".1f"),
-                      f"[{style}]{measured}[/]" if style else measured, ci_text(c.speedup_ci), c.verdict or "-",
-                      f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else ""),
-                      f(c.predicted_step_speedup, ".2f") + ("x" if c.predicted_step_speedup else ""),
-                      f(c.acceptance_length, ".2f"), f(c.predicted_acceptance_length, ".2f"),
-                      f(c.predicted_draft_len, "d"))
-    console.print(table)
-    for c in results.comparisons:
-        console.print(speedup_line(c), soft_wrap=True, highlight=False, markup=False)
-    return results.comparisons
 
 
 def run_recipe(recipe: Path, out: Path, until: str | None = None, force: str | None = None, dry_run: bool = False,

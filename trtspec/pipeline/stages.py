@@ -11,6 +11,7 @@ Outputs live at fixed places under OUT (see `Paths`), each written atomically by
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from ..fsutil import atomic_dir, write_text_atomic
 from ..options import flag_of
 from ..perf.options import PerfSettings
 from ..perf.report import write_report
-from ..perf.runner import PerfOptions, run_perf as perf
+from ..perf.output import RESULTS
+from ..perf.runner import PerfOptions, PerfRunError, run_perf as perf
 from ..quality.render import print_report
 from ..quality.report import report_or_warning
 from ..recipe import GENERAL_HEAD, Recipe
@@ -59,6 +61,7 @@ class Paths:
         self.profile_ngram = o / "profile-ngram.json"  # the n-gram drafter's, when the recipe offers it
         self.head, self.heads = o / "draft-head", o / "draft-heads"  # trained: the general head, per workload
         self.repo, self.server_log, self.perf = o / "triton-repo", o / "tritonserver.log", o / "perf"
+        self.perf_partial = o / "perf.partial"  # a perf run cut short: what it measured (not an output)
         self.report = o / "report" / "report.html"
 
     def drafter_tuning(self, mode: str) -> Path:
@@ -321,15 +324,32 @@ def perf_not_applicable(ctx: Ctx) -> str | None:
 
 
 def run_perf(ctx: Ctx) -> str:
+    """perf/ holds complete results only (a later run, and report, take it as such); a run cut short
+    keeps what it measured in perf.partial/ (an hour of measurements), which a complete run removes."""
     if ctx.server is None:
         raise TrtspecError("perf: no server is running (the serve stage starts it)")
     p = ctx.recipe.perf
     with atomic_dir(ctx.paths.perf, overwrite=True) as tmp:
-        results = perf(PerfOptions(**p.model_dump(), url=ctx.server.grpc_url, workloads=dict(ctx.recipe.workloads),
-                                   tuning=ctx.paths.tuning, out=tmp))
+        try:
+            results = perf(PerfOptions(**p.model_dump(), url=ctx.server.grpc_url,
+                                       workloads=dict(ctx.recipe.workloads), tuning=ctx.paths.tuning, out=tmp))
+        except PerfRunError as e:
+            raise TrtspecError(f"{e.results.error}; partial results in {_keep_partial(ctx, tmp)}") from None
+        except KeyboardInterrupt:
+            if (tmp / RESULTS).is_file():
+                ctx.log(f"perf interrupted; partial results in {_keep_partial(ctx, tmp)}")
+            raise
         if not results.completed:
             raise TrtspecError(f"perf run incomplete: {results.error}")
+    remove_output(ctx.paths.perf_partial)
     return f"{len(results.runs)} runs, {len(results.comparisons)} comparisons"
+
+
+def _keep_partial(ctx: Ctx, tmp: Path) -> Path:
+    """Move the cut run's files (results.json last written, the CSVs with it) to perf.partial/; its results.json."""
+    remove_output(ctx.paths.perf_partial)
+    os.replace(tmp, ctx.paths.perf_partial)
+    return ctx.paths.perf_partial / RESULTS
 
 
 def run_report(ctx: Ctx) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..options import StageOptions
 
@@ -38,6 +38,24 @@ class Ports(StageOptions):
     http: Optional[int] = Field(None, ge=1, le=65535, description="HTTP port.")
     grpc: Optional[int] = Field(None, ge=1, le=65535, description="gRPC port.")
     metrics: Optional[int] = Field(None, ge=1, le=65535, description="Metrics port.")
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        """Refused with the recipe, not when the serve stage starts the server after hours of work."""
+        problem = shared_port(self.model_dump())
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def shared_port(ports: dict[str, int | None]) -> str | None:
+    """Why these ports cannot all be bound (two of them the same number), or None; unset ones are skipped."""
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if port is not None and port in seen:
+            return f"http, grpc and metrics must differ ({seen[port]} and {name} are both {port})"
+        seen.setdefault(port, name)
+    return None
 
 
 class ServeOptions(StageOptions):

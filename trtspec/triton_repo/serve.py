@@ -10,7 +10,7 @@ pytorch (cpu) flavor: nvidia-pytriton's `tritonserver` binary (server 2.51), run
   on PATH, which is how the models see this venv's torch, transformers and trtspec).
 It binds HTTP, gRPC and metrics to 127.0.0.1 only, refuses ports already in use and a repository
 whose configs name directories that are gone (check_servable) before starting,
-waits for /v2/health/ready, and on failure stops the server and reports the tail of its log.
+waits for /v2/health/ready, and on failure stops the server and reports its log's first errors and tail.
 The server runs in its own process group (the python-backend stubs are its children); stopping
 first drains (`generate` refuses new requests, the streams in flight get drain_timeout_s to finish;
 see CpuServer.drain), then sends SIGTERM to the group, waits for Triton's exit timeout (the models'
@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,6 +43,7 @@ from ..errors import TrtspecError
 from ..fsutil import check_output_file
 from .contracts import GENERATE
 from .flavors import is_pytorch
+from .options import shared_port
 from .models.serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE
 
 HOST = "127.0.0.1"
@@ -52,16 +54,33 @@ KILL_GRACE_S = 10.0
 STOP_GRACE_S = 3.0  # after the drain: streams still running are stopped and told so (see CpuServer.drain)
 
 
-class ServerStartError(TrtspecError):
-    """The server did not become ready; `log_tail` holds the last lines of its log."""
+# Error lines of a tritonserver log: its own (severity E, `E1126 01:23:45.678901 ...`) and protobuf's
+# (a config.pbtxt that does not parse: the line and column).
+ERROR_LINE = re.compile(r"E\d{4} \d\d:\d\d:\d\d\.\d+ |\[libprotobuf ERROR ")
+# Logged at every start of the bundled server on a machine without a CUDA driver: not why it failed.
+BENIGN_ERRORS = ("CudaDriverHelper has not been initialized",)
+TAIL_LINES, FIRST_ERRORS = 30, 5
 
-    def __init__(self, message: str, log_tail: str = ""):
+
+class ServerStartError(TrtspecError):
+    """The server did not become ready; `log_tail` holds the last lines of its log, `log_errors` its
+    first error lines that the tail does not show (the cause: a model that fails to load early is
+    followed by the other models' loading, the status tables and their unloading)."""
+
+    def __init__(self, message: str, log_tail: str = "", log_errors: str = ""):
         super().__init__(message)
-        self.log_tail = log_tail
+        self.log_tail, self.log_errors = log_tail, log_errors
+
+    @classmethod
+    def from_log(cls, message: str, log_file: Path) -> "ServerStartError":
+        lines = log_lines(log_file)
+        last = lines[-TAIL_LINES:]
+        return cls(message, "\n".join(last), "\n".join(first_errors(lines[:-TAIL_LINES])))
 
     def log_block(self) -> str:
-        """The log's last lines, framed, to print before the one-line error ('' without a log)."""
-        return "--- tritonserver log (last lines) ---\n" + self.log_tail + "\n---" if self.log_tail else ""
+        """The log's first errors and last lines, framed, to print before the one-line error ('' without a log)."""
+        errors = f"--- tritonserver log (first errors) ---\n{self.log_errors}\n" if self.log_errors else ""
+        return errors + "--- tritonserver log (last lines) ---\n" + self.log_tail + "\n---" if self.log_tail else ""
 
 
 def read_manifest(repo: Path) -> dict:
@@ -141,8 +160,9 @@ def free_port() -> int:
 
 
 def check_ports(ports: dict[str, int]) -> None:
-    if len(set(ports.values())) != len(ports):
-        raise TrtspecError(f"triton.ports: http, grpc and metrics must differ, got {ports}")
+    problem = shared_port(ports)
+    if problem:
+        raise TrtspecError(f"triton.ports: {problem}")
     for name, port in ports.items():
         if not 0 < port < 65536:
             raise TrtspecError(f"triton.ports.{name}: {port} is not a TCP port")
@@ -151,12 +171,16 @@ def check_ports(ports: dict[str, int]) -> None:
                                f"pick a free port with triton.ports.{name})")
 
 
-def tail(path: Path, lines: int = 30) -> str:
+def log_lines(path: Path) -> list[str]:
     try:
-        text = Path(path).read_text(errors="replace")
+        return Path(path).read_text(errors="replace").splitlines()
     except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+        return []
+
+
+def first_errors(lines: list[str]) -> list[str]:
+    """The first FIRST_ERRORS error lines, less the benign ones."""
+    return [x for x in lines if ERROR_LINE.match(x) and not any(b in x for b in BENIGN_ERRORS)][:FIRST_ERRORS]
 
 
 class CpuServer:
@@ -265,8 +289,8 @@ class CpuServer:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise ServerStartError(f"tritonserver exited with status {code} while loading {self.repo} "
-                                       f"(log: {self.log_file})", tail(self.log_file))
+                raise ServerStartError.from_log(f"tritonserver exited with status {code} while loading {self.repo} "
+                                                f"(log: {self.log_file})", self.log_file)
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as r:
                     if r.status == 200:
@@ -274,8 +298,8 @@ class CpuServer:
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise ServerStartError(f"tritonserver was not ready after {timeout:.0f} s (log: {self.log_file})",
-                                       tail(self.log_file))
+                raise ServerStartError.from_log(f"tritonserver was not ready after {timeout:.0f} s "
+                                                f"(log: {self.log_file})", self.log_file)
             time.sleep(0.25)
 
     def alive(self) -> bool:
@@ -359,10 +383,10 @@ def serve_cpu(repo: Path, ports: dict[str, int | None], timeout: float, log_file
             time.sleep(0.2)
         if stop["signal"] is None:
             code = server.proc.returncode if server.proc else None
-            log_tail = tail(server.log_file)
+            error = ServerStartError.from_log(f"tritonserver exited unexpectedly with status {code} "
+                                              f"(log: {server.log_file})", server.log_file)
             server.stop()
-            raise ServerStartError(f"tritonserver exited unexpectedly with status {code} (log: {server.log_file})",
-                                   log_tail)
+            raise error
         echo(f"stopping (signal {stop['signal']})")
         code = server.stop()
         echo(f"stopped (tritonserver exit status {code})")
