@@ -78,8 +78,8 @@ def test_heldout_acceptance_pools_the_steps_of_every_example(eagle):
         tokens = steps = 0
         for m in runs:
             t = 1  # state 0's token is the prefill's; verify steps start at state 1
-            while t < len(m):
-                a = min(m[t], k)
+            while t < len(m):  # the last step emits only the len(m) - t tokens left (runtime/stats.py)
+                a = min(m[t], k, len(m) - t - 1)
                 tokens, steps, t = tokens + a + 1, steps + 1, t + a + 1
         assert heldout.heldout_acceptance(eagle, examples, [k])[k] == pytest.approx(tokens / steps, rel=1e-12)
 

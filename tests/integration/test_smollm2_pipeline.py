@@ -1,5 +1,5 @@
 """Speculative decoding on the real SmolLM2-135M-Instruct, through the converters and the CLI:
-draft-target with a draft derived from it (and with itself as the draft: AL exactly K+1), and an
+draft-target with a draft derived from it (and with itself as the draft: every draft accepted), and an
 EAGLE-1 head merged into an EagleForCausalLM checkpoint with its tied embeddings. Slow."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import pytest
 
 from cli_helpers import run_cli
+from runtime.test_batch_invariant import all_accepted
 from tiny_models import make_eagle_head
 from trtspec.checkpoints.eagle import convert_eagle
 from trtspec.checkpoints.pair import convert_pair
@@ -51,7 +52,7 @@ def test_target_as_its_own_draft_accepts_everything(pair, prompts, greedy, k):
     models = load_models(pair / "target", draft_ckpt=pair / "target")
     results = generate_batch(models, prompts, NEW, mode="draft-target", draft_len=k, ignore_eos=True)
     assert [r.output_ids for r in results] == greedy
-    assert [r.stats.acceptance_length for r in results] == [k + 1, k + 1]
+    assert [r.stats.acceptance_length for r in results] == [pytest.approx(all_accepted(NEW, k))] * 2
 
 
 def test_eagle_head_on_smollm2_is_lossless_via_cli(smollm2_hf, pair, prompts, greedy, tmp_path, capsys):

@@ -59,8 +59,9 @@ def test_quantized_vs_reference_metrics_and_control(ckpts, tmp_path):
         assert math.isclose(p["ratio"], p["quantized"] / p["reference"])
     a = w["acceptance"]
     assert a["mode"] == "draft-target" and a["max_k"] == 3 and set(a["delta_by_k"]) == {"1", "2", "3"}
-    assert a["reference"]["accept_length_by_k"]["3"] == pytest.approx(4.0)  # draft == target: all accepted
-    assert a["delta_at_max_k"] == pytest.approx(a["quantized"]["accept_length_by_k"]["3"] - 4.0)
+    # draft == target: all accepted; 11 tokens after the prefill's in steps of 4, 4 and the 3 left
+    assert a["reference"]["accept_length_by_k"]["3"] == pytest.approx(11 / 3)
+    assert a["delta_at_max_k"] == pytest.approx(a["quantized"]["accept_length_by_k"]["3"] - 11 / 3)
 
     ctl = quality_report(ckpts / "ref", ckpts / "ref", [], tmp_path / "ctl", draft_ckpt=ckpts / "ref",
                          max_new_tokens=12, max_k=3, prompts=token_prompts())

@@ -18,6 +18,7 @@ from trtspec.runtime.decode import decode, generate
 from trtspec.runtime.draft_target import DraftModelProposer
 from trtspec.runtime.generate import generate_batch, load_models, proposer_for, stream_request
 from trtspec.runtime.speculative import Acceptance
+from trtspec.runtime.stats import Step
 
 NEW = 30
 MODES = {"greedy": ("pair", {}), "draft-target": ("pair", {"draft_len": 3}),
@@ -90,10 +91,12 @@ def test_row_steps_carry_the_logits_the_accept_rule_read(m):
             drafts = r.draft_logits.argmax(-1).tolist()  # the draft model proposes its argmax
             want = r.logits.argmax(-1).tolist()  # the target's token after the root and each draft
             assert drafts[:a] == want[:a]
-            assert a == k or drafts[a] != want[a]
             if not r.done:  # nothing cut: the accepted drafts, then the target's bonus token
+                assert a == k or drafts[a] != want[a]
                 assert r.tokens == drafts[:a] + [want[a]]
                 seen += 1
+            else:  # the last step counts only what it emitted (runtime/stats.py)
+                assert len(r.tokens) == a + 1 and r.step.offered == a
     assert seen > 5
 
 
@@ -109,5 +112,6 @@ def test_the_accept_rule_is_a_parameter(m):
     rejecting = generate(models.target, prompts, NEW, (), DraftModelProposer(models.draft, k, models.target.vocab_size),
                          accept=accept_nothing)
     assert [r.output_ids for r in rejecting] == [r.output_ids for r in greedy]
-    assert all(s.accepted == 0 and s.offered == 1 for r in rejecting for s in r.stats.steps)
+    assert all(s.accepted == 0 and s.offered == 1 for r in rejecting for s in r.stats.steps[:-1])
+    assert all(r.stats.steps[-1] == Step(0, 0) for r in rejecting)  # the end: nothing after it is compared
     assert all(r.stats.acceptance_length == 1.0 and r.stats.target_calls == NEW for r in rejecting)

@@ -81,9 +81,10 @@ def accepted_counts(results) -> set[int]:
 def test_target_as_its_own_draft_accepts_everything(m, k):
     out = generate_draft_target(m["target"], m["target"], m["prompts"], NEW, k)
     assert [r.output_ids for r in out] == m["greedy"]
-    for r in out:
-        assert r.stats.acceptance_length == k + 1
-        assert r.stats.conditional_rates() == [1.0] * k and r.stats.marginal_rates() == [1.0] * k
+    for r in out:  # every step accepts all K but the last, which counts only the tokens left (stats.py)
+        assert [s.accepted for s in r.stats.steps[:-1]] == [k] * (r.stats.verify_steps - 1)
+        assert r.stats.acceptance_length == (NEW - 1) / r.stats.verify_steps
+        assert r.stats.conditional_rates() == [1.0] * k
         assert r.stats.target_calls == 1 + math.ceil((NEW - 1) / (k + 1))
 
 
@@ -132,10 +133,21 @@ def test_a_draft_with_a_smaller_vocabulary_reads_the_targets_extra_ids_and_stays
     assert len(agree) == len(seq) - 1
 
 
-def test_truncated_output_keeps_full_acceptance_count(m):
+def test_truncated_output_counts_only_the_tokens_it_emits(m):
+    """max_new_tokens 10, K = 4: the prefill emits 1 token, the first step 5, the last step the 4
+    left: TensorRT-LLM stops the request at its length and counts 3 accepted drafts there, not 4."""
     out = generate_draft_target(m["target"], m["target"], m["prompts"], 10, 4)
     assert [r.output_ids for r in out] == [g[:10] for g in m["greedy"]]
-    assert all(r.stats.acceptance_length == 5.0 and r.stats.verify_steps == 2 for r in out)
+    for r in out:
+        assert [(s.accepted, s.offered) for s in r.stats.steps] == [(4, 4), (3, 3)]
+        assert r.stats.acceptance_length == 4.5
+
+
+def emitted_per_step(r) -> bool:
+    """The steps count exactly the tokens emitted after the prefill's, and the last step (it ends
+    the request) offers nothing past them."""
+    last = r.stats.steps[-1]
+    return sum(s.accepted + 1 for s in r.stats.steps) == len(r.output_ids) - 1 and last.offered == last.accepted
 
 
 def test_eos_stops_every_loop_at_the_same_token(m):
@@ -143,10 +155,27 @@ def test_eos_stops_every_loop_at_the_same_token(m):
     eos = g[9]
     want = g[:g.index(eos) + 1]
     assert generate_greedy(m["target"], [p], NEW, [eos])[0].output_ids == want
-    assert generate_draft_target(m["target"], m["bigram"], [p], NEW, 3, [eos])[0].output_ids == want
+    r = generate_draft_target(m["target"], m["bigram"], [p], NEW, 3, [eos])[0]
+    assert r.output_ids == want and emitted_per_step(r)
     net = EagleNet(load_checkpoint(m["dir"] / "eagle1"))
     r = generate_eagle(m["target"], net, [p], NEW, eos_ids=[eos])[0]
-    assert r.output_ids == want and r.finish_reason == "eos"
+    assert r.output_ids == want and r.finish_reason == "eos" and emitted_per_step(r)
+
+
+def test_an_eos_inside_an_accepted_path_ends_the_count_there(m):
+    """The target as its own draft (K = 4) accepts every draft; an eos at output index j inside
+    the second step (indices 6..10) cuts it: TensorRT-LLM emits up to the eos and counts only the
+    drafts before it, not the ones the target accepted past it."""
+    p, g = m["prompts"][0], m["greedy"][0]
+    j = next(j for j in (7, 8, 9) if g.index(g[j]) == j)
+    r = generate_draft_target(m["target"], m["target"], [p], NEW, 4, [g[j]])[0]
+    assert r.output_ids == g[:j + 1] and r.finish_reason == "eos"
+    assert [(s.accepted, s.offered) for s in r.stats.steps] == [(4, 4), (j - 6, j - 6)]
+    assert r.stats.acceptance_length == j / 2 and r.stats.accepted_draft_tokens == j - 2
+    net = EagleNet(load_checkpoint(m["dir"] / "eagle1"))
+    for eos in dict.fromkeys(g[2:24]):  # EAGLE trees: wherever the eos falls in a step's path
+        r = generate_eagle(m["target"], net, [p], NEW, eos_ids=[eos])[0]
+        assert r.output_ids == g[:g.index(eos) + 1] and emitted_per_step(r), eos
 
 
 TREES = {

@@ -86,6 +86,6 @@ def test_verify_draft(m):
     tokens, accepted = verify_draft(target, prompt, ref[:5], 8)
     assert (tokens, accepted) == (ref[:6], 5)  # all accepted + bonus
     tokens, accepted = verify_draft(target, prompt, ref[:5], 2)
-    assert (tokens, accepted) == (ref[:2], 5)  # cut at max_new_tokens, acceptance counted before the cut
+    assert (tokens, accepted) == (ref[:2], 1)  # cut at max_new_tokens: counts the 2 tokens it emits
     with pytest.raises(TrtspecError, match=r"^prompt \(input_ids\): empty; draft tokens are verified"):
         verify_draft(target, [], ref[:3], 8)  # nothing to check the first draft token against

@@ -2,7 +2,8 @@
 
 Every golden number below was worked out by hand from the step rule in
 trtspec/tuning/acceptance.py: replay starts at state 1 (the prefill emits x_1), a step at state t
-accepts a_t and moves to t + a_t + 1, and stops once t >= T.
+accepts a_t and moves to t + a_t + 1, and stops once t >= T; the step that reaches T emits only
+the T - t tokens left and offers nothing past them (as TensorRT-LLM counts a request's last step).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from trtspec.tuning.acceptance import (TreeIndex, acceptance_length, chain_accep
 from trtspec.tuning.schema import build_profile, dump_json, load_profile
 from trtspec.tuning.synthetic import chain_profile, eagle_profile
 
-# T = 12 states. K=2 visits t = 1, 4, 6, 9, 11 with a = 2, 1, 2, 1, 0.
+# T = 12 states. K=2 visits t = 1, 4, 6, 9, 11 with a = 2, 1, 2, 1, 0; the step at t = 11 emits
+# x_12, the last token, so it offers nothing (offered 0, not 1).
 M = [1, 2, 0, 3, 1, 0, 2, 2, 0, 1, 0, 0]
 
 
@@ -25,8 +27,8 @@ def test_chain_golden_k2():
     r = replay_chain([M], 2)
     assert (r.steps, r.tokens) == (5, 11)
     assert r.acceptance_length == pytest.approx(2.2)
-    assert r.accepted_at == [4, 2] and r.reached == [5, 4]
-    assert r.conditional_rates() == pytest.approx([0.8, 0.5])
+    assert r.accepted_at == [4, 2] and r.reached == [4, 4]
+    assert r.conditional_rates() == pytest.approx([1.0, 0.5])
     assert r.marginal_rates() == pytest.approx([0.8, 0.4])
     assert 1 + sum(r.marginal_rates()) == pytest.approx(r.acceptance_length)  # AL = 1 + sum of marginals
 
@@ -41,16 +43,19 @@ def test_chain_golden_other_k():
     assert (r0.steps, r0.acceptance_length, r0.reached) == (11, 1.0, [])
 
 
-def test_final_step_counts_whole_as_the_runtime_does():
-    # T = 5; at state 1 the draft matches 4: the step emits 5 tokens although only 4 remain.
+def test_final_step_counts_only_what_it_emits():
+    # T = 5; at state 1 the draft matches 4 but only 4 tokens remain: the step emits x_2..x_5 and
+    # counts 3 accepted drafts, offering nothing past them (TensorRT-LLM stops at the request's end).
     r = replay_chain([[0, 4, 0, 0, 0]], 4)
-    assert (r.steps, r.tokens, r.acceptance_length) == (1, 5, 5.0)
+    assert (r.steps, r.tokens, r.acceptance_length) == (1, 4, 4.0)
+    assert r.accepted_at == [1, 1, 1, 0] and r.reached == [1, 1, 1, 0]
+    assert acceptance_length([chain_accepted([0, 4, 0, 0, 0], 4)]) == 4.0  # the fast path counts the same
 
 
 def test_pooling_is_per_step_across_samples():
-    a, b = [0, 1, 1, 1], [0, 0, 0]  # a: t=1 (a1) -> 3 (a1) -> 5: 2 steps, 4 tokens; b: 2 steps, 2 tokens
-    assert replay_chain([a, b], 1).acceptance_length == pytest.approx(6 / 4)
-    assert acceptance_length([chain_accepted(a, 1), chain_accepted(b, 1)]) == pytest.approx(6 / 4)
+    a, b = [0, 1, 1, 1], [0, 0, 0]  # a: t=1 (a1) -> 3 (a1, cut to 0: only x_4 is left) -> 4: 2 steps, 3 tokens
+    assert replay_chain([a, b], 1).acceptance_length == pytest.approx(5 / 4)  # b: 2 steps, 2 tokens
+    assert acceptance_length([chain_accepted(a, 1), chain_accepted(b, 1)]) == pytest.approx(5 / 4)
 
 
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
@@ -60,21 +65,23 @@ SAMPLE_B = [[], [-1], [0, 0, 0], [0]]  # T = 4
 
 def test_tree_golden_single_sample():
     # t=1 [0,1,2]: [0,1] is a leaf node -> a=2, offered 2 -> t=4; t=4 [1,0,0]: a=2 -> t=7;
-    # t=7 [2]: not a node -> a=0, offered 1 (the root has children) -> t=8, stop.
+    # t=7 [2]: a=0 and x_8 is the last token, so offered 0 (nothing past the end) -> t=8, stop.
     r = replay_tree([SAMPLE_A], TREE)
     assert (r.steps, r.tokens) == (3, 7)
     assert r.acceptance_length == pytest.approx(7 / 3)
-    assert r.accepted_at == [2, 2, 0] and r.reached == [3, 2, 0]
-    assert r.conditional_rates() == pytest.approx([2 / 3, 1.0, None])
+    assert r.accepted_at == [2, 2, 0] and r.reached == [2, 2, 0]
+    assert r.conditional_rates() == pytest.approx([1.0, 1.0, None])
     assert r.marginal_rates() == pytest.approx([2 / 3, 2 / 3, 0.0])
 
 
 def test_tree_golden_pooled():
-    # B: t=1 [-1] -> a=0 -> t=2; t=2 [0,0,0] -> a=3 (deepest node) -> t=6, stop.
+    # B: t=1 [-1] -> a=0, offered 1 -> t=2; t=2 [0,0,0] hits the deepest node (a=3) but only x_3, x_4
+    # remain: a=1, offered 1 -> t=4, stop. 5 steps, 7 + 3 tokens.
     r = replay_tree([SAMPLE_A, SAMPLE_B], TREE)
-    assert (r.steps, r.tokens, r.acceptance_length) == (5, 12, pytest.approx(2.4))
-    assert r.conditional_rates() == pytest.approx([0.6, 1.0, 1.0])
-    assert r.marginal_rates() == pytest.approx([0.6, 0.6, 0.2])
+    assert (r.steps, r.tokens, r.acceptance_length) == (5, 10, pytest.approx(2.0))
+    assert r.accepted_at == [3, 2, 0] and r.reached == [4, 2, 0]
+    assert r.conditional_rates() == pytest.approx([0.75, 1.0, None])
+    assert r.marginal_rates() == pytest.approx([0.6, 0.4, 0.0])
 
 
 def test_chain_tree_equals_chain_replay_of_leading_zeros():

@@ -143,7 +143,8 @@ def test_separate_instances_serve_and_score_the_smallest_band_only():
     from trtspec.triton_repo.routing import draft_target_routes
 
     model = example_cost_model("draft-target")
-    offered = {"model": tuning("draft-target", {"chat": 0.9}, model),
+    # a thin margin: 0.9 lost band 64 too once the last step counted only what it emits (runtime/stats.py)
+    offered = {"model": tuning("draft-target", {"chat": 0.903}, model),
                "ngram": tuning("ngram", {"chat": 0.5}, model.model_copy(update={"draft": None}))}
     shared = choose(offered)
     assert [b.drafter for b in shared.workloads["chat"].bands] == ["ngram", None]  # the premise

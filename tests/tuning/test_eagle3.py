@@ -27,11 +27,12 @@ def setup(tmp_path_factory):
 
 def replay(match_lengths, k, T):
     """Reference replay (independent of trtspec.tuning.acceptance): state 1 follows the prefill
-    token; a step at state t accepts min(match_lengths[t], k) drafts and emits one more."""
+    token; a step at state t accepts min(match_lengths[t], k) drafts and emits one more, but never
+    more than the T - t tokens left (TensorRT-LLM stops a request at its length and counts no more)."""
     steps = total = 0
     t = 1
     while t < T:
-        a = min(match_lengths[t], k)
+        a = min(match_lengths[t], k, T - t - 1)
         steps, total, t = steps + 1, total + a + 1, t + a + 1
     return total / steps
 

@@ -4,6 +4,8 @@ sizes; and the profile file validates and rejects what it should."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -33,6 +35,12 @@ def target_and_prompts(tmp_path_factory):
     return models, [(f"p{i}", p) for i, p in enumerate(prompts + quoting)]
 
 
+def counted(steps) -> list[list[int]]:
+    """[accepted, offered] of each recorded step as the runtime counts it: offered min(a + 1, drafted),
+    except the last step's (it ends the request: nothing past it is compared, runtime/stats.py)."""
+    return [[a, a if i == len(steps) - 1 else min(a + 1, m)] for i, (a, m) in enumerate(steps)]
+
+
 def test_profile_al_equals_ngram_decoding_for_every_k_and_size(target_and_prompts):
     models, prompts = target_and_prompts
     samples = profile_prompts(models, prompts, NEW, MAX_K, ignore_eos=True, ngram_sizes=SIZES)
@@ -44,8 +52,7 @@ def test_profile_al_equals_ngram_decoding_for_every_k_and_size(target_and_prompt
                 (run,) = generate_batch(models, [prompt], NEW, "ngram", draft_len=k, ngram_size=n, ignore_eos=True)
                 assert run.output_ids == sp.output_ids
                 steps = sp.ngram_steps[str(n)][k - 1]
-                assert [[s.accepted, s.offered] for s in run.stats.steps] == [
-                    [a, min(a + 1, m)] for a, m in steps], (n, k)
+                assert [[s.accepted, s.offered] for s in run.stats.steps] == counted(steps), (n, k)
                 agg = summarize_ngram([sp.ngram_steps], [n], k)
                 assert agg["accept_length_by_n_k"][str(n)][str(k)] == pytest.approx(run.stats.acceptance_length)
                 checked += run.stats.accepted_draft_tokens
@@ -65,12 +72,34 @@ def test_sampled_profile_equals_exact_match_ngram_decoding_for_its_seed(target_a
             (run,) = generate_batch(models, [prompt], NEW, "ngram", draft_len=k, ngram_size=n, ignore_eos=True,
                                     sampling=s, accept="exact_match")
             assert run.output_ids == sp.output_ids
-            assert [[x.accepted, x.offered] for x in run.stats.steps] == [
-                [a, min(a + 1, m)] for a, m in sp.ngram_steps[str(n)][k - 1]], (n, k)
+            assert [[x.accepted, x.offered] for x in run.stats.steps] == counted(sp.ngram_steps[str(n)][k - 1]), (n, k)
             accepted += run.stats.accepted_draft_tokens
     greedy = generate_batch(models, [p for _, p in prompts], NEW, "greedy", ignore_eos=True)
     assert any(g.output_ids != sp.output_ids for g, sp in zip(greedy, samples))  # really sampled
     assert accepted > 8  # 14 here: few at T > 0 on this tiny model, but the comparison is not vacuous
+
+
+def test_profile_stops_at_the_eos_as_ngram_decoding_counts_it(target_and_prompts):
+    """An end id at an output index whose token a step accepted as a draft, with more drafts
+    accepted after it: the runtime and the replay both count that step only up to the end id."""
+    models, prompts = target_and_prompts
+    prompt = prompts[4][1]  # copy-heavy: runs of accepted drafts
+    (free,) = generate_batch(models, [prompt], NEW, "ngram", draft_len=4, ngram_size=2, ignore_eos=True)
+    out, inside, t = free.output_ids, [], 1
+    for s in free.stats.steps:  # a step from state t emits output indices t .. t + accepted
+        inside += [j for j in range(t, t + s.accepted) if out.index(out[j]) == j]
+        t += s.accepted + 1
+    assert inside  # such end ids exist, so the check below is not vacuous
+    for j in inside[:3]:
+        m = dataclasses.replace(models, eos_ids=(out[j],))
+        (sp,) = profile_prompts(m, [("p", prompt)], NEW, 4, ngram_sizes=[2])
+        (run,) = generate_batch(m, [prompt], NEW, "ngram", draft_len=4, ngram_size=2)
+        assert run.output_ids == sp.output_ids == out[:j + 1]
+        steps = sp.ngram_steps["2"][3]
+        assert [[s.accepted, s.offered] for s in run.stats.steps] == counted(steps)
+        assert sum(a + 1 for a, _ in steps) == j  # the tokens after the prefill's, the end id included
+        agg = summarize_ngram([sp.ngram_steps], [2], 4)
+        assert agg["accept_length_by_n_k"]["2"]["4"] == pytest.approx(run.stats.acceptance_length)
 
 
 def test_profile_file_validates_and_checks_its_aggregates(target_and_prompts):

@@ -33,11 +33,12 @@ def setup(tmp_path_factory):
 
 def replay(lists, accepted_at, T):
     """Reference replay (written independently of trtspec.tuning.acceptance): state t=1 follows the
-    prefill token; each step accepts a = accepted_at(t) draft tokens and emits a + 1."""
+    prefill token; each step accepts a = accepted_at(t) draft tokens and emits a + 1, but never more
+    than the T - t tokens left (TensorRT-LLM stops a request at its length and counts no more)."""
     steps = total = 0
     t = 1
     while t < T:
-        a = accepted_at(lists[t])
+        a = min(accepted_at(lists[t]), T - t - 1)
         steps, total, t = steps + 1, total + a + 1, t + a + 1
     return total / steps
 
@@ -56,7 +57,7 @@ def tree_accepts(tree):
 def test_chain_profile_replays_to_the_runtime_acceptance(setup):
     d, prompts = setup
     models = load_models(d / "target", d / "draft")
-    # profile a little past NEW so runs near the end are not cut (the runtime counts them uncut)
+    # profile a little past NEW: the runs of the last states are recorded past the end, which the count ignores
     profiles = profile_prompts(models, prompts, NEW + MAX_K + 1, MAX_K, ignore_eos=True)
     seen = set()
     for k in range(1, MAX_K + 1):

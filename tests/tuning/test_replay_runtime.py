@@ -11,6 +11,7 @@ a bigram-ish EAGLE head, so acceptance is partial (tests/runtime/test_speculativ
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -141,3 +142,33 @@ def test_tree_replay_equals_runtime(ckpts, tree, tied):
     rep = replay_tree(paths, TREES[tree])
     assert rep.acceptance_length == pytest.approx(pooled([r.stats for r in results]), abs=1e-12)
     assert rep.acceptance_length > 1.3
+
+
+@pytest.mark.parametrize("mode", ["draft-target", "wide", "default"])
+def test_replay_equals_runtime_when_an_eos_ends_the_output(ckpts, mode):
+    """An end id wherever it falls, inside an accepted path included: the runtime counts each
+    step's emitted tokens as TensorRT-LLM does, and the replay over the profile (which stops at the
+    end id) predicts the same AL. Before, the runtime counted the drafts it accepted past the end
+    id, which the profile never sees (prompt 1, a 14-node tree, end id at output index 3: AL 2.5
+    measured, 2.0 replayed), and both counted a last step's tokens past the end."""
+    from trtspec.tuning.profile import profile_prompts
+
+    d, prompts = ckpts
+    models = load_models(d / "target", d / "draft") if mode == "draft-target" else load_models(d / "eagle")
+    greedy = generate_batch(models, [prompts[1]], NEW, mode="greedy", ignore_eos=True)[0].output_ids
+    for j in range(2, 24):
+        if greedy.index(greedy[j]) != j:
+            continue
+        m = dataclasses.replace(models, eos_ids=(greedy[j],))
+        (sp,) = profile_prompts(m, [("p", prompts[1])], NEW, 4, tree_top_k=10)
+        assert sp.output_ids == greedy[:j + 1]
+        if mode == "draft-target":
+            (r,) = generate_batch(m, [prompts[1]], NEW, mode="draft-target", draft_len=4)
+            rep = replay_chain([sp.match_lengths], 4)
+        else:
+            (r,) = generate_batch(m, [prompts[1]], NEW, mode="eagle", eagle_choices=TREES[mode])
+            rep = replay_tree([sp.rank_paths], TREES[mode])
+        assert r.output_ids == greedy[:j + 1] and r.finish_reason == "eos"
+        assert rep.acceptance_length == pytest.approx(r.stats.acceptance_length, abs=1e-12), j
+        assert rep.steps == r.stats.verify_steps and rep.tokens == j  # every token after the prefill's
+        assert rep.accepted_at == r.stats.accepted_at() and rep.reached == r.stats.reached(), j

@@ -5,6 +5,7 @@ grouping serves at most N trees per band."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import numpy as np
@@ -33,7 +34,8 @@ def test_useless_draft_is_switched_off():
 
 def test_perfect_draft_gets_the_longest_chain():
     p = chain_profile({"copy": 1.0}, num_samples=2, T=64, max_k=8)
-    assert p.workloads["copy"].accept_length_by_k == {str(k): k + 1.0 for k in range(1, 9)}
+    # 63 tokens after the prefill's, k + 1 per step but the last, which counts only what is left
+    assert p.workloads["copy"].accept_length_by_k == {str(k): 63 / math.ceil(63 / (k + 1)) for k in range(1, 9)}
     w = tune_draft_target(p, example_cost_model("draft-target"), SelectConfig(concurrency_bands=[1, 4]))["copy"]
     for band in w.bands:
         assert band.draft_len == 8 and band.acceptance_length == 9.0 and band.speedup > 2.0

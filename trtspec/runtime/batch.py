@@ -2,8 +2,9 @@
 
 A loop hands each request the tokens one target step produced (1 for greedy, accepted + 1 for
 speculative steps); `emit` cuts them at max_new_tokens or at the first eos, which is the only
-place output is truncated. Metrics are recorded by the loop before that cut. An eos cannot come
-before min_tokens: the loop masks the eos logits there first (`eos_masked`, decode.py).
+place output is truncated. The loop records a step's metrics after that cut: what it emitted
+(stats.py, counted_step). An eos cannot come before min_tokens: the loop masks the eos logits
+there first (`eos_masked`, decode.py).
 """
 
 from __future__ import annotations

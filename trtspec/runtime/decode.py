@@ -8,7 +8,8 @@
         proposal = proposer.propose(rows)            # draft tokens on a tree (a chain is a tree)
         logits, hidden = target([root, nodes...])    # one forward, tree mask, depth positions
         acceptances = accept(proposal, logits)       # path kept + the target's bonus token
-        commit each path in the target cache; emit (cut at max_new_tokens / eos); yield the step
+        commit each path in the target cache; emit (cut at max_new_tokens / eos); count what was
+        emitted (stats.py); yield the step
         proposer.update(rows, acceptances, hidden)
 
 min_tokens: before the accept rule reads the target's logits, the eos ids' logits are -inf at
@@ -55,7 +56,7 @@ from .device import to_device
 from .model import Decoder, forward_stepwise, prefill
 from .accept import Key, accept_greedy
 from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, empty_proposal
-from .stats import GenerationResult, RequestStats, Step
+from .stats import GenerationResult, RequestStats, Step, counted_step
 from .tree import chain
 
 
@@ -75,16 +76,17 @@ class RowStep:
 
 def _emit(requests: list[Request], rows: torch.Tensor, proposal: Proposal, logits: torch.Tensor,
           accepted: list[Acceptance], verify: bool) -> list[RowStep]:
-    """Record the step's metrics (before the cut, see stats.py), then emit the accepted tokens."""
+    """Emit the accepted tokens (cut at max_new_tokens / eos), then record the step's metrics as
+    TensorRT-LLM counts them: what the step emitted (stats.py, counted_step)."""
     out = []
     for i, (b, a) in enumerate(zip(rows.tolist(), accepted)):
         r = requests[b]
-        step = a.step if verify else None
+        before = len(r.output)
+        r.emit(a.tokens)
+        step = counted_step(a.step, len(r.output) - before if r.done else None) if verify else None
         r.stats.target_calls += 1
         if step is not None:
             r.stats.steps.append(step)
-        before = len(r.output)
-        r.emit(a.tokens)
         out.append(RowStep(b, r.output[before:], r.done, r.finish_reason, r.stats, step, logits[i],
                            None if proposal.logits is None else proposal.logits[i]))
     return out
@@ -170,7 +172,7 @@ def verify_external(target: Decoder, prompt: list[int], draft: list[int], max_ne
     """A `draft_tokens_external` target step: prompt + draft (a chain) in one causal forward, the
     accept rule on the logits after the last prompt token and after each draft token. The RowStep's
     tokens are the accepted drafts + the target's next token, cut at max_new_tokens and eos; its
-    step counts acceptance before that cut. key: the request's seed and the output position of the
+    step counts what was emitted (stats.py). key: the request's seed and the output position of the
     token after `prompt` (sampling rules); draft_logits [K, V]: the distribution the draft sampled
     each token from (TensorRT-LLM's `draft_logits`, for rejection sampling). min_tokens: eos masked
     below that output index, as in `decode`."""

@@ -1,14 +1,21 @@
 """Acceptance metrics of one request, defined once, next to the loops that record them.
 
-Per verification step the loop records one `Step`:
-- `accepted`: draft tokens accepted (the longest verified prefix, or tree path), counted BEFORE the
-  output is cut by max_new_tokens or eos, so a draft that always agrees scores exactly K + 1;
+Per verification step the loop records one `Step`, counted as TensorRT-LLM counts a served request
+(`counted_step`): its sampler adds a step's tokens one at a time (the target's token after the
+root, then after each accepted draft) and stops at the first that ends the request (end id, or the
+max_new_tokens length); the drafts accepted past it are neither emitted nor counted, and nothing
+after it is compared (PyTorch TorchSampler._process_draft_tokens_greedy / _tree; the engine flow's
+avgDecodedTokensPerIter = generated tokens / decoding iterations). So:
+- `accepted`: draft tokens accepted (the longest verified prefix, or tree path) that the step emits,
+  i.e. the step's emitted tokens - 1; only the step that ends a request can count fewer than the
+  accept rule kept, so a draft that always agrees scores K + 1 on every step but possibly the last;
 - `offered`: how many draft positions the step could have accepted along the path it took
-  (chain: min(accepted + 1, K); tree: accepted, + 1 if the last accepted node has children).
+  (chain: min(accepted + 1, K); tree: accepted, + 1 if the last accepted node has children); the
+  step that ends the request offers only what it accepted (nothing after the end is compared).
 
 From those:
-- AL (acceptance length) = mean over steps of (accepted + 1): tokens per target verify step,
-  bonus token included (TRT-LLM's avgDecodedTokensPerIter; 1.0 = no speedup);
+- AL (acceptance length) = mean over steps of (accepted + 1): tokens emitted per target verify
+  step, bonus token included (TRT-LLM's avgDecodedTokensPerIter; 1.0 = no speedup);
 - position i (1-based; tree depth for EAGLE) was *reached* in a step when positions < i were
   accepted and i was offered; conditional rate P(accept i | accepted < i) = accepted_i / reached_i,
   marginal rate P(accept i) = accepted_i / steps;
@@ -24,6 +31,17 @@ from dataclasses import dataclass, field
 class Step:
     accepted: int
     offered: int
+
+
+def counted_step(step: Step, room: int | None) -> Step:
+    """`step` (what the accept rule kept) as TensorRT-LLM counts it (module docstring). `room`: the
+    tokens the request could still emit before it ends (its end id included; None when the step
+    does not end it). The decoding loop passes what the step emitted when it ended the request; the
+    profile's replay passes what is left of the recorded output, so both count the same last step."""
+    if room is None or step.accepted + 1 < room:
+        return step
+    kept = min(step.accepted, room - 1)
+    return Step(kept, kept)
 
 
 @dataclass

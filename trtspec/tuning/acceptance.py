@@ -18,18 +18,20 @@ replay starts at state t = 1. At state t a step accepts
     tree (eagle_choices): a_t = the largest d such that [r_1..r_d] is a node of the tree (all r >= 0)
 
 emits a_t + 1 tokens (the accepted drafts and the target's bonus token) and moves to t + a_t + 1;
-replay stops once t >= T. The *final step is counted whole*: its a_t + 1 tokens all count even
-when they run past T, exactly as trtspec/runtime/stats.py counts `accepted` before the output is
-cut at max_new_tokens. Consequently replay over a profile of T tokens equals the runtime's AL at
-max_new_tokens = T whenever the runs of the last states are not cut by the end of the profiled
-sequence; the profiler therefore decodes a few tokens more than it records when it can (a run cut
-at the end only shortens the last step of a sample, a lower bound by < 1 step per sample).
+replay stops once t >= T. The *final step counts only what it emits*: T is where the request
+ends (its end id, x_T, or max_new_tokens), so a step from state t emits at most T - t tokens, and
+the one that reaches T counts a_t = T - t - 1 accepted drafts and offers nothing past them, as
+TensorRT-LLM counts a served request and as the runtime does (trtspec/runtime/stats.py,
+`counted_step`, the one rule both apply). A sample's steps thus emit exactly T - 1 tokens.
+Consequently replay over a profile of T tokens equals the runtime's AL at max_new_tokens = T, or
+at the end id that ended the output at x_T: no run needs to be known past the end.
 
 Metrics (definitions shared with trtspec/runtime/stats.py and ModelOpt's speculation_profile):
 - AL (acceptance length) = sum over steps of (a + 1) / steps: tokens per target verify step, bonus
   included (TRT-LLM avgDecodedTokensPerIter), pooled over all steps of all samples (per-step mean);
 - offered_t = draft positions the step could have accepted along its path: chain min(a + 1, K),
-  tree a + 1 if the last accepted node (or the root) has children in the tree, else a;
+  tree a + 1 if the last accepted node (or the root) has children in the tree, else a; the final
+  step offers a_t (nothing past the end is compared);
 - position i (1-based; depth for trees) is *reached* when offered >= i;
   conditional rate P(accept i | accepted < i) = #(a >= i) / #(offered >= i) (None if never reached),
   marginal rate P(accept i) = #(a >= i) / steps. Identity: AL = 1 + sum_i marginal_i.
@@ -55,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from ..errors import TrtspecError
+from ..runtime.stats import Step, counted_step
 
 
 @dataclass
@@ -62,7 +65,7 @@ class Replay:
     """Pooled replay of one setting over a set of samples."""
     max_positions: int  # K, or tree depth
     steps: int = 0
-    tokens: int = 0  # sum of (accepted + 1), before truncation
+    tokens: int = 0  # sum of (accepted + 1): the tokens the steps emit
     accepted_at: list[int] = field(default_factory=list)  # [i-1]: steps with accepted >= i
     reached: list[int] = field(default_factory=list)  # [i-1]: steps with offered >= i
 
@@ -71,6 +74,7 @@ class Replay:
         self.reached = self.reached or [0] * self.max_positions
 
     def add(self, accepted: int, offered: int) -> None:
+        """One step, counted as the runtime counts it (`counted`, or per record for n-gram)."""
         self.steps += 1
         self.tokens += accepted + 1
         for i in range(accepted):
@@ -98,12 +102,18 @@ def step_states(accepted: Sequence[int], horizon: int | None = None) -> Iterable
         t += accepted[t] + 1
 
 
+def counted(accepted: Sequence[int], t: int, offered: int) -> Step:
+    """The step from state t as the runtime counts it: it emits at most the T - t tokens left
+    before the sample's recorded output ends (module docstring; runtime.stats.counted_step)."""
+    return counted_step(Step(accepted[t], offered), len(accepted) - t)
+
+
 def tokens_steps(accepted: Sequence[int]) -> tuple[int, int]:
     """(tokens, steps) one sample's replay counts from its per-state accepted counts."""
     steps = tokens = 0
     T, t = len(accepted), 1
     while t < T:
-        a = accepted[t]
+        a = counted(accepted, t, 0).accepted
         steps, tokens, t = steps + 1, tokens + a + 1, t + a + 1
     return tokens, steps
 
@@ -169,7 +179,8 @@ def replay_chain(samples: Iterable[Sequence[int]], k: int) -> Replay:
     for m in samples:
         acc = chain_accepted(m, k)
         for t in step_states(acc):
-            out.add(acc[t], min(acc[t] + 1, k))
+            step = counted(acc, t, min(acc[t] + 1, k))
+            out.add(step.accepted, step.offered)
     return out
 
 
@@ -221,7 +232,8 @@ def replay_tree(samples: Iterable[Sequence[Sequence[int]]], choices: Iterable[Se
     for paths in samples:
         acc = [tree.accepted(p) for p in paths]
         for t in step_states(acc):
-            out.add(acc[t], tree.offered(paths[t], acc[t]))
+            step = counted(acc, t, tree.offered(paths[t], acc[t]))
+            out.add(step.accepted, step.offered)
     return out
 
 

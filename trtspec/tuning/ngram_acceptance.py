@@ -8,7 +8,9 @@ order. From those, with the definitions of acceptance.py and runtime/stats.py:
 
 - AL(n, K) = sum(accepted + 1) / steps (a step with no draft counts: accepted 0);
 - offered = min(accepted + 1, drafted) (a chain of `drafted` tokens; runtime padding is never
-  offered), so the conditional and marginal rates follow as for chains;
+  offered), but a sample's last step, which ends it, offers only what it accepted
+  (runtime/stats.py counted_step; the recorded steps are already cut at the end), so the
+  conditional and marginal rates follow as for chains;
 - standard errors by acceptance.ratio_se over the samples' (tokens, steps), clustered by prompt id.
 
 The profile's own `accept_length_by_k` and rates are those of its primary size (primary_size):
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..runtime.stats import Step, counted_step
 from ..upstream import trtllm as upstream
 from .acceptance import Replay, ratio_se
 
@@ -34,8 +37,11 @@ def primary_size(sizes: Sequence[int]) -> int:
 def replay_steps(samples: Sequence[Steps], k: int) -> Replay:
     out = Replay(k)
     for steps in samples:
+        left = sum(a + 1 for a, _ in steps)  # the tokens still to emit: the last step's own at the end
         for accepted, drafted in steps:
-            out.add(accepted, min(accepted + 1, drafted))
+            step = counted_step(Step(accepted, min(accepted + 1, drafted)), left)
+            out.add(step.accepted, step.offered)
+            left -= accepted + 1
     return out
 
 

@@ -18,8 +18,8 @@ cannot state; trtspec profiles private pools (measurement_conditions.ngram_pool)
 generate_batch(mode="ngram", draft_len=K, ngram_size=n) on that prompt alone (a fresh proposer).
 
 Drafts are cut at prompt + max_new_tokens - 1 as upstream cuts them, with the workload's
-max_new_tokens; an output that ended at eos earlier leaves its last step's run cut where the
-sequence ends (the lower bound acceptance.py describes for every mode).
+max_new_tokens; an output that ended at eos earlier ends its last step there: the step counts the
+tokens it emits, the eos included, and no draft past it (runtime/stats.py counted_step).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Sequence
 from ..errors import TrtspecError
 from ..runtime.batch import Request
 from ..runtime.ngram import NGramProposer
+from ..runtime.stats import Step, counted_step
 from ..upstream import sampling as upstream_sampling
 from .ngram_acceptance import Steps
 
@@ -50,7 +51,7 @@ def replay(prompt: Sequence[int], output: Sequence[int], k: int, n: int, max_new
         accepted = 0
         while accepted < len(draft) and t + accepted < len(output) and draft[accepted] == output[t + accepted]:
             accepted += 1
-        steps.append([accepted, len(draft)])
+        steps.append([counted_step(Step(accepted, 0), len(output) - t).accepted, len(draft)])
         t += accepted + 1
     return steps
 

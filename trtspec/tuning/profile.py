@@ -72,9 +72,9 @@ def profile_prompts(models: Models, prompts: list[tuple[str, list[int]]], max_ne
     n-gram replay of every (n, K) over that output instead (ngram_profile.py).
 
     The target decodes max_k + 1 tokens past max_new_tokens so that the runs of the last states are
-    known in full: a speculative run's last step is counted before its output is cut, and the
-    replay must count it the same way (keyed draws make the longer sampled output extend the
-    shorter one). batch_size: finished sequences per forward of the teacher-forced pass."""
+    recorded in full (keyed draws make the longer sampled output extend the shorter one); the
+    replay counts a step only up to the end of the recorded output, as a served request's last
+    step counts (acceptance.py). batch_size: finished sequences per forward of the teacher-forced pass."""
     lookahead = max_k + 1
     settings = settings or [GREEDY_SAMPLING] * len(prompts)
     results = decode_targets(models, [p for _, p in prompts], max_new_tokens + lookahead, settings, ignore_eos,

@@ -33,6 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import TrtspecError
+from .acceptance import tokens_steps
 
 Path_ = tuple[int, ...]
 
@@ -190,8 +191,6 @@ def replay_al(stats: NodeStats, acc: np.ndarray) -> float | None:
     steps = tokens = 0
     flat = acc.tolist()
     for off, T in zip(stats.offsets.tolist(), stats.horizons):
-        t = 1
-        while t < T:
-            a = flat[off + t]
-            steps, tokens, t = steps + 1, tokens + a + 1, t + a + 1
+        y, x = tokens_steps(flat[off:off + T])
+        steps, tokens = steps + x, tokens + y
     return tokens / steps if steps else None
