@@ -13,6 +13,8 @@ import pytest
 from safetensors.torch import save_file
 
 from trtspec.builders import BuildOptions, make_plan
+from trtspec.builders.memory import checkpoint_weight_bytes
+from trtspec.checkpoints.trtllm_ckpt import checkpoint_from_config
 
 LLAMA31_8B = {
     "architecture": "LlamaForCausalLM", "dtype": "bfloat16", "logits_dtype": "float32", "vocab_size": 128256,
@@ -159,3 +161,19 @@ def test_kv_shortfall_with_a_window_counts_the_windowed_sequences(tmp_path):
     assert m.full_length_sequences == m.kv_token_capacity // 4128 < 2048
     assert any("max_batch_size x 4128 tokens per sequence" in w
                and f"at most {m.full_length_sequences} full-length sequences" in w for w in plan.warnings)
+
+
+def test_group_wise_formats_count_their_scales_and_zeros(tmp_path):
+    """TensorRT-LLM 1.x WeightOnlyGroupwiseQuantLinear holds a model-dtype weights_scaling_factor
+    [in / group_size, out] per linear (and a zero of that shape with has_zero_point); W4A16 is
+    per-channel (WeightOnlyQuantLinear: one scale per output, not counted); 4-bit weights are half a byte."""
+    def weights(**quant) -> int:
+        return checkpoint_weight_bytes(checkpoint_from_config({**LLAMA31_8B, "quantization": quant}, tmp_path))
+
+    H = 4096
+    linear = 32 * (H * (32 + 2 * 8) * 128 + H * H + 3 * H * 14336)
+    w4 = weights(quant_algo="W4A16")
+    assert weights(quant_algo="FP8") - w4 == linear // 2
+    assert weights(quant_algo="W4A16_AWQ", group_size=128, pre_quant_scale=True) - w4 == linear * 2 // 128
+    assert weights(quant_algo="W4A16_GPTQ", group_size=128, has_zero_point=True) - w4 == 2 * linear * 2 // 128
+    assert weights(quant_algo="W4A8_AWQ", group_size=128) - w4 == linear * 2 // 128

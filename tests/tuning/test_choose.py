@@ -8,7 +8,7 @@ import random
 import pytest
 
 from trtspec.errors import TrtspecError
-from trtspec.tuning.choose import GIB, choose, drafter_memory
+from trtspec.tuning.choose import GIB, choose, drafter_memory, gpu_weight_bytes
 from trtspec.tuning.cost import CostModel
 from trtspec.tuning.gpus import gpu_preset
 from trtspec.tuning.ngram_select import tune_ngram
@@ -74,7 +74,10 @@ def test_each_workload_gets_its_best_drafter_and_the_bands_say_which(offered):
             assert len(b.sweep) == sum(len(a.sweep) for a in alone)  # every offered point, for the plots
     assert t.mode == "draft-target" and t.choice.drafters["model"].served and t.choice.drafters["ngram"].served
     assert t.choice.drafters["ngram"].memory_gib == 0.0
-    assert t.choice.drafters["model"].memory_gib == pytest.approx(offered["model"].cost.draft.weight_bytes_total / GIB)
+    # Llama-3.2-1B FP8 on one GPU as builders.memory counts it: FP8 linears, bf16 embedding, lm_head, norms
+    H, V = 2048, 128256
+    draft = 16 * (H * 48 * 64 + H * H + 3 * H * 8192 + 2 * H * 2) + 2 * V * H * 2 + H * 2
+    assert t.choice.drafters["model"].memory_gib == pytest.approx(draft / GIB)  # 1.886 GiB
     assert Tuning.model_validate_json(t.model_dump_json(by_alias=True)) == t  # round-trips through tuning.json
 
 
@@ -94,7 +97,7 @@ def test_separate_instances_cost_a_target_each_and_the_score_grows_with_the_budg
     left off need a plain instance. Whatever the budget, the served set fits it and a larger budget
     never scores less; with no budget at all only one n-gram setting can be served, for every
     workload (one instance, no weights of its own)."""
-    target = offered["model"].cost.target.weight_bytes_total / GIB
+    target = gpu_weight_bytes(offered["model"].cost.target) / GIB
     draft = drafter_memory(offered["model"], separate_instances=False)
     assert drafter_memory(offered["model"], True) == pytest.approx(target + draft)
     assert drafter_memory(offered["ngram"], True) == pytest.approx(target)
@@ -123,7 +126,7 @@ def test_separate_instances_count_every_setting_the_llmapi_flavor_serves():
     model = example_cost_model("draft-target")
     offered = {"model": tuning("draft-target", {"chat": 0.8, "edit": 0.2, "code": 0.4}, model),
                "ngram": tuning("ngram", {"chat": 0.05, "edit": 0.9, "code": 0.0}, model.model_copy(update={"draft": None}))}
-    target = offered["model"].cost.target.weight_bytes_total / GIB
+    target = gpu_weight_bytes(offered["model"].cost.target) / GIB
     draft = drafter_memory(offered["model"], separate_instances=False)
     for budget in (None, 1.01 * target + draft, 2.01 * target + draft):
         t = choose(offered, memory_budget_gib=budget, separate_instances=True)

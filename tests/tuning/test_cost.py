@@ -79,6 +79,9 @@ def test_monotone_in_batch_tokens_context_and_hardware():
     ({"quant_algo": "W8A8_SQ_PER_CHANNEL", "kv_cache_quant_algo": "INT8"}, 1.0, 2.0, 1.0, "int8"),
     ({"quant_algo": "W8A16"}, 1.0, 2.0, 2.0, "bf16"),
     ({"quant_algo": "W4A16_AWQ", "group_size": 128}, 0.5 + 2 / 128, 2.0, 2.0, "bf16"),
+    ({"quant_algo": "W4A16"}, 0.5, 2.0, 2.0, "bf16"),  # per-channel scales: no groups
+    ({"quant_algo": "W4A16_GPTQ", "group_size": 64, "has_zero_point": True}, 0.5 + 2 * 2 / 64, 2.0, 2.0, "bf16"),
+    ({"quant_algo": "W8A16_GPTQ", "group_size": 128}, 1 + 2 / 128, 2.0, 2.0, "bf16"),
     ({"quant_algo": "W4A8_AWQ", "kv_cache_quant_algo": "FP8"}, 0.5 + 2 / 128, 2.0, 1.0, "fp8"),
 ])
 def test_quantization_bytes(quant, weight, lm_head, kv, compute):

@@ -2,9 +2,11 @@
 
 Per GPU (rank 0 of each engine; with TP every rank holds about the same share):
 
-  weights      parameters from config.json x bytes per weight of the quant format; embeddings stay in
-               the model dtype, lm_head too unless exclude_modules lets it be quantized (reference
-               §3.3); EAGLE engines hold num_eagle_layers copies of the head (§4.3).
+  weights      parameters from config.json x bytes per weight of the quant format (weight_bits: the
+               group-wise formats' scales and zeros included); embeddings stay in the model dtype,
+               lm_head too unless exclude_modules lets it be quantized (reference §3.3); EAGLE
+               engines hold num_eagle_layers copies of the head (§4.3). WeightCounter is the rule,
+               shared with the tuner's drafter budget (tuning/choose.py).
   activations  max_num_tokens x hidden_size x ACTIVATION_FACTOR elements in the model dtype (TensorRT
                reuses activation memory across layers, so one layer's live tensors bound it), plus the
                float32 logits of the tokens that reach lm_head.
@@ -25,8 +27,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
-from ..checkpoints.spec import DecoderSpec
 from ..checkpoints.trtllm_ckpt import TrtllmCheckpoint
 from ..upstream import trtllm
 from .engine import EngineBuild
@@ -80,30 +82,46 @@ class MemoryEstimate:
         return sum(e.kv_bytes_per_token for e in self.engines)
 
 
-def weight_bits(quant_algo: str | None, dtype_bits: int, group_size: int) -> float:
-    """Bits per quantized-linear weight, scales included where they are not negligible."""
-    if quant_algo is None:
+# Group-wise formats (WeightOnlyGroupwiseQuantLinear): bits of the packed weight itself.
+GROUPWISE_BITS = {"W4A16_AWQ": 4, "W4A16_GPTQ": 4, "W4A8_AWQ": 4, "W8A16_GPTQ": 8}
+
+
+def weight_bits(quant_algo: str | None, dtype_bits: int, group_size: int, has_zero_point: bool = False) -> float:
+    """Bits per quantized-linear weight as TensorRT-LLM holds it, group scales included.
+
+    The group-wise formats (GROUPWISE_BITS; quantization/layers.py WeightOnlyGroupwiseQuantLinear, 1.x)
+    keep a model-dtype weights_scaling_factor [in / group_size, out] per linear, and with
+    has_zero_point a zero of the same shape. W4A16 / W8A16 are per-channel (WeightOnlyQuantLinear:
+    per_channel_scale [out]); that, FP8's and SmoothQuant's per-tensor / per-channel scales and
+    AWQ's prequant_scaling_factor [in] are under 1/in_features of the weight and left out."""
+    if quant_algo in (None, "NO_QUANT"):
         return dtype_bits
-    if quant_algo == "W4A16_AWQ":
-        return 4 + dtype_bits / group_size  # one dtype scale per group
+    if quant_algo in GROUPWISE_BITS:
+        return GROUPWISE_BITS[quant_algo] + dtype_bits / group_size * (2 if has_zero_point else 1)
     if quant_algo == "W4A16":
         return 4
     return 8  # FP8, W8A16, W8A8_SQ_*
 
 
-class _Counter:
-    """Bytes of one checkpoint's weights on one TP rank."""
+class WeightCounter:
+    """Bytes of one network's weights on one TP rank (rank 0): the one rule the build estimate, the
+    Triton memory plan and the tuner's drafter budget (tuning/choose.py) count with. `spec` is a
+    DecoderSpec or anything with its sizes (the cost model's ModelShape); `linear_bytes(module)`
+    says what a weight of that linear module takes."""
 
-    def __init__(self, ckpt: TrtllmCheckpoint):
-        self.scheme = ckpt.quant
-        self.dtype_bytes = trtllm.DTYPE_BYTES[ckpt.dtype]
-        self.qbits = weight_bits(self.scheme.quant_algo, self.dtype_bytes * 8, self.scheme.group_size)
-        self.tp = ckpt.tp
+    def __init__(self, dtype_bytes: float, tp: int, linear_bytes: Callable[[str], float]):
+        self.dtype_bytes, self.tp, self.linear_bytes = dtype_bytes, tp, linear_bytes
 
-    def linear(self, module: str, params: int) -> float:
-        return params * (self.qbits / 8 if self.scheme.quantizes(module) else self.dtype_bytes)
+    @classmethod
+    def of_checkpoint(cls, ckpt: TrtllmCheckpoint) -> "WeightCounter":
+        scheme, dtype_bytes = ckpt.quant, trtllm.DTYPE_BYTES[ckpt.dtype]
+        qbytes = weight_bits(scheme.quant_algo, dtype_bytes * 8, scheme.group_size, bool(scheme.has_zero_point)) / 8
+        return cls(dtype_bytes, ckpt.tp, lambda m: qbytes if scheme.quantizes(m) else dtype_bytes)
 
-    def decoder_layers(self, spec: DecoderSpec, prefix: str) -> float:
+    def linear(self, module: str, params: float) -> float:
+        return params * self.linear_bytes(module)
+
+    def decoder_layers(self, spec, prefix: str) -> float:
         tp, h, hd = self.tp, spec.hidden_size, spec.head_size
         q_heads, kv_heads = math.ceil(spec.num_heads / tp), trtllm.kv_heads_per_rank(spec.num_kv_heads, tp)
         qkv_out = (q_heads + 2 * kv_heads) * hd
@@ -118,17 +136,23 @@ class _Counter:
             total += small * self.dtype_bytes
         return total
 
-    def vocab(self, spec: DecoderSpec, parallel: bool) -> int:
+    def vocab(self, spec, parallel: bool) -> int:
         rows = math.ceil(spec.vocab_size / self.tp) if parallel else spec.vocab_size
         return rows * spec.hidden_size
 
+    def decoder(self, spec, prefix: str, parallel_embedding: bool, embedding: bool = True) -> float:
+        """A decoder's layers, its embedding (model dtype; none when it uses another network's), its
+        vocab-parallel lm_head and its final norm."""
+        total = self.decoder_layers(spec, prefix) + spec.hidden_size * self.dtype_bytes
+        if embedding:
+            total += self.vocab(spec, parallel_embedding) * self.dtype_bytes
+        return total + self.linear("lm_head", self.vocab(spec, True))
+
 
 def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint) -> int:
-    c = _Counter(ckpt)
+    c = WeightCounter.of_checkpoint(ckpt)
     spec, cfg = ckpt.spec, ckpt.config
-    total = c.decoder_layers(spec, "transformer.")
-    total += c.vocab(spec, bool(cfg.get("use_parallel_embedding"))) * c.dtype_bytes  # embeddings stay in dtype
-    total += c.linear("lm_head", c.vocab(spec, True)) + spec.hidden_size * c.dtype_bytes  # + ln_f
+    total = c.decoder(spec, "transformer.", bool(cfg.get("use_parallel_embedding")))
     if ckpt.eagle_spec is not None:
         e, net_cfg = ckpt.eagle_spec, cfg.get("eagle_net_config") or {}
         one = c.decoder_layers(e, "eagle_nets.0.drafter.")

@@ -9,12 +9,18 @@ bands), so their predictions are comparable: each band's tokens/s is b * AL / st
 target under the same GPU model, and "off" is the same baseline in all of them.
 
 What a drafter costs to serve is memory: a draft model or head holds its weights on the GPU for as
-long as any workload routes to it; n-gram drafting holds nothing. When each drafter is its own model
+long as any workload routes to it; n-gram drafting holds nothing. Memory is counted per GPU, as
+builders.memory counts an engine's (rank 0 of its tp; gpu_weight_bytes): the weights one GPU of
+the deployment holds, embedding, lm_head, norms and quantization scales included. A TP target puts
+1/tp of its weights on each GPU; a draft engine runs on the target's GPUs at its own tp (its
+checkpoint's mapping; triton_repo gives both engines the target's gpu_device_ids), and an EAGLE-3
+head is sharded over the target's tp. Weights only: activations, runtime overhead and the KV cache
+an instance sizes from what is left are not counted. When each drafter is its own model
 instance (the llmapi flavor: `speculative_config` is a per-model setting, so every setting served,
 a drafter at one K and n-gram size at the flavor's one band, is an instance with its own target and
 drafter; a workload served without speculation needs a plain instance too), every instance beyond
 the first costs the target's weights again. With a memory
-budget (`tune.memory_budget_gib`, extra GiB beyond one target) the choice is therefore over *sets*
+budget (`tune.memory_budget_gib`, extra GiB per GPU beyond one target) the choice is therefore over *sets*
 of served drafters: for every set within the budget, each workload x band takes
 the best of that set's settings (or off), and the set with the highest token-weighted sum of
 predicted tokens/s over the served bands wins (ties: less memory, then fewer drafters). Separate
@@ -37,18 +43,32 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from ..builders.memory import WeightCounter
 from ..errors import TrtspecError
+from .cost import ModelShape
 from .tuning_schema import BandChoice, DrafterChoice, OfferedDrafter, Tuning, WorkloadTuning
 
 GIB = float(1 << 30)
 TOLERANCE = 1e-6  # relative: the baseline of the same target and cost model must agree
 
 
+def gpu_weight_bytes(shape: ModelShape) -> float:
+    """Bytes of `shape`'s weights on one GPU (rank 0 of its tp): builders.memory's WeightCounter,
+    the count `trtspec build` and the Triton memory plan make of a checkpoint (layers, embedding,
+    lm_head, norms, group scales), over the sizes the cost model kept. Every decoder linear counts
+    at the shape's weight_bytes: a checkpoint excluding some of them from quantization counts more
+    in builders.memory."""
+    dtype_bytes = shape.dtype_bytes if shape.dtype_bytes is not None else shape.lm_head_bytes
+    c = WeightCounter(dtype_bytes, shape.tp, lambda m: shape.lm_head_bytes if m == "lm_head" else shape.weight_bytes)
+    extra = c.linear("fc", shape.extra_linear_params / shape.tp)  # EAGLE fc (and EAGLE-3's wider q/k/v input)
+    return c.decoder(shape, "", shape.parallel_embedding, shape.own_embedding) + extra
+
+
 def drafter_memory(tuning: Tuning, separate_instances: bool) -> float:
-    """GiB this drafter's weights take (none for n-gram), plus with separate instances the target's
-    under it (what `choice.drafters.*.memory_gib` reports; the set's total is _set_memory)."""
-    draft = tuning.cost.draft.weight_bytes_total if tuning.cost.draft is not None and tuning.mode != "ngram" else 0.0
-    target = tuning.cost.target.weight_bytes_total if separate_instances else 0.0
+    """GiB per GPU this drafter's weights take (none for n-gram), plus with separate instances the
+    target's under it (what `choice.drafters.*.memory_gib` reports; the set's total is _set_memory)."""
+    draft = gpu_weight_bytes(tuning.cost.draft) if tuning.cost.draft is not None and tuning.mode != "ngram" else 0.0
+    target = gpu_weight_bytes(tuning.cost.target) if separate_instances else 0.0
     return (draft + target) / GIB
 
 
@@ -145,7 +165,7 @@ def _set_memory(tunings: dict[str, Tuning], served: tuple[str, ...], separate: b
         return sum(drafter_memory(tunings[n], False) for n in served)
     instances = _instances(tunings, served)
     weights = sum(drafter_memory(tunings[n], False) for n in instances if n is not None)
-    return weights + (len(instances) - 1) * next(iter(tunings.values())).cost.target.weight_bytes_total / GIB
+    return weights + (len(instances) - 1) * gpu_weight_bytes(next(iter(tunings.values())).cost.target) / GIB
 
 
 def _general_head(tunings: dict[str, Tuning]) -> str | None:

@@ -106,6 +106,12 @@ class ModelShape(BaseModel):
     weight_bytes: float = Field(description="bytes per weight of the quantized linear layers")
     lm_head_bytes: float = Field(description="bytes per lm_head weight")
     kv_bytes: float = Field(description="bytes per cached K or V element")
+    dtype_bytes: float | None = Field(None, description="bytes per model-dtype element (embedding, norms); None "
+                                      "(a shape written without it): lm_head_bytes")
+    attn_bias: bool = False
+    qk_norm: bool = False
+    parallel_embedding: bool = Field(False, description="the embedding is split over tp (use_parallel_embedding)")
+    own_embedding: bool = Field(True, description="holds its own embedding (an EAGLE-3 head uses the target's)")
     attention_window: int | None = Field(None, description="sliding window every layer attends over (DecoderSpec."
                                          "sliding_window): a query reads at most this many cached positions; "
                                          "None: the whole context")
@@ -130,10 +136,6 @@ class ModelShape(BaseModel):
     @property
     def lm_head_params(self) -> int:
         return self.vocab_size * self.hidden_size
-
-    @property
-    def weight_bytes_total(self) -> float:
-        return self.linear_params * self.weight_bytes + self.lm_head_params * self.lm_head_bytes
 
     @property
     def kv_heads_per_rank(self) -> int:
@@ -161,8 +163,9 @@ def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> Mod
     return ModelShape(name=name, role=role, num_layers=spec.num_layers, hidden_size=spec.hidden_size,
                       num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads, head_size=spec.head_size,
                       intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
-                      extra_linear_params=extra, fc_params=extra, tp=tp,
-                      attention_window=spec.sliding_window, **qb)
+                      extra_linear_params=extra, fc_params=extra, tp=tp, attention_window=spec.sliding_window,
+                      dtype_bytes=trtllm.DTYPE_BYTES[config.get("dtype", "float16")], attn_bias=spec.attn_bias,
+                      qk_norm=spec.qk_norm, parallel_embedding=bool(config.get("use_parallel_embedding")), **qb)
 
 
 def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> ModelShape:
@@ -178,7 +181,7 @@ def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> Model
     H = spec.hidden_size
     extra = len(head.aux_layers) * H * H + H * (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_size
     return shape.model_copy(update={"extra_linear_params": extra, "fc_params": len(head.aux_layers) * H * H,
-                                    "fc_first_level_only": True})
+                                    "fc_first_level_only": True, "own_embedding": False})
 
 
 def shapes_from_checkpoint(ckpt_dir: Path, role: str = "target") -> dict[str, ModelShape]:

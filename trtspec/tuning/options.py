@@ -116,7 +116,10 @@ class TuneOptions(StageOptions):
     context_tokens: Optional[int] = Field(None, ge=0, description="KV length for step times (default: mean prompt "
                                                                   "+ half the output).")
     memory_budget_gib: Optional[float] = Field(None, ge=0, description="Several drafters offered: GPU memory (GiB) "
-                                               "the served drafters may add beyond one target (default: no limit).")
+                                               "per GPU the served drafters' weights may add beyond one target "
+                                               "instance (what each GPU of its tp group holds: a draft model's or "
+                                               "head's shard, with separate instances the target's again; "
+                                               "default: no limit).")
     separate_instances: bool = Field(False, description="Several drafters offered: each is its own model instance "
                                      "holding the target again (the llmapi flavor; a recipe sets it from triton).")
     calibrate: Optional[Path] = Field(None, description="results.json of `trtspec perf --sweep` on the deployment: "

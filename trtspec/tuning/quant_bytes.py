@@ -1,9 +1,11 @@
 """Bytes per weight, per lm_head weight and per KV element, and the GEMM dtype, of a TRT-LLM
 checkpoint's `quantization` block: what the step-time model (trtspec.tuning.cost) reads per network.
 
-Quantization (trtllm.md §3): bytes per linear weight fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8
-SmoothQuant, W8A16) 1, INT4 (W4A16, AWQ/GPTQ) 0.5 + one model-dtype scale per `group_size`
-weights; the GEMMs run in FP8 (FP8, W4A8_AWQ), INT8 (W8A8_SQ_*) or the model dtype (weight-only).
+Quantization (trtllm.md §3): bytes per linear weight as builders.memory.weight_bits counts them
+(fp32 4, fp16/bf16 2, FP8 / INT8 (W8A8 SmoothQuant, W8A16) 1, per-channel INT4 (W4A16) 0.5, the
+group-wise formats (W4A16_AWQ, W4A16_GPTQ, W4A8_AWQ, W8A16_GPTQ) plus one model-dtype scale, and
+with has_zero_point one zero, per `group_size` weights); the GEMMs run in FP8 (FP8, W4A8_AWQ),
+INT8 (W8A8_SQ_*) or the model dtype (weight-only).
 `lm_head` stays in the model dtype unless `exclude_modules` is an explicit list that does not
 match it (TRT-LLM's default excludes `*lm_head`). KV cache: 1 byte with kv_cache_quant_algo FP8
 or INT8, else the model dtype.
@@ -11,6 +13,7 @@ or INT8, else the model dtype.
 
 from __future__ import annotations
 
+from ..builders.memory import weight_bits
 from ..checkpoints.scheme import QuantScheme
 from ..errors import TrtspecError
 from ..upstream import trtllm
@@ -25,22 +28,14 @@ def quant_bytes(quant: dict | None, dtype: str, lm_head_name: str, where: str) -
     q = QuantScheme.from_block(quant, where)
     algo, kv = q.quant_algo, q.kv_cache_quant_algo
     base, compute = trtllm.DTYPE_BYTES[dtype], DTYPE_COMPUTE[dtype]
-    group = q.group_size
-    if algo in (None, "NO_QUANT"):
-        wb = base
-    elif algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_BLOCK_SCALES"):
-        wb, compute = 1.0, "fp8"
+    if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_BLOCK_SCALES", "W4A8_AWQ"):
+        compute = "fp8"
     elif str(algo).startswith(trtllm.SMOOTHQUANT_PREFIX):
-        wb, compute = 1.0, "int8"
-    elif algo in ("W8A16", "W8A16_GPTQ"):
-        wb = 1.0
-    elif algo in ("W4A16", "W4A16_AWQ", "W4A16_GPTQ"):
-        wb = 0.5 + base / group
-    elif algo == "W4A8_AWQ":
-        wb, compute = 0.5 + base / group, "fp8"
-    else:
+        compute = "int8"
+    elif algo not in (None, "NO_QUANT", "W8A16", "W8A16_GPTQ", "W4A16", "W4A16_AWQ", "W4A16_GPTQ"):
         raise TrtspecError(f"{where}: quantization.quant_algo {algo!r} has no H100/H200 cost model (expected "
                            "null, FP8, W8A8_SQ_*, W8A16, W4A16, W4A16_AWQ, W4A16_GPTQ or W4A8_AWQ)")
+    wb = weight_bits(algo, base * 8, q.group_size, bool(q.has_zero_point)) / 8
     lm_quantized = algo != "NO_QUANT" and q.quantizes(lm_head_name)
     if kv in (None, "NO_QUANT"):
         kvb = base

@@ -76,8 +76,8 @@ def llama31_8b_shapes() -> dict:
     """Shapes of Llama-3.1-8B-Instruct (FP8 weights and KV, bf16 lm_head), a Llama-3.2-1B draft
     (same quantization) and an EAGLE-1 head for it (1 bf16 layer, fc 2H -> H, bf16 lm_head), as the
     cost model sees them: a realistic deployment for examples and tests, without checkpoints."""
-    fp8 = dict(weight_bytes=1.0, lm_head_bytes=2.0, kv_bytes=1.0, compute_dtype="fp8", quant_algo="FP8",
-               kv_cache_quant_algo="FP8")
+    fp8 = dict(weight_bytes=1.0, lm_head_bytes=2.0, kv_bytes=1.0, dtype_bytes=2.0, compute_dtype="fp8",
+               quant_algo="FP8", kv_cache_quant_algo="FP8")
     llama = dict(num_heads=32, num_kv_heads=8, vocab_size=128256)
     return {
         "target": ModelShape(name="Llama-3.1-8B-Instruct", role="target", num_layers=32, hidden_size=4096,
@@ -86,7 +86,8 @@ def llama31_8b_shapes() -> dict:
                             head_size=64, intermediate_size=8192, **llama, **fp8),
         "eagle": ModelShape(name="EAGLE-LLaMA3.1-Instruct-8B", role="eagle", num_layers=1, hidden_size=4096,
                             head_size=128, intermediate_size=14336, extra_linear_params=2 * 4096 * 4096,
-                            weight_bytes=2.0, lm_head_bytes=2.0, kv_bytes=2.0, compute_dtype="bf16", **llama),
+                            weight_bytes=2.0, lm_head_bytes=2.0, kv_bytes=2.0, dtype_bytes=2.0, compute_dtype="bf16",
+                            **llama),
     }
 
 
