@@ -407,7 +407,7 @@ def test_serve_prints_the_container_command(w, trt_dt):
     res = CliRunner().invoke(app, [str(trt_dt), "--grpc-port", "9001"])
     assert res.exit_code == 0, res.output
     cmd = res.output.strip()
-    assert cmd.startswith("docker run --rm --gpus all") and "-e TRTLLM_ORCHESTRATOR=1" in cmd
+    assert cmd.startswith("""docker run --rm --gpus '"device=0"'""") and "-e TRTLLM_ORCHESTRATOR=1" in cmd
     assert f"-v {trt_dt}:{trt_dt}" in cmd and f"-v {w['dt_build'] / 'engines' / 'target'}:" in cmd
     assert "mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver" in cmd and " : " not in cmd
     assert f"--model-repository={trt_dt}" in cmd and "--grpc-address=127.0.0.1 --grpc-port=9001" in cmd
@@ -475,11 +475,11 @@ def test_llmapi_repository(w):
     (bad / "tensorrt_llm_k3" / "1" / "model.yaml").write_text(text.replace("max_draft_len: 3", "max_draft_len: 4"))
     assert any("speculative_config.max_draft_len 4 but the routing sends num_draft_tokens 3" in p
                for p in check_repository(bad))
-    # serve: no MPI (PyTorch backend, TP 1); --exec wants TensorRT-LLM's model.py in place first
+    # serve: one tritonserver under mpirun -n 1 (test_container.py); --exec wants TensorRT-LLM's model.py first
     app = typer.Typer()
     app.command()(serve_command)
     res = CliRunner().invoke(app, [str(repo)])
-    assert res.exit_code == 0 and "mpirun" not in res.output and "--model-repository=" in res.output
+    assert res.exit_code == 0 and "mpirun --allow-run-as-root -n 1 " in res.output and "--model-repository=" in res.output
     res = CliRunner().invoke(app, [str(repo), "--exec"])
     assert isinstance(res.exception, TrtspecError) and "tensorrt_llm_k0/1/model.py: missing" in str(res.exception)
     converted = fake_ckpt(w["root"] / "converted", LLAMA)  # a trtspec checkpoint names its HF source

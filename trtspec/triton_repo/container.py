@@ -1,9 +1,11 @@
 """`trtspec serve REPO` for the trtllm / llmapi flavors: the container launch command for the H100
-host (printed, or run with --exec), with the MPI world size the repository needs (trtspec-repo.json
-"launch"): one TensorRT-LLM model = leader mode, one tritonserver per rank of the engine (world size
-= TP x PP, ranks > 0 load only the TensorRT-LLM model); several (draft + target, or EAGLE profiles)
-= orchestrator mode (TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor
-workers). The cpu flavor's server is serve.py.
+host (printed, or run with --exec), as upstream's launch_triton_server.py builds it (upstream.triton
+MPIRUN), with the MPI world size the repository needs (trtspec-repo.json "launch"): one TensorRT-LLM
+model = leader mode, one tritonserver per rank of the engine (world size = TP x PP, ranks > 0 load
+only the TensorRT-LLM model); several (draft + target, or EAGLE profiles) = orchestrator mode
+(TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor workers, the container sees
+only the engine's GPUs); llmapi = one tritonserver under `mpirun -n 1`, each LLM spawning its own
+workers (upstream.triton LLMAPI_WORLD_SIZE). The cpu flavor's server is serve.py.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import subprocess
 from pathlib import Path
 
 from ..errors import TrtspecError
-from ..upstream.triton import (CONTAINER_TRITONSERVER, LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES, ORCHESTRATOR_CUDA_POOL_FLAG,
-                               ORCHESTRATOR_ENV, ORCHESTRATOR_SERVER_FLAGS, PYTHON_SHM_PREFIX)
+from ..upstream.triton import (CONTAINER_TRITONSERVER, LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES, LLMAPI_WORLD_SIZE, MPIRUN,
+                               ORCHESTRATOR_CUDA_POOL_FLAG, ORCHESTRATOR_ENV, ORCHESTRATOR_SERVER_FLAGS,
+                               PYTHON_SHM_PREFIX)
 from .serve import DEFAULT_PORTS, HOST, signal_group
 
 
@@ -27,20 +30,19 @@ def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], 
     server = [CONTAINER_TRITONSERVER, f"--model-repository={repo}",
               f"--http-address={HOST}", f"--http-port={p['http']}", f"--grpc-address={HOST}", f"--grpc-port={p['grpc']}",
               f"--metrics-address={HOST}", f"--metrics-port={p['metrics']}", "--disable-auto-complete-config"]
-    docker = ["docker", "run", "--rm", "--gpus", "all", "--net", "host", "--ipc", "host",
+    gpus = range(int(launch.get("engine_world_size", 1)))
+    docker = ["docker", "run", "--rm", "--gpus", _gpus(gpus) if launch.get("orchestrator") else "all",
+              "--net", "host", "--ipc", "host",
               "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "-v", f"{repo}:{repo}"]
     for m in launch.get("mounts", []):
         docker += ["-v", f"{m}:{m}:ro"]
     if launch.get("orchestrator"):  # as upstream's launcher does it (upstream.triton ORCHESTRATOR_*)
         for k, v in ORCHESTRATOR_ENV.items():
             docker += ["-e", f"{k}={v}"]
-        server += [*ORCHESTRATOR_SERVER_FLAGS, *(ORCHESTRATOR_CUDA_POOL_FLAG.format(gpu=g)
-                                                  for g in range(int(launch.get("engine_world_size", 1))))]
+        server += [*ORCHESTRATOR_SERVER_FLAGS, *(ORCHESTRATOR_CUDA_POOL_FLAG.format(gpu=g) for g in gpus)]
     docker.append(image or launch["container"])
-    if manifest.get("flavor") == "llmapi":
-        return docker + server
-    world = int(launch.get("world_size", 1))
-    cmd = ["mpirun", "--allow-run-as-root"]
+    world = LLMAPI_WORLD_SIZE if manifest.get("flavor") == "llmapi" else int(launch.get("world_size", 1))
+    cmd = list(MPIRUN)
     for rank in range(world):
         if rank:
             cmd.append(":")
@@ -49,6 +51,12 @@ def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], 
             cmd.append("--model-control-mode=explicit")
             cmd += [f"--load-model={m}" for m in launch["trtllm_models"]]
     return docker + cmd
+
+
+def _gpus(gpus) -> str:
+    """docker's --gpus value for these GPUs: the quotes are part of it (docker splits the value on
+    commas, so an unquoted device=0,1 would expose GPU 0 only)."""
+    return '"device=' + ",".join(str(g) for g in gpus) + '"'
 
 
 def check_llmapi_model_py(repo: Path, manifest: dict) -> None:

@@ -50,7 +50,15 @@ not generated here): {model_files} of `{model_dir}` from the TensorRT-LLM {trtll
 
 ```bash
 {command}
-```""",
+```
+
+MPI world size: 1, as TensorRT-LLM's `launch_triton_server.py` starts the LLM-API model by default: one
+tritonserver under `mpirun -n 1`, each `tensorrt_llm_k*` model an `LLM` that spawns its own workers. The
+`model.yaml` files say `tensor_parallel_size: 1`; one edited to more still launches this way (its `LLM`
+spawns one worker per rank). Multi-node serving (`trtllm-llmapi-launch` under `srun`) hands one MPI
+world to a single model, which a repository of several models cannot share.
+The server binds 127.0.0.1 only; put a proxy in front of it (or change the `--*-address` flags)
+to expose it.""",
 }
 
 MODEL_TEXT = {
@@ -85,10 +93,13 @@ def render_readme(manifest: dict, tuning, repo_path: Path) -> str:
     else:
         cmd = shell_join(container_command(Path(repo_path), manifest, DEFAULT_PORTS))
         if launch.get("orchestrator"):
+            n = launch["engine_world_size"]
             world_text = (f"1 (orchestrator mode, `TRTLLM_ORCHESTRATOR=1`): this repository has "
                           f"{len(launch['trtllm_models'])} TensorRT-LLM models, so one tritonserver runs and the backend "
-                          f"spawns each model's executor workers (engine world size {launch['engine_world_size']}, "
-                          "GPUs named by `gpu_device_ids`).")
+                          "spawns each model's executor workers on the GPUs its `gpu_device_ids` names, one per rank "
+                          "of its engine, from GPU 0 (a TP-1 draft shares GPU 0 with the target). The container "
+                          f"sees only {'GPU 0' if n == 1 else f'GPUs 0-{n - 1}'} (the largest engine's TP x PP), each "
+                          "with a zero CUDA memory pool, as `launch_triton_server.py --multi-model` gives every GPU.")
         else:
             world_text = (f"{launch['world_size']} (leader mode): one tritonserver per rank of the engine "
                           "(TP x PP); ranks > 0 load only the TensorRT-LLM model.")

@@ -207,11 +207,11 @@ class _Builder:
             limit = target.max_draft_len if self.flavor == "trtllm" else max_k
             if self.flavor == "trtllm":
                 self.memory = self._memory([(c.TENSORRT_LLM, target), (c.TENSORRT_LLM_DRAFT, draft)], shared=True)
-                gpus = self._gpu_ids(target, orchestrator=True)
                 for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
-                    params = r.tensorrtllm_parameters(
+                    params = r.tensorrtllm_parameters(  # each engine names its own GPUs (_gpu_ids)
                         engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(name), kv_reuse=True,
-                        decoding_mode="", eagle_choices=None, gpu_device_ids=gpus, attention_window=attention_window(art))
+                        decoding_mode="", eagle_choices=None, gpu_device_ids=self._gpu_ids(art, orchestrator=True),
+                        attention_window=attention_window(art))
                     files.append(r.tensorrtllm_model(name, B, art.dtype, params,
                                                      f"{what} engine ({art.speculative_mode or 'plain'}, "
                                                      f"max_draft_len {art.max_draft_len})"))
@@ -323,7 +323,8 @@ class _Builder:
 
     def _gpu_ids(self, art: Artifact, orchestrator: bool) -> str:
         """Leader mode (one TensorRT-LLM model): each MPI rank uses its own GPU, leave it unset.
-        Orchestrator mode (several models, spawned workers): name the GPUs of the engine's ranks."""
+        Orchestrator mode (several models, spawned workers): one GPU per rank of this engine, from 0 (the
+        executor refuses another count, upstream.triton): a TP-1 draft shares GPU 0 with the target."""
         return ",".join(str(i) for i in range(art.world_size)) if orchestrator else ""
 
     def _memory(self, placements, shared: bool):

@@ -315,17 +315,32 @@ LLMAPI_KV_CACHE_FIELDS = (
     "use_uvm", "max_gpu_total_bytes", "dtype", "mamba_ssm_cache_dtype", "tokens_per_block")
 
 # ---- launching (reference §6.2) -----------------------------------------------------------------
-# `scripts/launch_triton_server.py` leader mode: one tritonserver per MPI rank (world size = TP x PP of
-# the engine); ranks != 0 load only the TensorRT-LLM models. Orchestrator mode (TRTLLM_ORCHESTRATOR=1)
-# is needed to serve several TensorRT-LLM models from one server (draft + target, or several EAGLE
-# profiles): one tritonserver, world size 1, the backend spawns its executor workers.
+# `scripts/launch_triton_server.py` get_cmd (NVIDIA/TensorRT-LLM triton_backend/scripts/, read @0a2e2c1f;
+# tensorrtllm_backend 0b9d7d5 pins TENSORRTLLM_VER=1.2.1 and points its docs at this script): unless
+# --no-mpi, `mpirun --allow-run-as-root` and per rank `-n 1 tritonserver ...
+# --backend-config=python,shm-region-prefix-name=prefix<rank>_` (ranks joined by `:`). Leader mode: one
+# rank per GPU of the engine (world size = TP x PP); ranks != 0 load only the TensorRT-LLM models.
+# Orchestrator mode (TRTLLM_ORCHESTRATOR=1) is needed to serve several TensorRT-LLM models from one
+# server (draft + target, or several EAGLE profiles): one tritonserver, world size 1, the backend spawns
+# its executor workers.
+MPIRUN = ("mpirun", "--allow-run-as-root")
 ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
 # What launch_triton_server.py --multi-model adds for orchestrator mode on Triton newer than 24.06
-# (triton_backend/scripts/launch_triton_server.py add_multi_model_config, read @0a2e2c1f): no pinned
-# pool, no peer access, and a zero CUDA memory pool on each GPU (`--cuda-memory-pool-byte-size=<gpu>:0`),
-# so the spawned executor processes, not tritonserver, hold the device memory. Upstream zeroes the
-# pool on every GPU nvidia-smi lists; trtspec's command zeroes the engine's GPUs (the others keep
-# tritonserver's small default pool, which no TensorRT-LLM model uses).
+# (add_multi_model_config, @0a2e2c1f): no pinned pool, no peer access, and a zero CUDA memory pool
+# (`--cuda-memory-pool-byte-size=<gpu>:0`) on every GPU `nvidia-smi --list-gpus` lists, so the spawned
+# executor processes, not tritonserver, hold the device memory. trtspec's container sees only the
+# engine's GPUs (`docker --gpus device=...`), so zeroing those is zeroing every GPU, as upstream does.
 ORCHESTRATOR_SERVER_FLAGS = ("--pinned-memory-pool-byte-size=0", "--enable-peer-access=false")
 ORCHESTRATOR_CUDA_POOL_FLAG = "--cuda-memory-pool-byte-size={gpu}:0"
+# A TensorRT-LLM model's `gpu_device_ids` (one instance) names exactly TP x PP x CP GPUs: the backend
+# always passes num_nodes (default 1; model_instance_state.cc getParallelConfigFromParams @c8c6df08),
+# and the executor then requires len(deviceIds) x num_nodes == tp x pp x cp (executorImpl.cpp
+# initializeWorkers @b35ac1b6, 1.2.0rc2), so a TP-1 draft given the TP-2 target's "0,1" fails to load.
 PYTHON_SHM_PREFIX = "prefix{rank}_"
+# The LLM-API model (tensorrtllm_backend docs/llmapi.md @0b9d7d5, the 1.2.1 pairing): launched with the
+# script's defaults, i.e. `mpirun --allow-run-as-root -n 1 tritonserver ...` (world size 1), whatever
+# model.yaml's tensor_parallel_size: the LLM spawns its own TP/PP workers. model.py (@b35ac1b6,
+# 1.2.0rc2) hands COMM_WORLD to the LLM when the MPI world is larger than 1 (`trtllm-llmapi-launch` under
+# srun, the docs' multi-node path), with ranks > 0 parked in that model's initialize, which one
+# repository of several LLM models cannot share; `--no-mpi` is the docs' multi-instance (count > 1) path.
+LLMAPI_WORLD_SIZE = 1
