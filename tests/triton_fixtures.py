@@ -224,6 +224,19 @@ def cpu_repository(d: Path, mode: str, ckpt: Path, choices: dict, bands=(1, 16))
     return d / "repo", tuning
 
 
+def serve_this_trtspec(repo: Path) -> Path:
+    """Link the trtspec under test into each model version directory of `repo`, so that a live
+    server runs it: the python backend's stub runs Python isolated (PYTHONPATH is ignored) and finds
+    trtspec through the venv's editable install, another checkout's in a git worktree; the version
+    directory is on the stub's sys.path, searched before that install's finder."""
+    import trtspec
+
+    src = Path(trtspec.__file__).resolve().parent
+    for version in repo.glob("*/1"):
+        (version / "trtspec").symlink_to(src, target_is_directory=True)
+    return repo
+
+
 def smollm2_pair_and_short_prompts(smollm2_hf: Path, d: Path, draft_layers: int, per_set: int):
     """SmolLM2 with a `draft_layers`-layer truncated draft, as a pair, loaded; and the `per_set`
     shortest rendered prompts of mt-bench and humaneval as (id, ids) (on a CPU the prefill dominates

@@ -135,8 +135,9 @@ def bounded(fn, what: str, timeout: float = WAIT_S):
 
 
 def request(url: str, text: str, workload: str | None = None, stream: bool = True, max_tokens: int = MAX_TOKENS,
-            model: str = "generate", extra: dict | None = None):
-    """One streaming call; returns (pieces, last response as {output: array}) or raises the error."""
+            model: str = "generate", extra: dict | None = None, arrays: dict | None = None):
+    """One streaming call; returns (pieces, last response as {output: array}) or raises the error.
+    extra: {name: (scalar or list, Triton dtype)}; arrays: {name: int32 array}, batch dimension first."""
     c = grpcclient.InferenceServerClient(url)
     q: queue.Queue = queue.Queue()
     c.start_stream(callback=lambda result, error: q.put((result, error)))
@@ -146,8 +147,8 @@ def request(url: str, text: str, workload: str | None = None, stream: bool = Tru
         arr = np.array([value] if np.ndim(value) else [[value]],
                        dtype={"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32,
                               "UINT64": np.uint64}[dtype])
-        if dtype == "BYTES":
-            arr = np.array([[value.encode()]], dtype=object)
+        if dtype == "BYTES":  # one string, or a list of them (stop_words, bad_words)
+            arr = np.array([[v.encode() for v in value] if isinstance(value, list) else [value.encode()]], dtype=object)
         x.set_data_from_numpy(arr)
         return x
 
@@ -160,6 +161,9 @@ def request(url: str, text: str, workload: str | None = None, stream: bool = Tru
         inputs = []
     for name, (value, dtype) in (extra or {}).items():
         inputs.append(inp(name, value, dtype))
+    for name, arr in (arrays or {}).items():
+        inputs.append(grpcclient.InferInput(name, list(arr.shape), "INT32"))
+        inputs[-1].set_data_from_numpy(arr.astype(np.int32))
     c.async_stream_infer(model, inputs, enable_empty_final_response=True)
     pieces, last = [], None
     try:

@@ -27,11 +27,26 @@ V = 12
 DRAFT_TOKENS = [3, 5, 7, 9]
 
 
+def executor_stop(ids: list[int], tokens: list[int], stop_words_list) -> list[int]:
+    """The executor's stop words on one answer: cut after the first token that completes a word,
+    matched against input + output (stop_words_list [1, 2, N]: ids, then end offsets padded -1)."""
+    if stop_words_list is None:
+        return tokens
+    flat, ends = stop_words_list[0].tolist()
+    ends = [e for e in ends if e >= 0]
+    words = [flat[a:b] for a, b in zip([0] + ends, ends)]
+    for i in range(len(tokens)):
+        seq = ids + tokens[:i + 1]
+        if any(seq[-len(w):] == w for w in words):
+            return tokens[:i + 1]
+    return tokens
+
+
 def fake_engines(calls: list, logits: np.ndarray):
     """pb_utils whose InferenceRequest.exec answers as the two engines: the draft returns the first
     request_output_len of DRAFT_TOKENS (+ their generation logits when asked), the target accepts
     one draft token and adds token 1, then decodes token 1 on to request_output_len, as the
-    executor does (token 1 alone without drafts)."""
+    executor does (token 1 alone without drafts), and ends early on a stop word (executor_stop)."""
     pb = types.ModuleType("triton_python_backend_utils")
     pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 
@@ -57,6 +72,8 @@ def fake_engines(calls: list, logits: np.ndarray):
             else:
                 draft = self.inputs.get("draft_input_ids")
                 tokens = (([int(draft.reshape(-1)[0])] if draft is not None else []) + [1] * n)[:n]
+                tokens = executor_stop(self.inputs["input_ids"].reshape(-1).tolist(), tokens,
+                                       self.inputs.get("stop_words_list"))
                 out = {"output_ids": np.array([[tokens]], np.int32),
                        "sequence_length": np.array([[len(tokens)]], np.int32)}
             return iter([Resp(out)])
@@ -87,11 +104,12 @@ def spec(monkeypatch):
         sys.modules.pop(name, None)
 
 
-def run_rounds(mod, draft_logits: bool, inputs: dict, k: int = 2, n: int = 5):
+def run_rounds(mod, draft_logits: bool, inputs: dict, k: int = 2, n: int = 5, arrays: dict | None = None):
+    """_bls on prompt [11, 4] with scalar `inputs` ({name: (value, dtype)}) and whole `arrays`."""
     m = mod.TritonPythonModel.__new__(mod.TritonPythonModel)
     m.target_model, m.draft_model, m.draft_logits = "tensorrt_llm", "tensorrt_llm_draft", draft_logits
     req = Request()
-    req.inputs = {name: np.array([[v]], dtype) for name, (v, dtype) in inputs.items()}
+    req.inputs = {**{name: np.array([[v]], dtype) for name, (v, dtype) in inputs.items()}, **(arrays or {})}
     stats = mod.__dict__["Acceptance"]()
     return [t for piece in m._bls(req, [11, 4], n, k, None, stats) for t in piece], stats
 
@@ -201,3 +219,92 @@ def test_a_target_answer_short_of_its_length_ends_the_request(spec, monkeypatch)
         tokens, stats = run_rounds(mod, False, inputs)
         assert tokens == [3] and [m for m, _ in calls] == ["tensorrt_llm_draft", "tensorrt_llm"]
         assert (stats.steps, stats.accepted, stats.drafted) == (1, 1, 2)
+
+
+# ---- stopping rules: min_tokens, stop_words_list, bad_words_list on the BLS rounds -----------------
+# Oracle: upstream's tensorrt_llm model (trtspec.upstream.triton.TENSORRT_LLM_INPUTS): the lists are
+# [batch, 2, N] int32 (ids, then cumulative end offsets padded with -1), min_tokens a [batch, 1] int32
+# that counts the executor request's own generated tokens, which a round's request starts at 0.
+STOP_NEVER = np.array([[[8], [1]]], np.int32)  # token 8 is never produced by the fake engines
+BAD = np.array([[[5, 6, 7], [1, 3, -1]]], np.int32)  # (5,) and (6, 7)
+NUMPY = {"TYPE_INT32": np.int32, "TYPE_FP32": np.float32, "TYPE_BOOL": np.bool_, "TYPE_UINT64": np.uint64}
+
+
+def stop_list(*words) -> dict:
+    flat = [t for w in words for t in w]
+    ends = [int(e) for e in np.cumsum([len(w) for w in words])]
+    return {"stop_words_list": np.array([[flat, ends + [-1] * (len(flat) - len(ends))]], np.int32)}
+
+
+def assert_upstream_request(inputs: dict):
+    """Every tensor is an input of upstream's tensorrt_llm, with its dtype and [batch, *dims] shape."""
+    from trtspec.upstream.triton import TENSORRT_LLM_INPUTS
+
+    declared = {t.name: t for t in TENSORRT_LLM_INPUTS}
+    for name, value in inputs.items():
+        t = declared[name]
+        assert value.ndim == len(t.dims) + 1 and value.shape[0] == 1, name
+        assert all(d == -1 or d == s for d, s in zip(t.dims, value.shape[1:])), name
+        if not t.data_type.startswith("$"):  # draft_logits: the engine's logits dtype
+            assert value.dtype == NUMPY[t.data_type], name
+
+
+@pytest.mark.parametrize("draft_logits", [False, True])
+def test_min_tokens_goes_to_each_target_round_less_what_was_emitted(spec, draft_logits):
+    mod, calls, _ = spec
+    for min_tokens, per_round in ((4, [4, 1]), (3, [3, None]), (0, [None, None])):
+        calls.clear()
+        tokens, _ = run_rounds(mod, draft_logits, {**sampled_inputs(), "min_tokens": (min_tokens, np.int32)})
+        assert tokens == [3, 1, 1, 3, 1]  # rounds of 3 then 2 tokens
+        targets = [i for m, i in calls if m == "tensorrt_llm"]
+        assert [i["min_tokens"].tolist() if "min_tokens" in i else None for i in targets] \
+            == [None if v is None else [[v]] for v in per_round]
+        assert not any("min_tokens" in i for m, i in calls if m == "tensorrt_llm_draft")
+        for _, inputs in calls:
+            assert_upstream_request(inputs)
+
+
+@pytest.mark.parametrize("draft_logits", [False, True])
+def test_word_lists_go_to_every_target_round_and_never_to_the_draft(spec, draft_logits):
+    """A draft engine with bad words would sample from a masked distribution that its generation
+    logits (draft_logits' q) do not show; a stop word there only shortens a draft. The target's
+    rules decide what is emitted."""
+    mod, calls, _ = spec
+    arrays = {"stop_words_list": STOP_NEVER, "bad_words_list": BAD}
+    tokens, _ = run_rounds(mod, draft_logits, sampled_inputs(), arrays=arrays)
+    assert tokens == [3, 1, 1, 3, 1]
+    targets = [i for m, i in calls if m == "tensorrt_llm"]
+    drafts = [i for m, i in calls if m == "tensorrt_llm_draft"]
+    assert len(targets) == len(drafts) == 2
+    for inputs in targets:
+        assert inputs["stop_words_list"].tolist() == STOP_NEVER.tolist()
+        assert inputs["bad_words_list"].tolist() == BAD.tolist()
+    for inputs in drafts:
+        assert "stop_words_list" not in inputs and "bad_words_list" not in inputs
+    for _, inputs in calls:
+        assert_upstream_request(inputs)
+
+
+def test_plain_decoding_sends_the_rules_once(spec):
+    mod, calls, _ = spec
+    arrays = {"stop_words_list": STOP_NEVER, "bad_words_list": BAD}
+    tokens, _ = run_rounds(mod, False, {"min_tokens": (3, np.int32)}, k=0, arrays=arrays)
+    assert tokens == [1] * 5 and [m for m, _ in calls] == ["tensorrt_llm"]
+    inputs = calls[0][1]
+    assert inputs["min_tokens"].tolist() == [[3]] and inputs["stop_words_list"].tolist() == STOP_NEVER.tolist()
+    assert inputs["bad_words_list"].tolist() == BAD.tolist()
+    assert_upstream_request(inputs)
+
+
+@pytest.mark.parametrize("words, want, rounds", [
+    (((1, 1),), [3, 1, 1], 1),  # completed by a round's last token: the executor's answer is full length
+    (((3, 1),), [3, 1], 1),  # inside a round: the executor ends short
+    (((4, 3),), [3], 1),  # matched with the prompt's last token
+    (((1, 3), (9, 9)), [3, 1, 1, 3], 2),  # across two rounds (the second round's input holds the first)
+    (((8,),), [3, 1, 1, 3, 1], 2),  # never produced: the request runs to its length
+])
+def test_a_stop_word_ends_the_request_where_the_executor_ends_it(spec, words, want, rounds):
+    mod, calls, _ = spec
+    tokens, _ = run_rounds(mod, False, {}, arrays=stop_list(*words))
+    assert tokens == want
+    assert [m for m, _ in calls] == ["tensorrt_llm_draft", "tensorrt_llm"] * rounds

@@ -2,9 +2,10 @@
 
 A loop hands each request the tokens one target step produced (1 for greedy, accepted + 1 for
 speculative steps); `emit` cuts them at max_new_tokens or at the first eos, which is the only
-place output is truncated. The loop records a step's metrics after that cut: what it emitted
-(stats.py, counted_step). An eos cannot come before min_tokens: the loop masks the eos logits
-there first (`eos_masked`, decode.py).
+place output is truncated. It also ends a request on the token that completes a stop sequence
+(words.py). The loop records a step's metrics after that cut: what it emitted (stats.py,
+counted_step). An eos cannot come before min_tokens: the loop masks the eos logits there first
+(`eos_masked`, decode.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ..errors import TrtspecError
 from .stats import GenerationResult, RequestStats
+from .words import NO_WORDS, Words, ends_with_stop
 
 
 @dataclass
@@ -24,6 +26,7 @@ class Request:
     eos_ids: frozenset[int] = frozenset()
     seed: int = 0  # keys the request's random draws when it is sampled (runtime/sampling.py)
     min_tokens: int = 0  # no eos before this many output tokens (TensorRT-LLM's min_tokens)
+    words: Words = NO_WORDS  # stop and bad token sequences (words.py)
     output: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     stats: RequestStats = field(default_factory=RequestStats)
@@ -50,6 +53,9 @@ class Request:
             if int(t) in self.eos_ids:
                 self.finish_reason = "eos"
                 return
+            if self.words.stop and ends_with_stop(self.tokens, self.words.stop):
+                self.finish_reason = "stop"
+                return
         if len(self.output) >= self.max_new_tokens:
             self.finish_reason = "length"
 
@@ -58,7 +64,8 @@ class Request:
 
 
 def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_size: int,
-                  max_positions: int = 0, seed: int = 0, min_tokens: int = 0) -> list[Request]:
+                  max_positions: int = 0, seed: int = 0, min_tokens: int = 0,
+                  words: Words = NO_WORDS) -> list[Request]:
     """Check the prompts (clear errors, not an index error inside torch) and wrap them. Request i
     gets the seed `seed + i`: a batch's rows draw independently, and a batch of one is seeded `seed`."""
     if max_new_tokens < 1:
@@ -74,7 +81,7 @@ def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_
         if bad:
             raise TrtspecError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
     eos = frozenset(int(e) for e in (eos_ids or ()))
-    return [Request([int(t) for t in p], max_new_tokens, eos, seed + i, int(min_tokens),
+    return [Request([int(t) for t in p], max_new_tokens, eos, seed + i, int(min_tokens), words,
                     stats=RequestStats(max_positions=max_positions))
             for i, p in enumerate(prompts)]
 

@@ -17,7 +17,9 @@ every entry whose output index is below the request's min_tokens (`mask_eos`; Te
 rule per verified position, as its PyTorch sampler applies it; the engine's kernel masks a whole
 verify step that starts below min_tokens: upstream/sampling.py), so no rule can emit an eos there and every rule, greedy or sampled,
 is lossless with respect to that masked target. Draft logits are not masked: a drafted eos at a
-masked position is simply rejected (p = 0 there).
+masked position is simply rejected (p = 0 there). Bad words are masked the same way, per verified
+entry with the context of its own path, and stop words end a request at the token completing one,
+also mid-step (words.py; `words` below).
 
 Plain decoding is the same loop without a proposer (`NoProposer`: the empty tree, one T=1 forward
 per step). Batch generation (`generate`, `generate_batch`), acceptance profiling and the cpu-flavor
@@ -58,6 +60,7 @@ from .accept import Key, accept_greedy
 from .speculative import AcceptRule, Acceptance, NoProposer, Proposal, Proposer, empty_proposal
 from .stats import GenerationResult, RequestStats, Step, counted_step
 from .tree import chain
+from .words import NO_WORDS, Words, mask_bad_words
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class RowStep:
     index: int  # the request's position in the batch (prompt order)
     tokens: list[int]  # emitted by this step, after the max_new_tokens / eos cut
     done: bool
-    finish_reason: str | None  # eos | length once done
+    finish_reason: str | None  # eos | stop | length once done
     stats: RequestStats
     step: Step | None  # accepted / offered of a verification; None for the prefill and plain decoding
     logits: torch.Tensor  # [N+1, V] the target logits the accept rule read (after the root, each node)
@@ -106,6 +109,12 @@ def mask_eos(reqs: list[Request], rows: torch.Tensor, proposal: Proposal, logits
     return logits.index_put(index, torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device))
 
 
+def mask_rules(reqs: list[Request], rows: torch.Tensor, proposal: Proposal, logits: torch.Tensor) -> torch.Tensor:
+    """The target's logits as the accept rule must read them: eos masked below min_tokens, bad
+    words banned (words.py)."""
+    return mask_bad_words(reqs, rows, proposal, mask_eos(reqs, rows, proposal, logits))
+
+
 def _keys(reqs: list[Request], rows: torch.Tensor) -> list[Key]:
     """Each row's draw key: its seed and the output position its root's next token takes."""
     return [Key(reqs[b].seed, len(reqs[b].output)) for b in rows.tolist()]
@@ -113,22 +122,24 @@ def _keys(reqs: list[Request], rows: torch.Tensor) -> list[Key]:
 
 def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
            proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
-           batch_invariant: bool = False, seed: int = 0, min_tokens: int = 0) -> Iterator[list[RowStep]]:
+           batch_invariant: bool = False, seed: int = 0, min_tokens: int = 0,
+           words: Words = NO_WORDS) -> Iterator[list[RowStep]]:
     """Yield, per target forward (the prefill first), one RowStep per request still running.
     Finished rows drop out of the batch; their cache rows stay put. batch_invariant: see the
     module docstring. seed: request i draws with seed + i (accept.py, sampling.py). min_tokens:
-    no request ends on an eos before that many output tokens (module docstring)."""
+    no request ends on an eos before that many output tokens (module docstring). words: every
+    request's stop and bad token sequences (words.py)."""
     verify = proposer is not None
     proposer = proposer if verify else NoProposer()
     reqs = make_requests(prompts, max_new_tokens, eos_ids, target.vocab_size, proposer.max_positions, seed,
-                         min_tokens)
+                         min_tokens, words)
     capacity = max(len(p) for p in prompts) + max_new_tokens + proposer.max_block + 1
     cache = target.new_cache(len(reqs), capacity)
     rows = torch.arange(len(reqs))
     logits, hidden, _ = prefill(target, cache, rows, [r.prompt for r in reqs], batch_invariant)
     forward = partial(forward_stepwise, target) if batch_invariant else target.forward
     first = empty_proposal(len(reqs))
-    logits = mask_eos(reqs, rows, first, logits[:, None])
+    logits = mask_rules(reqs, rows, first, logits[:, None])
     yield _emit(reqs, rows, first, logits, accept(first, logits, _keys(reqs, rows)), verify=False)
     proposer.start(reqs, rows, hidden)
     while len(rows := active_rows(reqs)):
@@ -137,7 +148,7 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
         block = torch.cat([to_device(roots, target.device), to_device(proposal.tokens, target.device)], dim=1)
         logits, hidden = forward(block, cache, rows=rows,
                                  pos_offsets=proposal.positions(), block_mask=proposal.block_mask())
-        logits = mask_eos(reqs, rows, proposal, logits)
+        logits = mask_rules(reqs, rows, proposal, logits)
         accepted = accept(proposal, logits, _keys(reqs, rows))
         for b, a in zip(rows.tolist(), accepted):
             cache.commit(b, a.path)
@@ -147,11 +158,13 @@ def decode(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_i
 
 def generate(target: Decoder, prompts: list[list[int]], max_new_tokens: int, eos_ids=None,
              proposer: Proposer | None = None, accept: AcceptRule = accept_greedy,
-             batch_invariant: bool = False, seed: int = 0, min_tokens: int = 0) -> list[GenerationResult]:
+             batch_invariant: bool = False, seed: int = 0, min_tokens: int = 0,
+             words: Words = NO_WORDS) -> list[GenerationResult]:
     """Run `decode` to the end; results in prompt order."""
     outputs: list[list[int]] = [[] for _ in prompts]
     last: dict[int, RowStep] = {}
-    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant, seed, min_tokens):
+    for rows in decode(target, prompts, max_new_tokens, eos_ids, proposer, accept, batch_invariant, seed, min_tokens,
+                       words):
         for row in rows:
             outputs[row.index] += row.tokens
             last[row.index] = row
@@ -168,22 +181,23 @@ def one_request(steps: Iterator[list[RowStep]]) -> Iterator[RowStep]:
 @torch.inference_mode()
 def verify_external(target: Decoder, prompt: list[int], draft: list[int], max_new_tokens: int, eos_ids=(),
                     accept: AcceptRule = accept_greedy, key: Key = Key(0, 0),
-                    draft_logits: torch.Tensor | None = None, min_tokens: int = 0) -> RowStep:
+                    draft_logits: torch.Tensor | None = None, min_tokens: int = 0,
+                    words: Words = NO_WORDS) -> RowStep:
     """A `draft_tokens_external` target step: prompt + draft (a chain) in one causal forward, the
     accept rule on the logits after the last prompt token and after each draft token. The RowStep's
     tokens are the accepted drafts + the target's next token, cut at max_new_tokens and eos; its
     step counts what was emitted (stats.py). key: the request's seed and the output position of the
     token after `prompt` (sampling rules); draft_logits [K, V]: the distribution the draft sampled
     each token from (TensorRT-LLM's `draft_logits`, for rejection sampling). min_tokens: eos masked
-    below that output index, as in `decode`."""
+    below that output index and `words` applied, as in `decode`."""
     if not prompt:  # the first draft token is checked against the logits after the last prompt token
         raise TrtspecError("prompt (input_ids): empty; draft tokens are verified against the logits after its last "
                            "token")
     req = make_requests([prompt + draft], max_new_tokens, eos_ids, target.vocab_size, len(draft),
-                        min_tokens=min_tokens)[0]
+                        min_tokens=min_tokens, words=words)[0]
     req.prompt = req.prompt[:len(prompt)]  # checked as one sequence; emit() counts after the prompt
     logits, _ = target.forward(torch.tensor([prompt + draft]), target.new_cache(1, len(prompt) + len(draft)))
     proposal = Proposal(chain(len(draft)), torch.tensor([draft], dtype=torch.long),
                         None if draft_logits is None else draft_logits[None], sampled=draft_logits is not None)
-    logits = mask_eos([req], torch.arange(1), proposal, logits[:, len(prompt) - 1:])
+    logits = mask_rules([req], torch.arange(1), proposal, logits[:, len(prompt) - 1:])
     return _emit([req], torch.arange(1), proposal, logits, accept(proposal, logits, [key]), verify=True)[0]

@@ -47,6 +47,7 @@ from .ngram import NGramProposer
 from .quant import Linear, set_fp8_gemm
 from .speculative import Proposer
 from .stats import GenerationResult
+from .words import NO_WORDS, Words
 
 DEFAULT_DRAFT_LEN = 4
 
@@ -196,7 +197,8 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
                    draft_len: int | None = None, eagle_choices=None, ignore_eos: bool = False,
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
                    sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
-                   ngram_size: int | None = None, min_tokens: int = 0) -> list[GenerationResult]:
+                   ngram_size: int | None = None, min_tokens: int = 0,
+                   words: Words = NO_WORDS) -> list[GenerationResult]:
     """Decode a batch of token-id prompts with one loop; results in prompt order.
     mode: auto | greedy | draft-target | eagle | eagle3 | ngram (runtime/ngram.py and runtime/eagle3.py: K =
     draft_len, n = ngram_size, n-gram with one shared pool as TensorRT-LLM's default; eagle3 needs
@@ -204,26 +206,29 @@ def generate_batch(models: Models, prompts: list[list[int]], max_new_tokens: int
     mc_sim_7b_63) or, with `eagle_dynamic_top_k`, an EAGLE-2 dynamic tree. batch_invariant: every
     target (and draft-model) forward after the prompt is one token of one row (decode.py).
     sampling / accept: the settings and accept rule name (runtime/accept.py); prompt i draws with
-    seed sampling.seed + i. min_tokens: no eos before that many new tokens (decode.py)."""
+    seed sampling.seed + i. min_tokens: no eos before that many new tokens (decode.py); words: stop
+    and bad token sequences (words.py)."""
     proposer, rule = sampled_steps(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
                                    sampling, accept, ngram_size)
     return generate(models.target, prompts, max_new_tokens, () if ignore_eos else models.eos_ids, proposer,
-                    rule, batch_invariant=batch_invariant, seed=sampling.seed, min_tokens=min_tokens)
+                    rule, batch_invariant=batch_invariant, seed=sampling.seed, min_tokens=min_tokens, words=words)
 
 
 def stream_request(models: Models, prompt: list[int], max_new_tokens: int, mode: str = "auto",
                    draft_len: int | None = None, eagle_choices=None, eos_ids=None,
                    eagle_dynamic_top_k: int | None = None, batch_invariant: bool = False,
                    sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
-                   ngram_size: int | None = None, min_tokens: int = 0) -> Iterator[RowStep]:
+                   ngram_size: int | None = None, min_tokens: int = 0,
+                   words: Words = NO_WORDS) -> Iterator[RowStep]:
     """One request, one RowStep per target step as it happens (the cpu-flavor Triton models stream
-    these); eos_ids None = the checkpoint's; min_tokens as in generate_batch. The proposer and rule
+    these); eos_ids None = the checkpoint's; min_tokens and words as in generate_batch. The proposer and rule
     are checked before the first step runs. Same seed, same output."""
     proposer, rule = sampled_steps(models, mode, draft_len, eagle_choices, eagle_dynamic_top_k, batch_invariant,
                                    sampling, accept, ngram_size)
     eos = models.eos_ids if eos_ids is None else eos_ids
     return one_request(decode(models.target, [prompt], max_new_tokens, eos, proposer, rule,
-                              batch_invariant=batch_invariant, seed=sampling.seed, min_tokens=min_tokens))
+                              batch_invariant=batch_invariant, seed=sampling.seed, min_tokens=min_tokens,
+                              words=words))
 
 
 def _warn(message: str) -> None:

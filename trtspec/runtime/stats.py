@@ -92,5 +92,5 @@ class GenerationResult:
     """One request: the generated ids (prompt excluded, eos included when hit) and its metrics."""
     prompt_ids: list[int]
     output_ids: list[int]
-    finish_reason: str  # "eos" | "length"
+    finish_reason: str  # "eos" | "stop" (a stop sequence, words.py) | "length"
     stats: RequestStats

@@ -57,8 +57,10 @@ def _opt(name: str, dtype: str, dims=(1,)) -> Tensor:
 
 
 PRE_INPUTS = (Tensor("QUERY", "TYPE_STRING", (1,)), Tensor("REQUEST_OUTPUT_LEN", "TYPE_INT32", (1,)),
+              _opt("BAD_WORDS_DICT", "TYPE_STRING", (-1,)), _opt("STOP_WORDS_DICT", "TYPE_STRING", (-1,)),
               _opt("END_ID", "TYPE_INT32"), _opt("PAD_ID", "TYPE_INT32"))
 PRE_OUTPUTS = (Tensor("INPUT_ID", "TYPE_INT32", (-1,)), Tensor("REQUEST_INPUT_LEN", "TYPE_INT32", (1,)),
+               Tensor("BAD_WORDS_IDS", "TYPE_INT32", (2, -1)), Tensor("STOP_WORDS_IDS", "TYPE_INT32", (2, -1)),
                Tensor("REQUEST_OUTPUT_LEN", "TYPE_INT32", (1,)), Tensor("OUT_END_ID", "TYPE_INT32", (1,)),
                Tensor("OUT_PAD_ID", "TYPE_INT32", (1,)))
 POST_INPUTS = (Tensor("TOKENS_BATCH", "TYPE_INT32", (-1, -1)), Tensor("SEQUENCE_LENGTH", "TYPE_INT32", (-1,)))
@@ -84,6 +86,13 @@ GENERATE_INPUTS = (
     _opt("repetition_penalty", "TYPE_FP32"), _opt("presence_penalty", "TYPE_FP32"),
     _opt("frequency_penalty", "TYPE_FP32"), _opt("seed", "TYPE_UINT64"),
     _opt("end_id", "TYPE_INT32"), _opt("pad_id", "TYPE_INT32"),
+    # upstream's ensemble / tensorrt_llm_bls names (1.x: min_tokens, not v0.19's min_length): the words
+    # are tokenized by preprocessing into stop_words_list / bad_words_list (upstream's [2, N] format).
+    _opt("min_tokens", "TYPE_INT32"), _opt("bad_words", "TYPE_STRING", (-1,)),
+    _opt("stop_words", "TYPE_STRING", (-1,)),
+    # declared so that a request asking for log probs is refused by name (models/word_rules.py),
+    # not with Triton's generic unexpected-input error; false is accepted
+    _opt("return_log_probs", "TYPE_BOOL"),
 )
 GENERATE_OUTPUTS = (
     Tensor("text_output", "TYPE_STRING", (-1,)), Tensor("acceptance_length", "TYPE_FP32", (1,)),
@@ -95,8 +104,9 @@ GENERATE_OUTPUTS = (
 )
 
 # The orchestration model takes tensorrt_llm's own request tensors (same names, dtypes, dims), plus K.
-_PASS = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "streaming", "temperature",
-         "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed")
+_PASS = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list", "bad_words_list",
+         "streaming", "temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "min_tokens",
+         "presence_penalty", "frequency_penalty", "seed")
 SPEC_INPUTS = _upstream(_PASS, TENSORRT_LLM_INPUTS) + (Tensor("num_draft_tokens", "TYPE_INT32", (1,), ()),)
 # n-gram: the band's max_matching_ngram_size travels with K (optional: absent = upstream's default)
 NGRAM_SPEC_INPUTS = SPEC_INPUTS + (_opt("max_matching_ngram_size", "TYPE_INT32"),)
@@ -109,7 +119,7 @@ SPEC_OUTPUTS = _upstream(("output_ids", "sequence_length"), TENSORRT_LLM_OUTPUTS
 )
 
 # cpu flavor: the subset of tensorrt_llm's tensors the other models (and a direct client) use.
-CPU_LLM_INPUTS = _upstream(_PASS + ("draft_input_ids", "min_tokens", "exclude_input_in_output",
+CPU_LLM_INPUTS = _upstream(_PASS + ("draft_input_ids", "exclude_input_in_output",
                                     "return_perf_metrics", "return_num_input_tokens", "return_num_output_tokens",
                                     "beam_width", "stop"), TENSORRT_LLM_INPUTS)
 CPU_LLM_OUTPUTS = _upstream(("output_ids", "sequence_length", "acceptance_rate", "total_accepted_draft_tokens",
@@ -147,12 +157,15 @@ def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits:
     another EAGLE-3 head), always max_matching_ngram_size in an n-gram repository."""
     pre = Call(GENERATE, PREPROCESSING, False,
                {"QUERY": f"{GENERATE}.input.text_input", "REQUEST_OUTPUT_LEN": f"{GENERATE}.input.max_tokens",
-                "END_ID": f"{GENERATE}.input.end_id", "PAD_ID": f"{GENERATE}.input.pad_id"},
-               ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"])
+                "END_ID": f"{GENERATE}.input.end_id", "PAD_ID": f"{GENERATE}.input.pad_id",
+                "BAD_WORDS_DICT": f"{GENERATE}.input.bad_words", "STOP_WORDS_DICT": f"{GENERATE}.input.stop_words"},
+               ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID", "BAD_WORDS_IDS", "STOP_WORDS_IDS"])
     request = {"input_ids": f"{PREPROCESSING}.output.INPUT_ID",
                "input_lengths": f"{PREPROCESSING}.output.REQUEST_INPUT_LEN",
                "request_output_len": f"{GENERATE}.input.max_tokens",
                "end_id": f"{PREPROCESSING}.output.OUT_END_ID", "pad_id": f"{PREPROCESSING}.output.OUT_PAD_ID",
+               "stop_words_list": f"{PREPROCESSING}.output.STOP_WORDS_IDS",
+               "bad_words_list": f"{PREPROCESSING}.output.BAD_WORDS_IDS", "min_tokens": f"{GENERATE}.input.min_tokens",
                "streaming": "const:TYPE_BOOL:1", **_sampling_sends()}
     out: list[Call] = [pre]
     if mode in CHAIN_MODES:
@@ -171,7 +184,10 @@ def calls(mode: str, llm_models: list[str], bls_spec_decode: bool, draft_logits:
                               "streaming": "const:TYPE_BOOL:1", "exclude_input_in_output": "const:TYPE_BOOL:1"}
             sampling = {n: f"{SPEC_DECODE}.input.{n}" for n in SAMPLING_TO_TRTLLM.values()}
             draft_sends, draft_reads = dict(engine_request), ["output_ids", "sequence_length"]
-            target_sends = {**engine_request, **sampling, "draft_input_ids": "const:TYPE_INT32:-1"}
+            # the request's stopping rules go to the target (min_tokens less what earlier rounds emitted)
+            rules = {"stop_words_list": f"{SPEC_DECODE}.input.stop_words_list",
+                     "bad_words_list": f"{SPEC_DECODE}.input.bad_words_list", "min_tokens": "const:TYPE_INT32:1"}
+            target_sends = {**engine_request, **sampling, **rules, "draft_input_ids": "const:TYPE_INT32:-1"}
             if draft_logits:
                 draft_sends.update(sampling, return_generation_logits="const:TYPE_BOOL:1")
                 draft_reads.append("generation_logits")

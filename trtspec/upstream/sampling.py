@@ -225,3 +225,15 @@ END_ID_NONE = -1
 # llmapi model inputs -> tensorrt_llm.SamplingParams(temperature, top_k, top_p, seed)
 # (triton_backend/all_models/llmapi/tensorrt_llm/1/helpers.py get_sampling_params_from_request @0df60f9a).
 LLMAPI_SAMPLING_INPUTS = {k: f"sampling_param_{k}" for k in ("temperature", "top_k", "top_p", "seed")}
+
+# --- Stop words and bad words (a request's stop_words_list / bad_words_list) --------------------
+# Stop: after each token the PyTorch sampler adds (one at a time, accepted drafts included) the
+# request ends when its whole sequence (prompt + output: LlmRequest.get_tokens) ends with one of the
+# stop words; the token that completes it stays in the output (TorchSampler._meet_stop_token_criteria
+# and _handle_stop_criteria, tensorrt_llm/_torch/pyexecutor/sampler.py, 1.x). Bad words: the last
+# token of a word is banned wherever the tokens before it end with the word's others (as
+# transformers' bad_words_ids, which trtspec's tests compare with); TensorRT-LLM's kernel for it was
+# not read here: UNVERIFIED. Both lists reach the executor as one [2, N] int32 tensor per request:
+# the words' ids one after another, then each word's cumulative end offset (ids padded with 0,
+# offsets with -1; preprocessing _to_word_list_format, tensorrtllm_backend v0.19.0 and TensorRT-LLM
+# triton_backend @01259b15).

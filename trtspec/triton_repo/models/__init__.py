@@ -24,7 +24,8 @@ SOURCES = {
 COMMON = "trtspec_triton_common.py"
 POOL = "trtspec_triton_pool.py"
 RULES = "serving_rules.py"
-HELPERS = (COMMON, POOL, RULES)  # copied next to every model.py above
+WORD_RULES = "word_rules.py"  # stop / bad words and log probs, beside serving_rules
+HELPERS = (COMMON, POOL, RULES, WORD_RULES)  # copied next to every model.py above
 # n-gram repositories: the pool of trtspec/runtime/ngram_pool.py (plain Python), shipped as it is next
 # to spec_decode, which imports it only when its `drafter` parameter is ngram.
 NGRAM_POOL = "ngram_pool.py"

@@ -7,7 +7,9 @@ with the same names, types and shapes, and runs the TRT-LLM checkpoint with trts
   step, carrying that step's new tokens; otherwise one response), exclude_input_in_output (else
   the prompt is prepended when not streaming), min_tokens (no end id before that many generated
   tokens: their logits are masked per verified position until then; serving_rules.check_min_tokens,
-  and trtspec.upstream.sampling for where the engine's kernel differs on verify steps);
+  and trtspec.upstream.sampling for where the engine's kernel differs on verify steps),
+  stop_words_list / bad_words_list (upstream's [2, N] format, word_rules; trtspec.runtime.words:
+  a stop word's tokens are returned, nothing after them);
 - draft_input_ids (a `draft_tokens_external` target): prompt + draft in one forward, the accepted
   draft prefix plus the target's next token, then plain decoding up to request_output_len, as the
   executor does with external draft tokens;
@@ -43,8 +45,9 @@ import triton_python_backend_utils as pb_utils
 
 from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, engine_top_k_top_p,
                            parse_braces, stop_ids, tree_depth)
-from trtspec_triton_common import FINAL, is_true, llm_request, load_device, out, scalar
+from trtspec_triton_common import FINAL, is_true, llm_request, load_device, out, scalar, tensor
 from trtspec_triton_pool import PooledModel
+from word_rules import request_words
 
 
 class TritonPythonModel(PooledModel):
@@ -85,6 +88,7 @@ class TritonPythonModel(PooledModel):
     def handle(self, request, sender):
         # lazy: imported with the checkpoint (see _load)
         from trtspec.runtime.generate import stream_request
+        from trtspec.runtime.words import Words
         from trtspec.triton_repo.sampling import request_sampling
 
         prompt, n, end_id, streaming = llm_request(request, self.positions)
@@ -94,6 +98,7 @@ class TritonPythonModel(PooledModel):
         exclude = self.exclude_default if exclude is None else bool(exclude)
         perf = bool(scalar(request, "return_perf_metrics", False))
         min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
+        words = Words.of(*request_words(lambda name: tensor(request, name)))
         draft = tensor_list(request, "draft_input_ids")
         m = self._load()
         eos = stop_ids(end_id, m.eos_ids)
@@ -101,12 +106,13 @@ class TritonPythonModel(PooledModel):
         if self.role == "eagle":
             depth = tree_depth(self.choices) if self.choices else None
             pieces = stream_request(m, prompt, n, "eagle", eagle_choices=self.choices, eos_ids=eos,
-                                    min_tokens=min_tokens)
+                                    min_tokens=min_tokens, words=words)
         elif draft:
-            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc, sampling, min_tokens)
+            pieces = self._verify_then_decode(m, prompt, draft, n, eos, acc, sampling, min_tokens, words)
             depth = None
         else:
-            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos, sampling=sampling, min_tokens=min_tokens)
+            pieces = stream_request(m, prompt, n, "greedy", eos_ids=eos, sampling=sampling, min_tokens=min_tokens,
+                                    words=words)
             depth = None
         collected = []
         for piece in pieces:
@@ -125,7 +131,7 @@ class TritonPythonModel(PooledModel):
             tokens = collected if exclude else prompt + collected
             sender.send(self._response(tokens, acc, perf, len(prompt), len(collected)), flags=FINAL)
 
-    def _verify_then_decode(self, m, prompt, draft, n, eos, acc, sampling, min_tokens):
+    def _verify_then_decode(self, m, prompt, draft, n, eos, acc, sampling, min_tokens, words):
         """The engine's draft_tokens_external step (exact_match_resample at T > 0: no draft logits
         reach this model), then plain decoding. The continuation restarts the runtime's output
         positions at 0, so it draws with the next seed rather than re-using the first step's draws,
@@ -137,14 +143,14 @@ class TritonPythonModel(PooledModel):
 
         rule = accept_rule(RESAMPLE_RULE, sampling)
         first = verify_external(m.target, prompt, draft, n, eos, accept=rule, key=Key(sampling.seed, 0),
-                                min_tokens=min_tokens)
+                                min_tokens=min_tokens, words=words)
         acc["accepted"] += first.step.accepted
         acc["drafted"] += len(draft)
         yield first
         if not first.done:
             rest = sampling.model_copy(update={"seed": (sampling.seed + 1) % 2 ** 63})
             yield from stream_request(m, prompt + first.tokens, n - len(first.tokens), "greedy", eos_ids=eos,
-                                      sampling=rest, min_tokens=max(0, min_tokens - len(first.tokens)))
+                                      sampling=rest, min_tokens=max(0, min_tokens - len(first.tokens)), words=words)
 
     def _response(self, tokens, acc, perf, n_input, n_output):
         outs = [out("output_ids", np.array(tokens, np.int32).reshape(1, 1, -1), np.int32),

@@ -1,7 +1,11 @@
 """generate: the front model of a trtspec repository (decoupled; streams when `stream` is true).
 
 Inputs: text_input, max_tokens, optional stream, workload, temperature, top_k, top_p,
-repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id (the user-facing
+repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id, min_tokens, stop_words,
+bad_words (preprocessing tokenizes the words into stop_words_list / bad_words_list, sent with
+min_tokens to spec_decode or the EAGLE profile: the engines' rules, trtspec.runtime.words on the
+cpu flavor; a stop word's tokens stay in the text, as the executor keeps them), return_log_probs
+(declared to be refused by name when true: no log-prob outputs; word_rules) (the user-facing
 names of upstream's BLS/ensemble, so genai-perf's tensorrtllm payloads work as they are; that
 includes exclude_input_in_output, which must be true: the prompt is never echoed; an input a
 flavor's models cannot honour is refused, not dropped: penalties on the cpu flavor, end_id and
@@ -57,10 +61,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, RequestError, acceptance_length,
-                           band_label, chain_route, chain_setting, check_limits, check_llmapi_inputs, new_suffix,
+                           band_label, chain_route, chain_setting, check_limits, check_llmapi_inputs,
+                           check_min_tokens, new_suffix,
                            output_len, pick_band, sampling_fallback, swept_route, tree_depth, trtllm_steps)
-from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar
+from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar, tensor
 from trtspec_triton_pool import PooledModel
+from word_rules import check_llmapi_words, check_log_probs
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -138,6 +144,9 @@ class TritonPythonModel(PooledModel):
         if not bool(scalar(request, "exclude_input_in_output", True)):
             raise RequestError("exclude_input_in_output: only true is supported "
                                "(text_output never includes the prompt)")
+        check_log_probs(scalar(request, "return_log_probs"))
+        min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
+        words = {n: w for n in ("stop_words", "bad_words") if (w := tensor(request, n)) is not None and w.size}
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
         route = swept_route(self.routing, route, *(request_parameter(request, p) for p in (SWEEP_K, SWEEP_NGRAM,
@@ -146,6 +155,7 @@ class TritonPythonModel(PooledModel):
             route = self._speculation_off(route)
         route["fallback"] = self._fallback(request, route)
         if self.mode == "llmapi":
+            check_llmapi_words(sorted(words), min_tokens)
             return self._llmapi(request, sender, route, text, max_tokens, stream)
         pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
                   "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32)}
@@ -153,7 +163,12 @@ class TritonPythonModel(PooledModel):
             v = scalar(request, name)
             if v is not None:
                 pre_in[key] = np.array([[v]], np.int32)
-        pre = next(bls("preprocessing", pre_in, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"], False))
+        for name, key in (("stop_words", "STOP_WORDS_DICT"), ("bad_words", "BAD_WORDS_DICT")):
+            if name in words:
+                pre_in[key] = words[name].reshape(1, -1)
+        lists = {"stop_words": ("STOP_WORDS_IDS", "stop_words_list"), "bad_words": ("BAD_WORDS_IDS", "bad_words_list")}
+        pre = next(bls("preprocessing", pre_in, ["INPUT_ID", "REQUEST_INPUT_LEN", "OUT_END_ID", "OUT_PAD_ID"]
+                       + [lists[n][0] for n in words], False))
         n = int(pre["REQUEST_INPUT_LEN"].reshape(-1)[0])
         check_limits(n, max_tokens, self.routing.get("limits"))  # before any engine sees the request
         inputs = {"input_ids": pre["INPUT_ID"].reshape(1, -1)[:, :n].astype(np.int32),
@@ -162,6 +177,10 @@ class TritonPythonModel(PooledModel):
                   "end_id": pre["OUT_END_ID"].reshape(1, 1).astype(np.int32),
                   "pad_id": pre["OUT_PAD_ID"].reshape(1, 1).astype(np.int32),
                   "streaming": np.array([[True]], bool)}
+        for name in words:  # [1, 2, N], upstream's format (word_rules)
+            inputs[lists[name][1]] = pre[lists[name][0]].reshape(1, 2, -1).astype(np.int32)
+        if min_tokens:
+            inputs["min_tokens"] = np.array([[min_tokens]], np.int32)
         for name, (target_name, dtype) in SAMPLING_TO_TRTLLM.items():
             v = scalar(request, name)
             if v is not None:

@@ -1,8 +1,10 @@
 """preprocessing: text -> token ids with the model's Hugging Face tokenizer (trtspec).
 
-Inputs QUERY [1] (string), REQUEST_OUTPUT_LEN [1], optional END_ID / PAD_ID [1]; outputs INPUT_ID
-[-1] (right-padded per batch), REQUEST_INPUT_LEN, REQUEST_OUTPUT_LEN, OUT_END_ID, OUT_PAD_ID. The
-names are upstream's (tensorrtllm_backend preprocessing), the subset trtspec's models use. No chat
+Inputs QUERY [1] (string), REQUEST_OUTPUT_LEN [1], optional BAD_WORDS_DICT / STOP_WORDS_DICT [-1]
+(strings), END_ID / PAD_ID [1]; outputs INPUT_ID [-1] (right-padded per batch), REQUEST_INPUT_LEN,
+BAD_WORDS_IDS / STOP_WORDS_IDS [2, -1] (each word tokenized without special tokens, in upstream's
+format: word_rules.word_list_format), REQUEST_OUTPUT_LEN, OUT_END_ID, OUT_PAD_ID. The names are
+upstream's (tensorrtllm_backend preprocessing), the subset trtspec's models use. No chat
 template is applied: the client sends the final prompt text, as with upstream.
 Parameters: tokenizer_dir, add_special_tokens (default true).
 """
@@ -11,6 +13,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec_triton_common import is_true, load_tokenizer, parameters, tensor
+from word_rules import word_list_format
 
 
 class TritonPythonModel:
@@ -49,7 +52,17 @@ class TritonPythonModel:
             padded[b, : len(row)] = row
         lengths = np.array([[len(i)] for i in ids], np.int32)
         out_len = tensor(request, "REQUEST_OUTPUT_LEN").reshape(batch, -1)[:, :1].astype(np.int32)
+        bad, stop = (self._word_lists(tensor(request, name), batch) for name in ("BAD_WORDS_DICT", "STOP_WORDS_DICT"))
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("INPUT_ID", padded), pb_utils.Tensor("REQUEST_INPUT_LEN", lengths),
+            pb_utils.Tensor("BAD_WORDS_IDS", bad), pb_utils.Tensor("STOP_WORDS_IDS", stop),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", out_len), pb_utils.Tensor("OUT_END_ID", end_ids),
             pb_utils.Tensor("OUT_PAD_ID", pad_ids)])
+
+    def _word_lists(self, words, batch):
+        """[batch, 2, N] int32 of a [batch, -1] string tensor (absent: [batch, 2, 0], as upstream's)."""
+        if words is None:
+            return np.zeros((batch, 2, 0), np.int32)
+        items = [[self.tokenizer.encode(w.decode("utf-8") if isinstance(w, bytes) else str(w), add_special_tokens=False)
+                  for w in row] for row in words.reshape(batch, -1)]
+        return np.array(word_list_format(items), np.int32)

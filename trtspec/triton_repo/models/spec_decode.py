@@ -1,8 +1,10 @@
 """spec_decode: draft-target speculative decoding, streamed, with per-request acceptance (trtspec).
 
 Inputs: tensorrt_llm's request tensors (input_ids, input_lengths, request_output_len, end_id,
-pad_id, streaming, sampling) plus num_draft_tokens (K, the workload's tuned value; 0 = plain
-target decoding). Outputs: output_ids / sequence_length (the new tokens of each step when
+pad_id, stop_words_list, bad_words_list, min_tokens, streaming, sampling) plus num_draft_tokens (K,
+the workload's tuned value; 0 = plain target decoding). The stopping rules go to the target of each
+round (bls: min_tokens less the tokens emitted so far; a round ending on a stop word ends the
+request) or to trtspec.runtime's loop (trtspec.runtime.words). Outputs: output_ids / sequence_length (the new tokens of each step when
 streaming, all of them otherwise), and running acceptance statistics: acceptance_length (tokens
 per target verification step, bonus included), total_accepted_draft_tokens, total_draft_tokens,
 num_draft_tokens, verify_steps.
@@ -58,10 +60,11 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from serving_rules import (Acceptance, RequestError, draft_len, engine_top_k_top_p, is_sampled, ngram_size,
-                           spec_decode_rule, stop_ids)
-from trtspec_triton_common import FINAL, bls, is_true, llm_request, load_device, max_positions, out, scalar
+from serving_rules import (Acceptance, RequestError, check_min_tokens, draft_len, engine_top_k_top_p, is_sampled,
+                           ngram_size, spec_decode_rule, stop_ids)
+from trtspec_triton_common import FINAL, bls, is_true, llm_request, load_device, max_positions, out, scalar, tensor
 from trtspec_triton_pool import PooledModel
+from word_rules import ends_with_any, request_words
 
 SAMPLING = ("temperature", "runtime_top_k", "runtime_top_p", "repetition_penalty", "presence_penalty",
             "frequency_penalty", "seed")
@@ -183,14 +186,17 @@ class TritonPythonModel(PooledModel):
     def _runtime(self, request, prompt, n, k, end_id, stats, size=None, head=None):
         # lazy: cpu flavor only (see setup)
         from trtspec.runtime.generate import stream_request
+        from trtspec.runtime.words import Words
         from trtspec.triton_repo.sampling import request_sampling
 
         sampling = request_sampling(lambda name: scalar(request, name), engine_top_k_top_p)
+        words = Words.of(*request_words(lambda name: tensor(request, name)))
+        min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
         eos = stop_ids(end_id, self.models.eos_ids)
         m = self.heads[head] if head is not None else self.models
         mode = ("ngram" if size is not None else self.draft_mode) if k else "greedy"
         pieces = stream_request(m, prompt, n, mode, draft_len=k or None, eos_ids=eos, sampling=sampling,
-                                accept=self.accept_rule, ngram_size=size)
+                                accept=self.accept_rule, ngram_size=size, min_tokens=min_tokens, words=words)
         for piece in pieces:
             s = piece.stats
             stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
@@ -224,21 +230,23 @@ class TritonPythonModel(PooledModel):
         return tokens, (np.concatenate(rows)[:len(tokens)] if rows else None)
 
     def _sampling(self, request):
-        """The request's sampling inputs, as tensorrt_llm tensors."""
-        sampling = {}
+        """The request's sampling inputs, and its stop / bad words lists, as tensorrt_llm tensors."""
+        sampling = {name: t for name in ("stop_words_list", "bad_words_list") if (t := tensor(request, name)) is not None}
         for name in SAMPLING:
             v = scalar(request, name)
             if v is not None:
                 sampling[name] = np.array([[v]], SAMPLING_DTYPES.get(name, np.float32))
         return sampling
 
-    def _plain(self, prompt, n, end, sampling, stats):
+    def _plain(self, prompt, n, end, sampling, stats, min_tokens=0):
         """No speculation for this workload: stream the target directly."""
         inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
                   "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[True]], bool),
                   "exclude_input_in_output": np.array([[True]], bool), **sampling}
         if end is not None:
             inputs["end_id"] = np.array([[end]], np.int32)
+        if min_tokens:
+            inputs["min_tokens"] = np.array([[min_tokens]], np.int32)
         for resp in bls(self.target_model, inputs, ["output_ids", "sequence_length"], True):
             ids_out = resp["output_ids"].reshape(-1)
             length = resp.get("sequence_length")
@@ -253,7 +261,7 @@ class TritonPythonModel(PooledModel):
         per round (round_seed)."""
         if draft and not (self.draft_logits and sampled):
             return {}
-        extra = dict(sampling)
+        extra = {k: v for k, v in sampling.items() if not (draft and k.endswith("_words_list"))}
         if sampled:
             seed = int(sampling["seed"].reshape(-1)[0]) if "seed" in sampling else 0
             extra["seed"] = np.array([[round_seed(seed, position, draft)]], np.uint64)
@@ -263,8 +271,10 @@ class TritonPythonModel(PooledModel):
         pad_id = scalar(request, "pad_id")
         sampling = self._sampling(request)
         end = int(end_id) if end_id is not None else None
+        min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
+        stop = request_words(lambda name: sampling.get(name))[0]
         if k == 0:
-            yield from self._plain(prompt, n, end, sampling, stats)
+            yield from self._plain(prompt, n, end, sampling, stats, min_tokens)
             return
         temperature, top_k, top_p = (scalar(request, x) for x in ("temperature", "runtime_top_k", "runtime_top_p"))
         top_k, top_p = engine_top_k_top_p(top_k, top_p)  # as the engines will sample (draft_logits' q)
@@ -286,6 +296,8 @@ class TritonPythonModel(PooledModel):
                 draft, logits = self._call(self.draft_model, ids, min(k, left - 1), end, pad_id,
                                            self._round_inputs(sampling, len(out_tokens), True, sampled), with_logits)
             extra = self._round_inputs(sampling, len(out_tokens), False, sampled)
+            if min_tokens > len(out_tokens):  # each round is a new executor request: it owes the rest
+                extra["min_tokens"] = np.array([[min_tokens - len(out_tokens)]], np.int32)
             if draft:
                 extra["draft_input_ids"] = np.array([draft], np.int32)
                 if with_logits:
@@ -310,5 +322,6 @@ class TritonPythonModel(PooledModel):
                 stats.drafted += len(draft)
             out_tokens.extend(new)
             yield new
-            if ended:
+            # a stop word the round's last token completes leaves it full length: the next round would go on
+            if ended or ends_with_any(prompt + out_tokens, stop):
                 return
