@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Modules of the Triton python backend and of the repository itself, importable only inside tritonserver's
 # stub, where trtspec/triton_repo/models/*.py run (they are copied into the model repository).
 # ngram_pool: trtspec/runtime/ngram_pool.py, shipped next to an n-gram spec_decode (triton_repo.models.NGRAM_POOL).
-BACKEND_PROVIDED = {"triton_python_backend_utils", "serving_rules", "trtspec_triton_common", "trtspec_triton_pool",
-                    "ngram_pool"}
+BACKEND_PROVIDED = {"triton_python_backend_utils", "serving_rules", "word_rules", "trtspec_triton_common",
+                    "trtspec_triton_pool", "ngram_pool"}
 
 
 def _norm(name: str) -> str:

@@ -165,7 +165,9 @@ def shape_from_spec(spec, config: dict, role: str, name: str, where: str) -> Mod
                       intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
                       extra_linear_params=extra, fc_params=extra, tp=tp, attention_window=spec.sliding_window,
                       dtype_bytes=trtllm.DTYPE_BYTES[config.get("dtype", "float16")], attn_bias=spec.attn_bias,
-                      qk_norm=spec.qk_norm, parallel_embedding=bool(config.get("use_parallel_embedding")), **qb)
+                      qk_norm=spec.qk_norm, **qb,
+                      # at tp 1 a split embedding is the whole one: the same network in any format
+                      parallel_embedding=tp > 1 and bool(config.get("use_parallel_embedding")))
 
 
 def shape_from_eagle3(head, target_config: dict, name: str, where: str) -> ModelShape:
