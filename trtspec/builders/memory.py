@@ -218,8 +218,9 @@ def estimate_memory(builds: list[EngineBuild], ckpts: dict[str, TrtllmCheckpoint
             f"{est.full_length_sequences} full-length sequences run at once (lower --max-batch-size or "
             "--max-seq-len, or quantize the KV cache)")
     if len(engines) > 1:
-        est.notes.append("memory: both engines share one GPU here; give each about half of the KV memory at run "
-                            "time (kv_cache_free_gpu_memory_fraction 0.5 for the first one loaded, reference §5.2)")
+        est.notes.append("memory: both engines share GPU 0; each sizes its KV pool from the memory free when it "
+                            "loads, so `trtspec triton` writes each a token cap and a fraction that reaches it when "
+                            "loaded last (triton_repo/memory.py)")
     return est
 
 

@@ -12,8 +12,9 @@ Decisions, and why:
 - Memory: several TensorRT-LLM models on one GPU (draft + target, or EAGLE profiles) each size their
   KV pool from the memory free *when they load*; we give each an explicit
   max_tokens_in_paged_kv_cache from the builders' memory estimate (the pool left after every
-  engine's weights, activations and runtime overhead, split between them), so the split does not
-  depend on load order. kv_cache_free_gpu_mem_fraction stays 0.9 as the upper bound.
+  engine's weights, activations and runtime overhead, on the tightest GPU each uses), so the split
+  does not depend on load order, and a kv_cache_free_gpu_mem_fraction that still reaches those tokens
+  when the model loads last (0.9 for a model alone on its GPUs; memory.py).
 - Our python models (preprocessing, postprocessing, spec_decode, generate, cpu tensorrt_llm*) are
   decoupled where they stream and use worker threads for concurrency (one instance each);
   preprocessing/postprocessing get `--instances` instances.
@@ -27,11 +28,11 @@ from dataclasses import dataclass, field
 from . import contracts as c
 from .configs import fill_dtype, model_config
 from .models.serving_rules import braces
+from ..upstream.trtllm import KV_CACHE_FREE_GPU_MEMORY_FRACTION
 from ..upstream.triton import (BACKEND, ENGINE_DTYPE_TO_TRITON, ENCODER_FEATURES_DTYPE, EXECUTOR_WORKER_PATH,
                                LLMAPI_INPUTS, LLMAPI_OUTPUTS, LOGITS_DTYPE, PROMPT_TABLE_DTYPE, TENSORRT_LLM_INPUTS,
                                TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS)
 
-KV_FRACTION = "0.9"  # TRT-LLM's default kv_cache_free_gpu_mem_fraction
 
 
 @dataclass
@@ -51,8 +52,10 @@ def dtypes_for(engine_dtype: str) -> dict[str, str]:
 
 def tensorrtllm_parameters(*, engine_dir: str, tokenizer_dir: str, kv_tokens: int | None, kv_reuse: bool,
                            decoding_mode: str, eagle_choices: list | None, gpu_device_ids: str,
-                           attention_window: int | None = None) -> dict[str, str]:
+                           attention_window: int | None = None,
+                           kv_fraction: float = KV_CACHE_FREE_GPU_MEMORY_FRACTION) -> dict[str, str]:
     """Every parameter key of the pinned template, in template order, with its value.
+    kv_tokens / kv_fraction: the model's KV pool as the repository's memory plan sizes it (memory.py).
     attention_window: the model's sliding window (deploy.attention_window), as TensorRT-LLM runs
     Mistral-7B-v0.1 (upstream.trtllm SLIDING_WINDOW_CONFIG_KEY)."""
     values = {
@@ -65,7 +68,7 @@ def tensorrtllm_parameters(*, engine_dir: str, tokenizer_dir: str, kv_tokens: in
         "max_attention_window_size": str(attention_window or ""),  # unset = the engine's max_seq_len
         "sink_token_length": "",
         "batch_scheduler_policy": "guaranteed_no_evict",
-        "kv_cache_free_gpu_mem_fraction": KV_FRACTION,
+        "kv_cache_free_gpu_mem_fraction": f"{kv_fraction:g}",
         "cross_kv_cache_fraction": "",  # encoder-decoder only
         "kv_cache_host_memory_bytes": "0",
         "kv_cache_onboard_blocks": "true",

@@ -30,7 +30,7 @@ from ..fsutil import atomic_dir, check_inputs_kept, sha256_file
 from ..tuning.tuning_schema import load_tuning
 from . import contracts as c, llmapi, render as r
 from .configs import render as render_config
-from .memory import plan_memory
+from .memory import check_demand, gpu_device_ids, plan_memory
 from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
 from .flavors import FLAVORS, in_flight_batching, is_pytorch, mode_refusal
@@ -206,11 +206,11 @@ class _Builder:
             drafter = "model,ngram" if "max_matching_ngram_size" in route_inputs(routing) else "model"  # choose.py
             limit = target.max_draft_len if self.flavor == "trtllm" else max_k
             if self.flavor == "trtllm":
-                self.memory = self._memory([(c.TENSORRT_LLM, target), (c.TENSORRT_LLM_DRAFT, draft)], shared=True)
+                self.memory = self._memory([(c.TENSORRT_LLM, target), (c.TENSORRT_LLM_DRAFT, draft)], True, B)
                 for name, art, what in ((c.TENSORRT_LLM, target, "target"), (c.TENSORRT_LLM_DRAFT, draft, "draft")):
-                    params = r.tensorrtllm_parameters(  # each engine names its own GPUs (_gpu_ids)
-                        engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(name), kv_reuse=True,
-                        decoding_mode="", eagle_choices=None, gpu_device_ids=self._gpu_ids(art, orchestrator=True),
+                    params = r.tensorrtllm_parameters(  # each engine names its own GPUs (memory.py)
+                        engine_dir=str(art.path), tokenizer_dir=tok, **self._kv(name), kv_reuse=True,
+                        decoding_mode="", eagle_choices=None, gpu_device_ids=gpu_device_ids(art, orchestrator=True),
                         attention_window=attention_window(art))
                     files.append(r.tensorrtllm_model(name, B, art.dtype, params,
                                                      f"{what} engine ({art.speculative_mode or 'plain'}, "
@@ -252,11 +252,11 @@ class _Builder:
             llm_names = [m["model"] for m in routing["models"]]
             self.sampling = route_sampling(self.flavor, self.mode)
             if self.flavor == "trtllm":
-                self.memory = self._memory([(n, art) for n in llm_names], shared=False)
-                gpus = self._gpu_ids(art, orchestrator=len(llm_names) > 1)
+                self.memory = self._memory([(n, art) for n in llm_names], False, B)
+                gpus = gpu_device_ids(art, orchestrator=len(llm_names) > 1)
                 for m in routing["models"]:
                     params = r.tensorrtllm_parameters(
-                        engine_dir=str(art.path), tokenizer_dir=tok, kv_tokens=self._kv(m["model"]), kv_reuse=False,
+                        engine_dir=str(art.path), tokenizer_dir=tok, **self._kv(m["model"]), kv_reuse=False,
                         decoding_mode="eagle", eagle_choices=m["eagle_choices"], gpu_device_ids=gpus,
                         attention_window=attention_window(art))
                     files.append(r.tensorrtllm_model(m["model"], B, art.dtype, params, self._profile_comment(m)))
@@ -286,10 +286,10 @@ class _Builder:
         draft-target tuning whose choice serves no model drafter: its draft is not loaded (__init__)."""
         (target,) = self.arts
         if self.flavor == "trtllm":
-            self.memory = self._memory([(c.TENSORRT_LLM, target)], shared=False)
+            self.memory = self._memory([(c.TENSORRT_LLM, target)], False, B)
             params = r.tensorrtllm_parameters(
-                engine_dir=str(target.path), tokenizer_dir=tok, kv_tokens=self._kv(c.TENSORRT_LLM), kv_reuse=True,
-                decoding_mode="", eagle_choices=None, gpu_device_ids=self._gpu_ids(target, orchestrator=False),
+                engine_dir=str(target.path), tokenizer_dir=tok, **self._kv(c.TENSORRT_LLM), kv_reuse=True,
+                decoding_mode="", eagle_choices=None, gpu_device_ids=gpu_device_ids(target, orchestrator=False),
                 attention_window=attention_window(target))
             llm = r.tensorrtllm_model(c.TENSORRT_LLM, B, target.dtype, params,
                                       f"target engine ({target.speculative_mode}, max_draft_len "
@@ -321,20 +321,16 @@ class _Builder:
             "no speculation tuned: the smallest legal tree (a chain of num_eagle_layers nodes)"
         return f"EAGLE profile {m['profile']} ({tree}) for workloads {', '.join(m['workloads'])}"
 
-    def _gpu_ids(self, art: Artifact, orchestrator: bool) -> str:
-        """Leader mode (one TensorRT-LLM model): each MPI rank uses its own GPU, leave it unset.
-        Orchestrator mode (several models, spawned workers): one GPU per rank of this engine, from 0 (the
-        executor refuses another count, upstream.triton): a TP-1 draft shares GPU 0 with the target."""
-        return ",".join(str(i) for i in range(art.world_size)) if orchestrator else ""
-
-    def _memory(self, placements, shared: bool):
+    def _memory(self, placements, shared: bool, B: int):
         plan = plan_memory(placements, self.req.gpu, shared)
+        check_demand(plan, B, self.tuning)
         self.warnings += plan.warnings
         return plan
 
-    def _kv(self, name: str) -> int | None:
-        m = next((m for m in self.memory.models if m.model == name), None) if self.memory else None
-        return m.kv_tokens if m and m.kv_tokens > 0 else None
+    def _kv(self, name: str) -> dict:
+        """The KV parameters of one TensorRT-LLM model: its planned tokens and free-memory fraction (memory.py)."""
+        m = next(m for m in self.memory.models if m.model == name)
+        return {"kv_tokens": m.kv_tokens if m.kv_tokens > 0 else None, "kv_fraction": m.kv_fraction}
 
     def _check_reachable(self, routing: dict, B: int) -> None:
         """A chain repository's bands above B are never picked: generate runs at most B requests at

@@ -20,12 +20,15 @@ Checks, each reported as one line naming the model, file and field:
    reuse is on for both draft-target engines; every
    EAGLE profile's eagle_choices (brace syntax) fits the engine's max_draft_len, num_eagle_layers
    and max_non_leaves_per_layer, and the routing's models exist;
-6. paths: engine / checkpoint directories and tokenizer directories named by the configs exist.
+6. paths: engine / checkpoint directories and tokenizer directories named by the configs exist;
+7. GPUs: a `tensorrt_llm*` model's gpu_device_ids (orchestrator mode) names as many GPUs per instance
+   as its engine has ranks (tp x pp x cp of its config.json, over num_nodes).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -102,6 +105,7 @@ def check_repository(repo: Path) -> list[str]:
             probs.append(f"{where}: model_transaction_policy.decoupled must be true (this model streams)")
         if kind == "tensorrtllm":
             probs += check_tensorrtllm(cfg, where)
+            probs += _device_ids(cfg, where)
         elif kind == "cpu_llm":
             probs += check_subset(cfg, where)
             probs += _paths(cfg, where, ("checkpoint_dir",))
@@ -194,10 +198,29 @@ def _engine_limits(cfg) -> dict | None:
         return None
     pre = data.get("pretrained_config", data)
     build = data.get("build_config") or {}
-    return {"path": str(f), "max_draft_len": int(build.get("max_draft_len") or pre.get("max_draft_len") or 0),
+    mapping = pre.get("mapping") or {}
+    ranks = math.prod(int(mapping.get(k) or 1) for k in ("tp_size", "pp_size", "cp_size"))
+    return {"path": str(f), "ranks": ranks, "max_draft_len": int(build.get("max_draft_len") or pre.get("max_draft_len") or 0),
             "num_eagle_layers": pre.get("num_eagle_layers"),
             "max_non_leaves": pre.get("max_non_leaves_per_layer"),
             "engine": "build_config" in data}
+
+
+def _device_ids(cfg, where: str) -> list[str]:
+    """Each instance's gpu_device_ids names one GPU per engine rank on this node: the executor requires
+    len(gpu_device_ids) x num_nodes == tp x pp x cp (upstream.triton, executorImpl.cpp @b35ac1b6)."""
+    p = params(cfg)
+    ids, lim = p.get("gpu_device_ids", ""), _engine_limits(cfg)
+    if not ids.strip() or lim is None:
+        return []  # unset: leader mode, each MPI rank on its own GPU; no engine: reported elsewhere
+    try:
+        nodes = int(p.get("num_nodes") or 1)
+    except ValueError:
+        return []  # the parameter's own parse check reports it
+    return [f"{where}: parameter gpu_device_ids: instance '{one.strip()}' names {n} GPU(s), expected "
+            f"{lim['ranks'] // nodes} (tp x pp x cp = {lim['ranks']} of {lim['path']}"
+            f"{f' over num_nodes {nodes}' if nodes > 1 else ''})"
+            for one in ids.split(";") if (n := len([x for x in one.split(",") if x.strip()])) * nodes != lim["ranks"]]
 
 
 def _check_limits(repo: Path, configs: dict, kinds: dict) -> list[str]:

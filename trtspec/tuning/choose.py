@@ -12,8 +12,8 @@ What a drafter costs to serve is memory: a draft model or head holds its weights
 long as any workload routes to it; n-gram drafting holds nothing. Memory is counted per GPU, as
 builders.memory counts an engine's (rank 0 of its tp; gpu_weight_bytes): the weights one GPU of
 the deployment holds, embedding, lm_head, norms and quantization scales included. A TP target puts
-1/tp of its weights on each GPU; a draft engine runs on the target's GPUs at its own tp (its
-checkpoint's mapping; triton_repo gives both engines the target's gpu_device_ids), and an EAGLE-3
+1/tp of its weights on each GPU; a draft engine runs on the target's first GPUs at its own tp (its
+checkpoint's mapping; triton_repo.memory.engine_gpus: rank r on GPU r), and an EAGLE-3
 head is sharded over the target's tp. Weights only: activations, runtime overhead and the KV cache
 an instance sizes from what is left are not counted. When each drafter is its own model
 instance (the llmapi flavor: `speculative_config` is a per-model setting, so every setting served,

@@ -1,0 +1,118 @@
+"""The trtllm repository's memory plan per GPU (triton_repo/memory.py), its KV parameters, the KV
+shortfall warnings, and `--check`'s gpu_device_ids count. Fake engines (tests/fake_trtllm_build.py):
+no GPU, seconds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+from triton_fixtures import DRAFT, LLAMA, fake_engine, tiny_tokenizer_dir, tuning_file
+from trtspec.builders import memory as bm
+from trtspec.triton_repo.configs import parse_file, params
+from trtspec.triton_repo.memory import GpuMemory, MemoryPlan, ModelMemory, check_demand
+from trtspec.triton_repo.repo import RepoRequest, make_repository
+from trtspec.triton_repo.validate import check_repository
+from trtspec.upstream import trtllm
+
+CHOICES = {"chat": [3, 2], "code": [5, 4]}
+TP2 = {**LLAMA, "mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}
+
+
+@pytest.fixture(scope="module")
+def tp2_repo(tmp_path_factory):
+    """TP-2 target + TP-1 draft in orchestrator mode: the draft is on GPU 0 only."""
+    root = tmp_path_factory.mktemp("memory_plan").resolve()
+    target = fake_engine(root / "target_tp2", TP2, spec_mode="draft_tokens_external", max_draft_len=8)
+    draft = fake_engine(root / "draft_tp1", DRAFT)
+    tuning = tuning_file(root / "tdt" / "tuning.json", "draft-target", CHOICES)
+    repo = root / "dt_tp2"
+    make_repository(RepoRequest(out=repo, tuning=tuning, flavor="trtllm", engines=target, draft_engines=draft,
+                                tokenizer=tiny_tokenizer_dir(root / "tok")))
+    return repo
+
+
+def test_the_plan_is_per_gpu_and_the_tightest_gpu_sizes_the_kv(tp2_repo):
+    mem = json.loads((tp2_repo / "trtspec-repo.json").read_text())["memory"]
+    gpus = {g["gpu"]: g for g in mem["gpus"]}
+    assert gpus[0]["models"] == ["tensorrt_llm", "tensorrt_llm_draft"] and gpus[1]["models"] == ["tensorrt_llm"]
+    m = {x["model"]: x for x in mem["models"]}
+    target, draft = m["tensorrt_llm"], m["tensorrt_llm_draft"]
+    total = trtllm.GPU_MEMORY_MIB["h100"] * 2**20
+    assert gpus[1]["free_after_load_bytes"] == total - target["instance_bytes"]  # GPU 1: target rank 1 only
+    assert gpus[0]["free_after_load_bytes"] == total - target["instance_bytes"] - draft["instance_bytes"]
+    block = trtllm.TOKENS_PER_BLOCK
+    pool0 = int(gpus[0]["free_after_load_bytes"] * trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION)
+    tokens = pool0 // ((target["kv_bytes_per_token"] + draft["kv_bytes_per_token"]) * block) * block
+    assert target["kv_tokens"] == draft["kv_tokens"] == tokens and target["kv_gpu"] == draft["kv_gpu"] == 0
+    assert mem["tightest_gpu"] == 0 and mem["free_after_load_bytes"] == gpus[0]["free_after_load_bytes"]
+    # the target's per-rank share (TP-2: half the kv heads) is what GPU 0 holds of it
+    assert target["kv_bytes_per_token"] == 2 * 32 * (8 // 2) * 128 * 1
+
+
+def test_each_model_gets_a_fraction_that_reaches_its_tokens_when_it_loads_last(tp2_repo):
+    """kvCacheManager.cpp @b35ac1b6: a model's pool is min(max_tokens, fraction x the memory free when
+    it loads); loaded after the other model on GPU 0 it sees that one's pool gone."""
+    mem = json.loads((tp2_repo / "trtspec-repo.json").read_text())["memory"]
+    free0 = mem["gpus"][0]["free_after_load_bytes"]
+    m = {x["model"]: x for x in mem["models"]}
+    for name, other in (("tensorrt_llm", "tensorrt_llm_draft"), ("tensorrt_llm_draft", "tensorrt_llm")):
+        p = params(parse_file(tp2_repo / name / "config.pbtxt"))
+        frac = float(p["kv_cache_free_gpu_mem_fraction"])
+        assert int(p["max_tokens_in_paged_kv_cache"]) == m[name]["kv_tokens"] and frac == m[name]["kv_fraction"]
+        mine, theirs = (m[n]["kv_tokens"] * m[n]["kv_bytes_per_token"] for n in (name, other))
+        assert frac * (free0 - theirs) >= mine and (frac - 0.01) * (free0 - theirs) < mine  # the smallest such
+        assert frac < trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION
+
+
+def test_check_counts_gpu_device_ids_against_the_engine_ranks(tp2_repo, tmp_path):
+    """A hand-edited gpu_device_ids naming another count than the engine's tp x pp fails at load
+    (executorImpl.cpp @b35ac1b6, upstream.triton); --check says so."""
+    assert check_repository(tp2_repo) == []
+    repo = tmp_path / "edited"
+    shutil.copytree(tp2_repo, repo)
+    for name, old, new in (("tensorrt_llm_draft", '"0"', '"0,1"'), ("tensorrt_llm", '"0,1"', '"0"')):
+        cfg = repo / name / "config.pbtxt"
+        text = cfg.read_text()
+        key = text.index('key: "gpu_device_ids"')
+        at = text.index(f"string_value: {old}", key)
+        cfg.write_text(text[:at] + f"string_value: {new}" + text[at + len(f"string_value: {old}"):])
+    probs = [p for p in check_repository(repo) if "gpu_device_ids" in p]
+    assert len(probs) == 2
+    draft = next(p for p in probs if "tensorrt_llm_draft/config.pbtxt" in p)
+    assert "instance '0,1' names 2 GPU(s), expected 1 (tp x pp x cp = 1" in draft
+    target = next(p for p in probs if "tensorrt_llm/config.pbtxt" in p)
+    assert "instance '0' names 1 GPU(s), expected 2 (tp x pp x cp = 2" in target
+
+
+def _plan(kv_tokens: int, per_seq: int = 8200) -> MemoryPlan:
+    m = ModelMemory("tensorrt_llm", "/e", 0, 0, bm.RUNTIME_OVERHEAD_BYTES, 65536, per_seq, [0, 1],
+                    kv_tokens=kv_tokens, kv_gpu=1)
+    return MemoryPlan("h100", 0, [m], [GpuMemory(0, ["tensorrt_llm"], 1, 1), GpuMemory(1, ["tensorrt_llm"], 1, 1)],
+                      False)
+
+
+def _tuning(context_tokens: float, num_tokens: int, bands=(1, 16)):
+    w = SimpleNamespace(context_tokens=context_tokens, num_tokens=num_tokens, num_samples=2,
+                        bands=[SimpleNamespace(concurrency=c) for c in bands])
+    return SimpleNamespace(workloads={"chat": w})
+
+
+def test_kv_short_of_the_tuned_load_is_warned_naming_the_numbers():
+    plan = _plan(kv_tokens=20000)
+    check_demand(plan, 64, _tuning(1000.0, 2000))  # a request: 1000 + 500 = 1500 tokens; 16 x 1500 = 24000
+    (w,) = plan.warnings
+    assert w.startswith("memory: GPU 1: tensorrt_llm gets about 20000 KV tokens (max_tokens_in_paged_kv_cache)")
+    assert "16 concurrent requests x 1500 tokens (prompt + output of workload 'chat') = 24000" in w
+    assert "triton.max_batch_size to 13" in w
+
+
+def test_full_length_sequences_beyond_the_kv_are_not_warned_when_the_tuned_load_fits():
+    """max_batch_size full-length sequences exceed the KV cache of nearly every deployment (the
+    scheduler admits what fits): only the tuned load is checked."""
+    plan = _plan(kv_tokens=100000)
+    check_demand(plan, 64, _tuning(1000.0, 2000))
+    assert plan.warnings == []
