@@ -215,6 +215,7 @@ class Recipe(ConvertOptions):
         self._deployment_accept_rule()
         self._instances()
         self._batching()
+        self._parallel()
         return self
 
     def _check_drafters(self) -> None:
@@ -258,6 +259,20 @@ class Recipe(ConvertOptions):
             return
         if self.triton.flavor == "llmapi":
             self.tune = self.tune.model_copy(update={"separate_instances": True})
+
+    def _parallel(self) -> None:
+        """llmapi at triton.tp N is priced at tp N: the tuner reads tp from the checkpoint the recipe
+        converts (its top-level tp), which the llmapi repository also takes as its tp when triton.tp is
+        unset. So triton.tp sets the recipe's tp, and the two cannot differ."""
+        if self.triton is None or self.triton.tp is None:
+            return
+        if self.triton.flavor != "llmapi":
+            raise ValueError(f"triton.tp: the {self.triton.flavor} flavor serves at the recipe's tp; set tp, "
+                             "not triton.tp")
+        if "tp" in self.model_fields_set and self.tp != self.triton.tp:
+            raise ValueError(f"triton.tp: {self.triton.tp} differs from tp {self.tp}, which the recipe converts, "
+                             "profiles and tunes at; give one of them")
+        self.tp = self.triton.tp
 
     def _batching(self) -> None:
         """Whether the served flavor steps concurrent requests together decides how the tuner prices

@@ -55,7 +55,8 @@ def test_llmapi_launch_is_one_tritonserver_under_mpirun(root):
     assert tuple(run[:len(MPIRUN)]) == MPIRUN and ":" not in run
     assert run.count("-n") == LLMAPI_WORLD_SIZE and run[len(MPIRUN):len(MPIRUN) + 2] == ["-n", "1"]
     assert run[-1] == f"--backend-config=python,shm-region-prefix-name={PYTHON_SHM_PREFIX.format(rank=0)}"
-    assert cmd[cmd.index("--gpus") + 1] == "all" and not any("memory-pool" in a for a in cmd)
+    # tp 1: every LLM on GPU 0, the one GPU the container is given (llmapi_parallel; tp 2: test_llmapi_tp.py)
+    assert cmd[cmd.index("--gpus") + 1] == '"device=0"' and not any("memory-pool" in a for a in cmd)
     readme = (repo / "README.md").read_text()
     assert "MPI world size: 1" in readme and "mpirun --allow-run-as-root -n 1 " in readme
 

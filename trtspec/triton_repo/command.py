@@ -52,6 +52,7 @@ def triton_command(
     eagle_band: Optional[int] = typer.Option(default(T, "eagle_band"), "--eagle-band", help=doc(T, "eagle_band")),
     default_workload: Optional[str] = typer.Option(default(T, "default_workload"), "--default-workload",
                                                    help=doc(T, "default_workload")),
+    tp: Optional[int] = typer.Option(default(T, "tp"), "--tp", help=doc(T, "tp")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
     check: Optional[Path] = typer.Option(None, "--check", help="Only validate this repository."),
 ):
@@ -79,7 +80,7 @@ def triton_command(
                                           draft_engines=draft_engines, ckpt=ckpt, draft_ckpt=draft_ckpt,
                                           tokenizer=tokenizer, max_batch_size=max_batch_size, instances=instances,
                                           gpu=gpu, eagle_band=eagle_band, default_workload=default_workload,
-                                          device=device, overwrite=overwrite))
+                                          tp=tp, device=device, overwrite=overwrite))
     for w in res.warnings:
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"wrote {res.path} ({res.flavor} flavor, {res.mode}: {', '.join(res.models)}); validated; "

@@ -5,7 +5,8 @@ model = leader mode, one tritonserver per rank of the engine (world size = TP x 
 only the TensorRT-LLM model); several (draft + target, or EAGLE profiles) = orchestrator mode
 (TRTLLM_ORCHESTRATOR=1, one tritonserver, the backend spawns the executor workers, the container sees
 only the engine's GPUs); llmapi = one tritonserver under `mpirun -n 1`, each LLM spawning its own
-workers (upstream.triton LLMAPI_WORLD_SIZE). The cpu flavor's server is serve.py.
+workers (upstream.triton LLMAPI_WORLD_SIZE) on GPUs 0..tp-1, the ones the container sees. The cpu
+flavor's server is serve.py.
 """
 
 from __future__ import annotations
@@ -19,8 +20,20 @@ from pathlib import Path
 from ..errors import TrtspecError
 from ..upstream.triton import (CONTAINER_TRITONSERVER, LLMAPI_MODEL_DIR, LLMAPI_MODEL_FILES, LLMAPI_WORLD_SIZE, MPIRUN,
                                ORCHESTRATOR_CUDA_POOL_FLAG, ORCHESTRATOR_ENV, ORCHESTRATOR_SERVER_FLAGS,
-                               PYTHON_SHM_PREFIX)
+                               PYTHON_SHM_PREFIX, TRITON_CONTAINER)
 from .serve import DEFAULT_PORTS, HOST, signal_group
+
+
+def launch_plan(flavor: str, files, arts, mounted, tokenizer, tp: int = 1) -> dict:
+    """The manifest's "launch": the LLM models, the MPI world size and the GPUs the container needs
+    (engine_world_size: the largest engine's TP x PP; llmapi: triton.tp, which every LLM shares)."""
+    llm = [f.name for f in files if f.kind in ("tensorrtllm", "llmapi")]
+    world = max(a.world_size for a in arts)
+    orchestrator = flavor == "trtllm" and len(llm) > 1
+    return {"container": TRITON_CONTAINER, "trtllm_models": llm,
+            "world_size": 1 if orchestrator else (world if flavor == "trtllm" else 1),
+            "engine_world_size": tp if flavor == "llmapi" else world, "orchestrator": orchestrator,
+            "mounts": sorted({str(a.path) for a in mounted} | {str(tokenizer)})}
 
 
 def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], image: str | None = None) -> list[str]:
@@ -31,7 +44,8 @@ def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], 
               f"--http-address={HOST}", f"--http-port={p['http']}", f"--grpc-address={HOST}", f"--grpc-port={p['grpc']}",
               f"--metrics-address={HOST}", f"--metrics-port={p['metrics']}", "--disable-auto-complete-config"]
     gpus = range(int(launch.get("engine_world_size", 1)))
-    docker = ["docker", "run", "--rm", "--gpus", _gpus(gpus) if launch.get("orchestrator") else "all",
+    llmapi = manifest.get("flavor") == "llmapi"  # its LLMs' workers sit on GPUs 0..tp-1 (upstream.triton)
+    docker = ["docker", "run", "--rm", "--gpus", _gpus(gpus) if launch.get("orchestrator") or llmapi else "all",
               "--net", "host", "--ipc", "host",
               "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "-v", f"{repo}:{repo}"]
     for m in launch.get("mounts", []):
@@ -41,7 +55,7 @@ def container_command(repo: Path, manifest: dict, ports: dict[str, int | None], 
             docker += ["-e", f"{k}={v}"]
         server += [*ORCHESTRATOR_SERVER_FLAGS, *(ORCHESTRATOR_CUDA_POOL_FLAG.format(gpu=g) for g in gpus)]
     docker.append(image or launch["container"])
-    world = LLMAPI_WORLD_SIZE if manifest.get("flavor") == "llmapi" else int(launch.get("world_size", 1))
+    world = LLMAPI_WORLD_SIZE if llmapi else int(launch.get("world_size", 1))
     cmd = list(MPIRUN)
     for rank in range(world):
         if rank:

@@ -21,12 +21,13 @@ from ..checkpoints.safetensors_io import open_weights
 from ..errors import TrtspecError
 from ..upstream.sampling import LLMAPI_SAMPLING_INPUTS
 from ..upstream.triton import (LLMAPI_DECODING_DRAFT_TARGET, LLMAPI_DECODING_EAGLE3, LLMAPI_FREE_GPU_MEMORY_FRACTION,
-                               LLMAPI_KV_CACHE_CONFIG, LLMAPI_SPEC_MODEL_KEY)
+                               LLMAPI_KV_CACHE_CONFIG, LLMAPI_PP_KEY, LLMAPI_SPEC_MODEL_KEY, LLMAPI_TP_KEY)
 from ..upstream.trtllm import KV_CACHE_FREE_GPU_MEMORY_FRACTION, LLMAPI_ATTENTION_WINDOW_KEY, TRTLLM_VERSION_LABEL
 from . import contracts as c
 from . import ngram_serving
 from . import render as r
 from .deploy import Artifact, attention_window, eagle3_capture
+from .llmapi_parallel import gpu_share
 from .routing import draft_target_routes, served_band
 
 Spec = tuple[str, dict | None, str]  # (model name, speculative_config or None, what it serves)
@@ -75,6 +76,16 @@ def choice_warning(tuning, band: int | None = None) -> str | None:
     return ("tuning.json's drafter choice counted shared instances (tune.separate_instances false): its served "
             "drafters and memory cover every band and one target, but the llmapi flavor serves the smallest band "
             "with one model per setting; tune again with separate_instances true")
+
+
+def tp_warning(tuning, tp: int) -> str | None:
+    """tuning.json priced its steps at its checkpoint's tp (cost.target.tp); served at another, each
+    step costs otherwise (the weights read per GPU, the all-reduces). Said, not refused."""
+    priced = tuning.cost.target.tp
+    if priced == tp:
+        return None
+    return (f"triton.tp {tp}: tuning.json priced its steps at tp {priced} (its checkpoint's); tune a checkpoint "
+            f"converted at tp {tp} (a recipe's top-level tp) for this deployment")
 
 
 def _check_names(entries: list[dict]) -> None:
@@ -132,47 +143,57 @@ def _disk_bytes(path) -> int:
     return sum(f.stat().st_size for f in files)
 
 
-def weight_bytes(served: list[Spec], target: Artifact) -> int:
-    """The largest instance's weights on disk (the target, plus its draft model or EAGLE-3 head): what
-    each LLM loads onto the GPU before it sizes its KV cache."""
-    return _disk_bytes(target.path) + max((_disk_bytes((spec or {}).get(LLMAPI_SPEC_MODEL_KEY))
-                                           for _, spec, _ in served), default=0)
+def weight_bytes(served: list[Spec], target: Artifact, tp: int = 1) -> int:
+    """The largest instance's weights on each GPU of its tp group (the target, plus its draft model or
+    EAGLE-3 head; their bytes on disk times llmapi_parallel.gpu_share): what each LLM loads onto each
+    of its GPUs before it sizes its KV cache. An EAGLE-3 head splits as its target does."""
+    share = gpu_share(target.path, tp)
+
+    def drafter(spec: dict | None) -> float:
+        path = (spec or {}).get(LLMAPI_SPEC_MODEL_KEY)
+        if not path:
+            return 0.0
+        split = share if spec.get("decoding_type") == LLMAPI_DECODING_EAGLE3 else gpu_share(Path(path), tp)
+        return _disk_bytes(path) * split
+    return int(_disk_bytes(target.path) * share + max((drafter(spec) for _, spec, _ in served), default=0.0))
 
 
 def kv_share(models: int, weights: int, gpu_bytes: int) -> tuple[float | None, str | None]:
     """(each model's free_gpu_memory_fraction, a warning) when `models` LLM instances of `weights`
-    bytes share a GPU of `gpu_bytes` (upstream.triton LLMAPI_FREE_GPU_MEMORY_FRACTION). An instance
+    bytes per GPU (weight_bytes: at tp > 1 each GPU of the group holds its share) share a GPU of
+    `gpu_bytes` (upstream.triton LLMAPI_FREE_GPU_MEMORY_FRACTION). An instance
     is its weights plus a runtime's overhead (W: builders.memory's estimate: its own process, CUDA
     context, activations). Each sizes its cache from a share f of the memory free at that moment, so:
     - loaded together (instances first), the caches take N f of what they leave: f <= 0.9 / N;
     - loaded one after another, the first N - 1 caches take at most (N - 1) f (M - W) while the last
       instance still needs M - N W: f <= (M - N W) / ((N - 1)(M - W)), times the 0.9.
     The smaller bound holds in either order, as far as these estimates do. None for one model (the
-    default is then right). N instances that do not fit get 0.9 / N and a warning."""
-    if models < 2:
-        return None, None
-    even = round(KV_CACHE_FREE_GPU_MEMORY_FRACTION / models, 4)
-    if weights <= 0:
-        return even, "memory: no weight files found to size the llmapi instances; each takes 0.9 / N of the free memory"
+    default is then right). N instances that do not fit get 0.9 / N (one: None) and a warning."""
+    even = round(KV_CACHE_FREE_GPU_MEMORY_FRACTION / models, 4) if models > 1 else None
     instance = weights + RUNTIME_OVERHEAD_BYTES
     free_after_all = gpu_bytes - models * instance
-    if free_after_all <= 0:
-        return even, (f"memory: {models} LLM instances of about {instance / 2**30:.1f} GiB each (weights and runtime) "
-                      f"do not fit in {gpu_bytes / 2**30:.0f} GiB; serve fewer settings (tune.memory_budget_gib counts "
-                      "each instance) or quantize")
+    if weights > 0 and free_after_all <= 0:
+        return even, (f"memory: {models} LLM instance{'s' if models > 1 else ''} of about {instance / 2**30:.1f} GiB "
+                      f"each per GPU (weights and runtime) do not fit in {gpu_bytes / 2**30:.0f} GiB; raise "
+                      "triton.tp, serve fewer settings (tune.memory_budget_gib counts each instance) or quantize")
+    if models < 2:
+        return None, None
+    if weights <= 0:
+        return even, "memory: no weight files found to size the llmapi instances; each takes 0.9 / N of the free memory"
     sequential = free_after_all / ((models - 1) * (gpu_bytes - instance))
     return round(KV_CACHE_FREE_GPU_MEMORY_FRACTION * min(1.0 / models, sequential), 4), None
 
 
-def models(target: Artifact, served: list[Spec], share: float | None = None) -> list[r.ModelFiles]:
-    """One LLM-API model per Spec: model.yaml with the target, the backend, its speculative_config
+def models(target: Artifact, served: list[Spec], share: float | None = None, tp: int = 1) -> list[r.ModelFiles]:
+    """One LLM-API model per Spec: model.yaml with the target, the backend, its tensor parallelism
+    (llmapi_parallel.served_tp; the drafter runs at the target's), its speculative_config
     and, when several share the GPU, each one's share of the KV cache memory (kv_share); a target
     with a sliding window attends over it (deploy.attention_window: KvCacheConfig's default is the
     whole max_seq_len, upstream.trtllm LLMAPI_ATTENTION_WINDOW_KEY)."""
     files = []
     window = attention_window(target)
     for name, spec, label in served:
-        cfg = {"model": str(target.path), "backend": "pytorch", "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+        cfg = {"model": str(target.path), "backend": "pytorch", LLMAPI_TP_KEY: tp, LLMAPI_PP_KEY: 1}
         if spec is not None:
             cfg["speculative_config"] = spec
         kv = {LLMAPI_FREE_GPU_MEMORY_FRACTION: share} if share is not None else {}

@@ -26,6 +26,11 @@ class TritonOptions(StageOptions):
     eagle_band: Optional[int] = Field(None, description="The one concurrency band served by EAGLE tree repositories "
                                                         "and by the llmapi flavor (default: the smallest); the "
                                                         "others route every band by load and refuse it.")
+    tp: Optional[int] = Field(None, ge=1, description="llmapi: GPUs per LLM instance (model.yaml "
+                                                      "tensor_parallel_size; every served setting's instance shares "
+                                                      "GPUs 0..tp-1). Default: the tp of the TensorRT-LLM checkpoint "
+                                                      "given as ckpt (a recipe's top-level tp), else 1. Other "
+                                                      "flavors: leave unset (engines and checkpoints carry theirs).")
     default_workload: Optional[str] = Field(None, description="Route unknown/missing workloads like this one "
                                                               "(default: computed).")
     device: str = Field("cpu", description="pytorch flavor: where its models run the runtime: cpu, cuda or cuda:N "

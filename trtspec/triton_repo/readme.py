@@ -53,9 +53,9 @@ not generated here): {model_files} of `{model_dir}` from the TensorRT-LLM {trtll
 ```
 
 MPI world size: 1, as TensorRT-LLM's `launch_triton_server.py` starts the LLM-API model by default: one
-tritonserver under `mpirun -n 1`, each `tensorrt_llm_k*` model an `LLM` that spawns its own workers. The
-`model.yaml` files say `tensor_parallel_size: 1`; one edited to more still launches this way (its `LLM`
-spawns one worker per rank). Multi-node serving (`trtllm-llmapi-launch` under `srun`) hands one MPI
+tritonserver under `mpirun -n 1`, each `tensorrt_llm_k*` model an `LLM` that spawns its own workers.
+GPUs: {gpus_text}
+Multi-node serving (`trtllm-llmapi-launch` under `srun`) hands one MPI
 world to a single model, which a repository of several models cannot share.
 The server binds 127.0.0.1 only; put a proxy in front of it (or change the `--*-address` flags)
 to expose it.""",
@@ -105,6 +105,7 @@ def render_readme(manifest: dict, tuning, repo_path: Path) -> str:
                           "(TP x PP); ranks > 0 load only the TensorRT-LLM model.")
 
         lines.append(LAUNCH[flavor].format(repo=repo, trtllm=TRTLLM_VERSION_LABEL, command=cmd, world_text=world_text,
+                                           gpus_text=_llmapi_gpus(launch),
                                            model_dir=LLMAPI_MODEL_DIR,
                                            model_files=" and ".join(f"`{f}`" for f in LLMAPI_MODEL_FILES)))
     lines += ["", "Request it over gRPC streaming (HTTP `/infer` cannot serve decoupled models; "
@@ -129,7 +130,8 @@ def render_readme(manifest: dict, tuning, repo_path: Path) -> str:
     if manifest.get("sampling"):
         lines += ["", "## Sampling (temperature > 0)", ""] + _sampling_text(manifest)
     if manifest.get("memory"):
-        lines += ["", "## GPU memory (estimate, per GPU)", ""] + _memory_table(manifest)
+        table = _llmapi_memory(manifest["memory"]) if flavor == "llmapi" else _memory_table(manifest)
+        lines += ["", "## GPU memory (estimate, per GPU)", ""] + table
     if manifest.get("warnings"):
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in manifest["warnings"]]
     return "\n".join(lines) + "\n"
@@ -236,3 +238,23 @@ def _memory_table(manifest: dict) -> list[str]:
                 "cache, and the KV pool is split between the profiles. Fewer profiles: "
                 "`trtspec tune --max-profiles N`."]
     return out
+
+
+def _llmapi_gpus(launch: dict) -> str:
+    """How many GPUs an llmapi repository needs: every LLM runs at tensor_parallel_size tp on GPUs 0..tp-1."""
+    n = int(launch.get("engine_world_size", 1))
+    where = "GPU 0" if n == 1 else f"GPUs 0-{n - 1}"
+    return (f"{n} (`tensor_parallel_size: {n}` in every `model.yaml`, `triton.tp`): each model's `LLM` spawns "
+            f"one worker per rank on {where}, which all the models share and the container is given; "
+            "each model's weights are split over them (its drafter runs at the same tp).")
+
+
+def _llmapi_memory(mem: dict) -> list[str]:
+    """The llmapi memory plan (llmapi_parallel.memory_plan) per GPU of the tp group."""
+    share = mem["free_gpu_memory_fraction"]
+    share = share if share is not None else f"{KV_CACHE_FREE_GPU_MEMORY_FRACTION} (default)"
+    return [f"{mem['gpu']}: {_gib(mem['gpu_memory_bytes'])} GiB on each of {mem['gpus']} GPU(s). Each of the "
+            f"{mem['instances']} LLM instance(s) holds about {_gib(mem['weights_bytes_per_gpu'])} GiB of weights and "
+            f"{_gib(mem['overhead_bytes_per_gpu'])} GiB of runtime overhead on every GPU; left for KV caches: "
+            f"{_gib(max(0, mem['free_after_load_bytes']))} GiB per GPU, each instance's "
+            f"`free_gpu_memory_fraction` {share}."]

@@ -25,11 +25,14 @@ from importlib import resources
 from pathlib import Path
 
 from .. import __version__
+from ..builders.memory import RUNTIME_OVERHEAD_BYTES
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, check_inputs_kept, sha256_file
 from ..tuning.tuning_schema import load_tuning
 from . import contracts as c, llmapi, render as r
 from .configs import render as render_config
+from .container import launch_plan
+from .llmapi_parallel import memory_plan, served_tp
 from .memory import check_demand, gpu_device_ids, plan_memory
 from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
@@ -44,7 +47,6 @@ from .readme import render_readme
 from .sampling import route_sampling, tuned_rule
 from .routing import check_tuning, draft_target_routes, drafts_ngrams_only, eagle_routes
 from .validate import check_repository
-from ..upstream.triton import TRITON_CONTAINER
 from ..upstream.trtllm import GPU_MEMORY_MIB, TRTLLM_VERSION_LABEL
 
 MANIFEST = "trtspec-repo.json"
@@ -68,6 +70,7 @@ class RepoRequest:
     gpu: str = _D.gpu
     eagle_band: int | None = _D.eagle_band
     default_workload: str | None = _D.default_workload
+    tp: int | None = _D.tp  # llmapi: GPUs per LLM instance (llmapi_parallel.served_tp)
     device: str = _D.device  # pytorch flavor: where its runtime models run (runtime_device.py)
     overwrite: bool = False
 
@@ -100,6 +103,9 @@ def _check_options(req: RepoRequest) -> None:
         raise TrtspecError(f"triton.max_batch_size: expected >= 1, got {req.max_batch_size}")
     if req.instances < 1:
         raise TrtspecError(f"triton.instances: expected >= 1, got {req.instances}")
+    if req.tp is not None and req.flavor != "llmapi":
+        raise TrtspecError(f"triton.tp: the {req.flavor} flavor serves its engines / checkpoints at their own tp; "
+                           "set it for llmapi only")
     if req.flavor == "trtllm":
         if req.engines is None:
             raise TrtspecError("engines: needed for the trtllm flavor (engine directories from trtspec build)")
@@ -168,6 +174,7 @@ class _Builder:
         self.heads = resolve_heads(tuning, req.draft_heads)  # more EAGLE-3 heads the choice routes to
         self.warnings: list[str] = [w for w in map(window_unknown, arts) if w]
         self.memory = None
+        self.tp, self.llmapi_memory = 1, None  # llmapi: GPUs per LLM instance, their memory (_build_llmapi)
         self.manifest: dict = {}
         self.routing: dict = {}
         self.sampling: dict = {}
@@ -343,10 +350,14 @@ class _Builder:
 
     def _build_llmapi(self, B: int) -> list[r.ModelFiles]:
         routing, specs = llmapi.specs(self.tuning, self.arts, self.req.default_workload, self.heads, self.req.eagle_band)
-        share, warning = llmapi.kv_share(len(specs), llmapi.weight_bytes(specs, self.arts[0]),
-                                         GPU_MEMORY_MIB[self.req.gpu] * 2**20)
-        self.warnings += [w for w in (warning, llmapi.choice_warning(self.tuning, self.req.eagle_band)) if w]
-        files = llmapi.models(self.arts[0], specs, share)
+        self.tp = served_tp(self.req.tp, self.req.ckpt, [*self.arts, *self.heads.values()])
+        weights, gpu_bytes = llmapi.weight_bytes(specs, self.arts[0], self.tp), GPU_MEMORY_MIB[self.req.gpu] * 2**20
+        share, warning = llmapi.kv_share(len(specs), weights, gpu_bytes)
+        self.llmapi_memory = memory_plan(self.req.gpu, gpu_bytes, self.tp, len(specs), weights, RUNTIME_OVERHEAD_BYTES,
+                                         share)
+        self.warnings += [w for w in (warning, llmapi.choice_warning(self.tuning, self.req.eagle_band),
+                                      llmapi.tp_warning(self.tuning, self.tp)) if w]
+        files = llmapi.models(self.arts[0], specs, share, self.tp)
         self.sampling = route_sampling(self.flavor, self.mode)
         if self.sampling["sampling_fallback"]:  # generate flags sampled requests to these (sampling_fallback)
             routing["greedy_models"] = llmapi.greedy_models(specs)
@@ -361,15 +372,6 @@ class _Builder:
         return files
 
     # ---- manifest and README --------------------------------------------------------------------
-    def _launch(self, files) -> dict:
-        llm = [f.name for f in files if f.kind in ("tensorrtllm", "llmapi")]
-        world = max(a.world_size for a in self.arts)
-        orchestrator = self.flavor == "trtllm" and len(llm) > 1
-        return {"container": TRITON_CONTAINER, "trtllm_models": llm,
-                "world_size": 1 if orchestrator else (world if self.flavor == "trtllm" else 1),
-                "engine_world_size": world, "orchestrator": orchestrator,
-                "mounts": sorted({str(a.path) for a in [*self.arts, *self.heads.values()]} | {str(self.tokenizer)})}
-
     def _manifest(self, files, calls) -> dict:
         return {
             "schema": MANIFEST_SCHEMA, "flavor": self.flavor, "mode": self.mode, "trtspec_version": __version__,
@@ -384,8 +386,9 @@ class _Builder:
             "routing": self.routing,
             "sampling": self.sampling,
             "calls": [x.to_dict() for x in calls],
-            "launch": self._launch(files),
-            "memory": self.memory.to_dict() if self.memory else None,
+            "launch": launch_plan(self.flavor, files, self.arts, [*self.arts, *self.heads.values()], self.tokenizer,
+                                  self.tp),
+            "memory": self.memory.to_dict() if self.memory else self.llmapi_memory,  # llmapi: memory_plan's
             "warnings": self.warnings,
         }
 

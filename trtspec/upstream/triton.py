@@ -344,3 +344,19 @@ PYTHON_SHM_PREFIX = "prefix{rank}_"
 # srun, the docs' multi-node path), with ranks > 0 parked in that model's initialize, which one
 # repository of several LLM models cannot share; `--no-mpi` is the docs' multi-instance (count > 1) path.
 LLMAPI_WORLD_SIZE = 1
+# Tensor parallelism of an LLM-API model (model.yaml `tensor_parallel_size`, `pipeline_parallel_size`:
+# LLM() arguments, reference/triton.md §3.7; py_executor_creator.py turns them into one Mapping,
+# `llm_args.parallel_config.to_mapping()`, read @000429d5, a 1.2-era tree with max_total_draft_tokens).
+# - The draft model of two-model speculation (DraftTarget) is a PyTorchModelEngine built with the
+#   target's own `mapping` (same file): it runs at the target's tp on the target's GPUs; speculative_config
+#   has no parallelism of its own. One-model EAGLE-3 runs the head inside the target's model (same mapping).
+# - The PyTorch backend's Attention (_torch/modules/attention.py, read @00547a25, later than 1.2.1; the
+#   rule is the engine flow's too) asserts num_attention_heads % tp == 0 and keeps ceil(kv_heads / tp)
+#   KV heads per rank (upstream.trtllm kv_heads_per_rank): trtspec refuses what checkpoints.sharding
+#   check_tp refuses for a TensorRT-LLM checkpoint.
+# - Launched at world size 1 (LLMAPI_WORLD_SIZE), each LLM spawns its tp workers on the node it runs on,
+#   rank r on local GPU r (INFERRED from Mapping's gpus_per_node; not read in 1.2.x): every LLM model of a
+#   repository shares GPUs 0..tp-1. One node: at most LLMAPI_MAX_TP GPUs (an HGX H100/H200 board).
+LLMAPI_TP_KEY = "tensor_parallel_size"
+LLMAPI_PP_KEY = "pipeline_parallel_size"
+LLMAPI_MAX_TP = 8
