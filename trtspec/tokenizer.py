@@ -47,3 +47,21 @@ def load_tokenizer(model_dir: Path, what: str = "the"):
         return AutoTokenizer.from_pretrained(str(model_dir), **({} if flag is None else {"fix_mistral_regex": flag}))
     except Exception as e:  # transformers raises many kinds for a broken tokenizer
         raise TrtspecError(f"{model_dir}: cannot load {what} tokenizer ({type(e).__name__}: {e})") from None
+
+
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+
+
+def tokenizer_difference(a, b, names: tuple[str, str]) -> str | None:
+    """The first difference between two loaded tokenizers (a token id mapped to different tokens, or
+    a special token id), as text naming them by `names`; None when they tokenize alike. The vocabulary
+    and special tokens, not the files: a re-saved tokenizer_config.json is the same tokenizer."""
+    a_by_id = {i: tok for tok, i in a.get_vocab().items()}
+    b_by_id = {i: tok for tok, i in b.get_vocab().items()}
+    for i in sorted(set(a_by_id) | set(b_by_id)):
+        if a_by_id.get(i) != b_by_id.get(i):
+            return f"token id {i}: {names[0]} {a_by_id.get(i)!r}, {names[1]} {b_by_id.get(i)!r}"
+    for attr in SPECIAL_TOKENS:
+        if getattr(a, attr) != getattr(b, attr):
+            return f"{attr}: {names[0]} {getattr(a, attr)}, {names[1]} {getattr(b, attr)}"
+    return None

@@ -198,3 +198,81 @@ def test_sampled_workloads_send_their_settings(tmp_path):
         extra = [json.loads(x) for x in flag(r["argv"], "--extra-inputs")]
         assert (chat in extra) == (r["workload"] == "chat")  # baseline and speculative runs alike
     assert script.is_file()
+
+
+def deterministic_payload(text: str, n: int) -> dict:
+    """One request of `genai-perf profile --endpoint-type kserve --backend tensorrtllm --streaming
+    --output-tokens-mean N --output-tokens-stddev 0 --output-tokens-mean-deterministic` (0.0.16's
+    tensorrtllm converter, as trtspec.upstream.triton records it): min_length rides along with max_tokens."""
+    from trtspec.upstream.triton import GENAI_PERF_MIN_TOKENS_INPUT
+
+    return {"model": "generate", "text_input": [text], "max_tokens": [n], "exclude_input_in_output": [True],
+            "stream": [True], GENAI_PERF_MIN_TOKENS_INPUT: [n]}
+
+
+class SpecDecodeRecorder:
+    """A draft-target repository's preprocessing / spec_decode / postprocessing; keeps spec_decode's inputs."""
+
+    def __init__(self):
+        from triton_repo.test_generate import EndsOnEos
+
+        self.inner, self.spec_inputs = EndsOnEos(), []
+
+    def exec(self, req, decoupled):
+        if req.model == "spec_decode":
+            self.spec_inputs.append(req.inputs)
+        return self.inner.exec(req, decoupled)
+
+
+@pytest.fixture()
+def generate_model(monkeypatch):
+    """generate.py of a draft-target repository without a server (tests/triton_repo/test_generate.py's stand-in)."""
+    from triton_repo.test_generate import forget_models, load_generate
+
+    band = {"concurrency": 1, "num_draft_tokens": 3}
+    routing = {"mode": "draft-target", "workloads": {"chat": [band]}, "default": {"bands": [band]}}
+    server = SpecDecodeRecorder()
+    model, _, common = load_generate(monkeypatch, {"routing": json.dumps(routing), "max_concurrency": "1"}, False,
+                                     server)
+    yield model, server, common
+    model.finalize()
+    forget_models()
+
+
+def as_request(payload: dict):
+    """A payload as Triton hands it to generate: each input typed as generate declares it."""
+    import numpy as np
+    from triton_repo.test_generate import ClientRequest, Tensor
+    from trtspec.triton_repo.contracts import GENERATE_INPUTS
+
+    dtypes = {t.name: t.data_type for t in GENERATE_INPUTS}
+    numpy = {"TYPE_STRING": object, "TYPE_INT32": np.int32, "TYPE_BOOL": bool}
+    request = ClientRequest(None)
+    request.inputs = {}
+    for name, value in payload.items():
+        if name != "model":
+            v = [x.encode() if isinstance(x, str) else x for x in value]
+            request.inputs[name] = Tensor(name, np.array([v], dtype=numpy[dtypes[name]]))
+    return request
+
+
+def test_generate_takes_the_deterministic_output_length_payload(generate_model):
+    """--output-tokens-mean-deterministic sends min_length: generate declares every input of that payload
+    (Triton refuses an undeclared one) and applies it as min_tokens."""
+    from triton_repo.test_generate import Sender
+    from trtspec.triton_repo.contracts import GENERATE_INPUTS
+
+    model, server, common = generate_model
+    payload = deterministic_payload("Why?", 12)
+    declared = {t.name: t for t in GENERATE_INPUTS}
+    assert {k for k in payload if k != "model"} <= set(declared)
+    assert declared["min_length"].data_type == declared["min_tokens"].data_type == "TYPE_INT32"
+    model._generate(as_request(payload), Sender(), 1)
+    [sent] = server.spec_inputs
+    assert sent["min_tokens"].tolist() == [[12]]
+    # min_length beside an equal min_tokens is the same request; a different one is refused by name
+    model._generate(as_request({**payload, "min_tokens": [12]}), Sender(), 1)
+    assert server.spec_inputs[-1]["min_tokens"].tolist() == [[12]]
+    with pytest.raises(common.RequestError, match=r"^min_length: 12 differs from min_tokens: 3 "):
+        model._generate(as_request({**payload, "min_tokens": [3]}), Sender(), 1)
+    assert len(server.spec_inputs) == 2

@@ -153,22 +153,29 @@ class Sender:
         self.sent.append((response, flags))
 
 
-@pytest.fixture()
-def load(monkeypatch):
-    def load_generate(params, with_cancel, server=None):
-        server = server or Server(with_cancel)
-        monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils(server))
-        monkeypatch.syspath_prepend(str(MODELS))
-        for name in ("generate", *HELPER_MODULES):
-            sys.modules.pop(name, None)
-        module = importlib.import_module("generate")
-        model = module.TritonPythonModel()
-        model.initialize({"model_config": json.dumps({"parameters": {k: {"string_value": v}
-                                                                      for k, v in params.items()}})})
-        return model, server, importlib.import_module("trtspec_triton_common")
-    yield load_generate
+def load_generate(monkeypatch, params, with_cancel, server=None):
+    """generate.py initialized with `params` on the stand-in pb_utils answering from `server`; returns
+    (model, server, trtspec_triton_common). Call forget_models() when done."""
+    server = server or Server(with_cancel)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils(server))
+    monkeypatch.syspath_prepend(str(MODELS))
+    forget_models()
+    module = importlib.import_module("generate")
+    model = module.TritonPythonModel()
+    model.initialize({"model_config": json.dumps({"parameters": {k: {"string_value": v}
+                                                                  for k, v in params.items()}})})
+    return model, server, importlib.import_module("trtspec_triton_common")
+
+
+def forget_models():
     for name in ("generate", *HELPER_MODULES):
         sys.modules.pop(name, None)
+
+
+@pytest.fixture()
+def load(monkeypatch):
+    yield lambda *args, **kw: load_generate(monkeypatch, *args, **kw)
+    forget_models()
 
 
 def run_cancelled(model, server, common):

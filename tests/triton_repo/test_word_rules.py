@@ -23,7 +23,8 @@ ENSEMBLE = Path("/work/shared/reference/upstream-triton/v0.19.0/all_models/infli
 def test_generate_declares_upstreams_stopping_inputs_as_optional():
     by = {t.name: t for t in c.GENERATE_INPUTS}
     want = {"stop_words": ("TYPE_STRING", (-1,)), "bad_words": ("TYPE_STRING", (-1,)),
-            "min_tokens": ("TYPE_INT32", (1,)), "return_log_probs": ("TYPE_BOOL", (1,))}
+            "min_tokens": ("TYPE_INT32", (1,)), "min_length": ("TYPE_INT32", (1,)),
+            "return_log_probs": ("TYPE_BOOL", (1,))}
     for name, (dtype, dims) in want.items():
         assert (by[name].data_type, by[name].dims, by[name].optional) == (dtype, dims, True), name
 
@@ -36,9 +37,9 @@ def test_the_names_and_types_are_the_ensembles():
     text = ENSEMBLE.read_text().replace("${triton_max_batch_size}", "1").replace("${logits_datatype}", "TYPE_FP32")
     cfg = text_format.Parse(text, model_config_pb2.ModelConfig())
     upstream = {i.name: (model_config_pb2.DataType.Name(i.data_type), tuple(i.dims)) for i in cfg.input}
-    upstream["min_tokens"] = upstream.pop("min_length")  # the 1.x name (trtspec.upstream.triton RENAMED_SINCE_V0_19)
+    upstream["min_tokens"] = upstream["min_length"]  # the 1.x name (trtspec.upstream.triton RENAMED_SINCE_V0_19)
     by = {t.name: t for t in c.GENERATE_INPUTS}
-    for name in ("stop_words", "bad_words", "min_tokens", "return_log_probs"):
+    for name in ("stop_words", "bad_words", "min_tokens", "min_length", "return_log_probs"):
         assert (by[name].data_type, by[name].dims) == upstream[name], name
 
 

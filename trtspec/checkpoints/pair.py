@@ -12,13 +12,10 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json
-from ..tokenizer import load_tokenizer
+from ..tokenizer import load_tokenizer, tokenizer_difference
 from .config_fields import ConfigFields
 from .convert import prepare_decoder, write_decoder
 from .writer import source_record, write_manifest
-
-SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
-
 
 def require_tokenizer(model_dir: Path, role: str):
     tok = load_tokenizer(model_dir, f"the {role}")
@@ -32,19 +29,11 @@ def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> int:
     """Raise TrtspecError naming the first difference; return the shared tokenizer size (its
     highest token id + 1, the embedding rows both models need)."""
     t_tok, d_tok = require_tokenizer(target_dir, "target"), require_tokenizer(draft_dir, "draft")
-    t_vocab, d_vocab = t_tok.get_vocab(), d_tok.get_vocab()
-    t_by_id = {i: tok for tok, i in t_vocab.items()}
-    d_by_id = {i: tok for tok, i in d_vocab.items()}
-    for i in sorted(set(t_by_id) | set(d_by_id)):
-        if t_by_id.get(i) != d_by_id.get(i):
-            raise TrtspecError(
-                f"{draft_dir}: draft tokenizer differs from the target's ({target_dir}) at token id {i}: "
-                f"target {t_by_id.get(i)!r}, draft {d_by_id.get(i)!r} (draft and target must share a tokenizer)")
-    for attr in SPECIAL_TOKENS:
-        if getattr(t_tok, attr) != getattr(d_tok, attr):
-            raise TrtspecError(f"{draft_dir}: draft {attr}={getattr(d_tok, attr)} but target has "
-                               f"{getattr(t_tok, attr)} (draft and target must share special tokens)")
-    size = max(t_by_id, default=-1) + 1  # ids need not be contiguous: the embedding must reach the highest one
+    diff = tokenizer_difference(t_tok, d_tok, ("target", "draft"))
+    if diff:
+        raise TrtspecError(f"{draft_dir}: draft tokenizer differs from the target's ({target_dir}) at {diff} "
+                           "(draft and target must share a tokenizer and its special tokens)")
+    size = max(t_tok.get_vocab().values(), default=-1) + 1  # ids need not be contiguous: the embedding must reach the highest one
     for role, d in (("target", target_dir), ("draft", draft_dir)):
         path = Path(d) / "config.json"
         vocab = ConfigFields(read_json(path, "HF config.json"), path).int("vocab_size")

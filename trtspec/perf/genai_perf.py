@@ -18,7 +18,7 @@ How our request maps onto genai-perf's, and why each flag (genai-perf 0.0.16 sou
   which the repository's `generate` declares for that reason.
 - `--output-tokens-mean N --output-tokens-stddev 0`: the only way to set max_tokens (a bounded
   normal sample; stddev 0 gives exactly N). Not `--output-tokens-mean-deterministic`: that adds
-  `min_length`, which we do not send either.
+  `min_length` (generate takes it as min_tokens), which perf does not send.
 - `--extra-inputs '{"workload": ...}'`, and `'{"speculation": false}'` for baseline runs (speculation
   runs send no speculation input, as perf does): the JSON form, because the NAME:VALUE form breaks
   on a ':' in a workload name.

@@ -56,6 +56,7 @@ from ..workloads import load_workloads, render
 from .metrics import PooledMetrics, al_counts, pair_acceptance, teacher_forced_logits
 from .options import QualityReportOptions
 from .render import plot_report
+from .same_model import check_same_model
 from .samples import calibration_ids, held_out_samples, mixed_precision, quant_block
 
 SCHEMA = "trtspec.quant-report/1"
@@ -109,6 +110,7 @@ def quality_report(quant_ckpt: Path, ref_ckpt: Path, workloads: list, out_dir: P
     say = progress or (lambda msg: None)
     qm = load_models(quant_ckpt, draft_ckpt)
     rm = load_models(ref_ckpt, ref_draft_ckpt)
+    check_same_model(quant_ckpt, ref_ckpt, qm.tokenizer, rm.tokenizer)
     if qm.target.spec.vocab_size != rm.target.spec.vocab_size:
         raise TrtspecError(f"{quant_ckpt} and {ref_ckpt}: vocabularies differ ({qm.target.spec.vocab_size} vs "
                            f"{rm.target.spec.vocab_size}); compare a checkpoint with its own unquantized source")

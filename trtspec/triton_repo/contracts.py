@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from ..upstream.triton import TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, Tensor
+from ..upstream.triton import GENAI_PERF_MIN_TOKENS_INPUT, TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, Tensor
 from .models.serving_rules import CHAIN_MODES
 
 PREPROCESSING = "preprocessing"
@@ -90,6 +90,9 @@ GENERATE_INPUTS = (
     # are tokenized by preprocessing into stop_words_list / bad_words_list (upstream's [2, N] format).
     _opt("min_tokens", "TYPE_INT32"), _opt("bad_words", "TYPE_STRING", (-1,)),
     _opt("stop_words", "TYPE_STRING", (-1,)),
+    # min_tokens under its 0.x name, which genai-perf's `--output-tokens-mean-deterministic` sends
+    # (upstream.triton); generate refuses a request giving both with different values (word_rules)
+    _opt(GENAI_PERF_MIN_TOKENS_INPUT, "TYPE_INT32"),
     # declared so that a request asking for log probs is refused by name (models/word_rules.py),
     # not with Triton's generic unexpected-input error; false is accepted
     _opt("return_log_probs", "TYPE_BOOL"),

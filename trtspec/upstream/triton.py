@@ -208,6 +208,14 @@ OUTPUTS_ADDED_SINCE_V0_19 = ("num_input_tokens", "num_output_tokens")
 PARAMETERS_ADDED_SINCE_V0_19 = ("enable_trt_overlap",)  # commented out in v0.19.0
 DTYPE_PLACEHOLDERS_ADDED_SINCE_V0_19 = {"prompt_embedding_table": PROMPT_TABLE_DTYPE}  # TYPE_FP16 in v0.19.0
 
+# genai-perf 0.0.16's `--backend tensorrtllm` payload (perf_analyzer branch r25.08 @2586c440, the 0.0.16
+# release, genai_perf/inputs/converters/tensorrtllm_converter.py `_add_request_params`; unchanged on
+# main @263c5f6e, 2025-12-15; reference triton.md §5.3): with a user-set `--output-tokens-mean`,
+# `--output-tokens-mean-deterministic` adds `min_length` = [that request's max_tokens], the 0.x name
+# of what 1.x calls min_tokens (RENAMED_SINCE_V0_19). Its tensorrtllm_engine converter sends the
+# same `min_length` beside request_output_len.
+GENAI_PERF_MIN_TOKENS_INPUT = "min_length"
+
 # Engine dtype (config.json) -> Triton data type, for the prompt-table placeholder.
 ENGINE_DTYPE_TO_TRITON = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32"}
 

@@ -1,7 +1,8 @@
 """generate: the front model of a trtspec repository (decoupled; streams when `stream` is true).
 
 Inputs: text_input, max_tokens, optional stream, workload, temperature, top_k, top_p,
-repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id, min_tokens, stop_words,
+repetition_penalty, presence_penalty, frequency_penalty, seed, end_id, pad_id, min_tokens (or its 0.x
+name min_length, which genai-perf's --output-tokens-mean-deterministic sends; word_rules), stop_words,
 bad_words (preprocessing tokenizes the words into stop_words_list / bad_words_list, sent with
 min_tokens to spec_decode or the EAGLE profile: the engines' rules, trtspec.runtime.words on the
 cpu flavor; a stop word's tokens stay in the text, as the executor keeps them), return_log_probs
@@ -66,7 +67,7 @@ from serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, Reque
                            output_len, pick_band, sampling_fallback, swept_route, tree_depth, trtllm_steps)
 from trtspec_triton_common import FINAL, bls, out, request_parameter, scalar, tensor
 from trtspec_triton_pool import PooledModel
-from word_rules import check_llmapi_words, check_log_probs
+from word_rules import check_llmapi_words, check_log_probs, min_tokens_or_alias
 
 SAMPLING_TO_TRTLLM = {"temperature": ("temperature", np.float32), "top_k": ("runtime_top_k", np.int32),
                       "top_p": ("runtime_top_p", np.float32), "repetition_penalty": ("repetition_penalty", np.float32),
@@ -145,7 +146,7 @@ class TritonPythonModel(PooledModel):
             raise RequestError("exclude_input_in_output: only true is supported "
                                "(text_output never includes the prompt)")
         check_log_probs(scalar(request, "return_log_probs"))
-        min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
+        min_tokens = check_min_tokens(min_tokens_or_alias(scalar(request, "min_tokens"), scalar(request, "min_length")))
         words = {n: w for n in ("stop_words", "bad_words") if (w := tensor(request, n)) is not None and w.size}
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)

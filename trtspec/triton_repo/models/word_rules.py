@@ -1,4 +1,5 @@
-"""Request stopping rules beside serving_rules: stop / bad words in upstream's tensor format, log probs.
+"""Request stopping rules beside serving_rules: stop / bad words in upstream's tensor format, min_tokens
+under its 0.x name min_length, log probs.
 
 Standard library only, like serving_rules (shipped next to every model, imported by trtspec's tests).
 
@@ -63,6 +64,18 @@ def ends_with_any(tokens, sequences):
     this file runs in the TensorRT-LLM container without trtspec, and trtspec.runtime may not import
     triton_repo (the import layers). tests/triton_repo/test_word_rules.py checks that they agree."""
     return any(len(tokens) >= len(s) and tuple(tokens[-len(s):]) == tuple(s) for s in sequences)
+
+
+def min_tokens_or_alias(min_tokens, min_length):
+    """The request's min_tokens, given as min_tokens or as min_length: genai-perf 0.0.16 sends the 0.x
+    name with --output-tokens-mean-deterministic (trtspec.upstream.triton GENAI_PERF_MIN_TOKENS_INPUT),
+    the same setting. Both with different values is refused: which one was meant is unknown."""
+    if min_length is None:
+        return min_tokens
+    if min_tokens is not None and int(min_tokens) != int(min_length):
+        raise RequestError(f"min_length: {int(min_length)} differs from min_tokens: {int(min_tokens)} "
+                           "(min_length is min_tokens' 0.x name); give one, or both equal")
+    return min_length
 
 
 def check_log_probs(value):
