@@ -5,6 +5,7 @@ it (grpc.aio's do, which left `trtspec run` hung or crashed with its server runn
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 
 import pytest
@@ -66,3 +67,43 @@ def test_with_ctrl_c_ignored_sigterm_still_stops_the_loop_between_callbacks():
     finally:
         signal.signal(signal.SIGINT, old)
     assert seen == {"swallowed": None, "task": "cancelled", "callback_finished": True}
+
+
+@pytest.mark.timeout(60)
+def test_a_second_interrupt_while_the_server_stops_kills_it(tmp_path, monkeypatch):
+    """The first Ctrl-C/SIGTERM stops the server gracefully (drain, exit timeout); a second one
+    landing in that wait must not leave it running: the stop goes on with no grace (SIGKILL to the
+    group) and the interrupt propagates. A real process group stands in for tritonserver and a stub."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from trtspec.pipeline.stages import stop_server
+    from trtspec.triton_repo.serve import CpuServer
+
+    server = CpuServer(tmp_path)
+    server.proc = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60 & wait"], start_new_session=True)
+    server.workdir, server.ready = tmp_path / "work", True
+    server.workdir.mkdir()
+
+    def second_interrupt():
+        raise KeyboardInterrupt("signal 15")
+    monkeypatch.setattr(server, "drain", second_interrupt)
+    ctx = SimpleNamespace(server=server)
+    pgid = server.proc.pid
+    with pytest.raises(KeyboardInterrupt):
+        stop_server(ctx)
+    assert _live_members(pgid) == []  # killed (a reparented zombie may linger until init reaps it)
+    assert ctx.server is None and not (tmp_path / "work").exists()
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that are not zombies (/proc/PID/stat: state, then pgrp)."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d))
+    return out

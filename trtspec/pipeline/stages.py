@@ -275,9 +275,17 @@ def start_server(ctx: Ctx) -> str:
 
 
 def stop_server(ctx: Ctx) -> None:
+    """Stop the server (a drain, then its exit timeout). A second Ctrl-C or SIGTERM during that wait
+    kills it at once instead of leaving it running with no parent (stop with no grace: SIGKILL to its
+    process group), and the interrupt goes on."""
     if ctx.server is not None:
-        ctx.server.stop()
-        ctx.server = None
+        try:
+            ctx.server.stop()
+        except KeyboardInterrupt:
+            ctx.server.stop(grace=0)
+            raise
+        finally:
+            ctx.server = None
 
 
 def perf_command(ctx: Ctx) -> str:

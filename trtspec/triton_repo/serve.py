@@ -310,7 +310,7 @@ class CpuServer:
         SIGKILL what is left. Returns the exit status."""
         grace = UNLOAD_S + KILL_GRACE_S if grace is None else grace
         code = None
-        if self.ready and self.alive():
+        if self.ready and self.alive() and grace != 0:  # grace 0: kill now, no drain
             self.drain()
         self.ready = False
         if self.proc is not None:
