@@ -56,13 +56,15 @@ def cli_json(*args) -> dict:
 
 def test_cli_json_greedy_without_tokenizer(d, greedy):
     out = cli_json("--ckpt", d / "bare", "--prompt-ids", json.dumps(PROMPT), "--max-new-tokens", NEW, "--ignore-eos")
-    assert set(out) == {"output_ids", "text", "acceptance_length", "steps", "timing", "sampling", "accept_rule"}
+    assert set(out) == {"output_ids", "text", "acceptance_length", "steps", "finish_reason", "timing", "sampling",
+                        "accept_rule"}
     assert out["sampling"]["temperature"] == 0.0 and out["accept_rule"] is None  # greedy: no rule applies
     t = out["timing"]
     assert set(t) == {"first_token_s", "total_s", "tokens_per_s"}
     assert 0 < t["first_token_s"] <= t["total_s"] and t["tokens_per_s"] == pytest.approx(NEW / t["total_s"])
     assert out["output_ids"] == greedy(PROMPT) and len(out["output_ids"]) == NEW
     assert out["text"] is None and out["acceptance_length"] is None and out["steps"] == NEW
+    assert out["finish_reason"] == "length"
 
 
 def test_cli_json_text_prompt_is_tokenized_and_decoded(d, greedy):

@@ -49,7 +49,9 @@ CONVERT = {"dtype": (ConvertOptions, "dtype", None), "tp": (ConvertOptions, "tp"
            "allow_pickle": (ConvertOptions, "allow_pickle", None)}
 COMMANDS = {
     "convert": (cli.convert, {**CONVERT, **EAGLE}),
-    "generate": (cli.generate, {f: (GenerateOptions, f, None) for f in GenerateOptions.model_fields}),
+    "generate": (cli.generate, {**{f: (GenerateOptions, f, None) for f in GenerateOptions.model_fields},
+                                "stop_words": (GenerateOptions, "stop_words", none_is_empty),
+                                "bad_words": (GenerateOptions, "bad_words", none_is_empty)}),
     "build": (build_command, {**{f: (BuildOptions, f, None) for f in BuildOptions.model_fields if f != "timeout_s"},
                               "timeout": (BuildOptions, "timeout_s", None)}),
     "profile": (profile_command, {f: (ProfileOptions, f, None) for f in ProfileOptions.model_fields}),

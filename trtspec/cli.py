@@ -59,6 +59,22 @@ def convert(
     typer.echo(f"wrote {out}")
 
 
+WORDS_JSON = ' As a JSON list: \'["foo", " bar baz"]\' or, as token ids, \'[[42], [7, 8]]\'.'
+
+
+def _json_list(text: str | None, flag: str) -> list:
+    """A flag's JSON list (as --prompt-ids and --eagle-choices take theirs); unset: empty."""
+    if text is None:
+        return []
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TrtspecError(f"{flag}: not valid JSON ({e.msg})") from None
+    if not isinstance(value, list):
+        raise TrtspecError(f"{flag}: expected a JSON list, got {text!r}")
+    return value
+
+
 GENERATE_PARAMS = {name: flag_of(name) for name in  # run_generate's arguments -> flags
                    ("chat", "accept_rule", "max_new_tokens", "draft_len", "eagle_choices")}
 
@@ -82,6 +98,8 @@ def generate(
     max_new_tokens: int = typer.Option(default(G, "max_new_tokens"), "--max-new-tokens", help=doc(G, "max_new_tokens")),
     ignore_eos: bool = typer.Option(default(G, "ignore_eos"), help=doc(G, "ignore_eos")),
     min_tokens: int = typer.Option(default(G, "min_tokens"), "--min-tokens", help=doc(G, "min_tokens")),
+    stop_words: Optional[str] = typer.Option(None, "--stop-words", help=doc(G, "stop_words") + WORDS_JSON),
+    bad_words: Optional[str] = typer.Option(None, "--bad-words", help=doc(G, "bad_words") + WORDS_JSON),
     batch_invariant: bool = typer.Option(default(G, "batch_invariant"), help=doc(G, "batch_invariant")),
     temperature: float = typer.Option(default(G, "temperature"), help=doc(G, "temperature")),
     top_k: int = typer.Option(default(G, "top_k"), "--top-k", help=doc(G, "top_k")),
@@ -114,14 +132,16 @@ def generate(
             raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
     options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule,
                        fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers,
-                       min_tokens=min_tokens)
+                       min_tokens=min_tokens, stop_words=_json_list(stop_words, "--stop-words"),
+                       bad_words=_json_list(bad_words, "--bad-words"))
     with flag_context(G, params=GENERATE_PARAMS):  # run_generate names its arguments
         result = run_generate(ckpt, prompt=prompt, prompt_ids=ids, chat=chat, max_new_tokens=max_new_tokens,
                               draft_ckpt=draft_ckpt, draft_len=draft_len, eagle3_head=eagle3_head,
                               eagle_choices=choices, ignore_eos=ignore_eos, eagle_dynamic_top_k=eagle_dynamic_top_k,
                               batch_invariant=batch_invariant, sampling=options.sampling(), accept=options.accept_rule,
                               fp8_gemm=options.fp8_gemm, device=options.device, dtype=options.dtype,
-                              compile_layers=options.compile_layers, min_tokens=options.min_tokens)
+                              compile_layers=options.compile_layers, min_tokens=options.min_tokens,
+                              stop_words=options.stop_words, bad_words=options.bad_words)
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -47,7 +47,7 @@ from .ngram import NGramProposer
 from .quant import Linear, set_fp8_gemm
 from .speculative import Proposer
 from .stats import GenerationResult
-from .words import NO_WORDS, Words
+from .words import NO_WORDS, Words, encode_words
 
 DEFAULT_DRAFT_LEN = 4
 
@@ -270,12 +270,14 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
                  eagle_choices=None, ignore_eos: bool = False, eagle_dynamic_top_k: int | None = None,
                  batch_invariant: bool = False, sampling: Sampling = GREEDY_SAMPLING, accept: str | None = None,
                  eagle3_head: Path | None = None, device: str = "cpu", dtype: str | None = None,
-                 compile_layers: bool = False, fp8_gemm: str = "auto", min_tokens: int = 0) -> dict:
+                 compile_layers: bool = False, fp8_gemm: str = "auto", min_tokens: int = 0,
+                 stop_words=(), bad_words=()) -> dict:
     """One prompt, as `trtspec generate` runs it (eagle3_head: EAGLE-3 drafting, K = draft_len). Returns {output_ids, text, acceptance_length, steps,
-    timing}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
+    timing, finish_reason}: generated ids only; text None when the checkpoint has no tokenizer; acceptance_length
     None for plain greedy; steps = target forward calls, prefill included; timing = seconds to the
     first token (the prefill), seconds in all and generated tokens per second, decoding only (model
-    loading and tokenization excluded). A prompt whose length + max_new_tokens exceeds the model's
+    loading and tokenization excluded); finish_reason eos | stop | length. stop_words / bad_words:
+    strings or token-id lists (words.encode_words). A prompt whose length + max_new_tokens exceeds the model's
     max_position_embeddings is refused (batch.check_positions), never truncated. device / dtype:
     GenerateOptions' (device.resolve, device.compute_dtype; errors name generate.device / .dtype)."""
     if (prompt is None) == (prompt_ids is None):
@@ -291,20 +293,22 @@ def run_generate(ckpt: Path, prompt: str | None = None, prompt_ids: list[int] | 
         models.compile_layers()
     ids = prompt_ids if prompt_ids is not None else encode(models.tokenizer, prompt, chat, models.target.path)
     check_positions([ids], max_new_tokens, models.max_positions)
+    words = Words.of(stop=encode_words(stop_words, "stop_words", models.tokenizer, models.target.path),
+                     bad=encode_words(bad_words, "bad_words", models.tokenizer, models.target.path))
     steps = stream_request(models, list(ids), max_new_tokens, draft_len=draft_len, eagle_choices=eagle_choices,
                            eos_ids=() if ignore_eos else None, eagle_dynamic_top_k=eagle_dynamic_top_k,
                            batch_invariant=batch_invariant, sampling=sampling, accept=accept,
-                           min_tokens=min_tokens)
+                           min_tokens=min_tokens, words=words)
     output_ids, first_token_s, start = [], None, time.perf_counter()
     for row in steps:  # the prefill's step carries the first token
         first_token_s = time.perf_counter() - start if first_token_s is None else first_token_s
         output_ids += [int(t) for t in row.tokens]
-        stats = row.stats
+        stats, finish_reason = row.stats, row.finish_reason
     total_s = time.perf_counter() - start
     text = (models.tokenizer.decode(output_ids, skip_special_tokens=True)
             if models.tokenizer is not None else None)
     return {"output_ids": output_ids, "text": text, "acceptance_length": stats.acceptance_length,
             "sampling": sampling.model_dump(), "accept_rule": None if sampling.greedy else accept or EXACT_MATCH.name,
-            "steps": stats.target_calls,
+            "steps": stats.target_calls, "finish_reason": finish_reason,
             "timing": {"first_token_s": first_token_s, "total_s": total_s,
                        "tokens_per_s": len(output_ids) / total_s if total_s > 0 else None}}

@@ -5,7 +5,7 @@ pydantic only.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, get_args
+from typing import Literal, Optional, Union, get_args
 
 from pydantic import Field, field_validator
 
@@ -67,9 +67,25 @@ class GenerateOptions(Sampling, RuntimeDevice):
     ignore_eos: bool = Field(False, description="Do not stop at the end-of-sequence token.")
     min_tokens: int = Field(0, ge=0, description="No end-of-sequence before this many new tokens: the end "
                                                  "ids' logits are masked until then (TensorRT-LLM's min_tokens).")
+    stop_words: list[Union[str, list[int]]] = Field(
+        [], description="End the request on the token that completes one of these (kept in the output): each a "
+        "string, tokenized with the checkpoint's tokenizer without special tokens (as Triton's preprocessing "
+        "tokenizes stop_words), or a list of token ids (TensorRT-LLM's stop_words_list).")
+    bad_words: list[Union[str, list[int]]] = Field(
+        [], description="Never emit these: the last token of each is banned where the tokens before it match; each "
+        "a string (tokenized as stop_words) or a list of token ids (TensorRT-LLM's bad_words_list).")
     batch_invariant: bool = Field(False, description="Verify each draft token as a one-token decode (no speedup): "
                                                      "speculation then reproduces greedy bit for bit on FP8/INT8 "
                                                      "checkpoints too.")
+
+    @field_validator("stop_words", "bad_words", mode="before")
+    @classmethod
+    def _words(cls, v):
+        """One line naming the bad item, not pydantic's two union branches' complaints."""
+        for i, w in enumerate(v if isinstance(v, list) else ()):
+            if not (isinstance(w, str) or isinstance(w, list) and all(type(t) is int for t in w)):
+                raise ValueError(f"item {i} is {w!r}; expected a string or a list of token ids")
+        return v
 
     def sampling(self) -> Sampling:
         """The Sampling part of these options."""

@@ -39,6 +39,26 @@ class Words:
 NO_WORDS = Words()
 
 
+def encode_words(words, name: str, tokenizer=None, where="the checkpoint") -> list[list[int]]:
+    """Each word as token ids: a list of ids as it is, a string tokenized without special tokens,
+    the rule of Triton's preprocessing model (`_word_lists`, upstream's preprocessing), so that a word
+    ends `trtspec generate` where it ends a served request. The call is written twice on purpose:
+    preprocessing runs without trtspec and trtspec.runtime may not import triton_repo (the import
+    layers); tests/test_cli_words.py checks that the two agree."""
+    out = []
+    for i, w in enumerate(words or ()):
+        if not isinstance(w, str):
+            out.append([int(t) for t in w])
+            continue
+        if tokenizer is None:
+            raise TrtspecError(f"{name}[{i}]: a string needs a tokenizer and {where} has none; give token ids")
+        ids = list(tokenizer.encode(w, add_special_tokens=False))
+        if not ids:
+            raise TrtspecError(f"{name}[{i}]: {w!r} encodes to no tokens; expected a word")
+        out.append(ids)
+    return out
+
+
 def _sequences(seqs, name: str) -> Sequences:
     out = tuple(tuple(int(t) for t in s) for s in seqs or ())
     for i, s in enumerate(out):
