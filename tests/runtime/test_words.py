@@ -111,3 +111,12 @@ def test_empty_or_negative_sequences_are_refused():
         Words.of(stop=[(3,), ()])
     with pytest.raises(TrtspecError, match=r"^bad_words\[0\]: token id -1; expected ids >= 0$"):
         Words.of(bad=[(-1, 2)])
+
+
+def test_word_ids_outside_the_vocabulary_are_refused(tiny):
+    """Checked like prompt ids: an id past the vocabulary would never match (stop) or never be
+    masked (bad), silently."""
+    models, prompt, *_ = tiny["pair"]
+    V = models.target.vocab_size
+    with pytest.raises(TrtspecError, match=rf"^bad_words\[1\]: token id {V} is outside the vocabulary \[0, {V}\)$"):
+        generate_batch(models, [prompt], 4, "greedy", words=Words.of(bad=[(1,), (2, V)]))

@@ -80,6 +80,10 @@ def make_requests(prompts: list[list[int]], max_new_tokens: int, eos_ids, vocab_
         bad = [t for t in p if not 0 <= int(t) < vocab_size]
         if bad:
             raise TrtspecError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    for name, seqs in (("stop_words", words.stop), ("bad_words", words.bad)):  # else silently never matched
+        for i, w in enumerate(seqs):
+            if max(w) >= vocab_size:
+                raise TrtspecError(f"{name}[{i}]: token id {max(w)} is outside the vocabulary [0, {vocab_size})")
     eos = frozenset(int(e) for e in (eos_ids or ()))
     return [Request([int(t) for t in p], max_new_tokens, eos, seed + i, int(min_tokens), words,
                     stats=RequestStats(max_positions=max_positions))
