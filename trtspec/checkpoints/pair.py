@@ -17,6 +17,7 @@ from .config_fields import ConfigFields
 from .convert import prepare_decoder, write_decoder
 from .writer import source_record, write_manifest
 
+
 def require_tokenizer(model_dir: Path, role: str):
     tok = load_tokenizer(model_dir, f"the {role}")
     if tok is None:
@@ -33,7 +34,8 @@ def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> int:
     if diff:
         raise TrtspecError(f"{draft_dir}: draft tokenizer differs from the target's ({target_dir}) at {diff} "
                            "(draft and target must share a tokenizer and its special tokens)")
-    size = max(t_tok.get_vocab().values(), default=-1) + 1  # ids need not be contiguous: the embedding must reach the highest one
+    # ids need not be contiguous: the embedding must reach the highest one
+    size = max(t_tok.get_vocab().values(), default=-1) + 1
     for role, d in (("target", target_dir), ("draft", draft_dir)):
         path = Path(d) / "config.json"
         vocab = ConfigFields(read_json(path, "HF config.json"), path).int("vocab_size")
