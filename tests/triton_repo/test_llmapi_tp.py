@@ -96,6 +96,14 @@ def test_the_container_gets_the_tp_gpus(w):
     assert "GPUs: 2 (`tensor_parallel_size: 2`" in (w["repo"] / "README.md").read_text()
 
 
+def test_the_manifest_says_the_served_tp_of_every_artifact(w):
+    """One truth for a manifest reader: artifacts[].tp is the tp the LLMs run at (the head at the
+    target's), as launch and memory say, not the HF directories' 1."""
+    manifest = w["manifest"]
+    assert [(a["role"], a["tp"], a["pp"]) for a in manifest["artifacts"]] == [("target", 2, 1), ("draft", 2, 1)]
+    assert manifest["launch"]["engine_world_size"] == manifest["memory"]["gpus"] == 2
+
+
 def test_a_recipe_serving_llmapi_at_tp_2_tunes_at_tp_2(w, tmp_path):
     """triton.tp sets the recipe's tp: the checkpoint is converted at it, the tuner's cost model reads
     it from that checkpoint, and the repository serves it (checkpoint_tp) when triton.tp is unset."""

@@ -96,7 +96,7 @@ def _plan(kv_tokens: int, per_seq: int = 8200) -> MemoryPlan:
 
 
 def _tuning(context_tokens: float, num_tokens: int, bands=(1, 16)):
-    w = SimpleNamespace(context_tokens=context_tokens, num_tokens=num_tokens, num_samples=2,
+    w = SimpleNamespace(context_tokens=context_tokens, num_tokens=num_tokens, num_samples=2, prompt_tokens=None,
                         bands=[SimpleNamespace(concurrency=c) for c in bands])
     return SimpleNamespace(workloads={"chat": w})
 
@@ -116,3 +116,31 @@ def test_full_length_sequences_beyond_the_kv_are_not_warned_when_the_tuned_load_
     plan = _plan(kv_tokens=100000)
     check_demand(plan, 64, _tuning(1000.0, 2000))
     assert plan.warnings == []
+
+
+def test_a_context_tokens_override_does_not_shift_the_request_length_checked():
+    """tune.context_tokens prices every step at its value, whatever the prompts; the demand check
+    counts the profiled prompt (256 tokens) + output (32) per request, not the override."""
+    from trtspec.tuning.select import SelectConfig, tune_draft_target
+    from trtspec.tuning.synthetic import chain_profile, example_cost_model
+
+    prof = chain_profile({"chat": 0.7}, num_samples=2, T=32, max_k=4, prompt_len=256)
+    cfg = SelectConfig(concurrency_bands=[1, 16], context_tokens=4096)
+    w = tune_draft_target(prof, example_cost_model("draft-target"), cfg)["chat"]
+    per_req = 256 + w.num_tokens // w.num_samples
+    assert w.context_tokens == 4096 and w.prompt_tokens == 256
+    plan = _plan(kv_tokens=16 * per_req)  # exactly the tuned load: 16 requests of prompt + output
+    check_demand(plan, 64, SimpleNamespace(workloads={"chat": w}))
+    assert plan.warnings == []
+    short = _plan(kv_tokens=16 * per_req - 1)
+    check_demand(short, 64, SimpleNamespace(workloads={"chat": w}))
+    assert f"16 concurrent requests x {per_req} tokens" in short.warnings[0]
+
+
+def test_the_readme_shows_every_gpu_of_the_plan(tp2_repo):
+    """Target ranks on GPUs 0 and 1, the draft on GPU 0 only: both rows, GPU 0 marked tightest."""
+    text = (tp2_repo / "README.md").read_text()
+    mem = json.loads((tp2_repo / "trtspec-repo.json").read_text())["memory"]
+    g0, g1 = mem["gpus"]
+    assert f"| 0 (tightest) | `tensorrt_llm`, `tensorrt_llm_draft` | {g0['free_after_load_bytes'] / 2**30:.2f} |" in text
+    assert f"| 1 | `tensorrt_llm` | {g1['free_after_load_bytes'] / 2**30:.2f} |" in text

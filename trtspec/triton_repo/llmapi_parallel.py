@@ -53,6 +53,13 @@ def served_tp(option: int | None, ckpt: Path | None, arts: list[Artifact]) -> in
     return tp
 
 
+def served_mapping(art: Artifact, llmapi_tp: int | None) -> dict:
+    """The tp and pp the manifest says an artifact is served at: an engine's or checkpoint's own
+    mapping, or under llmapi (llmapi_tp) the served tp and pp 1, what every model.yaml sets
+    (tensor_parallel_size, pipeline_parallel_size) and a draft model or head runs at too."""
+    return {"tp": llmapi_tp, "pp": 1} if llmapi_tp is not None else {"tp": art.tp, "pp": art.pp}
+
+
 def gpu_share(path: Path, tp: int) -> float:
     """The part of an HF model's weights one GPU of a tp group holds: builders.memory's WeightCounter
     (the per-rank rule of the build estimate and the tuner) at tp over the same at 1, with every

@@ -156,10 +156,14 @@ def kv_fraction(m: ModelMemory, placed: list[tuple[GpuMemory, list[ModelMemory]]
 
 
 def request_tokens(w) -> int:
-    """Prompt + output of one request of a tuned workload (WorkloadTuning): tune prices steps at
-    context_tokens = mean prompt + half the mean output (tuning/select.py context_of; a
-    tune.context_tokens override shifts this too), so the whole request is that plus the other half."""
-    return math.ceil(w.context_tokens + 0.5 * w.num_tokens / max(1, w.num_samples))
+    """Prompt + output of one request of a tuned workload (WorkloadTuning): its recorded mean prompt
+    plus the mean output. A tuning.json without prompt_tokens priced its steps at context_tokens = mean
+    prompt + half the mean output (tuning/select.py context_of), so the request is that plus the other
+    half; not so under a tune.context_tokens override, which such a file cannot tell apart."""
+    output = w.num_tokens / max(1, w.num_samples)
+    if w.prompt_tokens is not None:
+        return math.ceil(w.prompt_tokens + output)
+    return math.ceil(w.context_tokens + 0.5 * output)
 
 
 def check_demand(plan: MemoryPlan, batch: int, tuning) -> None:

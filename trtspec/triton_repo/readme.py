@@ -227,9 +227,16 @@ def _memory_table(manifest: dict) -> list[str]:
         out.append(f"| `{m['model']}` | {_gib(m['weights_bytes'])} | {_gib(m['activation_bytes'])} | "
                    f"{_gib(m['overhead_bytes'])} | {m['kv_tokens']} |")
     out.append("")
-    out.append(f"{mem['gpu']}: {_gib(mem['gpu_memory_bytes'])} GiB; left for KV after loading every model: "
-               f"{_gib(max(0, mem['free_after_load_bytes']))} GiB, of which {KV_CACHE_FREE_GPU_MEMORY_FRACTION:.0%} is the KV pool "
-               f"({'shared by every request across both engines' if mem['shared_kv'] else 'split evenly'}).")
+    pool = (f"{KV_CACHE_FREE_GPU_MEMORY_FRACTION:.0%} is the KV pool "
+            f"({'shared by every request across both engines' if mem['shared_kv'] else 'split evenly'})")
+    if len(mem["gpus"]) == 1:
+        out.append(f"{mem['gpu']}: {_gib(mem['gpu_memory_bytes'])} GiB; left for KV after loading every model: "
+                   f"{_gib(max(0, mem['free_after_load_bytes']))} GiB, of which {pool}.")
+    else:
+        out.append(f"{mem['gpu']}: {_gib(mem['gpu_memory_bytes'])} GiB each. Per GPU, what is left for KV after "
+                   f"loading the models whose ranks it holds, of which {pool}; a model's KV tokens are what its "
+                   "tightest GPU allows:")
+        out += ["", *_gpu_rows(mem)]
     if manifest["mode"] == "eagle":
         first = mem["models"][0]
         out += ["", f"Each extra EAGLE profile is a whole engine instance: it costs "
@@ -237,6 +244,16 @@ def _memory_table(manifest: dict) -> list[str]:
                 f"{_gib(first['activation_bytes'])} + runtime overhead {_gib(first['overhead_bytes'])}) before KV "
                 "cache, and the KV pool is split between the profiles. Fewer profiles: "
                 "`trtspec tune --max-profiles N`."]
+    return out
+
+
+def _gpu_rows(mem: dict) -> list[str]:
+    """Every GPU of the plan (memory.py), so the one that bounds the KV tokens shows."""
+    out = ["| GPU | models | left for KV GiB | KV pool GiB |", "|---|---|---|---|"]
+    for g in mem["gpus"]:
+        tight = " (tightest)" if g["gpu"] == mem["tightest_gpu"] else ""
+        out.append(f"| {g['gpu']}{tight} | {', '.join(f'`{m}`' for m in g['models'])} | "
+                   f"{_gib(max(0, g['free_after_load_bytes']))} | {_gib(g['kv_pool_bytes'])} |")
     return out
 
 

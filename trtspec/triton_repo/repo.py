@@ -32,7 +32,7 @@ from ..tuning.tuning_schema import load_tuning
 from . import contracts as c, llmapi, render as r
 from .configs import render as render_config
 from .container import launch_plan
-from .llmapi_parallel import memory_plan, served_tp
+from .llmapi_parallel import memory_plan, served_mapping, served_tp
 from .memory import check_demand, gpu_device_ids, plan_memory
 from .models import HELPERS, NGRAM_POOL, SOURCES
 from .options import TritonOptions
@@ -381,7 +381,7 @@ class _Builder:
             "tokenizer": str(self.tokenizer),
             "artifacts": [{"role": a.role, "kind": a.kind, "path": str(a.path), "max_draft_len": a.max_draft_len,
                            "num_eagle_layers": a.num_eagle_layers, "max_non_leaves_per_layer": a.max_non_leaves,
-                           "tp": a.tp, "pp": a.pp} for a in self.arts],
+                           **served_mapping(a, self.tp if self.flavor == "llmapi" else None)} for a in self.arts],
             "models": {f.name: {"kind": f.kind, "description": f.comment} for f in files},
             "routing": self.routing,
             "sampling": self.sampling,

@@ -208,10 +208,11 @@ def profile_record(profile: Profile, w: WorkloadProfile) -> dict:
     """What tuning.json says each workload's predictions assumed: its sampling settings and the
     accept rule of the profile (None for profiles written before either was recorded), and the
     distinct prompts its standard errors are over (acceptance.ratio_se clusters by prompt id and
-    leaves out a prompt without a step: an answer of at most one token)."""
+    leaves out a prompt without a step: an answer of at most one token), and the mean prompt length
+    (what a served request holds besides its output; context_tokens is an override's when one is set)."""
     cond = profile.measurement_conditions
     return {"sampling": w.sampling or cond.sampling, "accept_rule": cond.accept_rule,
-            "num_prompts": len({s.id for s in w.samples if s.num_states > 1})}
+            "num_prompts": len({s.id for s in w.samples if s.num_states > 1}), "prompt_tokens": w.mean_prompt_len()}
 
 
 def tune_draft_target(profile: Profile, cost: CostModel, cfg: SelectConfig) -> dict[str, WorkloadTuning]:

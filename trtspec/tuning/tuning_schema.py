@@ -69,7 +69,10 @@ class BandChoice(BaseModel):
 class WorkloadTuning(BaseModel):
     num_samples: int
     num_tokens: int
-    context_tokens: float  # the mean KV length the step times were evaluated at
+    context_tokens: float  # the mean KV length the step times were evaluated at (tune.context_tokens if set)
+    # the profile's mean prompt length (None: its samples record none, or written before it was): with
+    # num_tokens / num_samples, a request's whole length, which context_tokens cannot give under an override
+    prompt_tokens: float | None = Field(None, exclude_if=lambda v: v is None)
     accept_length_by_k: dict[str, float]
     bands: list[BandChoice]
     accept_length_se_by_k: dict[str, float | None] | None = None
