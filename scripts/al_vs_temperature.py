@@ -29,7 +29,8 @@ def main() -> None:
     args = ap.parse_args()
     profiles = [load_profile(p) for p in args.profiles]
     for name, points in al_by_temperature(profiles, args.k).items():
-        print(f"{name}: " + ", ".join(f"T={t:g} {al:.3f}±{se:.3f}" for t, al, se in points))
+        print(f"{name}: " + ", ".join(f"T={t:g} {al:.3f}" + ("±?" if se is None else f"±{se:.3f}")
+                                      for t, al, se in points))
     print(f"wrote {plot_al_vs_temperature(profiles, args.out, args.k)}")
 
 

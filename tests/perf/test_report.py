@@ -197,6 +197,30 @@ def test_band_between_tuned_bands_and_predictions_from_comparisons(tuning):
     assert "n/a" in cell and "1.87x per step" in cell
 
 
+def test_a_predicted_al_without_a_standard_error_shows_it_unknown():
+    """A recorded prediction whose AL has no standard error (a workload profiled on one prompt) shows
+    '±?' under it, as the tuner's table does, not a bare number that reads as exact; off's AL 1 none."""
+    res = make_results(workloads=("chat",), concs=(2, 8))
+    common = dict(workload="chat", tokens_per_s=1, baseline_tokens_per_s=1, speedup=1, predicted_speedup=1.0)
+    res.comparisons = [Comparison(concurrency=2, predicted_acceptance_length=2.34, predicted_draft_len=3, **common),
+                       Comparison(concurrency=8, predicted_acceptance_length=1.0, predicted_draft_len=0, **common)]
+    rows = parse(render_report(res)).rows
+    assert rows[("chat", "c=2")]["predicted_acceptance_length"].split() == ["2.34", "±?"]
+    assert rows[("chat", "c=8")]["predicted_acceptance_length"].split() == ["1.00"]
+
+
+def test_measured_numbers_without_an_interval_show_it_unknown():
+    """One successful request per run: no interval to resample. The measured tokens/s, speedup and AL
+    say '±?' instead of standing bare, as if exact; with 12 requests each shows its interval."""
+    one = PerfResults(created="x", trtspec_version="0.1", settings=make_results().settings, completed=True,
+                      runs=[make_run("chat", True, 1, n=1, al=2.0), make_run("chat", False, 1, n=1)])
+    row = parse(render_report(one)).rows[("chat", "c=1")]
+    for k in ("tokens_per_s", "baseline_tokens_per_s", "speedup", "acceptance_length"):
+        assert row[k].split()[1] == "±?", (k, row[k])
+    row = parse(render_report(make_results(workloads=("chat",), concs=(1,)))).rows[("chat", "c=1")]
+    assert all("±?" not in row[k] and "[" in row[k] for k in ("tokens_per_s", "speedup", "acceptance_length"))
+
+
 def test_no_baseline_no_tuning_renders_with_explanations(tmp_path):
     res = make_results(baseline=False)
     out = write_report_from(res, tmp_path / "report.html")

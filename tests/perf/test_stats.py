@@ -584,7 +584,8 @@ def test_the_speedup_sentence_carries_the_al_with_its_interval_against_the_predi
     ci = row.acceptance_length_ci
     assert ci == al_ci(runs[0].requests) and ci.low < row.acceptance_length < ci.high
     line = speedup_line(row)
-    assert f"AL {row.acceptance_length:.2f} [{ci.low:.2f}, {ci.high:.2f}] measured, 3.00 predicted (" in line
+    # the band records no standard error: unknown, said as the tuner's table does, not left out
+    assert f"AL {row.acceptance_length:.2f} [{ci.low:.2f}, {ci.high:.2f}] measured, 3.00 ±? predicted (" in line
     assert prediction_fit(3.0, ci) in line
     assert "AL" not in speedup_line(row.model_copy(update={"acceptance_length_ci": None}))  # older results.json
     # the predicted AL is measured too (the profile, other prompts): its own ±1.96 se is shown, and a miss
@@ -596,6 +597,23 @@ def test_the_speedup_sentence_carries_the_al_with_its_interval_against_the_predi
     assert speedup_line(row).count(", inside its own ±0.20") == 1
     (row,) = comparisons(runs, Tuning({"chat": WorkloadBands([Band(1, 4, 2.0, above, 0.04)])}))
     assert "±0.08 predicted" in speedup_line(row) and "inside its own" not in speedup_line(row)
+
+
+def test_a_predicted_al_without_a_standard_error_says_it_is_unknown():
+    """A band profiled on one prompt has no AL standard error (tuning select.se_unknown): the sentence
+    `trtspec perf` and `trtspec run` print shows '±?' after its AL, as the tuner's table does; the
+    AL 1 of no speculation is exact and gets no ±; a mix of bands one of which has none is unknown."""
+    from trtspec.perf.compare import predicted_al_pm
+
+    runs = [run("chat", True, 1, 1), run("chat", False, 1, 2)]
+    (row,) = comparisons(runs, Tuning({"chat": WorkloadBands([Band(1, 4, 2.0, 3.0, None)])}))
+    assert row.predicted_acceptance_length_se is None
+    assert ", 3.00 ±? predicted (" in speedup_line(row)
+    (off,) = comparisons(runs, Tuning({"chat": WorkloadBands([Band(1, 0, 1.0, 1.0, 0.0)])}))
+    assert ", 1.00 predicted (" in speedup_line(off)
+    assert predicted_al_pm(1.0, None, 0) == "" and predicted_al_pm(None, None, None) == ""  # exact / no prediction
+    assert predicted_al_pm(1.4, None, 0) == " ±?"  # off's draft length, but a mix's AL: not exact
+    assert predicted_al_pm(3.0, 0.1, 4) == " ±0.20"
 
 
 # ---- small samples and degenerate resamples (stats module docstring) ---------------------------------

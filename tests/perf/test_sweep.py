@@ -106,6 +106,17 @@ def test_the_sweep_section_round_trips_and_carries_an_al_interval():
     assert '"sweep"' not in dump_results(plain)  # a run without the sweep writes no new key
 
 
+def test_a_sweep_point_of_one_request_says_its_intervals_are_unknown():
+    """One request has no spread to resample: its tokens/s, AL and ITL show '±?' in the terminal lines
+    and report.html's sweep table, not a bare number that reads as exact."""
+    k2 = sweep.OFF.model_copy(update={"label": "K=2", "speculation": True, "drafter": "model", "num_draft_tokens": 2})
+    s = sweep.new_sweep({"mode": "draft-target"}, 4)
+    s.runs.append(sweep.sweep_run("chat", 1, k2, "2026-01-01T00:00:00+00:00", [_record(0, 20, 1.5)], None))
+    (line,) = sweep.sweep_lines(s)
+    assert " ±? tok/s" in line and "AL 1.50 ±?" in line
+    assert sweep.sweep_html(s).count(" ±?</td>") == 3
+
+
 @pytest.mark.parametrize("kw, msg", [({"baseline": True}, "turn baseline off"),
                                      ({"request_rate": 2.0}, "not request_rate"),
                                      ({"processes": 2}, "one client process"),

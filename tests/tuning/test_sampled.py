@@ -298,7 +298,7 @@ def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
 
     tuning = load_tuning(tmp_path / "tuning.json")
     band = tuning.workloads["logs"].bands[0]
-    band.acceptance_length, band.acceptance_length_se = 1.5, 0.05  # as if speculating: AL with its SE
+    band.speculate, band.acceptance_length, band.acceptance_length_se = True, 1.5, 0.05  # as if speculating
     table = summary_table(tuning)  # what `trtspec tune` prints
     assert table.columns[0]._cells == ["logs (T=0.7 top_p=0.95)"] and table.columns[3]._cells == ["1.50 ±0.05"]
     t = json.loads((tmp_path / "tuning.json").read_text())["workloads"]["logs"]

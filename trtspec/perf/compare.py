@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..confidence import Z95
+from ..confidence import Z95, pm_text
 from ..options import Sampling
 from ..triton_repo.models.serving_rules import band_concurrency, label_band, pick_band
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
@@ -140,6 +140,14 @@ def served_prediction(tuning, run: Run, base: Run | None) -> Prediction | None:
         stall = stall_s(base.requests, load_of(base) or 1, open_loop=run.concurrency is None)
         end_to_end = end_to_end_prediction(step, base.summary.ttft_s.mean, base.summary.e2e_s.mean, stall)
     return Prediction(end_to_end, step, al, se, _draft_len(band), mix)
+
+
+def predicted_al_pm(al: float | None, se: float | None, draft_len: int | None) -> str:
+    """' ±0.26' after a predicted AL: 1.96 standard errors of the profile's AL (tuning.json); '' after
+    no speculation's AL of exactly 1 and without a prediction; ' ±?' where the standard error is
+    unknown (a workload profiled on one prompt, a mix of bands one of which has none, a results.json
+    from before they were recorded), as the tuner's table prints it (confidence.pm_text)."""
+    return "" if al is None else pm_text(se, Z95, exact=draft_len == 0 and al == 1.0)
 
 
 def recorded_prediction(c: Comparison | None) -> Prediction:
@@ -316,9 +324,9 @@ def speedup_line(c: Comparison) -> str:
     if c.acceptance_length is not None and c.acceptance_length_ci is not None:
         text += f"; AL {c.acceptance_length:.2f} {ci_text(c.acceptance_length_ci, suffix='')} measured"
         if c.predicted_acceptance_length is not None:
-            se = c.predicted_acceptance_length_se
-            text += (f", {c.predicted_acceptance_length:.2f}" + (f" ±{Z95 * se:.2f}" if se else "") + " predicted "
-                     f"({prediction_fit(c.predicted_acceptance_length, c.acceptance_length_ci, se)})")
+            al, se = c.predicted_acceptance_length, c.predicted_acceptance_length_se
+            text += (f", {al:.2f}{predicted_al_pm(al, se, c.predicted_draft_len)} predicted "
+                     f"({prediction_fit(al, c.acceptance_length_ci, se)})")
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} {claim_unit(c.paired_requests is not None)}"
     return text

@@ -18,10 +18,10 @@ import base64
 from html import escape
 from pathlib import Path
 
-from ..confidence import Z95
+from ..confidence import UNKNOWN_PM
 from ..fsutil import write_text_atomic
 from . import plots
-from .compare import claim_unit, load_predictions, prediction_text, ratio_fmt, step_differs
+from .compare import claim_unit, load_predictions, predicted_al_pm, prediction_text, ratio_fmt, step_differs
 from .headline import Headline, has_successes, headlines, load_label, run_ci
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
@@ -140,9 +140,13 @@ def _ms(v) -> str:
     return _num(None if v is None else v * 1e3, "{:.1f}")
 
 
-def _ci(ci: Interval | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
-    if ci is None:
+def _ci(value, ci: Interval | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
+    """The 95% interval after a measured value; '±?' where it has none (one successful request: no
+    spread to resample), so that it does not read as exact; nothing after no value."""
+    if value is None:
         return ""
+    if ci is None:
+        return f' <span class="ci">{UNKNOWN_PM.strip()}</span>'
     return f' <span class="ci">[{escape(fmt.format(ci.low) + suffix)}, {escape(fmt.format(ci.high) + suffix)}]</span>'
 
 
@@ -184,9 +188,10 @@ def _per_step(h: Headline) -> str:
 
 
 def _pm(h: Headline) -> str:
-    """' ±0.26' under a predicted AL: 1.96 standard errors of the profile's AL (tuning.json)."""
-    se = h.prediction.acceptance_length_se
-    return f' <span class="ci">±{Z95 * se:.2f}</span>' if se else ""
+    """The ± under a predicted AL (compare.predicted_al_pm: '±?' where its standard error is unknown)."""
+    p = h.prediction
+    pm = predicted_al_pm(p.acceptance_length, p.acceptance_length_se, p.draft_len)
+    return f' <span class="ci">{escape(pm.strip())}</span>' if pm else ""
 
 
 def _per(h: Headline) -> str:
@@ -202,13 +207,14 @@ def _headline_table(heads: list[Headline]) -> str:
         rows.append(
             f'<tr class="headline" data-workload="{escape(h.workload)}" data-load="{escape(h.load)}">'
             f'<td class="l big">{escape(h.workload)}</td><td class="l">{escape(h.load)}</td>'
-            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s_ci)}{_per(h)}</td>'
-            f'<td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}{_ci(h.baseline_tokens_per_s_ci)}'
-            f'{_per(h)}</td>'
+            f'<td class="big" data-k="tokens_per_s">{_num(h.tokens_per_s)}{_ci(h.tokens_per_s, h.tokens_per_s_ci)}'
+            f'{_per(h)}</td><td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}'
+            f'{_ci(h.baseline_tokens_per_s, h.baseline_tokens_per_s_ci)}{_per(h)}</td>'
             f'<td class="big{_speed_cls(h)}" data-k="speedup">{_num(_speedup(h), "{:.2f}", "x")}'
-            f'{_ci(c and c.speedup_ci, "{:" + ratio_fmt(c and c.speedup_ci) + "}", "x")}</td>'
+            f'{_ci(_speedup(h), c and c.speedup_ci, "{:" + ratio_fmt(c and c.speedup_ci) + "}", "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(p.speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
-            f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}{_ci(h.acceptance_length_ci, "{:.2f}")}</td>'
+            f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}'
+            f'{_ci(h.acceptance_length, h.acceptance_length_ci, "{:.2f}")}</td>'
             f'<td data-k="predicted_acceptance_length">{_num(p.acceptance_length, "{:.2f}")}{_pm(h)}</td>'
             f'<td data-k="predicted_draft_len">{_num(p.draft_len, "{}")}</td>'
             f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')
@@ -338,8 +344,8 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         "load; its per-step speedup made end to end with the baseline's mean TTFT and, at c > 1, its stalls for other requests' "
         "context phases (speculation shortens only a request's own decode steps: trtspec/perf/stats.py end_to_end_prediction). "
         "Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); ± under a "
-        "predicted AL: 1.96 standard errors over the profiled prompts; "
-        "a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
+        "predicted AL: 1.96 standard errors over the profiled prompts (±?: unknown, a workload profiled on one "
+        "prompt); a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),
         _parity(results),

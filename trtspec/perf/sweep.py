@@ -29,6 +29,7 @@ from typing import Sequence
 from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
+from ..confidence import UNKNOWN_PM
 from ..errors import TrtspecError
 from ..triton_repo.models.serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, chain_setting,
                                                  served_models)
@@ -158,18 +159,20 @@ def sweep_lines(sweep: Sweep) -> list[str]:
         tci = s.tokens_per_s_ci
         aci = run.acceptance_length_ci
         al = f"{s.acceptance_length:.2f}" if s.acceptance_length else "-"
-        al += f" [{aci.low:.2f}, {aci.high:.2f}]" if aci else ""
+        al += (f" [{aci.low:.2f}, {aci.high:.2f}]" if aci else UNKNOWN_PM) if s.acceptance_length else ""
         itl = f"{s.itl_s.mean * 1e3:.1f} ms" if s.itl_s.mean is not None else "-"
-        tps = f"{s.output_tokens_per_s:8.1f}" + (f" [{tci.low:.1f}, {tci.high:.1f}]" if tci else "")
+        tps = f"{s.output_tokens_per_s:8.1f}" + (f" [{tci.low:.1f}, {tci.high:.1f}]" if tci else UNKNOWN_PM)
         out.append(f"sweep {run.workload:<10} c={run.concurrency:<3} {run.setting.label:<18} {tps} tok/s  "
                    f"AL {al}  ITL {itl}  errors {s.errors} timeouts {s.timeouts}")
     return out
 
 
 def _cell(v: float | None, ci: Interval | None, fmt: str, scale: float = 1.0) -> str:
+    """A value with its 95% interval, '±?' where it has none (one request: nothing to resample)."""
     if v is None:
         return "<td>-</td>"
-    text = fmt.format(v * scale) + (f" [{fmt.format(ci.low * scale)}, {fmt.format(ci.high * scale)}]" if ci else "")
+    text = fmt.format(v * scale) + (f" [{fmt.format(ci.low * scale)}, {fmt.format(ci.high * scale)}]" if ci
+                                    else UNKNOWN_PM)
     return f"<td>{escape(text)}</td>"
 
 

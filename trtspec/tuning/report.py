@@ -11,7 +11,9 @@ Chains come in series: the model drafter's K, and n-gram drafting's K at each ma
 (an n-gram tuning, or a drafter choice that offered both: tuning/choose.py), one line each
 (solid: the model drafter; dashed, dotted...: n-gram sizes, named in a legend of line styles), so
 the comparison is visible; each AL with its 95% error bar (1.96 standard errors over the profiled
-prompts, SweepPoint.acceptance_length_se). The unfitted cpu preset's tokens/s axis says it is a
+prompts, SweepPoint.acceptance_length_se); an AL whose standard error is unknown (one profiled
+prompt has no spread; '±?' in the table) is a hollow marker without a bar, named in the legend, since a
+bar of zero would claim an exact value (`al_points`). The unfitted cpu preset's tokens/s axis says it is a
 placeholder: its ratios carry the choice, its absolute numbers do not (`tps_label`).
 
 Under the table, every band whose chosen draft length the profile's AL standard errors cannot
@@ -21,7 +23,8 @@ nor is one whose AL has no standard error (one profiled prompt: select.se_unknow
 
 And `plot_al_vs_temperature`: from profiles at several temperatures (one `trtspec profile
 --temperature T` each), AL of a chain of K drafts against T, one line per workload, error bars of
-2 standard errors: how fast acceptance falls as the traffic gets hotter.
+2 standard errors (hollow, without a bar, where unknown): how fast acceptance falls as the traffic
+gets hotter.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from rich.console import Console
 from rich.table import Table
 
-from ..confidence import Z95
+from ..confidence import UNKNOWN_PM, Z95, pm_text
 from .calibrate import WITHIN, within_share
 from .fit import Calibration
 from .gpus import PRESETS
@@ -72,17 +75,45 @@ def chain_series(band: BandChoice, mode: str) -> dict[str, list]:
     return {k: head + sorted(v, key=lambda p: p.draft_len) for k, v in out.items()} or {"off": head}
 
 
+def al_points(ax, xs: list[float], ys: list[float], ses: list[float | None], z: float, style: str = "-",
+              label: str | None = None) -> bool:
+    """One series of ALs: a line through all, each point with its ±z standard-error bar, or, where
+    the standard error is unknown (None), a hollow marker and no bar (a bar of zero length would
+    claim an exact value; SE 0 is one: the AL 1 of no speculation). Returns whether any was unknown."""
+    line, = ax.plot(xs, ys, style, label=label)
+    known = [i for i, se in enumerate(ses) if se is not None]
+    unknown = [i for i, se in enumerate(ses) if se is None]
+    if known:
+        ax.errorbar([xs[i] for i in known], [ys[i] for i in known], yerr=[z * ses[i] for i in known], fmt="o",
+                    color=line.get_color(), capsize=3)
+    if unknown:
+        ax.plot([xs[i] for i in unknown], [ys[i] for i in unknown], "o", mfc="none", color=line.get_color())
+    return bool(unknown)
+
+
+def unknown_se_legend(ax, why: str) -> None:
+    """The legend, with an entry for al_points' hollow markers when the axes has any ('±?', as the table)."""
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], ls="", marker="o", mfc="none", color="gray"))
+    labels.append(f"AL{UNKNOWN_PM}: standard error unknown ({why})")
+    ax.legend(handles, labels, fontsize=8)
+
+
 def _plot_chains(name: str, wt: WorkloadTuning, mode: str, ax_al, ax_tps) -> None:
     """Left: each drafter setting's AL by K with 95% error bars (1.96 standard errors over the
-    profiled prompts). Right: colour = concurrency band, line style = drafter setting as on the
-    left (a second legend says which)."""
+    profiled prompts; hollow, no bar: unknown, al_points). Right: colour = concurrency band, line
+    style = drafter setting as on the left (a second legend says which)."""
     series = chain_series(wt.bands[0], mode)
+    unknown = False
     for i, ((label, pts), style) in enumerate(zip(series.items(), STYLES * 8)):
         dodge = 0.06 * (i - (len(series) - 1) / 2)  # side by side, so that equal ALs' bars stay apart
-        ax_al.errorbar([p.draft_len + dodge for p in pts], [p.acceptance_length for p in pts],
-                       yerr=[Z95 * (p.acceptance_length_se or 0.0) for p in pts], fmt=style, marker="o", capsize=3,
-                       label=label)
-    ax_al.legend(fontsize=8)
+        ses = [0.0 if p.draft_len == 0 else p.acceptance_length_se for p in pts]  # K = 0: AL 1 exactly
+        unknown |= al_points(ax_al, [p.draft_len + dodge for p in pts], [p.acceptance_length for p in pts], ses,
+                             Z95, style, label)
+    if unknown:
+        unknown_se_legend(ax_al, "one prompt" if wt.num_prompts == 1 else "not recorded")
+    else:
+        ax_al.legend(fontsize=8)
     for band in wt.bands:
         color = None
         for (label, pts), style in zip(chain_series(band, mode).items(), STYLES * 8):
@@ -154,32 +185,37 @@ def write_plots(tuning: Tuning, out_dir: Path) -> list[Path]:
             for n, wt in tuning.workloads.items()]
 
 
-def al_by_temperature(profiles: list[Profile], k: int | None = None) -> dict[str, list[tuple[float, float, float]]]:
+def al_by_temperature(profiles: list[Profile], k: int | None = None
+                      ) -> dict[str, list[tuple[float, float, float | None]]]:
     """{workload: [(temperature, AL of K, its standard error), ...] sorted by temperature} over the
     profiles; K default: each profile's max_k. A workload's temperature is its own sampling's, else
-    the profile's; a missing standard error is 0."""
-    out: dict[str, list[tuple[float, float, float]]] = {}
+    the profile's; a missing standard error is None (unknown: one prompt, or not recorded)."""
+    out: dict[str, list[tuple[float, float, float | None]]] = {}
     for p in profiles:
         key = str(k or p.num_speculative_tokens)
         for name, w in p.workloads.items():
             temp = (w.sampling or p.measurement_conditions.sampling)
             temp = temp.temperature if temp is not None else p.measurement_conditions.temperature
-            se = (w.accept_length_se_by_k or {}).get(key) or 0.0
+            se = (w.accept_length_se_by_k or {}).get(key)
             out.setdefault(name, []).append((temp, w.accept_length_by_k[key], se))
-    return {n: sorted(v) for n, v in out.items()}
+    return {n: sorted(v, key=lambda p: p[:2]) for n, v in out.items()}  # an SE may be None: not compared
 
 
 def plot_al_vs_temperature(profiles: list[Profile], path: Path, k: int | None = None) -> Path:
     """One PNG: AL(K) against temperature per workload, ±2 standard errors (module docstring)."""
     fig = Figure(figsize=(6, 4.2))
     ax = fig.subplots()
+    unknown = False
     for name, pts in al_by_temperature(profiles, k).items():
-        ax.errorbar([t for t, _, _ in pts], [a for _, a, _ in pts], yerr=[2 * s for _, _, s in pts], marker="o",
-                    capsize=3, label=name)
+        unknown |= al_points(ax, [t for t, _, _ in pts], [a for _, a, _ in pts], [s for _, _, s in pts], 2.0,
+                             label=name)
     ax.set(xlabel="temperature", ylabel=f"acceptance length (K = {k or 'max K'})",
            title="acceptance vs temperature (±2 SE)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if unknown:
+        unknown_se_legend(ax, "one prompt, or not recorded")
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return Path(path)
@@ -203,8 +239,7 @@ def setting_text(band: BandChoice) -> str:
 def al_text(band: BandChoice) -> str:
     """A band's AL and its standard error; '±?' where a speculating band has none (select.se_unknown:
     unknown, which is not zero)."""
-    se = band.acceptance_length_se
-    return f"{band.acceptance_length:.2f}" + (" ±?" if se_unknown(band) else f" ±{se:.2f}" if se else "")
+    return f"{band.acceptance_length:.2f}" + pm_text(band.acceptance_length_se, exact=not band.speculate)
 
 
 def indistinguishable_lines(tuning: Tuning) -> list[str]:
