@@ -70,8 +70,11 @@ def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
     out = tmp_path / "perf"
     res = run_perf(options(served, out, baseline=True, tuning=served["tuning"]))
     assert res.completed and res.error is None
+    # which mode goes first alternates from load point to load point, workloads in turn (perf.order)
     assert [(r.workload, r.concurrency, r.speculation) for r in res.runs] == [
-        (w, c, s) for w in ("chat", "code") for c in (1, 2) for s in (True, False)]
+        (w, c, s) for i, (w, c) in enumerate((w, c) for w in ("chat", "code") for c in (1, 2))
+        for s in ((True, False) if i % 2 == 0 else (False, True))]
+    assert [r.sent_first for r in res.runs] == [[True], [False]] * 4
     expected = {}
     for r in res.runs:
         assert r.completed and len(r.requests) == REQUESTS and r.concurrency in (1, 2) and r.request_rate is None
@@ -118,11 +121,13 @@ def test_closed_loop_with_baseline_end_to_end(served, tmp_path):
             assert expected[(w, text, True)][5] == expected[(w, text, False)][5]
     assert len(res.comparisons) == 4
     for c in res.comparisons:
-        on, off = [r for r in res.runs if (r.workload, r.concurrency) == (c.workload, c.concurrency)]
+        on, off = sorted((r for r in res.runs if (r.workload, r.concurrency) == (c.workload, c.concurrency)),
+                         key=lambda r: not r.speculation)
         assert c.speedup == pytest.approx(on.summary.output_tokens_per_s / off.summary.output_tokens_per_s)
         assert c.acceptance_length == on.summary.acceptance_length
         assert c.predicted_draft_len == DT[c.workload][0] and c.predicted_speedup > 0  # band 1 serves c <= 2
         assert c.predicted_acceptance_length >= 1.0
+        assert c.order == ("on,off" if c.concurrency == 1 else "off,on") and c.order_ttft_gap_s is None  # one order
     # files: results.json is the returned object; the CSVs are views of it
     assert load_results(out / "results.json") == res
     rows = list(csv.DictReader(open(out / "requests.csv")))
@@ -240,6 +245,9 @@ def test_interleaved_blocks_pair_each_request_with_its_prompts_baseline(served, 
     assert {q.num_draft_tokens for q in base.requests} == {0} and {q.num_draft_tokens for q in spec.requests} != {0}
     (c,) = res.comparisons
     assert c.paired_requests == REQUESTS and c.speedup_ci is not None
+    assert (spec.sent_first, base.sent_first, c.order) == ([True, False], [False, True], "on,off|off,on")
+    gap, ci = c.order_ttft_gap_s, c.order_ttft_gap_ci_s  # both orders, two pairs each: a gap and its interval
+    assert gap is not None and ci.low <= gap <= ci.high
     assert c.speedup_ci.low <= c.speedup <= c.speedup_ci.high
     windows = [max(q.start_s + q.e2e_s for q in spec.requests if q.block == j) -
                min(q.start_s for q in spec.requests if q.block == j) for j in (0, 1)]

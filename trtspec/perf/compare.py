@@ -25,6 +25,7 @@ from pathlib import Path
 from ..confidence import Z95, pm_text
 from ..options import Sampling
 from ..triton_repo.models.serving_rules import band_concurrency, label_band, pick_band
+from .order import gap_note, order_label, ttft_gap
 from .parity import ALPHA, chi2_homogeneity, ks_2samp
 from .sampling import accept_rule
 from .schema import Comparison, Parity, Run
@@ -248,6 +249,9 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
             row.accept_rule = accept_rule(tuning, r.workload)
             row.parity = parity(r, b)
         row.decode_speedup = decode_speedup(r, b)
+        if r.sent_first:  # recorded since the order alternates (perf.order)
+            row.order = order_label(r.sent_first)
+            row.order_ttft_gap_s, row.order_ttft_gap_ci_s = ttft_gap(r.requests, b.requests, r.sent_first)
         pred = served_prediction(tuning, r, b)
         if pred is not None:
             row.predicted_step_speedup, row.predicted_speedup = pred.step_speedup, pred.speedup
@@ -329,7 +333,12 @@ def speedup_line(c: Comparison) -> str:
                      f"({prediction_fit(al, c.acceptance_length_ci, se)})")
     if c.requests_for_5pct is not None:
         text += f"; a ±5% claim needs ~{c.requests_for_5pct} {claim_unit(c.paired_requests is not None)}"
-    return text
+    return text + (f"; {order_note(c)}" if order_note(c) else "")
+
+
+def order_note(c: Comparison) -> str | None:
+    """The comparison's order-gap sentence when that gap is measurable (perf.order.gap_note), else None."""
+    return gap_note(c.order_ttft_gap_s, c.order_ttft_gap_ci_s, c.order)
 
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .client import Result, ServerGone, Stream
+from .order import forward
 
 
 @dataclass
@@ -148,10 +149,11 @@ async def _all(aws) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def block_schedule(requests: int, blocks: int) -> list[tuple[int, bool, range]]:
-    """(block, speculation on?, indices of the run's requests it sends) in the order sent: blocks
-    of near-equal size, on,off | off,on | on,off ... (ABBA: a drift linear in time costs both
-    modes alike), each block sending the same requests in both modes."""
+def block_schedule(requests: int, blocks: int, point: int = 0) -> list[tuple[int, bool, range]]:
+    """(block, speculation on?, indices of the run's requests it sends) in the order sent, for the
+    `point`-th load point: blocks of near-equal size, each sending the same requests in both modes,
+    the first mode alternating from block to block (ABBA: a drift linear in time costs both modes
+    alike) and from load point to load point (order.forward: going second must not favour one mode)."""
     edges = [round(j * requests / blocks) for j in range(blocks + 1)]
     return [(j, on, range(edges[j], edges[j + 1])) for j in range(blocks)
-            for on in ((True, False) if j % 2 == 0 else (False, True))]
+            for on in ((True, False) if forward(point, j) else (False, True))]

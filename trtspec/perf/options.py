@@ -53,7 +53,9 @@ class PerfSettings(StageOptions):
                                              "speculation on and off alternating (on,off|off,on|...), and pair "
                                              "each request with its prompt's in the other mode (drift-proof "
                                              "speedup intervals; trtspec.perf.stats). 1: two runs in a row. "
-                                             "With sweep: the settings alternate the same way, block by block.")
+                                             "Which goes first also alternates from load point to load point "
+                                             "(trtspec.perf.order). With sweep: the settings alternate the same "
+                                             "way, block by block.")
     sweep: bool = Field(False, description="Instead of the tuned routes, measure every draft setting the repository "
                                            "serves (speculation off, each K or served model) per workload and "
                                            "concurrency: the data `trtspec tune --calibrate` fits (trtspec.perf.sweep).")

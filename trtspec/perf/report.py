@@ -21,7 +21,8 @@ from pathlib import Path
 from ..confidence import UNKNOWN_PM
 from ..fsutil import write_text_atomic
 from . import plots
-from .compare import claim_unit, load_predictions, predicted_al_pm, prediction_text, ratio_fmt, step_differs
+from .compare import (claim_unit, load_predictions, order_note, predicted_al_pm, prediction_text, ratio_fmt,
+                      step_differs)
 from .headline import Headline, has_successes, headlines, load_label, run_ci
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
@@ -163,7 +164,8 @@ def _speed_cls(h: Headline) -> str:
 
 
 def _speed_note(h: Headline) -> str:
-    """Verdict, where the prediction lies against the interval, and requests for a ±5% claim."""
+    """Verdict, where the prediction lies against the interval, requests for a ±5% claim, and whether
+    the order the halves went out in measurably moved TTFT (compare.order_note)."""
     c, p = h.comparison, h.prediction
     if c is None:
         return ""
@@ -176,7 +178,7 @@ def _speed_note(h: Headline) -> str:
     need = requests_for(c.speedup_ci, c.speedup, h.requests)
     if need is not None:
         parts.append(f"±5% needs ~{need} {claim_unit(c.paired_requests is not None)} (measured {h.requests})")
-    return escape("; ".join(parts))
+    return escape("; ".join(parts + [order_note(c)] if order_note(c) else parts))
 
 
 def _per_step(h: Headline) -> str:

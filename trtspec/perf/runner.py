@@ -10,10 +10,10 @@ Order of work, and why:
    rendered as profiling rendered them, less those the server would refuse (trtspec.perf.prompts);
 2. with --baseline, one probe request with speculation=false, so a repository that cannot switch
    speculation off (EAGLE) fails at once with the server's reason instead of after a run of errors;
-3. runs: for each workload, for each load point, speculation on then off (adjacent, so the two
-   halves of a comparison see the same machine state), each after its own warm-up; with
-   perf.blocks > 1 the two are interleaved in blocks instead (on,off | off,on | ...: `_interleaved`,
-   and trtspec.perf.stats for why and how the speedup interval then pairs requests);
+3. runs: for each workload, for each load point, speculation on and off (adjacent: both see the
+   same machine state), each after its own warm-up, which goes first alternating from load point
+   to load point (trtspec.perf.order); with perf.blocks > 1 interleaved in blocks instead (on,off |
+   off,on | ...: `_interleaved`; trtspec.perf.stats for how the speedup interval pairs requests);
 4. after every run results.json / CSVs are rewritten; a failure (server gone, run-level guard,
    Ctrl-C) appends the cut-short run, marks `completed: false` with the reason, writes, and raises
    `PerfRunError` (a TrtspecError carrying the partial results).
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import time
 from datetime import datetime, timezone
@@ -45,6 +46,7 @@ from .options import PerfOptions, default_requests, load_points
 from .output import write_results
 from .schema import PerfResults, Run, Settings
 from .metrics import to_record
+from .order import forward
 from .stats import summarize
 
 RUN_GUARD_SLACK_S = 30.0
@@ -216,7 +218,6 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
                       runs=[])
     channel = client.open_channel(o.url)
     stub = client.service_pb2_grpc.GRPCInferenceServiceStub(channel)
-    modes = [True, False] if o.baseline else [True]
     ps = procs.Processes(o.processes) if o.processes > 1 else None
     try:
         if o.baseline:
@@ -228,14 +229,16 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
             write_results(res, o.out)
             return res
         with _progress(o) as progress:
+            points = itertools.count()  # load points in the order measured, workloads in turn (order.forward)
             for wl in workloads:
                 texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
                 extras = _extras(o, info, texts, sampling[wl.name])
-                for concurrency, rate in load_points(o):
+                for (concurrency, rate), point in zip(load_points(o), points):
                     if o.baseline and o.blocks > 1:
                         await _interleaved(o, res, stub, info, texts, extras, wl.name, concurrency, rate, progress,
-                                           tuning, sampling[wl.name])
+                                           tuning, sampling[wl.name], point)
                         continue
+                    modes = [on for _, on, _ in load.block_schedule(1, 1, point)] if o.baseline else [True]
                     for spec_on in modes:  # the baseline carries the same settings and seeds
                         speculation = None if spec_on else False
                         plan = _plan(o, info, texts, speculation, concurrency, rate, extras)
@@ -243,7 +246,7 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
                                              speculation, o.max_tokens, o.timeout_s, plan.counted, concurrency,
                                              plan.requests, plan.duration_s, rate, o.seed, o.warmup) if ps else None
                         await _one_run(o, res, stub, plan, wl.name, spec_on, concurrency, rate, progress, tuning,
-                                       ps, split, sampling[wl.name])
+                                       ps, split, sampling[wl.name], [spec_on == modes[0]] if o.baseline else None)
         res.completed = True
         write_results(res, o.out)
         return res
@@ -254,7 +257,7 @@ async def _run(o: PerfOptions, workloads: list, tuning) -> PerfResults:
 
 
 async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurrency, rate, progress, tuning,
-                   ps=None, split=None, sampling=None):
+                   ps=None, split=None, sampling=None, sent_first=None):
     task = progress.add_task(_label(workload, spec_on, concurrency, rate), total=plan.requests) \
         if progress is not None else None
     pool = load.StreamPool(lambda: client.Stream(stub, o.url))
@@ -272,25 +275,27 @@ async def _one_run(o, res: PerfResults, stub, plan, workload, spec_on, concurren
     results.sort(key=lambda r: r.start)
     records = [to_record(i, r, clock["start"]) for i, r in enumerate(results)]
     _append_run(res, tuning, workload, spec_on, concurrency, rate, clock["started_at"], records, results, error,
-                sampling)
+                sampling, sent_first)
     _write(o, res, error, workload, spec_on, concurrency, rate)
 
 
 async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload, concurrency, rate, progress, tuning,
-                       sampling) -> None:
+                       sampling, point: int = 0) -> None:
     """perf.blocks > 1: the load point's requests in `blocks` blocks, each sending the same prompts
-    with speculation on and off, in the order on,off | off,on | on,off ... (trtspec.perf.stats:
-    the speedup interval pairs each request with its prompt's in the other mode of its block).
+    with speculation on and off, on,off | off,on | ... from the `point`-th load point's start
+    (load.block_schedule; trtspec.perf.stats: the speedup interval pairs each request with its
+    prompt's in the other mode of its block).
     Both modes warm up in the first block; open-loop arrivals are seeded per block, alike in both."""
     plans = {on: _plan(o, info, texts, None if on else False, concurrency, rate, extras) for on in (True, False)}
     n = plans[True].requests
-    logs = {on: {"results": [], "blocks": [], "clock": {}, "task": progress.add_task(
+    logs = {on: {"results": [], "blocks": [], "first": [], "clock": {}, "task": progress.add_task(
         _label(workload, on, concurrency, rate) + f" ({o.blocks} blocks)", total=n) if progress is not None else None}
         for on in (True, False)}
     pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
     try:
-        for j, on, sent in load.block_schedule(n, o.blocks):
+        for j, on, sent in load.block_schedule(n, o.blocks, point):
             log, p = logs[on], plans[on]
+            log["first"].append(len(log["first"]) == len(logs[not on]["first"]))  # the other has not sent block j
             block = load.Plan([p.prompts[i % len(p.prompts)] for i in sent], len(sent), None, p.timeout_s, p.counted)
             got, clock = [], {}
             try:
@@ -312,21 +317,20 @@ async def _interleaved(o, res: PerfResults, stub, info, texts, extras, workload,
             done = sorted(zip(log["results"], log["blocks"]), key=lambda rb: rb[0].start)
             records = [to_record(i, r, log["clock"]["start"], b) for i, (r, b) in enumerate(done)]
             _append_run(res, tuning, workload, on, concurrency, rate, log["clock"]["started_at"], records,
-                        [r for r, _ in done], error, sampling)
+                        [r for r, _ in done], error, sampling, log["first"])
     _write(o, res, error, workload, None, concurrency, rate)
 
 
 async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, rendered, sampling):
-    """perf.sweep: per workload x concurrency, every served setting (trtspec.perf.sweep), sent in
-    perf.blocks blocks, the settings in forward then reverse order (a drift of the machine's load
-    costs every setting alike, as the baseline's ABBA blocks); results.json rewritten after each
-    load point; a run cut short is kept and raises PerfRunError."""
+    """perf.sweep: per workload x concurrency, every served setting (trtspec.perf.sweep) in perf.blocks
+    blocks, forward and reversed by turns from block to block and load point to load point (order.forward);
+    results.json rewritten after each load point; a run cut short is kept and raises PerfRunError."""
     routing, max_k = await sweep.served(o.url, o.model, o.connect_timeout_s)
-    res.sweep = sweep.new_sweep(routing, max_k)
+    res.sweep, points = sweep.new_sweep(routing, max_k), itertools.count()
     for wl in workloads:
         texts = [(wl.name, pid, text) for pid, text in rendered[wl.name]]
         extras = _extras(o, info, texts, sampling[wl.name])
-        for concurrency, _ in load_points(o):
+        for (concurrency, _), point in zip(load_points(o), points):
             settings = sweep.settings_for(routing, wl.name, max_k)
             plans = [_plan(o, info, texts, None if st.speculation else False, concurrency, None, extras)
                      for st in settings]
@@ -336,7 +340,7 @@ async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, render
             pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
             try:
                 for j, sent in sweep.schedule(plans[0].requests, o.blocks):
-                    for i in (range(len(settings)) if j % 2 == 0 else reversed(range(len(settings)))):
+                    for i in (range(len(settings)) if forward(point, j) else reversed(range(len(settings)))):
                         p, log, got, clock = plans[i], logs[i], [], {}
                         block = load.Plan([p.prompts[k % len(p.prompts)] for k in sent], len(sent), None,
                                           p.timeout_s, p.counted)
@@ -372,14 +376,15 @@ def _reason(e: BaseException) -> str:
 
 
 def _append_run(res: PerfResults, tuning, workload, spec_on, concurrency, rate, started_at, records, results,
-                error, sampling) -> None:
-    """Add one run (and the comparisons it completes) to the results."""
+                error, sampling, sent_first=None) -> None:
+    """Add one run (and the comparisons it completes) to the results; sent_first: Run.sent_first."""
     sampled = sampling is not None and not sampling.greedy
     res.runs.append(Run(workload=workload, speculation=spec_on, concurrency=concurrency, request_rate=rate,
                         started_at=started_at, completed=error is None, error=error, requests=records,
                         summary=summarize(records), sampling=sampling.model_dump() if sampled else None,
                         output_words=word_counts(r.output_text for r in results if r.status == "ok") if sampled
-                        else None, sampling_fallbacks=sum(r.sampling_fallback == "greedy" for r in results)))
+                        else None, sampling_fallbacks=sum(r.sampling_fallback == "greedy" for r in results),
+                        sent_first=sent_first))
     res.comparisons = comparisons(res.runs, tuning)
 
 

@@ -23,6 +23,9 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
   same workload, same concurrency (or request rate), same server, same invocation.
 - intervals (`*_ci`): 95% seeded bootstrap intervals over requests, defined in trtspec.perf.stats;
   optional, so results.json written before them still loads.
+- order (perf.baseline): the halves of a comparison alternate which goes first, block to block and
+  load point to load point; each run records its place (`sent_first`) and each comparison the order
+  and the first-minus-second gap in mean TTFT where both orders occurred (trtspec.perf.order).
 - sampling: the settings every request of a run carried (trtspec.perf.sampling; none = greedy), the
   same for its baseline; at temperature > 0 a Comparison's `parity` is the distribution check of
   trtspec.perf.parity (output lengths and word frequencies, two-sample tests), not token equality.
@@ -120,6 +123,9 @@ class Run(BaseModel):
     sampling: dict | None = None  # trtspec.options.Sampling sent with every request (None: greedy)
     output_words: dict[str, int] | None = None  # sampled runs: word frequencies of the outputs (parity.word_counts)
     sampling_fallbacks: int = 0  # requests the repository decoded greedily although sampled (sampling_fallback)
+    # with a baseline: per block (one entry for two runs in a row), whether this half went out before the
+    # other mode's (trtspec.perf.order); None: no baseline, or written before the order was recorded
+    sent_first: list[bool] | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class Parity(BaseModel):
@@ -173,6 +179,12 @@ class Comparison(BaseModel):
     # {band concurrency: requests} when the requests' route labels name several tuned bands: the
     # predictions above are then the mix's (perf.compare.mixed), the draft length the commonest band's
     predicted_served_bands: dict[int, int] | None = Field(None, exclude_if=lambda v: v is None)
+    # the order the halves went out in, per block: "on,off|off,on" (trtspec.perf.order); None before it was recorded
+    order: str | None = Field(None, exclude_if=lambda v: v is None)
+    # mean TTFT of the half sent first minus the half sent second, each order's pairs averaged apart so
+    # speculation's own TTFT effect cancels, and its 95% interval (perf.order.ttft_gap); None with one order
+    order_ttft_gap_s: float | None = Field(None, exclude_if=lambda v: v is None)
+    order_ttft_gap_ci_s: Interval | None = Field(None, exclude_if=lambda v: v is None)
 
 
 SWEEP_SCHEMA = "trtspec.perf-sweep/1"

@@ -40,8 +40,8 @@ Two designs, chosen with `perf.blocks`:
   as a real difference (seen on the demo: K=0 vs off, code, 1.16x [1.04x, 1.31x] while a test suite
   ran beside the baseline, three of its ten E2Es 30-45% longer).
 - blocks = B > 1 (interleaved): each load point's requests are sent in B blocks, speculation on and
-  off alternating on, off | off, on | on, off ... (an ABBA order: a linear drift hits both modes
-  alike), each block sending the same prompts in both modes. A speculative request is paired with
+  off alternating on, off | off, on | ... (ABBA: a linear drift hits both modes alike; which starts
+  alternates by load point, perf.order), each block sending the same prompts in both modes. A speculative request is paired with
   the baseline request of the same prompt in the same block (`pair_up`), measured seconds apart;
   the interval resamples *pairs*, the ratio of the resampled spec rate to the resampled baseline
   rate per resample. Drift slower than a block cancels within a pair; faster drift and the

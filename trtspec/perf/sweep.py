@@ -15,8 +15,9 @@ same table the repository routes by; spec_decode's `max_draft_len`):
   model, one point each. An EAGLE engine always drafts, so there is no off point there.
 Each request carries the setting as request parameters (serving_rules.SWEEP_*: no model config
 changes), which `generate` honours instead of the workload's tuned route (serving_rules.swept_route).
-With perf.blocks > 1 the settings of a load point are sent block by block, forward then reverse
-order (runner._sweep, `schedule`): a drift of the machine's load then costs every setting alike.
+With perf.blocks > 1 the settings of a load point are sent block by block, forward and reverse order
+by turns, the next load point starting the other way (runner._sweep, `schedule`, order.forward): a
+drift of the machine's load, or a cache the first setting warms, then costs every setting alike.
 A point whose server reports no acceptance (llmapi) is kept; the calibration skips it and says so.
 """
 
@@ -91,7 +92,7 @@ def settings_for(routing: dict, workload: str, max_draft_len: int | None = None)
 
 def schedule(requests: int, blocks: int) -> list[tuple[int, range]]:
     """(block, indices of the requests it sends per setting): near-equal blocks, the same requests
-    for every setting of a block (runner._sweep sends the settings forward, then reversed)."""
+    for every setting of a block (runner._sweep sends them forward or reversed: order.forward)."""
     blocks = max(1, min(blocks, requests))
     edges = [round(j * requests / blocks) for j in range(blocks + 1)]
     return [(j, range(edges[j], edges[j + 1])) for j in range(blocks)]
