@@ -25,11 +25,15 @@ def pydantic_error(path: Path | str, e: ValidationError) -> TrtspecError:
     return TrtspecError(f"{path}: {'field ' + repr(loc) + ': ' if loc else ''}{msg}")
 
 
-def load_versioned(path: Path | str, model: type[M], schema_id: str, what: str) -> M:
+def load_versioned(path: Path | str, model: type[M], schema_id: str, what: str,
+                   retired: dict[str, str] | None = None) -> M:
+    """retired: {an earlier schema id: why its files are not read}, said in the error."""
     path = Path(path)
     data = read_json(path, what)
     if isinstance(data, dict) and data.get("schema") != schema_id:
-        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {schema_id!r}")
+        why = (retired or {}).get(data.get("schema"))
+        raise TrtspecError(f"{path}: field 'schema' is {data.get('schema')!r}; expected {schema_id!r}"
+                           + (f" ({why})" if why else ""))
     try:
         return model.model_validate(data)
     except ValidationError as e:

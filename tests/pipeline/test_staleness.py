@@ -114,6 +114,17 @@ def _hash(tmp_path, stage: str, **over) -> str:
     return Runner(tmp_path / "r.yaml", tmp_path / "out").input_hash(STAGES[stage])
 
 
+def test_a_profile_of_an_earlier_schema_is_profiled_again(tmp_path, monkeypatch):
+    """profile.json's schema moved to /2 when a request's last step came to be counted as it is
+    emitted; the profile stage's hash did not change with it (same recipe, same installed version),
+    so a /1 profile was skipped as up to date and then refused by tune. The schema is an input."""
+    import trtspec.pipeline.runner as runner
+
+    now = _hash(tmp_path, "profile")
+    monkeypatch.setattr(runner, "PROFILE_SCHEMA", "trtspec.profile/1")
+    assert _hash(tmp_path, "profile") != now
+
+
 def test_where_a_head_trains_is_a_derive_input(tmp_path, monkeypatch):
     """The head cache keys the device the target answers on (drafts.cache.head_key); the derive stage's
     hash left it out, so a recipe switched to draft.train.device cuda kept OUT's CPU-trained head while

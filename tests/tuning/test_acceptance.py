@@ -126,6 +126,20 @@ def test_profile_roundtrip_and_consistency_check(tmp_path):
         load_profile(path)
 
 
+def test_a_profile_of_the_earlier_count_is_refused_not_read(tmp_path):
+    """trtspec.profile/1 counted a request's last step whole (past the end of its output), so its
+    aggregates are up to one token per sample too high and an n-gram sample's last step may run past
+    its eos: such a file is refused by its schema (one line, saying why) rather than read as /2."""
+    data = json.loads(dump_json(chain_profile({"chat": 0.7}, num_samples=2, T=20, max_k=3)))
+    assert data["schema"] == "trtspec.profile/2"
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data | {"schema": "trtspec.profile/1"}))
+    with pytest.raises(TrtspecError, match=r"field 'schema' is 'trtspec.profile/1'; expected 'trtspec.profile/2' "
+                                           r"\(it counts a request's last step past the end") as e:
+        load_profile(path)
+    assert str(e.value).startswith(str(path)) and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(schema="trtspec.profile/9"), "field 'schema'"),
     (lambda d: d.update(mode="medusa"), "field 'mode'"),

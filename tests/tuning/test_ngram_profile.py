@@ -102,6 +102,23 @@ def test_profile_stops_at_the_eos_as_ngram_decoding_counts_it(target_and_prompts
         assert agg["accept_length_by_n_k"]["2"]["4"] == pytest.approx(run.stats.acceptance_length)
 
 
+def test_a_last_step_counted_past_the_end_of_the_output_is_refused():
+    """Every sample's steps emit exactly its output after the prefill's token (the last one counts
+    only what it emits, the eos included). A step list of the earlier count, whose last step ran one
+    token past an eos, replayed consistently with its own aggregates and so passed every check: AL
+    1.25 where the output allows 1.0. It is refused, naming the step list."""
+    conditions = {"target": "t", "max_new_tokens": 5, "dtype": "float32", "trtspec_version": "x",
+                  "ngram_pool": "per-request"}
+
+    def sample(steps):
+        return {"w": [{"id": "a", "output_ids": [5, 6, 7, 8, 2], "ngram_steps": {"3": [steps]}}]}
+
+    ok = build_profile("ngram", 1, None, conditions, sample([[0, 1]] * 4), ngram_sizes=[3])
+    assert ok.workloads["w"].accept_length_by_k == {"1": 1.0}
+    with pytest.raises(ValueError, match=r"samples\.0\.ngram_steps\.3\.0: the steps emit 5 tokens; expected 4"):
+        build_profile("ngram", 1, None, conditions, sample([[0, 1]] * 3 + [[1, 1]]), ngram_sizes=[3])
+
+
 def test_profile_file_validates_and_checks_its_aggregates(target_and_prompts):
     models, prompts = target_and_prompts
     samples = profile_prompts(models, prompts[:2], 12, 3, ignore_eos=True, ngram_sizes=[1, 2])

@@ -22,10 +22,18 @@ def target_only() -> CostModel:
 
 
 def test_copy_heavy_turns_ngram_on_and_chat_like_turns_it_off_when_the_verify_costs():
+    """Rates far apart, so every outcome asserted has a wide margin: edit's drafts land 9 times in
+    10 (AL ~4.9 at K 6: > 2x at concurrency 1, and still ~10% ahead of off at 256 with K 1), chat's 1
+    in 20 (AL ~1.05: not worth a verify of K + 1 tokens once it is compute-bound at 256). Size 3
+    beats size 1 wherever K > 1: the synthetic size 1 drafts K - 1 tokens (synthetic.py). At K = 1
+    both draft one token at the same rate, so which of them wins there is noise (with the last step
+    counted as it is emitted, every sample emits T - 1 tokens and the two often tie exactly); that
+    band asserts only that n-gram drafting is on."""
     p = profile({"edit": 0.9, "chat": 0.05})
     tuned = tune_ngram(p, target_only(), SelectConfig(concurrency_bands=BANDS))
     edit, chat = tuned["edit"], tuned["chat"]
-    assert all(b.speculate and b.drafter == "ngram" and b.max_matching_ngram_size == 3 for b in edit.bands)
+    assert all(b.speculate and b.drafter == "ngram" for b in edit.bands)
+    assert all(b.max_matching_ngram_size == 3 for b in edit.bands if b.draft_len > 1)
     ks = [b.draft_len for b in edit.bands]
     assert ks[0] == MAX_K and ks == sorted(ks, reverse=True), ks  # shorter as the verify becomes compute-bound
     assert edit.bands[0].speedup > 2.0

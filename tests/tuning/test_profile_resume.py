@@ -65,6 +65,25 @@ def test_an_interrupted_profile_resumes_from_its_finished_workloads(d, tmp_path)
     assert other.num_speculative_tokens == 2
 
 
+def test_a_partial_file_of_another_profile_schema_is_not_resumed(d, tmp_path, monkeypatch):
+    """Finished samples are recorded for one schema's rule (an n-gram step list's last step is cut at
+    the end only from /2 on): a partial file written for another schema starts afresh."""
+    import trtspec.tuning.profile as profile
+
+    partial = tmp_path / "profile.partial.json"
+
+    def stop_at_second(msg):
+        if msg.startswith("profiling two"):
+            raise Interrupt
+
+    with monkeypatch.context() as m, pytest.raises(Interrupt):
+        m.setattr(profile, "PROFILE_SCHEMA", "trtspec.profile/1")
+        profile_workloads(d / "target", WORKLOADS(d), OPTIONS, d / "draft", progress=stop_at_second, partial=partial)
+    said = []
+    profile_workloads(d / "target", WORKLOADS(d), OPTIONS, d / "draft", progress=said.append, partial=partial)
+    assert any(m.startswith("ignoring") for m in said) and not any("reusing" in m for m in said)
+
+
 def test_categories_filter_workloads_that_have_them(d):
     p = profile_workloads(d / "target", WORKLOADS(d), ProfileOptions(max_k=2, max_new_tokens=4, categories=["a"]),
                           d / "draft")

@@ -327,8 +327,8 @@ def test_standard_error_is_calibrated(pair):
 
 
 def test_profiles_written_before_sampling_still_load_and_tune(tmp_path):
-    """profile.json files of earlier versions (greedy, no sampling, rule or standard errors) load,
-    pass the aggregate check and tune; their tuning records no settings."""
+    """profile.json files without the fields added later (greedy, no sampling, rule or standard
+    errors) load, pass the aggregate check and tune; their tuning records no settings."""
     import json
 
     from trtspec.tuning.schema import dump_json, load_profile

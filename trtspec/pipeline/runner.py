@@ -33,6 +33,7 @@ from ..errors import TrtspecError
 from ..fsutil import fingerprint
 from ..options import default
 from ..recipe import GENERAL_HEAD, Recipe, load_recipe
+from ..tuning.schema import PROFILE_SCHEMA
 from . import stages as st
 from .triton_stage import engines_built, run_triton, triton_not_applicable, triton_options
 from .inputs import missing_inputs, out_dir, stage_inputs
@@ -85,6 +86,15 @@ def _derive_section(r: Recipe) -> dict:
     return section
 
 
+def _profile_section(r: Recipe) -> dict:
+    """What the profile stage reads, and the schema its profile.json is written in: a profile of an
+    earlier schema (another way of counting, say) is profiled again, not reused by an unchanged hash."""
+    return ({"profile": r.profile.model_dump(), "workloads": r.workloads, "schema": PROFILE_SCHEMA}
+            | ({"workload_sampling": r.workload_sampling} if r.workload_sampling else {})
+            | ({"ngram": r.ngram_sizes()} if r.ngram else {}) | ({"eagle3": r.draft.eagle3} if r.mode == "eagle3" else {})
+            | ({"heads": sorted(r.trained_heads())} if _trains(r) else {}))
+
+
 def _calib_workloads(r: Recipe) -> dict | None:
     """The workloads quantize calibrates on: none when quantization.calib names its own sources."""
     return r.workloads if r.quantization.calib is None else None
@@ -114,10 +124,7 @@ STAGES = {s.name: s for s in (
              st.run_quantize),
     st.Stage("build", lambda r: [_ck(r)], _build_section, lambda p: [p.build],
              _na(lambda r: r.build is not None, "no build section"), st.run_build),
-    st.Stage("profile", lambda r: [_ck(r)] + (["derive"] if _trains(r) else []), lambda r: {"profile": r.profile.model_dump(), "workloads": r.workloads}
-             | ({"workload_sampling": r.workload_sampling} if r.workload_sampling else {})
-             | ({"ngram": r.ngram_sizes()} if r.ngram else {}) | ({"eagle3": r.draft.eagle3} if r.mode == "eagle3" else {})
-             | ({"heads": sorted(r.trained_heads())} if _trains(r) else {}),
+    st.Stage("profile", lambda r: [_ck(r)] + (["derive"] if _trains(r) else []), _profile_section,
              lambda p: [p.profile, p.profile_ngram, *p.head_outputs("profile")], lambda ctx: None, st.run_profile),
     st.Stage("tune", lambda r: [_ck(r), "profile"], lambda r: r.tune.model_dump(),
              lambda p: [p.tuning, p.plots, *p.head_outputs("tuning")]

@@ -45,7 +45,7 @@ from .profile_pass import agreement_runs, chain_match_lengths, eagle3_match_leng
 from .ngram_profile import POOL as NGRAM_POOL, check_rule as check_ngram_rule, ngram_steps
 from .sampled import (decode_settings, decode_targets, estimator, rejection_agreement, samples_drafts,
                       with_overrides)
-from .schema import build_profile
+from .schema import PROFILE_SCHEMA, build_profile
 
 GPU_BATCH = 16  # ProfileOptions.batch_size's default on a GPU (on a CPU: 1, the reference arithmetic)
 
@@ -193,6 +193,7 @@ def run_profile(ckpt: Path, workloads: list, max_k: int, draft_ckpt: Path | None
     if mode == "ngram":
         conditions |= {"draft": None, "ngram_pool": NGRAM_POOL}
     digest = conditions_hash({"conditions": conditions, "mode": mode, "max_k": max_k, "tree_top_k": recorded_top_k,
+                              "schema": PROFILE_SCHEMA,  # samples recorded for another schema are not resumed
                               **({"ngram_sizes": ngram_sizes} if ngram_sizes else {}),
                               **resume_key(ckpt, conditions["draft"], conditions.get("eagle3_head"), devices)})
     done = load_partial(partial, digest, progress)

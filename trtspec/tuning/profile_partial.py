@@ -3,10 +3,10 @@
 A profile of real models runs for tens of minutes; without this, an interruption loses all of it.
 After each workload the profiler rewrites `PARTIAL` atomically with the samples finished so far and
 the hash of everything that decides them (the measurement conditions: checkpoints, quantization,
-dtype, workload manifests with their sample ids and file hashes, max_k, tree_top_k, version; and
-`resume_key`: the models' files and the devices). A rerun with the same inputs reuses the finished
-workloads; a partial file from other inputs (or an unreadable one) is ignored and overwritten.
-profile.json itself is unchanged by this.
+dtype, workload manifests with their sample ids and file hashes, max_k, tree_top_k, version, the
+profile schema the samples are recorded for; and `resume_key`: the models' files and the devices).
+A rerun with the same inputs reuses the finished workloads; a partial file from other inputs (or an
+unreadable one) is ignored and overwritten. profile.json itself is unchanged by this.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The two files of the tuning stage: `profile.json` (measured acceptance) and `tuning.json` (chosen settings).
 
-profile.json (`Profile`, schema "trtspec.profile/1") is written by the profiler
+profile.json (`Profile`, schema "trtspec.profile/2") is written by the profiler
 (trtspec/tuning/profile.py) and read here. Field names follow NVIDIA ModelOpt's
 `speculation_profile.json` where the two overlap (`num_speculative_tokens`,
 `measurement_conditions`, `mean_accept_length`, `accept_length_by_k`,
@@ -11,6 +11,11 @@ are the target's *sampled* outputs (trtspec/tuning/profile.py: the estimator and
 profile says so: `measurement_conditions.sampling` / `accept_rule` / `estimator`, each workload's
 `sampling`, each sample's `seed` (and `sampling` where a traffic-log record set its own). Every AL
 has a standard error over prompts (`accept_length_se_by_k`, acceptance.ratio_se).
+
+Version 2 counts a request's last step as TensorRT-LLM does (runtime/stats.py counted_step): only
+the tokens it emits before the end. A /1 file counted it whole (its aggregates, and an n-gram
+sample's last step that ran past an eos, up to one token per sample more), and is refused rather
+than read as /2 (RETIRED): the pipeline profiles again (its profile stage hashes PROFILE_SCHEMA).
 
 tuning.json (`Tuning`, schema "trtspec.tuning/1"), what `trtspec tune` writes and the Triton
 repository stage reads, has its models in tuning_schema.py (import them from there).
@@ -30,7 +35,8 @@ from ..schema_io import load_versioned
 from .acceptance import summarize
 from .ngram_acceptance import summarize_ngram
 
-PROFILE_SCHEMA = "trtspec.profile/1"
+PROFILE_SCHEMA = "trtspec.profile/2"
+RETIRED = {"trtspec.profile/1": "it counts a request's last step past the end of its output; profile again"}
 AGGREGATE_TOLERANCE = 1e-4  # stored aggregates vs the replay of the stored samples (JSON rounding)
 
 
@@ -100,7 +106,7 @@ class WorkloadProfile(BaseModel):
 
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    schema_id: Literal["trtspec.profile/1"] = Field(PROFILE_SCHEMA, alias="schema")
+    schema_id: Literal["trtspec.profile/2"] = Field(PROFILE_SCHEMA, alias="schema")
     mode: Literal["draft-target", "eagle", "eagle3", "ngram"]  # eagle3: an EAGLE-3 head's chain (match_lengths)
     num_speculative_tokens: int = Field(ge=1, description="max K (chain) or max tree depth profiled")
     tree_top_k: int | None = Field(None, ge=1, description="eagle: ranks recorded (r < tree_top_k, else -1)")
@@ -168,6 +174,10 @@ def _check_ngram_sample(s: ProfileSample, where: str, K: int, sizes: list[int] |
             if bad is not None:
                 raise ValueError(f"{where}.ngram_steps.{n}.{k - 1}: {bad} is not [accepted, drafted] with "
                                  f"0 <= accepted <= drafted <= {k}")
+            emitted, want = sum(a + 1 for a, _ in steps), max(len(s.output_ids) - 1, 0)
+            if emitted != want:  # the last step ends where the output does (ngram_profile.py)
+                raise ValueError(f"{where}.ngram_steps.{n}.{k - 1}: the steps emit {emitted} tokens; expected "
+                                 f"{want} (output_ids after the prefill's token)")
 
 
 def _aggregates(mode: str, samples: list[ProfileSample], K: int, sizes: list[int] | None) -> dict:
@@ -204,7 +214,7 @@ def check_aggregates(profile: Profile, path: Path | str = "profile") -> None:
 
 def load_profile(path: Path, check: bool = True) -> Profile:
     """Read and validate profile.json; every error is one line naming the file and field."""
-    profile = load_versioned(path, Profile, PROFILE_SCHEMA, "profile")
+    profile = load_versioned(path, Profile, PROFILE_SCHEMA, "profile", RETIRED)
     if check:
         check_aggregates(profile, path)
     return profile

@@ -7,13 +7,15 @@ derives it from a teacher-forced pass, so chain replay of K gives E[AL] = (1 - a
 is 0 with probability `alpha`, else drawn from ranks 1..top_k-1 with weights 1/r, or missed (-1)
 with probability `miss`; paths stop at the first miss or at the profiled depth. N-gram: per (n, K)
 steps whose draft has K tokens (K - 1 for n = 1, a short pattern matching worse), each accepted in
-turn with probability `alpha`.
+turn with probability `alpha`, over an output of T tokens: the last step counts only the tokens
+left before it ends, as the profiler records it (ngram_profile.py; runtime/stats.py counted_step).
 """
 
 from __future__ import annotations
 
 import random
 
+from ..runtime.stats import Step, counted_step
 from .cost import CostModel, ModelShape
 from .gpus import gpu_preset
 from .schema import Profile, build_profile
@@ -103,6 +105,7 @@ def ngram_steps(alpha: float, k: int, n: int, T: int, rng: random.Random) -> lis
         a = 0
         while a < drafted and rng.random() < alpha:
             a += 1
+        a = counted_step(Step(a, 0), T - t).accepted
         out.append([a, drafted])
         t += a + 1
     return out
