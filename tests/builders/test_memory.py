@@ -13,7 +13,7 @@ import pytest
 from safetensors.torch import save_file
 
 from trtspec.builders import BuildOptions, make_plan
-from trtspec.builders.memory import checkpoint_weight_bytes
+from trtspec.builders.memory import checkpoint_weight_bytes, kv_bytes_per_token
 from trtspec.checkpoints.trtllm_ckpt import checkpoint_from_config
 
 LLAMA31_8B = {
@@ -177,3 +177,17 @@ def test_group_wise_formats_count_their_scales_and_zeros(tmp_path):
     assert weights(quant_algo="W4A16_AWQ", group_size=128, pre_quant_scale=True) - w4 == linear * 2 // 128
     assert weights(quant_algo="W4A16_GPTQ", group_size=128, has_zero_point=True) - w4 == 2 * linear * 2 // 128
     assert weights(quant_algo="W4A8_AWQ", group_size=128) - w4 == linear * 2 // 128
+
+
+def test_pipeline_stages_split_the_layers_and_hold_embedding_first_lm_head_last(tmp_path):
+    """pp = 2 (models/llama/model.py, 1.x): 16 layers per stage, the bf16 embedding on stage 0, ln_f and the
+    bf16 lm_head (excluded from FP8) on stage 1; each stage's KV holds its own 16 layers."""
+    one = checkpoint_from_config(LLAMA31_8B, tmp_path)
+    two = checkpoint_from_config({**LLAMA31_8B, "mapping": {"world_size": 2, "tp_size": 1, "pp_size": 2}}, tmp_path)
+    layer = (32 + 2 * 8) * 128 * 4096 + 4096 * 32 * 128 + 3 * 4096 * 14336 + 2 * 4096 * 2  # FP8 linears, bf16 norms
+    embed = 128256 * 4096 * 2
+    assert checkpoint_weight_bytes(two, 0) == 16 * layer + embed
+    assert checkpoint_weight_bytes(two, 1) == 16 * layer + 4096 * 2 + embed
+    assert checkpoint_weight_bytes(one) == 32 * layer + 4096 * 2 + 2 * embed
+    assert kv_bytes_per_token(two, 0) == kv_bytes_per_token(two, 1) == 2 * 16 * 8 * 128 * 1
+    assert kv_bytes_per_token(one) == 2 * 32 * 8 * 128 * 1

@@ -144,3 +144,52 @@ def test_the_readme_shows_every_gpu_of_the_plan(tp2_repo):
     g0, g1 = mem["gpus"]
     assert f"| 0 (tightest) | `tensorrt_llm`, `tensorrt_llm_draft` | {g0['free_after_load_bytes'] / 2**30:.2f} |" in text
     assert f"| 1 | `tensorrt_llm` | {g1['free_after_load_bytes'] / 2**30:.2f} |" in text
+
+
+def _pp_repo(root, name: str, tp: int, pp: int, layers: int):
+    """A draft_tokens_external LLAMA engine of tp x pp ranks (orchestrator-less: one model) served with n-gram."""
+    mapping = {"world_size": tp * pp, "tp_size": tp, "pp_size": pp}
+    engine = fake_engine(root / name, {**LLAMA, "num_hidden_layers": layers, "mapping": mapping},
+                         spec_mode="draft_tokens_external", max_draft_len=8)
+    tuning = tuning_file(root / f"t_{name}" / "tuning.json", "ngram", {"chat": (3, 2)})
+    repo = root / f"repo_{name}"
+    make_repository(RepoRequest(out=repo, tuning=tuning, flavor="trtllm", engines=engine,
+                                tokenizer=tiny_tokenizer_dir(root / f"tok_{name}")))
+    return json.loads((repo / "trtspec-repo.json").read_text())["memory"], repo
+
+
+def _llama_stage_by_hand(tp: int, layers: int, first: bool, last: bool) -> tuple[int, int]:
+    """Weights and KV bytes per token of one rank of a LLAMA (fixture) pipeline stage holding `layers`
+    layers: FP8 linears (1 byte), bf16 norms, embedding (not vocab-parallel) and lm_head (excluded from
+    FP8); FP8 KV; the embedding on the first stage, ln_f and lm_head on the last."""
+    q, kv = 32 // tp, 8 // tp
+    layer = (q + 2 * kv) * 128 * 4096 + 4096 * q * 128 + 3 * 4096 * (14336 // tp) + 2 * 4096 * 2
+    weights = layers * layer + (128256 * 4096 * 2 if first else 0)
+    weights += (4096 * 2 + (128256 // tp) * 4096 * 2) if last else 0
+    return weights, 2 * layers * kv * 128 * 1
+
+
+@pytest.mark.parametrize("tp, layers, stage_layers", [(1, 31, (16, 15)), (2, 32, (16, 16))])
+def test_pipeline_parallel_charges_each_gpu_its_own_stage(tmp_path, tp, layers, stage_layers):
+    """pp = 2 (tensorrt_llm/mapping.py pp_layers @b35ac1b6: the first num_layers % pp stages take the
+    extra layer; rank r on stage r // tp, on GPU r): each GPU holds its stage's layers and their KV,
+    GPU(s) of stage 0 the embedding, those of stage 1 ln_f + lm_head; the executor MIN-reduces the
+    KV blocks over every rank (kvCacheManager.cpp calculateMaxNumBlocks)."""
+    mem, repo = _pp_repo(tmp_path, f"tp{tp}pp2", tp, 2, layers)
+    total = trtllm.GPU_MEMORY_MIB["h100"] * 2**20
+    activations = 8192 * 4096 * 16 * 2 + 64 * (8 + 1) * 128256 * 4  # max_num_tokens x H x 16 bf16 + fp32 logits
+    stages = [_llama_stage_by_hand(tp, n, first=s == 0, last=s == 1) for s, n in enumerate(stage_layers)]
+    gpus = {g["gpu"]: g for g in mem["gpus"]}
+    assert sorted(gpus) == list(range(2 * tp))
+    block, tokens = trtllm.TOKENS_PER_BLOCK, {}
+    for g in gpus:
+        weights, kv = stages[g // tp]
+        free = total - weights - activations - 2 * 1024**3
+        assert gpus[g]["free_after_load_bytes"] == free
+        tokens[g] = int(free * trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION) // (kv * block) * block
+    (m,) = mem["models"]
+    assert m["stage_weights_bytes"] == [w for w, _ in stages]
+    assert m["stage_kv_bytes_per_token"] == [kv for _, kv in stages]
+    assert m["kv_tokens"] == min(tokens.values())
+    p = params(parse_file(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert int(p["max_tokens_in_paged_kv_cache"]) == min(tokens.values())

@@ -1,6 +1,9 @@
 """Will the planned engines fit on the GPU, and how many KV-cache tokens do they leave?
 
-Per GPU (rank 0 of each engine; with TP every rank holds about the same share):
+Per GPU (rank 0 of each engine; with TP every rank holds about the same share; with pipeline parallelism
+a rank holds its stage's layers, the first stage the embedding, the last the final norm, lm_head and any
+EAGLE head: upstream.trtllm pp_layers; the per-stage numbers are checkpoint_weight_bytes and
+kv_bytes_per_token of a `stage`):
 
   weights      parameters from config.json x bytes per weight of the quant format (weight_bits: the
                group-wise formats' scales and zeros included); embeddings stay in the model dtype,
@@ -12,7 +15,7 @@ Per GPU (rank 0 of each engine; with TP every rank holds about the same share):
                float32 logits of the tokens that reach lm_head.
   overhead     CUDA context, cuBLAS/plugin workspaces, runtime buffers: RUNTIME_OVERHEAD_BYTES.
   KV cache     the runtime gives the KV pool KV_CACHE_FREE_GPU_MEMORY_FRACTION of what is left; a
-               token costs 2 x layers x kv_heads_per_rank x head_size x kv bytes (EAGLE adds its
+               token costs 2 x the stage's layers x kv_heads_per_rank x head_size x kv bytes (EAGLE adds its
                drafter layers, which share the pool; models/eagle/model.py). A draft-target pair on
                one GPU shares the pool, and every request lives in both engines.
   per sequence the engine's max_seq_len, or with a sliding window below it (Mistral-7B-v0.1's 4096,
@@ -104,29 +107,36 @@ def weight_bits(quant_algo: str | None, dtype_bits: int, group_size: int, has_ze
 
 
 class WeightCounter:
-    """Bytes of one network's weights on one TP rank (rank 0): the one rule the build estimate, the
-    Triton memory plan and the tuner's drafter budget (tuning/choose.py) count with. `spec` is a
-    DecoderSpec or anything with its sizes (the cost model's ModelShape); `linear_bytes(module)`
-    says what a weight of that linear module takes."""
+    """Bytes of one network's weights on one rank (tp rank 0 of pipeline stage `stage` of `pp`): the one
+    rule the build estimate, the Triton memory plan and the tuner's drafter budget (tuning/choose.py)
+    count with. `spec` is a DecoderSpec or anything with its sizes (the cost model's ModelShape);
+    `linear_bytes(module)` says what a weight of that linear module takes."""
 
-    def __init__(self, dtype_bytes: float, tp: int, linear_bytes: Callable[[str], float]):
+    def __init__(self, dtype_bytes: float, tp: int, linear_bytes: Callable[[str], float], pp: int = 1,
+                 stage: int = 0):
         self.dtype_bytes, self.tp, self.linear_bytes = dtype_bytes, tp, linear_bytes
+        self.pp, self.stage = pp, stage
 
     @classmethod
-    def of_checkpoint(cls, ckpt: TrtllmCheckpoint) -> "WeightCounter":
+    def of_checkpoint(cls, ckpt: TrtllmCheckpoint, stage: int = 0) -> "WeightCounter":
         scheme, dtype_bytes = ckpt.quant, trtllm.DTYPE_BYTES[ckpt.dtype]
         qbytes = weight_bits(scheme.quant_algo, dtype_bytes * 8, scheme.group_size, bool(scheme.has_zero_point)) / 8
-        return cls(dtype_bytes, ckpt.tp, lambda m: qbytes if scheme.quantizes(m) else dtype_bytes)
+        return cls(dtype_bytes, ckpt.tp, lambda m: qbytes if scheme.quantizes(m) else dtype_bytes, ckpt.pp, stage)
+
+    @property
+    def last_stage(self) -> bool:
+        return self.stage == self.pp - 1
 
     def linear(self, module: str, params: float) -> float:
         return params * self.linear_bytes(module)
 
-    def decoder_layers(self, spec, prefix: str) -> float:
+    def decoder_layers(self, spec, prefix: str, layers: range | None = None) -> float:
+        """`layers` (default: all of them) of the decoder."""
         tp, h, hd = self.tp, spec.hidden_size, spec.head_size
         q_heads, kv_heads = math.ceil(spec.num_heads / tp), trtllm.kv_heads_per_rank(spec.num_kv_heads, tp)
         qkv_out = (q_heads + 2 * kv_heads) * hd
         total = 0.0
-        for i in range(spec.num_layers):
+        for i in range(spec.num_layers) if layers is None else layers:
             p = f"{prefix}layers.{i}."
             total += self.linear(p + "attention.qkv", qkv_out * h)
             total += self.linear(p + "attention.dense", h * q_heads * hd)
@@ -141,19 +151,22 @@ class WeightCounter:
         return rows * spec.hidden_size
 
     def decoder(self, spec, prefix: str, parallel_embedding: bool, embedding: bool = True) -> float:
-        """A decoder's layers, its embedding (model dtype; none when it uses another network's), its
-        vocab-parallel lm_head and its final norm."""
-        total = self.decoder_layers(spec, prefix) + spec.hidden_size * self.dtype_bytes
-        if embedding:
+        """A decoder's layers of this stage, its embedding on the first stage (model dtype; none when it
+        uses another network's), its vocab-parallel lm_head and its final norm on the last."""
+        total = self.decoder_layers(spec, prefix, trtllm.pp_layers(spec.num_layers, self.pp, self.stage))
+        if self.last_stage:  # summed in the pp = 1 order: layers, norm, embedding, lm_head
+            total += spec.hidden_size * self.dtype_bytes
+        if embedding and self.stage == 0:
             total += self.vocab(spec, parallel_embedding) * self.dtype_bytes
-        return total + self.linear("lm_head", self.vocab(spec, True))
+        return total + (self.linear("lm_head", self.vocab(spec, True)) if self.last_stage else 0)
 
 
-def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint) -> int:
-    c = WeightCounter.of_checkpoint(ckpt)
+def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint, stage: int = 0) -> int:
+    """Weights on tp rank 0 of pipeline stage `stage` (the EAGLE head on the last stage)."""
+    c = WeightCounter.of_checkpoint(ckpt, stage)
     spec, cfg = ckpt.spec, ckpt.config
     total = c.decoder(spec, "transformer.", bool(cfg.get("use_parallel_embedding")))
-    if ckpt.eagle_spec is not None:
+    if ckpt.eagle_spec is not None and c.last_stage:
         e, net_cfg = ckpt.eagle_spec, cfg.get("eagle_net_config") or {}
         one = c.decoder_layers(e, "eagle_nets.0.drafter.")
         one += c.vocab(e, bool(net_cfg.get("use_parallel_embedding"))) * c.dtype_bytes
@@ -163,11 +176,14 @@ def checkpoint_weight_bytes(ckpt: TrtllmCheckpoint) -> int:
     return int(total)
 
 
-def kv_bytes_per_token(ckpt: TrtllmCheckpoint) -> int:
+def kv_bytes_per_token(ckpt: TrtllmCheckpoint, stage: int = 0) -> int:
+    """KV bytes per token on a rank of pipeline stage `stage`: its layers (the EAGLE drafter's on the last)."""
     kv = ckpt.kv_cache_quant_algo
     elem = 1 if kv in ("FP8", "INT8") else trtllm.DTYPE_BYTES[ckpt.dtype]
     spec = ckpt.spec
-    layers = spec.num_layers + (ckpt.eagle_spec.num_layers if ckpt.eagle_spec is not None else 0)
+    layers = len(trtllm.pp_layers(spec.num_layers, ckpt.pp, stage))
+    if ckpt.eagle_spec is not None and stage == ckpt.pp - 1:
+        layers += ckpt.eagle_spec.num_layers
     return 2 * layers * trtllm.kv_heads_per_rank(spec.num_kv_heads, ckpt.tp) * spec.head_size * elem
 
 

@@ -2,10 +2,13 @@
 
 Each `tensorrt_llm*` model is its own executor: its own copy of the engine's weights, its own
 activation buffers and runtime overhead, and a KV pool, on every GPU its `gpu_device_ids` names
-(engine_gpus: rank r on GPU r). Draft-target puts the draft beside the target's first ranks (a TP-1
-draft beside a TP-2 target is only on GPU 0; every request lives in both, so on a GPU holding both
-their per-token KV costs add up); EAGLE serves one model per tree profile, so each extra profile
-costs a whole engine instance (weights + activations + overhead), and the profiles split the pool.
+(engine_gpus: rank r on GPU r). Under pipeline parallelism a GPU holds its rank's stage (rank // tp):
+its share of the layers and their KV cache, the embedding on the first stage, lm_head on the last
+(upstream.trtllm pp_layers), so weights and KV bytes per token are counted per stage. Draft-target
+puts the draft beside the target's first ranks (a TP-1 draft beside a TP-2 target is only on GPU 0;
+every request lives in both, so on a GPU holding both their per-token KV costs add up); EAGLE serves
+one model per tree profile, so each extra profile costs a whole engine instance (weights +
+activations + overhead), and the profiles split the pool.
 The numbers come from `trtspec.builders.memory` (the same per-rank estimate `trtspec build` prints;
 ±10% on weights-dominated cases) applied to each engine's own `config.json`, read as the same
 checkpoint view (`checkpoint_from_config` of its `pretrained_config`).
@@ -13,7 +16,8 @@ checkpoint view (`checkpoint_from_config` of its `pretrained_config`).
 How the executor sizes each model's pool (kvCacheManager.cpp calculateFreeMemBytes /
 calculateMaxNumBlocks @b35ac1b6, 1.2.0rc2): kv_cache_free_gpu_mem_fraction x the memory free on
 that rank's GPU *when the model loads*, capped by max_tokens_in_paged_kv_cache ("The smaller value
-will be used"), then the blocks are MIN-reduced over the engine's ranks, so a TP engine gets what
+will be used"), then the blocks are MIN-reduced over the engine's ranks (all of its world, the
+pipeline stages too, each rank pricing a token by its own layers), so a TP or PP engine gets what
 its tightest GPU allows. A model loaded after another on the same GPU sees that one's weights and
 KV pool gone, which is why upstream's draft-target recipe writes a split fraction (0.5) and a token
 cap on both models (examples/draft_target_model/README.md @11925f62). trtspec writes each model's
@@ -49,19 +53,36 @@ def gpu_device_ids(art: Artifact, orchestrator: bool) -> str:
 class ModelMemory:
     model: str
     engine: str
-    weights_bytes: int   # per rank (builders.memory's rule, rank 0)
+    weights_bytes: int   # per rank (builders.memory's rule, rank 0); under pp the largest stage's
     activation_bytes: int
     overhead_bytes: int
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # per rank; under pp the largest stage's
     kv_tokens_per_sequence: int  # upstream.trtllm.kv_tokens_per_sequence of the engine's limits
     gpus: list[int] = field(default_factory=list)
     kv_tokens: int = 0  # max_tokens_in_paged_kv_cache we give it
     kv_gpu: int = 0     # the GPU whose memory bounds kv_tokens
     kv_fraction: float = trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION  # kv_cache_free_gpu_mem_fraction we give it
+    stage_weights_bytes: list[int] = field(default_factory=list)  # per pipeline stage (default: one stage)
+    stage_kv_bytes_per_token: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.stage_weights_bytes = self.stage_weights_bytes or [self.weights_bytes]
+        self.stage_kv_bytes_per_token = self.stage_kv_bytes_per_token or [self.kv_bytes_per_token]
+
+    def stage(self, gpu: int) -> int:
+        """The pipeline stage of the rank on `gpu` (engine_gpus: rank r on GPU r)."""
+        return trtllm.pp_stage(self.gpus.index(gpu), len(self.gpus) // len(self.stage_weights_bytes))
+
+    def kv_bytes_on(self, gpu: int) -> int:
+        return self.stage_kv_bytes_per_token[self.stage(gpu)]
+
+    def instance_bytes_on(self, gpu: int) -> int:
+        """What one more copy of this model costs on `gpu` before its KV cache."""
+        return self.stage_weights_bytes[self.stage(gpu)] + self.activation_bytes + self.overhead_bytes
 
     @property
     def instance_bytes(self) -> int:
-        """What one more copy of this model costs on each of its GPUs before its KV cache."""
+        """What one more copy of this model costs on each of its GPUs (under pp: its fullest) before KV cache."""
         return self.weights_bytes + self.activation_bytes + self.overhead_bytes
 
 
@@ -101,8 +122,10 @@ def _model(name: str, art: Artifact) -> ModelMemory:
     activations = bm.activation_bytes(ck, art.max_batch_size or 1, art.max_draft_len, art.max_num_tokens or 0)
     max_seq = art.max_seq_len or ck.spec.max_position_embeddings
     per_seq = trtllm.kv_tokens_per_sequence(max_seq, attention_window(art), int(art.build.get("max_input_len") or max_seq))
-    return ModelMemory(name, str(art.path), bm.checkpoint_weight_bytes(ck), activations, bm.RUNTIME_OVERHEAD_BYTES,
-                       bm.kv_bytes_per_token(ck), per_seq, engine_gpus(art))
+    weights = [bm.checkpoint_weight_bytes(ck, s) for s in range(ck.pp)]
+    kv = [bm.kv_bytes_per_token(ck, s) for s in range(ck.pp)]
+    return ModelMemory(name, str(art.path), max(weights), activations, bm.RUNTIME_OVERHEAD_BYTES, max(kv), per_seq,
+                       engine_gpus(art), stage_weights_bytes=weights, stage_kv_bytes_per_token=kv)
 
 
 def _blocks(pool: float, per_token: int) -> int:
@@ -117,14 +140,14 @@ def plan_memory(placements: list[tuple[str, Artifact]], gpu: str, shared_kv: boo
     gpus = []
     for g in sorted({i for m in models for i in m.gpus}):
         here = [m for m in models if g in m.gpus]
-        free = total - sum(m.instance_bytes for m in here)
+        free = total - sum(m.instance_bytes_on(g) for m in here)
         gpus.append(GpuMemory(g, [m.model for m in here], free,
                               max(0, int(free * trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION))))
     plan = MemoryPlan(gpu, total, models, gpus, shared_kv)
     on = {g.gpu: [m for m in models if g.gpu in m.gpus] for g in gpus}
     for m in models:  # shared (draft-target): the pair's tokens on each GPU; else the GPU's pool split evenly
-        tokens = {g.gpu: _blocks(g.kv_pool_bytes, sum(o.kv_bytes_per_token for o in on[g.gpu])) if shared_kv
-                  else _blocks(g.kv_pool_bytes / len(on[g.gpu]), m.kv_bytes_per_token)
+        tokens = {g.gpu: _blocks(g.kv_pool_bytes, sum(o.kv_bytes_on(g.gpu) for o in on[g.gpu])) if shared_kv
+                  else _blocks(g.kv_pool_bytes / len(on[g.gpu]), m.kv_bytes_on(g.gpu))
                   for g in gpus if shared_kv or g.gpu in m.gpus}
         m.kv_gpu = min(tokens, key=lambda i: (tokens[i], i))  # the tightest GPU bounds it (MIN over ranks)
         m.kv_tokens = tokens[m.kv_gpu]
@@ -150,8 +173,8 @@ def kv_fraction(m: ModelMemory, placed: list[tuple[GpuMemory, list[ModelMemory]]
         return round(cap / max(len(here) for _, here in placed), 4)
     need = 0.0
     for g, here in placed:
-        others = sum(o.kv_tokens * o.kv_bytes_per_token for o in here if o is not m)
-        need = max(need, m.kv_tokens * m.kv_bytes_per_token / max(1, g.free_after_load_bytes - others))
+        others = sum(o.kv_tokens * o.kv_bytes_on(g.gpu) for o in here if o is not m)
+        need = max(need, m.kv_tokens * m.kv_bytes_on(g.gpu) / max(1, g.free_after_load_bytes - others))
     return min(cap, math.ceil(need * 100) / 100)
 
 

@@ -58,6 +58,24 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
     return -(-num_kv_heads // tp)
 
 
+# Pipeline parallelism (engine flow). The decoder layers split evenly over the pp stages, the first
+# num_layers % pp stages taking one more (tensorrt_llm/mapping.py MappingBase.pp_layers, a
+# torch.tensor_split, @b35ac1b6 1.2.0rc2; the C++ runtime's ModelConfig getFirstLocalLayer / getNbLayers
+# split the same way, so a rank's KV cache holds its stage's layers only). Rank r is on stage
+# r // (tp x cp) (MpiTopology.pp_rank, same file). The models build the vocab embedding on the first stage
+# only and ln_f + lm_head on the last (models/llama/model.py, read in a stored 0.x version; the 1.x
+# deepseek/grok/gpt-oss models use the same is_first_pp_rank / is_last_pp_rank split), EAGLE's
+# eagle_nets on the last too (models/eagle/model.py @89fd9b74).
+def pp_layers(num_layers: int, pp: int, stage: int) -> range:
+    base, extra = divmod(num_layers, pp)
+    first = stage * base + min(stage, extra)
+    return range(first, first + base + (1 if stage < extra else 0))
+
+
+def pp_stage(rank: int, tp: int, cp: int = 1) -> int:
+    return rank // (tp * cp)
+
+
 # TRT-LLM parameter dtypes as written in config.json.
 DTYPES = ("float16", "bfloat16", "float32")
 # Bytes per element of each (what memory estimates and the step-time model read weights and KV in).
