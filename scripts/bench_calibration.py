@@ -36,7 +36,8 @@ from trtspec.perf.options import PerfOptions
 from trtspec.perf.prompts import load_all, load_tokenizer, parse_workloads, render_all
 from trtspec.perf.runner import run_perf
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.report import calibration_lines, calibration_table
 from trtspec.tuning.schema import dump_json

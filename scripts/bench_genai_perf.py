@@ -47,9 +47,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from smollm2_repo import build_repository  # noqa: E402
+from trtspec.upstream.triton import GENAI_PERF_VERSION  # noqa: E402
 
 VENVS = Path(os.environ.get("TRTSPEC_VENVS", Path.home() / ".cache" / "trtspec" / "venvs"))
-GP_VENV, PA_VENV = VENVS / "genai-perf-0.0.16", VENVS / "pa251"
+GP_VENV, PA_VENV = VENVS / f"genai-perf-{GENAI_PERF_VERSION}", VENVS / "pa251"
 K = {"chat": 1, "code": 1}  # draft length served per workload
 TOLERANCE = 0.10
 
@@ -66,7 +67,7 @@ def ensure_venv(path: Path, requirement: str, exe: str) -> Path:
 def tool_env() -> dict:
     """PATH / LD_LIBRARY_PATH for genai-perf -> perf_analyzer 2.51, which links libb64.so.0d and
     libcudart.so.12: the nvidia-pytriton wheel has both under hashed names."""
-    gp = ensure_venv(GP_VENV, "genai-perf==0.0.16", "genai-perf")
+    gp = ensure_venv(GP_VENV, f"genai-perf=={GENAI_PERF_VERSION}", "genai-perf")
     pa = ensure_venv(PA_VENV, "tritonclient==2.51.0", "perf_analyzer")
     import pytriton
 
@@ -218,7 +219,8 @@ def main() -> int:
     torch.set_num_threads(1)  # this process only sends requests; the server keeps the cores
     from trtspec.perf.genai_perf import export_for_options
     from trtspec.perf.runner import PerfOptions
-    from trtspec.triton_repo.serve import CpuServer, free_port
+    from trtspec.triton_repo.ports import free_port
+    from trtspec.triton_repo.serve import CpuServer
 
     t0 = time.time()
     repo, tok = build_repository(out / "work", K)

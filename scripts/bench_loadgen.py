@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trtspec.triton_repo.serve import CpuServer, find_bundle, free_port  # noqa: E402
+from trtspec.triton_repo.ports import free_port  # noqa: E402
+from trtspec.triton_repo.serve import CpuServer, find_bundle  # noqa: E402
 
 MODEL = "echo"
 CONFIG = """name: "echo"

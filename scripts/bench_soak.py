@@ -35,7 +35,8 @@ from smollm2_repo import build_repository  # noqa: E402
 
 from trtspec.perf.options import PerfOptions  # noqa: E402
 from trtspec.perf.runner import run_perf  # noqa: E402
-from trtspec.triton_repo.serve import CpuServer, free_port  # noqa: E402
+from trtspec.triton_repo.ports import free_port  # noqa: E402
+from trtspec.triton_repo.serve import CpuServer  # noqa: E402
 from trtspec.workloads import load_workload  # noqa: E402
 
 MEMORY_GROWTH = 0.10  # allowed RSS growth from the end of the first minute to the end of the run

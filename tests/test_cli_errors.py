@@ -207,9 +207,12 @@ def test_generate_bad_checkpoint_config(capsys, models, tmp_path, edit, expected
     (["--prompt-ids", "[1,"], "--prompt-ids: expected a non-empty JSON list of integers"),
     (["--prompt", "hi", "--prompt-ids", "[1]"], "give exactly one of --prompt or --prompt-ids"),
     (["--prompt-ids", "[1]", "--eagle-choices", "[[0"], "--eagle-choices: not valid JSON"),
+    (["--prompt-ids", "[1]", "--eagle-choices", '{"0": [1]}'], "--eagle-choices: expected a JSON list, got "),
     (["--prompt-ids", "[1]", "--min-tokens", "-1"], "--min-tokens: "),
     (["--prompt-ids", "[1]", "--max-new-tokens", "0"], "--max-new-tokens: expected >= 1, got 0"),
-], ids=["prompt_ids", "both_prompts", "eagle_choices", "min_tokens", "max_new_tokens"])
+    (["--prompt-ids", "[1]", "--seed", str(2 ** 64)], "--seed: "),  # TensorRT-LLM's seed is a uint64
+], ids=["prompt_ids", "both_prompts", "eagle_choices", "eagle_choices_not_a_list", "min_tokens", "max_new_tokens",
+        "seed_beyond_uint64"])
 def test_generate_bad_flags(capsys, models, args, expected):
     assert_one_error(*run_cli(capsys, "generate", "--ckpt", models / "ckpt", *args), expected, [])
 

@@ -97,7 +97,6 @@ def test_draft_target_gives_greedys_tokens_under_the_same_words(d, runtime, k):
 
 
 @pytest.mark.parametrize("ckpt, flags, message", [
-    ("plain", ("--stop-words", '["t5", ""]'), "stop_words[1]: '' encodes to no tokens"),
     ("plain", ("--bad-words", "[[5], []]"), "bad_words[1]: empty token sequence"),
     ("plain", ("--stop-words", "[[-1]]"), "stop_words[0]: token id -1"),
     ("plain", ("--stop-words", "[5]"), "--stop-words: item 0 is 5; expected a string or a list of token ids"),
@@ -112,9 +111,35 @@ def test_bad_words_input_is_refused_naming_the_field(d, capsys, ckpt, flags, mes
     assert message in err
 
 
-def test_strings_are_tokenized_as_the_preprocessing_model_does(tmp_path, monkeypatch):
+def test_a_word_of_no_tokens_is_skipped_with_a_warning_as_served(d, runtime, capsys):
+    """Triton's preprocessing (and upstream's `_to_word_list_format`) skips a word that encodes to
+    no tokens: generate runs the other words, and says which one it skipped on one stderr line."""
+    models, _, stop, _ = runtime
+    want = generate_batch(models, [PROMPT], NEW, ignore_eos=True, words=Words.of(stop=[stop]))[0].output_ids
+    code, out, err = run_cli(capsys, "generate", "--ckpt", d / "plain", "--prompt", TEXT, "--max-new-tokens", NEW,
+                             "--ignore-eos", "--json", "--stop-words", json.dumps([text(stop), ""]))
+    assert code == 0, err
+    assert json.loads(out)["output_ids"] == want
+    assert err.splitlines() == ["warning: stop_words[1]: '' encodes to no tokens; skipped, as Triton's "
+                                "preprocessing skips it"]
+
+
+def shipped_preprocessing(monkeypatch, tokenizer):
+    """The repository's preprocessing model (as shipped, without trtspec) holding `tokenizer`."""
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils",
+                        types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1))
+    monkeypatch.syspath_prepend(str(MODELS))
+    for name in ("preprocessing", "trtspec_triton_common", "serving_rules", "word_rules"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    model = importlib.import_module("preprocessing").TritonPythonModel()
+    model.tokenizer = tokenizer
+    return model
+
+
+def test_strings_are_tokenized_as_the_preprocessing_model_does(tmp_path, monkeypatch, capsys):
     """The same token ids as Triton's preprocessing gives a request's stop_words, on a tokenizer that
-    adds a special token (<s>) to what it encodes unless told not to."""
+    adds a special token (<s>) to what it encodes unless told not to; a word of no tokens (empty, or
+    blank for this whitespace-split tokenizer) is left out by both."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -126,14 +151,9 @@ def test_strings_are_tokenized_as_the_preprocessing_model_does(tmp_path, monkeyp
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     assert tokenizer.encode("t5 t6") == [1, 5, 6]
 
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils",
-                        types.SimpleNamespace(TRITONSERVER_RESPONSE_COMPLETE_FINAL=1))
-    monkeypatch.syspath_prepend(str(MODELS))
-    for name in ("preprocessing", "trtspec_triton_common", "serving_rules", "word_rules"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    model = importlib.import_module("preprocessing").TritonPythonModel()
-    model.tokenizer = tokenizer
-    words = ["t5 t6", "t6"]
+    model = shipped_preprocessing(monkeypatch, tokenizer)
+    words = ["t5 t6", "", "t6", "  "]
     served = model._word_lists(np.array([words], dtype=object), 1).tolist()
-    assert encode_words(words, "stop_words", tokenizer) == [[5, 6], [6]]
-    assert served == word_list_format([encode_words(words, "stop_words", tokenizer)])
+    ids = encode_words(words, "stop_words", tokenizer)
+    assert ids == [[5, 6], [6]] and served == word_list_format([ids])
+    assert [line.split(":")[1] for line in capsys.readouterr().err.splitlines()] == [" stop_words[1]", " stop_words[3]"]

@@ -32,7 +32,7 @@ from trtspec.triton_repo.command import PORT_FLAGS, REPO_PARAMS
 from trtspec.triton_repo.options import ServeOptions, TritonOptions
 from trtspec.triton_repo.repo import RepoRequest, _check_options
 from trtspec.triton_repo.routing import draft_target_routes, eagle_routes
-from trtspec.triton_repo.serve import check_ports, free_port
+from trtspec.triton_repo.ports import check_ports, free_port
 from trtspec.tuning.tuning_schema import load_tuning
 
 

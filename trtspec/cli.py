@@ -63,7 +63,7 @@ WORDS_JSON = ' As a JSON list: \'["foo", " bar baz"]\' or, as token ids, \'[[42]
 
 
 def _json_list(text: str | None, flag: str) -> list:
-    """A flag's JSON list (as --prompt-ids and --eagle-choices take theirs); unset: empty."""
+    """A flag's JSON list (as --stop-words, --bad-words and --eagle-choices take theirs); unset: empty."""
     if text is None:
         return []
     try:
@@ -124,12 +124,7 @@ def generate(
             assert isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids)
         except (json.JSONDecodeError, AssertionError):
             raise TrtspecError("--prompt-ids: expected a non-empty JSON list of integers") from None
-    choices = None
-    if eagle_choices is not None:
-        try:
-            choices = json.loads(eagle_choices)
-        except json.JSONDecodeError as e:
-            raise TrtspecError(f"--eagle-choices: not valid JSON ({e.msg})") from None
+    choices = None if eagle_choices is None else _json_list(eagle_choices, "--eagle-choices")  # unset: default tree
     options = from_cli(G, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, accept_rule=accept_rule,
                        fp8_gemm=fp8_gemm, device=device, dtype=dtype, compile_layers=compile_layers,
                        min_tokens=min_tokens, stop_words=_json_list(stop_words, "--stop-words"),

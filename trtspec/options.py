@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticUndefined
 
 from .errors import TrtspecError
+from .upstream.sampling import SEED_LIMIT
 
 M = TypeVar("M", bound="StageOptions")
 # One torch device as text, for options checked without importing torch (quantization.device,
@@ -152,7 +153,8 @@ class Sampling(StageOptions):
     top_k: int = Field(0, ge=0, description="Keep the k most likely tokens (0 = no limit).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False,
                          description="Keep the smallest set of tokens whose probability reaches top_p.")
-    seed: int = Field(0, ge=0, lt=2 ** 63, description="Seed of the request's random draws.")
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT, description="Seed of the request's random draws (uint64, as "
+                      "TensorRT-LLM's).")
 
     @property
     def greedy(self) -> bool:

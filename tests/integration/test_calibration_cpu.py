@@ -17,7 +17,8 @@ import pytest
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.schema import load_results
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 from trtspec.tuning.schema import dump_json
 from trtspec.tuning.tuning_schema import load_tuning
 from trtspec.tuning.select import SelectConfig

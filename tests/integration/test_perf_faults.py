@@ -28,7 +28,8 @@ import pytest
 from cli_helpers import run_cli
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.schema import load_results
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 
 CONFIG = """name: "slow"
 backend: "python"

@@ -14,7 +14,8 @@ from tiny_models import eagle3_dirs, save_tiny_tokenizer
 from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 from trtspec.triton_repo.validate import check_repository
 
 grpcclient = pytest.importorskip("tritonclient.grpc")

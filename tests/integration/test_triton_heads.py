@@ -13,7 +13,8 @@ from integration.test_triton_serve import procs_mentioning, request, text_of, va
 from pipeline.test_workload_heads import A, B, fake_cached_head, setup  # noqa: F401 (setup: the fixture)
 from trtspec.pipeline.runner import run_recipe
 from trtspec.runtime.generate import load_models, stream_request
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

@@ -45,7 +45,8 @@ from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.models.serving_rules import label_band
-from trtspec.triton_repo.serve import CpuServer, ServerStartError, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer, ServerStartError
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 

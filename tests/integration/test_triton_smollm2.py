@@ -15,7 +15,8 @@ from integration.test_triton_serve import procs_mentioning, request, text_of, va
 from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 MAX_TOKENS = 24

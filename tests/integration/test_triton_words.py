@@ -19,7 +19,8 @@ from triton_fixtures import cpu_repository, serve_this_trtspec, tiny_pair
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.runtime.words import Words
 from trtspec.triton_repo.models.word_rules import word_list_format
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -20,8 +20,9 @@ from cli_helpers import run_cli
 from trtspec.perf.genai_perf import (MANIFEST, SCRIPT, default_requests, export_for_options, export_genai_perf,
                                      read_genai_perf_stats)
 from trtspec.perf.options import PerfOptions
+from trtspec.upstream.triton import GENAI_PERF_VERSION
 
-GP_PYTHON = Path.home() / ".cache" / "trtspec" / "venvs" / "genai-perf-0.0.16" / "bin" / "python"
+GP_PYTHON = Path.home() / ".cache" / "trtspec" / "venvs" / f"genai-perf-{GENAI_PERF_VERSION}" / "bin" / "python"
 PROMPTS = {"chat": [("c1", "Write a haiku about the sea."), ("c2", "Name three colors.\n"), ("c3", "Why?")],
            "we:ird 'x' $HOME": [("w1", "def add(a, b):\n    return a + b")]}
 
@@ -182,6 +183,14 @@ def test_genai_perf_itself_reads_the_export(tmp_path):
         assert pa[pa.index("--concurrency-range") + 1] == "2" and pa[pa.index("--request-count") + 1] == "5"
         assert pa[pa.index("--warmup-request-count") + 1] == "2" and pa[pa.index("-u") + 1] == "127.0.0.1:8001"
         assert "--streaming" in pa and pa[pa.index("-m") + 1] == "generate"
+
+
+def test_the_export_names_the_pinned_genai_perf_release(tmp_path):
+    """The version is an upstream fact (trtspec.upstream.triton, with its source), stated once."""
+    script = export_genai_perf(tmp_path / "gp", prompts=PROMPTS, url="127.0.0.1:8001", model="generate",
+                               tokenizer=tokenizer_dir(tmp_path), max_tokens=8, concurrency=[1], baseline=False)
+    assert json.loads((tmp_path / "gp" / MANIFEST).read_text())["genai_perf_version"] == GENAI_PERF_VERSION
+    assert f"# Needs genai-perf=={GENAI_PERF_VERSION} and perf_analyzer" in script.read_text()
 
 
 def test_sampled_workloads_send_their_settings(tmp_path):

@@ -37,7 +37,8 @@ from trtspec.perf.genai_perf import export_for_options
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.sampling import request_seed
 from trtspec.perf.schema import load_results
-from trtspec.triton_repo.serve import CpuServer, free_port
+from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.serve import CpuServer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

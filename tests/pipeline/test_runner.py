@@ -23,7 +23,7 @@ from tiny_models import near_bigram_llama
 from trtspec.errors import TrtspecError
 from trtspec.pipeline.runner import ORDER, run_recipe
 from trtspec.recipe import load_recipe, parse_recipe
-from trtspec.triton_repo.serve import port_in_use
+from trtspec.triton_repo.ports import port_in_use
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -89,3 +89,18 @@ def test_verify_draft(m):
     assert (tokens, accepted) == (ref[:2], 1)  # cut at max_new_tokens: counts the 2 tokens it emits
     with pytest.raises(TrtspecError, match=r"^prompt \(input_ids\): empty; draft tokens are verified"):
         verify_draft(target, [], ref[:3], 8)  # nothing to check the first draft token against
+
+
+def test_the_largest_uint64_seed_samples_repeatably(m):
+    """A served seed is a uint64 (TensorRT-LLM's randomSeed): 2^64 - 1 draws the same tokens every
+    time, through the stream the cpu flavor serves and the runtime's batch alike, and not seed 0's."""
+    from trtspec.options import Sampling
+
+    models, prompt = m["pair"], m["prompts"][0]
+    top = Sampling(temperature=1.0, seed=2 ** 64 - 1)
+    runs = [collect(stream_request(models, prompt, NEW, "draft-target", draft_len=3, eos_ids=(), sampling=top))[0]
+            for _ in range(2)]
+    ref = generate_batch(models, [prompt], NEW, mode="draft-target", draft_len=3, ignore_eos=True, sampling=top)[0]
+    zero = generate_batch(models, [prompt], NEW, mode="draft-target", draft_len=3, ignore_eos=True,
+                          sampling=top.model_copy(update={"seed": 0}))[0]
+    assert runs[0] == runs[1] == ref.output_ids != zero.output_ids

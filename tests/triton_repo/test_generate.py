@@ -374,3 +374,17 @@ def test_only_eagle3_llmapi_models_flag_sampled_requests(load, tmp_path):
         flags[workload] = [r.outputs["sampling_fallback"] for r, _ in sender.sent if r is not None][-1]
     model.finalize()
     assert flags == {"chat": b"greedy", "math": b""}
+
+
+def test_an_llmapi_refusal_names_the_min_input_the_client_sent(load, tmp_path):
+    """genai-perf sends min_tokens under its 0.x name min_length; the llmapi model takes neither,
+    and the refusal names the input the request has."""
+    routing = {"mode": "llmapi", "workloads": {}, "default": {"model": "llm_k3", "num_draft_tokens": 3}, "band": 1}
+    model, server, common = load({"routing": json.dumps(routing), "max_concurrency": "1",
+                                  "tokenizer_dir": str(tiny_tokenizer_dir(tmp_path / "tok"))}, False)
+    request = ClientRequest(server)
+    request.inputs["min_length"] = Tensor("min_length", [[4]])
+    with pytest.raises(common.RequestError, match=r"^min_length: the llmapi flavor's model takes no min_length"):
+        model._generate(request, Sender(), 1)
+    assert server.streams == []
+    model.finalize()

@@ -9,6 +9,7 @@ import shutil
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from triton_fixtures import DRAFT, LLAMA, TREE_A, TREE_B, build_dir, fake_ckpt, tiny_tokenizer_dir, tuning_file
@@ -39,11 +40,16 @@ def test_request_sampling_reads_tensorrt_llm_inputs():
     assert request_sampling({**values, "runtime_top_p": 0.0}.get, engine) == Sampling(temperature=0.8, top_k=40, seed=7)
 
 
+def test_a_seed_takes_the_whole_uint64_range():
+    """Triton's seed input is UINT64, as TensorRT-LLM's executor randomSeed (upstream.sampling SEED_LIMIT)."""
+    assert request_sampling({"seed": np.uint64(2 ** 64 - 1)}.get).seed == 2 ** 64 - 1
+
+
 @pytest.mark.parametrize("values, message", [
     ({"temperature": -0.1}, r"^temperature: Input should be greater than or equal to 0 \(got -0.1\)$"),
     ({"runtime_top_k": -1}, r"^runtime_top_k \(top_k\): Input should be greater than or equal to 0 \(got -1\)$"),
     ({"runtime_top_p": 1.5}, r"^runtime_top_p \(top_p\): Input should be less than or equal to 1"),
-    ({"seed": 2 ** 63}, r"^seed: Input should be less than"),
+    ({"seed": 2 ** 64}, r"^seed: Input should be less than 18446744073709551616"),
     ({"repetition_penalty": 1.3}, r"^repetition_penalty: 1.3; trtspec.runtime \(the cpu flavor\) applies no penalties"),
     ({"presence_penalty": 0.5}, r"^presence_penalty: 0.5; .* leave it unset or 0 "),
 ])

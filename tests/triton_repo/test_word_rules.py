@@ -74,6 +74,13 @@ def test_llmapi_refuses_what_its_model_cannot_take():
         check_llmapi_words([], 3)
 
 
+def test_llmapi_refusal_names_the_min_input_the_client_sent():
+    """genai-perf sends min_length (min_tokens' 0.x name): the refusal names that, not min_tokens."""
+    check_llmapi_words([], None, 0)
+    with pytest.raises(RequestError, match=r"^min_length: the llmapi flavor's model takes no min_length"):
+        check_llmapi_words([], None, 3)
+
+
 def test_the_bls_stop_rule_is_the_runtimes():
     """word_rules.ends_with_any (shipped without trtspec) and runtime.words.ends_with_stop are two
     copies of one rule (see ends_with_any): they must agree."""

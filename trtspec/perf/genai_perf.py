@@ -50,12 +50,12 @@ from pathlib import Path
 
 from ..errors import TrtspecError
 from ..fsutil import atomic_dir, read_json, write_text_atomic
+from ..upstream.triton import GENAI_PERF_VERSION
 from . import client, prompts
 from .compare import load_predictions
 from .options import default_requests
 from .sampling import workload_sampling
 
-GENAI_PERF_VERSION = "0.0.16"
 SCRIPT = "run_genai_perf.sh"
 MANIFEST = "genai_perf_export.json"
 
@@ -170,7 +170,8 @@ def export_genai_perf(out_dir: Path, *, prompts: dict[str, list[tuple[str, str]]
 def _script(runs: list[GenaiPerfRun], stripped: dict[str, list[str]], warmup: int) -> str:
     lines = ["#!/usr/bin/env bash",
              f"# genai-perf {GENAI_PERF_VERSION} commands reproducing a `trtspec perf` invocation (written by trtspec).",
-             "# Needs genai-perf==0.0.16 and perf_analyzer (2.51: the tritonclient==2.51.0 wheel ships it) on PATH;",
+             f"# Needs genai-perf=={GENAI_PERF_VERSION} and perf_analyzer (2.51: the tritonclient==2.51.0 wheel "
+             "ships it) on PATH;",
              "# GENAI_PERF overrides the genai-perf executable. Runs one after the other, never in parallel.",
              "# Each run's results: artifacts/<run>/profile_export_genai_perf.{json,csv}."]
     if any(pa_warmup(warmup, r.concurrency) != warmup for r in runs):

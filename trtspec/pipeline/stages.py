@@ -39,7 +39,8 @@ from ..quality.render import print_report
 from ..quality.report import report_or_warning
 from ..recipe import GENERAL_HEAD, Recipe
 from ..triton_repo.flavors import is_pytorch
-from ..triton_repo.serve import CpuServer, ServerStartError, free_port
+from ..triton_repo.ports import free_ports
+from ..triton_repo.serve import CpuServer, ServerStartError
 from ..tuning.profile import profile_workloads
 from ..tuning.profile_partial import partial_path
 from ..tuning.report import print_summary, setting_text, write_plots
@@ -261,14 +262,13 @@ def serve_not_applicable(ctx: Ctx) -> str | None:
 
 def start_server(ctx: Ctx) -> str:
     t = ctx.recipe.triton
-    ports = {k: getattr(t.ports, k) or free_port() for k in ("http", "grpc", "metrics")}
+    ports = free_ports({k: getattr(t.ports, k) for k in ("http", "grpc", "metrics")})
     server = CpuServer(ctx.paths.repo, ports["http"], ports["grpc"], ports["metrics"], log_file=ctx.paths.server_log,
                        model_control=t.model_control, drain_timeout_s=t.drain_timeout_s)
     try:
         server.start(t.start_timeout_s)
     except ServerStartError as e:  # the error is one line: why the server failed is in its log
-        if e.log_tail:
-            ctx.console.print(e.log_block(), markup=False, highlight=False, soft_wrap=True)
+        e.print_log()
         raise
     ctx.server = server
     return f"tritonserver ready on gRPC {server.grpc_url} (stopped after perf; log {ctx.paths.server_log.name})"

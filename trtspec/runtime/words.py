@@ -15,6 +15,7 @@ emit the masked target's distribution, as with min_tokens.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +45,8 @@ def encode_words(words, name: str, tokenizer=None, where="the checkpoint") -> li
     the rule of Triton's preprocessing model (`_word_lists`, upstream's preprocessing), so that a word
     ends `trtspec generate` where it ends a served request. The call is written twice on purpose:
     preprocessing runs without trtspec and trtspec.runtime may not import triton_repo (the import
-    layers); tests/test_cli_words.py checks that the two agree."""
+    layers); tests/test_cli_words.py checks that the two agree. A string that encodes to no tokens is
+    skipped with a warning, as preprocessing (and upstream's `_to_word_list_format`) skips it."""
     out = []
     for i, w in enumerate(words or ()):
         if not isinstance(w, str):
@@ -54,7 +56,9 @@ def encode_words(words, name: str, tokenizer=None, where="the checkpoint") -> li
             raise TrtspecError(f"{name}[{i}]: a string needs a tokenizer and {where} has none; give token ids")
         ids = list(tokenizer.encode(w, add_special_tokens=False))
         if not ids:
-            raise TrtspecError(f"{name}[{i}]: {w!r} encodes to no tokens; expected a word")
+            print(f"warning: {name}[{i}]: {w!r} encodes to no tokens; skipped, as Triton's preprocessing "
+                  "skips it", file=sys.stderr)
+            continue
         out.append(ids)
     return out
 

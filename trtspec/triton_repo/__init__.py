@@ -10,7 +10,7 @@ trees and request limits the served artifacts allow), `routing` (tuning.json -> 
 routes), `render` (every model's config), `contracts` (models, tensors and the calls between them),
 `configs` (config.pbtxt as protobuf), `memory` (GPU memory of the TensorRT-LLM models), `validate`
 (with `template_checks`: each TensorRT-LLM-facing model against its pinned template),
-`readme`, `serve` (bundled tritonserver; container commands), and `models/` (the python-backend
-sources copied into repositories; the cpu flavor's models stream trtspec.runtime's decoding loop,
+`readme`, `serve` (bundled tritonserver; container commands), `ports` (the ports it binds), and
+`models/` (the python-backend sources copied into repositories; the cpu flavor's models stream trtspec.runtime's decoding loop,
 `runtime.generate.stream_request`).
 """

@@ -117,8 +117,7 @@ def serve_command(
                 code = s.serve_cpu(repo, ports, opts.start_timeout_s, log_file, typer.echo, opts.drain_timeout_s,
                                    opts.model_control)
         except s.ServerStartError as e:
-            if e.log_tail:
-                typer.echo(e.log_block(), err=True)
+            e.print_log()
             raise
         raise typer.Exit(code)
     cmd = c.container_command(repo, manifest, ports, image)

@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -43,10 +42,9 @@ from ..errors import TrtspecError
 from ..fsutil import check_output_file
 from .contracts import GENERATE
 from .flavors import is_pytorch
-from .options import shared_port
 from .models.serving_rules import CONTROL_DIR, DRAIN_FILE, INFLIGHT_SUFFIX, STOP_FILE
+from .ports import HOST, check_ports
 
-HOST = "127.0.0.1"
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 DRAIN_TIMEOUT_S = 30  # the drain: streams in flight get this long at shutdown (see CpuServer.drain)
 UNLOAD_S = 15  # then tritonserver --exit-timeout-secs: finalize() of every model (Workers.close joins 10 s)
@@ -81,6 +79,12 @@ class ServerStartError(TrtspecError):
         """The log's first errors and last lines, framed, to print before the one-line error ('' without a log)."""
         errors = f"--- tritonserver log (first errors) ---\n{self.log_errors}\n" if self.log_errors else ""
         return errors + "--- tritonserver log (last lines) ---\n" + self.log_tail + "\n---" if self.log_tail else ""
+
+    def print_log(self) -> None:
+        """log_block on stderr, where diagnostics go (stdout is the command's output), whichever command
+        started the server: `trtspec serve` and the serve stage of `trtspec run` alike."""
+        if self.log_tail:
+            print(self.log_block(), file=sys.stderr, flush=True)
 
 
 def read_manifest(repo: Path) -> dict:
@@ -142,33 +146,6 @@ def server_env(bundle: Bundle) -> dict:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def check_ports(ports: dict[str, int]) -> None:
-    problem = shared_port(ports)
-    if problem:
-        raise TrtspecError(f"triton.ports: {problem}")
-    for name, port in ports.items():
-        if not 0 < port < 65536:
-            raise TrtspecError(f"triton.ports.{name}: {port} is not a TCP port")
-        if port_in_use(port):
-            raise TrtspecError(f"triton.ports.{name}: {HOST}:{port} is already in use (another server running? "
-                               f"pick a free port with triton.ports.{name})")
 
 
 def log_lines(path: Path) -> list[str]:

@@ -212,6 +212,10 @@ TRTLLM_SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k"
                           "seed": "seed"}
 # tensorrt_llm_bls inputs (same file's name_map keys).
 BLS_SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed"}
+# A request's seed takes the whole uint64 range: the executor SamplingConfig's randomSeed is
+# RandomSeedType = std::uint64_t (cpp/include/tensorrt_llm/executor/types.h @a98a9061), and the
+# tensorrt_llm / ensemble `seed` input is TYPE_UINT64 (trtspec.upstream.triton).
+SEED_LIMIT = 2 ** 64  # seeds are 0 .. SEED_LIMIT - 1
 # Penalties (tensorrt_llm inputs) and the values that turn them off: the executor SamplingConfig's
 # defaults (repetitionPenalty 1, presencePenalty 0, frequencyPenalty 0; cpp/include/tensorrt_llm/
 # executor/executor.h). The llmapi model takes sampling_param_presence_penalty and

@@ -208,6 +208,11 @@ OUTPUTS_ADDED_SINCE_V0_19 = ("num_input_tokens", "num_output_tokens")
 PARAMETERS_ADDED_SINCE_V0_19 = ("enable_trt_overlap",)  # commented out in v0.19.0
 DTYPE_PLACEHOLDERS_ADDED_SINCE_V0_19 = {"prompt_embedding_table": PROMPT_TABLE_DTYPE}  # TYPE_FP16 in v0.19.0
 
+# The genai-perf release `trtspec perf --export-genai-perf` writes commands for and that the facts below
+# were read from: PyPI `genai-perf==0.0.16`, built from perf_analyzer branch r25.08 @2586c440 (it drives
+# perf_analyzer 2.51, the binary the tritonclient==2.51.0 wheel ships; scripts/bench_genai_perf.py).
+GENAI_PERF_VERSION = "0.0.16"
+
 # genai-perf 0.0.16's `--backend tensorrtllm` payload (perf_analyzer branch r25.08 @2586c440, the 0.0.16
 # release, genai_perf/inputs/converters/tensorrtllm_converter.py `_add_request_params`; unchanged on
 # main @263c5f6e, 2025-12-15; reference triton.md §5.3): with a user-set `--output-tokens-mean`,

@@ -140,6 +140,7 @@ class TritonPythonModel(PooledModel):
         from trtspec.runtime.accept import Key, accept_rule
         from trtspec.runtime.decode import verify_external
         from trtspec.runtime.generate import stream_request
+        from trtspec.upstream.sampling import SEED_LIMIT
 
         rule = accept_rule(RESAMPLE_RULE, sampling)
         first = verify_external(m.target, prompt, draft, n, eos, accept=rule, key=Key(sampling.seed, 0),
@@ -148,7 +149,7 @@ class TritonPythonModel(PooledModel):
         acc["drafted"] += len(draft)
         yield first
         if not first.done:
-            rest = sampling.model_copy(update={"seed": (sampling.seed + 1) % 2 ** 63})
+            rest = sampling.model_copy(update={"seed": (sampling.seed + 1) % SEED_LIMIT})
             yield from stream_request(m, prompt + first.tokens, n - len(first.tokens), "greedy", eos_ids=eos,
                                       sampling=rest, min_tokens=max(0, min_tokens - len(first.tokens)), words=words)
 

@@ -146,7 +146,8 @@ class TritonPythonModel(PooledModel):
             raise RequestError("exclude_input_in_output: only true is supported "
                                "(text_output never includes the prompt)")
         check_log_probs(scalar(request, "return_log_probs"))
-        min_tokens = check_min_tokens(min_tokens_or_alias(scalar(request, "min_tokens"), scalar(request, "min_length")))
+        min_given = scalar(request, "min_tokens"), scalar(request, "min_length")
+        min_tokens = check_min_tokens(min_tokens_or_alias(*min_given))
         words = {n: w for n in ("stop_words", "bad_words") if (w := tensor(request, n)) is not None and w.size}
         workload = scalar(request, "workload", "") or ""
         route = self.route(workload, inflight)
@@ -156,7 +157,7 @@ class TritonPythonModel(PooledModel):
             route = self._speculation_off(route)
         route["fallback"] = self._fallback(request, route)
         if self.mode == "llmapi":
-            check_llmapi_words(sorted(words), min_tokens)
+            check_llmapi_words(sorted(words), *min_given)
             return self._llmapi(request, sender, route, text, max_tokens, stream)
         pre_in = {"QUERY": np.array([[text.encode("utf-8")]], dtype=object),
                   "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], np.int32)}

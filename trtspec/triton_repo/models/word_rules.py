@@ -86,9 +86,11 @@ def check_log_probs(value):
                          "output_log_probs outputs); leave it unset or false")
 
 
-def check_llmapi_words(given, min_tokens):
+def check_llmapi_words(given, min_tokens, min_length=None):
     """The llmapi flavor's model config declares no stop / bad words or min_tokens inputs
     (upstream.triton.LLMAPI_INPUTS): refused when set (`given`: the word inputs the request has),
-    not dropped."""
-    for name in [*given, *(["min_tokens"] if min_tokens else [])]:
+    not dropped. min_tokens / min_length are the request's own values, so that the refusal names
+    the input the client sent (genai-perf sends min_length)."""
+    mins = [n for n, v in (("min_tokens", min_tokens), ("min_length", min_length)) if v]
+    for name in [*given, *mins]:
         raise RequestError(f"{name}: the llmapi flavor's model takes no {name}; leave it unset")
