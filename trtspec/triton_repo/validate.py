@@ -212,7 +212,7 @@ def _device_ids(cfg, where: str) -> list[str]:
     p = params(cfg)
     ids, lim = p.get("gpu_device_ids", ""), _engine_limits(cfg)
     if not ids.strip() or lim is None:
-        return []  # unset: leader mode, each MPI rank on its own GPU; no engine: reported elsewhere
+        return []  # unset: rank r on GPU r % GPUs (leader or orchestrator); no engine: reported elsewhere
     try:
         nodes = int(p.get("num_nodes") or 1)
     except ValueError:
