@@ -9,7 +9,7 @@ token budget; the table reports the actual response tokens of each):
 
 Both are then profiled by the runtime (trtspec profile's code: the drafter chain on the target's
 greedy output) on the same held-out prompts of each workload, which neither head trained on, and the
-table prints AL(K) with its standard error (tuning/acceptance.ratio_se) per head and workload, and
+table prints AL(K) ± 1.96 standard errors (95%; tuning/acceptance.ratio_se) per head and workload, and
 the code head's difference on code in standard errors. Small by default (a few CPU-minutes on a
 2-core box); raise --prompts and --epochs for a sharper answer.
 
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from trtspec.checkpoints.convert import convert_hf
+from trtspec.confidence import PM_MEANS, Z95
 from trtspec.checkpoints.default_model import smollm2_dir
 from trtspec.drafts.options import TrainDraftOptions
 from trtspec.drafts.train import train_draft
@@ -98,10 +99,10 @@ def main() -> None:
 
 
 def report(rows: dict, tokens: dict, k: int) -> None:
-    print(f"\nheld-out AL({k}) +- standard error (same held-out prompts for both heads)")
+    print(f"\nheld-out AL({k}), {PM_MEANS} (same held-out prompts for both heads)")
     print(f"{'head':<10}{'tokens':>8}" + "".join(f"{w:>18}" for w in SETS))
     for name, by in rows.items():
-        print(f"{name:<10}{tokens[name]:>8}" + "".join(f"{by[w][0]:>11.3f} +- {by[w][1] or float('nan'):.3f}"
+        print(f"{name:<10}{tokens[name]:>8}" + "".join(f"{by[w][0]:>11.3f} ±{Z95 * (by[w][1] or float('nan')):.3f}"
                                                       for w in SETS))
     (g, gs), (c, cs) = rows["general"]["code"], rows["code"]["code"]
     se = math.hypot(gs or 0.0, cs or 0.0)

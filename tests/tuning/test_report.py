@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from trtspec.confidence import Z95
 from trtspec.options import Sampling
-from trtspec.tuning.report import _plot_chains, al_by_temperature, plot_al_vs_temperature
+from trtspec.perf.compare import predicted_al_pm
+from trtspec.tuning import report
+from trtspec.tuning.report import _plot_chains, al_by_temperature, al_text, plot_al_vs_temperature
 from trtspec.tuning.select import SelectConfig, tune_draft_target
 from trtspec.tuning.synthetic import chain_profile, example_cost_model
 
@@ -59,3 +62,25 @@ def test_al_vs_temperature_keeps_an_unknown_standard_error_unknown(tmp_path):
                 for t in (0.0, 0.7)]
     assert [se for _, _, se in al_by_temperature(profiles, k=3)["code"]] == [None, None]
     assert plot_al_vs_temperature(profiles, tmp_path / "t.png", k=3).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_tables_pm_is_the_95pct_half_width_perf_prints_for_the_same_al():
+    """One '±' in trtspec: the tune table's AL ± is 1.96 standard errors, the same text perf prints
+    under that predicted AL (it once printed 1 SE here and 1.96 SE there: 1.65 ±0.13 vs ±0.26)."""
+    band = _tuned(2)["code"].bands[0].model_copy(update={"acceptance_length_se": 0.133})
+    assert band.speculate and al_text(band) == f"{band.acceptance_length:.2f} ±0.26"
+    assert al_text(band) == f"{band.acceptance_length:.2f}" + predicted_al_pm(
+        band.acceptance_length, band.acceptance_length_se, band.draft_len)
+
+
+def test_al_vs_temperature_bars_are_95pct(tmp_path, monkeypatch):
+    """Every plot's AL error bars are 95% (1.96 SE), as the tuning plots' and perf's intervals."""
+    zs = []
+    real = report.al_points
+    monkeypatch.setattr(report, "al_points", lambda ax, xs, ys, ses, z, *a, **k: (zs.append(z),
+                                                                                   real(ax, xs, ys, ses, z, *a, **k))[1])
+    profiles = [chain_profile({"code": 0.6}, num_samples=2, T=64, max_k=4, seed=1, temperature=t,
+                              accept_rule="exact_match", sampling=Sampling(temperature=t).model_dump())
+                for t in (0.0, 0.7)]
+    plot_al_vs_temperature(profiles, tmp_path / "t.png", k=3)
+    assert zs == [Z95]

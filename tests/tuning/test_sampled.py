@@ -300,7 +300,8 @@ def test_profile_and_tune_commands_at_a_temperature(pair_dir, tmp_path, capsys):
     band = tuning.workloads["logs"].bands[0]
     band.speculate, band.acceptance_length, band.acceptance_length_se = True, 1.5, 0.05  # as if speculating
     table = summary_table(tuning)  # what `trtspec tune` prints
-    assert table.columns[0]._cells == ["logs (T=0.7 top_p=0.95)"] and table.columns[3]._cells == ["1.50 ±0.05"]
+    assert table.columns[0]._cells == ["logs (T=0.7 top_p=0.95)"] and table.columns[3]._cells == ["1.50 ±0.10"]
+    assert "±: 95%" in table.caption  # said once, where the reader meets the ±
     t = json.loads((tmp_path / "tuning.json").read_text())["workloads"]["logs"]
     assert t["sampling"]["temperature"] == 0.7 and t["accept_rule"] == "exact_match"
     assert t["bands"][0]["acceptance_length_se"] is not None

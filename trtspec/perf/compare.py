@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..confidence import Z95, pm_text
+from ..confidence import pm_text
 from ..options import Sampling
 from ..triton_repo.models.serving_rules import band_concurrency, label_band, pick_band
 from .order import gap_note, order_label, ttft_gap
@@ -148,7 +148,7 @@ def predicted_al_pm(al: float | None, se: float | None, draft_len: int | None) -
     no speculation's AL of exactly 1 and without a prediction; ' ±?' where the standard error is
     unknown (a workload profiled on one prompt, a mix of bands one of which has none, a results.json
     from before they were recorded), as the tuner's table prints it (confidence.pm_text)."""
-    return "" if al is None else pm_text(se, Z95, exact=draft_len == 0 and al == 1.0)
+    return "" if al is None else pm_text(se, exact=draft_len == 0 and al == 1.0)
 
 
 def recorded_prediction(c: Comparison | None) -> Prediction:

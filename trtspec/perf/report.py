@@ -346,7 +346,7 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         "load; its per-step speedup made end to end with the baseline's mean TTFT and, at c > 1, its stalls for other requests' "
         "context phases (speculation shortens only a request's own decode steps: trtspec/perf/stats.py end_to_end_prediction). "
         "Brackets: 95% intervals, a seeded bootstrap over the requests of each run (trtspec/perf/stats.py); ± under a "
-        "predicted AL: 1.96 standard errors over the profiled prompts (±?: unknown, a workload profiled on one "
+        "predicted AL (every ±: 95%): 1.96 standard errors over the profiled prompts (±?: unknown, a workload profiled on one "
         "prompt); a speedup whose interval contains 1.00x is no measurable difference and is not coloured.</p>",
         "<h2>Figures</h2>",
         *(_figure(fid, draw) for fid, draw in figures.items()),

@@ -10,7 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..perf.compare import VERDICT_STYLE, ci_text, speedup_line
+from ..confidence import PM_MEANS, UNKNOWN_PM
+from ..perf.compare import VERDICT_STYLE, ci_text, predicted_al_pm, speedup_line
+from ..perf.headline import load_label, run_ci
 from ..perf.schema import load_results
 
 STATUS_STYLE = {"failed": "red", "interrupted": "red", "n/a": "dim", "skipped": "cyan", "skip": "cyan",
@@ -70,27 +72,46 @@ def print_summary(report: RunReport, title: str, con: Console) -> None:
 
 def print_speedups(results_path: Path, console: Console) -> list:
     """Measured speedup (perf, speculation on vs off) with its 95% interval next to the tuner's
-    prediction, per workload; coloured only when the interval excludes 1 (trtspec.perf.stats)."""
+    prediction, per workload; coloured only when the interval excludes 1 (trtspec.perf.stats). Every
+    measured number carries its interval under it and the predicted AL its ± (as report.html's
+    headline: perf.headline.run_ci): a bare number would read as exact next to the speedup's interval."""
     results = load_results(results_path)
-    table = Table(title="speedup per workload: measured (perf) vs predicted (tune)")
-    for col in ("workload", "load", "tok/s spec", "tok/s base", "measured", "95% CI", "verdict", "predicted",
-                "per step", "AL meas.", "AL pred.", "K"):
-        table.add_column(col, justify="right")
+    runs = {(r.workload, load_label(r), r.speculation): r for r in results.runs}
+    table = Table(title="speedup per workload: measured (perf) vs predicted (tune)",
+                  caption=f"[ ]: 95% intervals over requests; predicted AL {PM_MEANS} over the profiled prompts"
+                  f" ({UNKNOWN_PM.strip()}: unknown)")
+    for col in ("workload", "load", "tok/s spec", "tok/s base", "speedup", "verdict", "pred.\n(per step)",
+                "AL meas.", "AL pred.", "K"):
+        table.add_column(col, justify="right", overflow="fold")  # wrapped at spaces, never cut short with '…'
 
     def f(x, spec):
         return "-" if x is None else format(x, spec)
 
     for c in results.comparisons:
         load = f"c={c.concurrency}" if c.concurrency is not None else f"{c.request_rate:g} req/s"
+        spec, base = (runs.get((c.workload, load_label(c), on)) for on in (True, False))
         style = VERDICT_STYLE.get(c.verdict or "")
         measured = f(c.speedup, ".2f") + "x"
-        table.add_row(c.workload, load, f(c.tokens_per_s, ".1f"), f(c.baseline_tokens_per_s, ".1f"),
-                      f"[{style}]{measured}[/]" if style else measured, ci_text(c.speedup_ci), c.verdict or "-",
-                      f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else ""),
-                      f(c.predicted_step_speedup, ".2f") + ("x" if c.predicted_step_speedup else ""),
-                      f(c.acceptance_length, ".2f"), f(c.predicted_acceptance_length, ".2f"),
+        table.add_row(c.workload, load, with_ci(c.tokens_per_s, spec and run_ci(spec, c.tokens_per_s), ".1f"),
+                      with_ci(c.baseline_tokens_per_s, base and run_ci(base, c.baseline_tokens_per_s), ".1f"),
+                      (f"[{style}]{measured}[/]" if style else measured)
+                      + ("\n" + ci_text(c.speedup_ci) if c.speedup_ci else UNKNOWN_PM),
+                      c.verdict or "-",
+                      f(c.predicted_speedup, ".2f") + ("x" if c.predicted_speedup else "")
+                      + (f"\n({c.predicted_step_speedup:.2f}x)" if c.predicted_step_speedup else ""),
+                      with_ci(c.acceptance_length, c.acceptance_length_ci, ".2f"),
+                      f(c.predicted_acceptance_length, ".2f") + predicted_al_pm(
+                          c.predicted_acceptance_length, c.predicted_acceptance_length_se, c.predicted_draft_len),
                       f(c.predicted_draft_len, "d"))
     console.print(table)
     for c in results.comparisons:
         console.print(speedup_line(c), soft_wrap=True, highlight=False, markup=False)
     return results.comparisons
+
+
+def with_ci(x: float | None, ci, spec: str) -> str:
+    """A measured number with its 95% interval on the line under it (one column stays narrow enough
+    for the table to fit 100 columns); '±?' where it has none (one successful request), '-' unmeasured."""
+    if x is None:
+        return "-"
+    return format(x, spec) + ("\n" + ci_text(ci, spec, suffix="") if ci is not None else UNKNOWN_PM)

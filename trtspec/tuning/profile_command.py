@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from ..confidence import PM_MEANS, pm_text
 from ..options import default, doc, flag_context, from_cli
 from ..runtime.command import COMPILE_LAYERS, DEVICE, DTYPE, FP8_GEMM
 from .options import ProfileOptions as P
@@ -73,8 +74,7 @@ def profile_command(
         by_n = w.accept_length_by_n_k or {"": w.accept_length_by_k}  # n-gram: one line per matching size
         for n, by_k in by_n.items():
             se = (w.accept_length_se_by_n_k or {}).get(n) if n else w.accept_length_se_by_k
-            al = ", ".join(f"K={k}: {v:.2f}" + (f" ±{se[k]:.2f}" if (se or {}).get(k) is not None else "")
-                           for k, v in by_k.items())
+            al = ", ".join(f"K={k}: {v:.2f}" + pm_text((se or {}).get(k)) for k, v in by_k.items())
             size = f" n={n}" if n else ""
             typer.echo(f"{name} ({label}){size}: {w.num_samples} samples, {w.num_tokens} tokens; AL {al}")
-    typer.echo(f"wrote {out}")
+    typer.echo(f"AL {PM_MEANS} over the profiled prompts; wrote {out}")

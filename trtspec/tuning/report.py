@@ -23,7 +23,7 @@ nor is one whose AL has no standard error (one profiled prompt: select.se_unknow
 
 And `plot_al_vs_temperature`: from profiles at several temperatures (one `trtspec profile
 --temperature T` each), AL of a chain of K drafts against T, one line per workload, error bars of
-2 standard errors (hollow, without a bar, where unknown): how fast acceptance falls as the traffic
+95% (1.96 standard errors; hollow, without a bar, where unknown): how fast acceptance falls as the traffic
 gets hotter.
 """
 
@@ -38,7 +38,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from rich.console import Console
 from rich.table import Table
 
-from ..confidence import UNKNOWN_PM, Z95, pm_text
+from ..confidence import PM_MEANS, UNKNOWN_PM, Z95, pm_text
 from .calibrate import WITHIN, within_share
 from .fit import Calibration
 from .gpus import PRESETS
@@ -202,15 +202,15 @@ def al_by_temperature(profiles: list[Profile], k: int | None = None
 
 
 def plot_al_vs_temperature(profiles: list[Profile], path: Path, k: int | None = None) -> Path:
-    """One PNG: AL(K) against temperature per workload, ±2 standard errors (module docstring)."""
+    """One PNG: AL(K) against temperature per workload, 95% error bars (module docstring)."""
     fig = Figure(figsize=(6, 4.2))
     ax = fig.subplots()
     unknown = False
     for name, pts in al_by_temperature(profiles, k).items():
-        unknown |= al_points(ax, [t for t, _, _ in pts], [a for _, a, _ in pts], [s for _, _, s in pts], 2.0,
+        unknown |= al_points(ax, [t for t, _, _ in pts], [a for _, a, _ in pts], [s for _, _, s in pts], Z95,
                              label=name)
     ax.set(xlabel="temperature", ylabel=f"acceptance length (K = {k or 'max K'})",
-           title="acceptance vs temperature (±2 SE)")
+           title="acceptance vs temperature (95% error bars)")
     ax.grid(alpha=0.3)
     if unknown:
         unknown_se_legend(ax, "one prompt, or not recorded")
@@ -237,7 +237,7 @@ def setting_text(band: BandChoice) -> str:
 
 
 def al_text(band: BandChoice) -> str:
-    """A band's AL and its standard error; '±?' where a speculating band has none (select.se_unknown:
+    """A band's AL and its 95% half-width (confidence.pm_text); '±?' where a speculating band has none (select.se_unknown:
     unknown, which is not zero)."""
     return f"{band.acceptance_length:.2f}" + pm_text(band.acceptance_length_se, exact=not band.speculate)
 
@@ -277,7 +277,8 @@ def indistinguishable_lines(tuning: Tuning) -> list[str]:
 def summary_table(tuning: Tuning) -> Table:
     drafters = tuning.mode if tuning.choice is None else " + ".join(tuning.choice.drafters)  # all offered
     alone = "" if tuning.cost.in_flight_batching else ", each request alone: every band at batch 1"
-    t = Table(title=f"trtspec tune ({drafters}, {tuning.cost.gpu.name}, {tuning.cost.source} cost{alone})")
+    t = Table(title=f"trtspec tune ({drafters}, {tuning.cost.gpu.name}, {tuning.cost.source} cost{alone})",
+              caption=f"AL {PM_MEANS} over the profiled prompts")
     for col, just in (("workload", "left"), ("conc.", "right"), ("setting", "left"), ("AL", "right"),
                       ("step ms", "right"), ("tok/s", "right"), ("base tok/s", "right"), ("speedup", "right")):
         t.add_column(col, justify=just)
