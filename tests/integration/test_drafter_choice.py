@@ -17,7 +17,7 @@ import json
 import pytest
 import yaml
 
-from integration.test_triton_serve import request, start_cli, stop_cli, text_of, value
+from serve_helpers import request, start_cli, stop_cli, text_of, value
 from triton_fixtures import choice_pair
 from trtspec.pipeline.runner import run_recipe
 from trtspec.runtime.generate import load_models, stream_request

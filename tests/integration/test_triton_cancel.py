@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.test_triton_serve import DT, PROMPTS, bounded, procs_mentioning, request, start_cli, stop_cli
+from serve_helpers import DT, PROMPTS, bounded, procs_mentioning, request, start_cli, stop_cli
 from tiny_models import make_eagle_head, make_hf_model, save_tiny_tokenizer
 from triton_fixtures import TREE_A, TREE_B, cpu_repository
 from trtspec.checkpoints.eagle import convert_eagle

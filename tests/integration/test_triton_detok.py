@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.test_triton_serve import request, start_cli, stop_cli, text_of, value
+from serve_helpers import request, start_cli, stop_cli, text_of, value
 from tiny_models import make_hf_model, scale_layer_outputs
 from triton_fixtures import cpu_repository
 from trtspec.checkpoints.pair import convert_pair

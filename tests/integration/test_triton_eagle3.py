@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from integration.test_triton_serve import procs_mentioning, request, text_of, value
+from serve_helpers import procs_mentioning, request, text_of, value
 from tiny_models import eagle3_dirs, save_tiny_tokenizer
 from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_triton_serve import request, start_cli, stop_cli
+from serve_helpers import request, start_cli, stop_cli
 from triton_fixtures import cpu_repository, tiny_pair
 
 pytest.importorskip("tritonclient.grpc")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from integration.test_triton_serve import procs_mentioning, request, text_of, value
 from pipeline.test_workload_heads import A, B, fake_cached_head, setup  # noqa: F401 (setup: the fixture)
+from serve_helpers import procs_mentioning, request, text_of, value
 from trtspec.pipeline.runner import run_recipe
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.ports import free_port

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from integration.test_triton_serve import bls_engine, request, start_cli, stop_cli, text_of, value
+from serve_helpers import bls_engine, request, start_cli, stop_cli, text_of, value
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.runtime.generate import load_models, stream_request
 
@@ -72,7 +72,8 @@ def test_speculation_off_gives_the_same_text(served):
 def test_the_trtllm_flavor_orchestration_drafts_ngrams_for_the_cpu_target(served):
     """spec_decode's BLS engine (the trtllm flavor's code: n-gram drafts from the shipped pool sent as
     draft_input_ids to tensorrt_llm) against the cpu stand-in of the target engine: the same text.
-    Its acceptance is per BLS round (module docstring of test_triton_serve), not the runtime's."""
+    Its acceptance is per BLS round (test_triton_serve.py's
+    test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models), not the runtime's."""
     with bls_engine(served["url"]):
         for workload in ("chat", "code"):
             k, n = CHOICES[workload]

@@ -6,41 +6,36 @@ subprocess, exactly as a user runs it, and stopped with SIGTERM at the end, whic
 leave no process behind. What the tests assert:
 - chat and code requests stream pieces that concatenate to exactly the target's greedy text, with
   the workload's tuned K and the acceptance length trtspec.runtime measures for that K;
-- speculation=false (perf --baseline) gives the same greedy text with K=0 and AL 1.0; EAGLE refuses it;
+- speculation=false (perf --baseline) gives the same greedy text with K=0 and AL 1.0;
 - an unknown or missing workload gets the default route; 10 concurrent streaming requests all
   complete with the right text; stream=false returns one response;
 - bad requests get an error response (max_tokens 0, a negative temperature);
 - sampling (temperature 0.8, seed): the streamed text is the target's plain sampled text for that
   seed (exact_match with keyed draws), not the greedy text, with the per-request acceptance length
   trtspec.runtime measures; same seed, same text; another seed, another text; speculation off
-  samples the same text; an EAGLE route answers a sampled request greedily, flagged
-  sampling_fallback = "greedy";
+  samples the same text;
 - genai-perf's tensorrtllm payload (exclude_input_in_output=true) is accepted, false is refused;
 - the cpu `tensorrt_llm` answers tensorrt_llm's own request tensors (draft_input_ids verification);
 - spec_decode's BLS engine (the trtllm flavor's orchestration code, reloaded with engine=bls over
   the model-control API) calling the cpu `tensorrt_llm_draft` / `tensorrt_llm` gives the same text;
-- a port in use and a model that fails to load are reported clearly (the latter with the log tail);
-- EAGLE: a second repository routes chat and code to their tree profiles, exact text again.
+- a port in use and a model that fails to load are reported clearly (the latter with the log tail).
+The EAGLE repository (tree profiles per workload, greedy answers to sampled requests) is served in
+test_triton_serve_eagle.py; the server and client helpers are tests/serve_helpers.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from triton_fixtures import TREE_A, TREE_B, cpu_repository, tiny_eagle, tiny_pair
+from serve_helpers import (DT, MAX_TOKENS, PROMPTS, bls_engine, bounded, procs_mentioning, request, start_cli,
+                           stop_cli, text_of, value)
+from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
 from trtspec.runtime.generate import load_models, stream_request
@@ -50,148 +45,7 @@ from trtspec.triton_repo.serve import CpuServer, ServerStartError
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
-SERVE_SCRIPT = """
-import sys, typer
-from trtspec.errors import TrtspecError
-from trtspec.triton_repo.command import serve_command
-app = typer.Typer(add_completion=False)
-app.command()(serve_command)
-try:
-    sys.exit(app(standalone_mode=False) or 0)  # standalone_mode=False returns serve's exit status
-except TrtspecError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-"""
-PROMPTS = {"chat": "t5 t17 t300 t42 t9", "code": "t9 t8 t7 t100", "other": "t100 t200 t301"}
-MAX_TOKENS = 24
-DT = {"chat": [2, 1], "code": [4, 3]}  # bands 1 and 16: fewer than 16 requests in flight -> band 1
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def procs_mentioning(text: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
-
-
-def start_cli(repo: Path, log: Path, *flags: str):
-    ports = {k: free_port() for k in ("http", "grpc", "metrics")}
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, str(repo), "--grpc-port", str(ports["grpc"]),
-                             "--http-port", str(ports["http"]), "--metrics-port", str(ports["metrics"]),
-                             "--log-file", str(log), "--timeout", "240", *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    deadline = time.monotonic() + 260
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("ready:"):
-            proc.output = lines  # what serve prints, kept as the pipe is drained
-            threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-            return proc, ports
-    proc.kill()
-    raise AssertionError("serve did not become ready:\n" + "".join(lines) + "\n" + log.read_text()[-3000:])
-
-
-def stop_cli(proc, repo: Path) -> None:
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-    deadline = time.monotonic() + 10
-    while procs_mentioning(str(repo)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert procs_mentioning(str(repo)) == [], "processes outlived the server"
-
-
-WAIT_S = 120  # the longest any one blocking call of these tests may take: a hang fails, it does not sit
-
-
-def bounded(fn, what: str, timeout: float = WAIT_S):
-    """fn() in a helper thread, failing after `timeout` s: for client calls that take no timeout of
-    their own (stop_stream joins the stream's thread, which waits for the server to close it)."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # re-raised in the caller
-            out["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        raise AssertionError(f"{what} did not return within {timeout} s")
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
-
-
-def request(url: str, text: str, workload: str | None = None, stream: bool = True, max_tokens: int = MAX_TOKENS,
-            model: str = "generate", extra: dict | None = None, arrays: dict | None = None):
-    """One streaming call; returns (pieces, last response as {output: array}) or raises the error.
-    extra: {name: (scalar or list, Triton dtype)}; arrays: {name: int32 array}, batch dimension first."""
-    c = grpcclient.InferenceServerClient(url)
-    q: queue.Queue = queue.Queue()
-    c.start_stream(callback=lambda result, error: q.put((result, error)))
-
-    def inp(name, value, dtype):
-        x = grpcclient.InferInput(name, [1, 1] if np.ndim(value) == 0 else [1, len(value)], dtype)
-        arr = np.array([value] if np.ndim(value) else [[value]],
-                       dtype={"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32,
-                              "UINT64": np.uint64}[dtype])
-        if dtype == "BYTES":  # one string, or a list of them (stop_words, bad_words)
-            arr = np.array([[v.encode() for v in value] if isinstance(value, list) else [value.encode()]], dtype=object)
-        x.set_data_from_numpy(arr)
-        return x
-
-    if model == "generate":
-        inputs = [inp("text_input", text, "BYTES"), inp("max_tokens", max_tokens, "INT32"),
-                  inp("stream", stream, "BOOL")]
-        if workload is not None:
-            inputs.append(inp("workload", workload, "BYTES"))
-    else:
-        inputs = []
-    for name, (value, dtype) in (extra or {}).items():
-        inputs.append(inp(name, value, dtype))
-    for name, arr in (arrays or {}).items():
-        inputs.append(grpcclient.InferInput(name, list(arr.shape), "INT32"))
-        inputs[-1].set_data_from_numpy(arr.astype(np.int32))
-    c.async_stream_infer(model, inputs, enable_empty_final_response=True)
-    pieces, last = [], None
-    try:
-        while True:
-            result, error = q.get(timeout=WAIT_S)
-            if error is not None:
-                raise error
-            if result.get_response().parameters["triton_final_response"].bool_param and not \
-                    result.get_response().outputs:
-                break
-            pieces.append(result)
-            last = result
-            if result.get_response().parameters["triton_final_response"].bool_param:
-                break
-    finally:
-        bounded(c.stop_stream, "stop_stream")
-        c.close()
-    return pieces, last
-
-
-def value(result, name):
-    v = result.as_numpy(name).reshape(-1)[0]
-    return v.decode() if isinstance(v, bytes) else v.item()
-
-
-def text_of(pieces) -> str:
-    return "".join(value(p, "text_output") for p in pieces)
 
 
 @pytest.fixture(scope="module")
@@ -403,22 +257,6 @@ def test_cpu_tensorrt_llm_samples_draft_input_ids_like_the_engine(dt):
     assert value(last, "total_accepted_draft_tokens") == first.step.accepted and value(last, "total_draft_tokens") == 3
 
 
-@contextlib.contextmanager
-def bls_engine(url: str):
-    """spec_decode reloaded as the trtllm flavor's BLS orchestration (engine "bls", the python
-    stand-ins as its engines) for the block, then restored as it was."""
-    c = grpcclient.InferenceServerClient(url)
-    cfg = c.get_model_config("spec_decode", as_json=True, client_timeout=WAIT_S)["config"]
-    original = json.dumps(cfg)
-    cfg["parameters"]["engine"]["string_value"] = "bls"
-    try:
-        c.load_model("spec_decode", config=json.dumps(cfg), client_timeout=WAIT_S)
-        yield
-    finally:
-        c.load_model("spec_decode", config=original, client_timeout=WAIT_S)
-        c.close()
-
-
 def test_spec_decode_bls_engine_against_the_cpu_tensorrt_llm_models(dt):
     """The trtllm flavor's orchestration (BLS rounds: draft K tokens, target verifies them) runs here
     against the python stand-ins: same text. Its acceptance length is per BLS round, and a round
@@ -467,49 +305,3 @@ def test_a_model_that_fails_to_load_is_reported_with_the_log_tail(dt, tmp_path):
     assert "tritonserver exited with status" in str(res.exception) and "broken.log" in str(res.exception)
     assert "--- tritonserver log (last lines) ---" in res.output and "preprocessing" in res.exception.log_tail
     assert procs_mentioning(str(broken)) == []
-
-
-@pytest.fixture(scope="module")
-def eagle(tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve_eagle").resolve()
-    ckpt = tiny_eagle(d)
-    repo, _ = cpu_repository(d, "eagle", ckpt, {"chat": TREE_A, "code": TREE_B}, bands=(1,))
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
-    yield {"repo": repo, "url": server.grpc_url, "models": load_models(ckpt, tokenizer=False),
-           "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(ckpt))}
-    assert server.stop() == 0
-    assert procs_mentioning(str(repo)) == []
-
-
-def test_eagle_profiles_route_by_workload(eagle):
-    m, tok = eagle["models"], eagle["tok"]
-    for workload, tree, model in (("chat", TREE_A, "tensorrt_llm_c1_p0"), ("code", TREE_B, "tensorrt_llm_c1_p1")):
-        ids = tok.encode(PROMPTS[workload])
-        eos = (tok.eos_token_id,)
-        ref = list(stream_request(m, ids, MAX_TOKENS, "eagle", eagle_choices=tree, eos_ids=eos))
-        greedy = [t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos) for t in p.tokens]
-        assert [t for p in ref for t in p.tokens] == greedy
-        pieces, last = request(eagle["url"], PROMPTS[workload], workload)
-        assert text_of(pieces) == tok.decode(greedy, skip_special_tokens=True)
-        assert value(last, "route") == f"{workload}@1:{model}" and value(last, "num_draft_tokens") == len(tree)
-        assert label_band(value(last, "route")) == (workload, 1, None)  # the one band this repository serves
-        assert value(last, "acceptance_length") == pytest.approx(ref[-1].stats.acceptance_length, rel=1e-6)
-    with pytest.raises(Exception, match="engines always draft; measure the baseline against a target-only"):
-        request(eagle["url"], PROMPTS["chat"], "chat", extra={"speculation": (False, "BOOL")})
-
-
-def test_eagle_answers_sampled_requests_greedily_and_says_so(eagle):
-    """TensorRT-LLM's Triton backend decodes EAGLE engines greedily whatever the temperature; the
-    repository does the same and flags it (serving_rules: sampling_fallback)."""
-    m, tok = eagle["models"], eagle["tok"]
-    ids, eos = tok.encode(PROMPTS["chat"]), (tok.eos_token_id,)
-    greedy = tok.decode([t for p in stream_request(m, ids, MAX_TOKENS, "greedy", eos_ids=eos) for t in p.tokens],
-                        skip_special_tokens=True)
-    pieces, last = request(eagle["url"], PROMPTS["chat"], "chat",
-                           extra={"temperature": (0.8, "FP32"), "seed": (5, "UINT64")})
-    assert text_of(pieces) == greedy and value(last, "sampling_fallback") == "greedy"
-    assert value(last, "acceptance_length") > 1.0
-    _, last = request(eagle["url"], PROMPTS["chat"], "chat")
-    assert value(last, "sampling_fallback") == ""
-    with pytest.raises(Exception, match=r"temperature: Input should be greater than or equal to 0"):
-        request(eagle["url"], PROMPTS["chat"], "chat", extra={"temperature": (-1.0, "FP32")})

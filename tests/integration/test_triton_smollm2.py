@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from integration.test_triton_serve import procs_mentioning, request, text_of, value
+from serve_helpers import procs_mentioning, request, text_of, value
 from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from integration.test_triton_serve import DT, PROMPTS, bls_engine, procs_mentioning, request, text_of, value
+from serve_helpers import DT, PROMPTS, bls_engine, procs_mentioning, request, text_of, value
 from triton_fixtures import cpu_repository, serve_this_trtspec, tiny_pair
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.runtime.words import Words

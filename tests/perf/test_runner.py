@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import run_cli
-from integration.test_triton_serve import DT, request, text_of, value
+from serve_helpers import DT, request, text_of, value
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling

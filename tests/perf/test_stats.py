@@ -616,7 +616,7 @@ def test_a_predicted_al_without_a_standard_error_says_it_is_unknown():
     assert predicted_al_pm(3.0, 0.1, 4) == " ±0.20"
 
 
-# ---- small samples and degenerate resamples (stats module docstring) ---------------------------------
+# ---- small samples and degenerate resamples (stats, bootstrap docstrings) ----------------------------
 
 def test_the_widening_uses_students_t_at_every_dof():
     """The widening's t quantile is Student's (scipy's) from 1 degree of freedom up: a Cornish-Fisher
@@ -624,10 +624,10 @@ def test_the_widening_uses_students_t_at_every_dof():
     mean_ci over two values: every resampled mean deviates by 0 or ±1, widened by sqrt(2) t(1) / z."""
     t = pytest.importorskip("scipy.stats").t
     from trtspec.confidence import Z95
-    from trtspec.perf.stats import _t975
+    from trtspec.perf.bootstrap import t975
 
     for dof in range(1, 101):
-        assert _t975(dof) == pytest.approx(t.ppf(0.975, dof), abs=1e-4), dof
+        assert t975(dof) == pytest.approx(t.ppf(0.975, dof), abs=1e-4), dof
     ci = mean_ci([1.0, 3.0])
     half = np.sqrt(2) * t.ppf(0.975, 1) / Z95
     assert (ci.low, ci.high) == pytest.approx((2.0 - half, 2.0 + half), rel=1e-4)

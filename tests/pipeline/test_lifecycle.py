@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from integration.test_triton_serve import procs_mentioning
 from pipeline.test_runner import tiny, write_recipe  # noqa: F401 (tiny: the fixture)
+from serve_helpers import procs_mentioning
 from trtspec.errors import TrtspecError
 from trtspec.pipeline.runner import run_recipe
 

@@ -24,8 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
+from .bootstrap import BOOT_REPS, BOOT_SEED, interval, resample, widen
 from .schema import Interval, RequestRecord
-from .stats import BOOT_REPS, BOOT_SEED, NO_DIFFERENCE, _interval, _resample, _widen, pair_up, verdict
+from .stats import NO_DIFFERENCE, pair_up, verdict
 
 
 def forward(point: int, block: int) -> bool:
@@ -44,7 +45,7 @@ def ttft_gap(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], sent_
              ) -> tuple[float | None, Interval | None]:
     """(mean TTFT first minus second in seconds, its 95% interval) over the pairs of interleaved
     runs (stats.pair_up); `sent_first`: per block, whether the speculative half went first. The
-    bootstrap resamples each order's pairs apart (stats' seeded resampling and small-sample
+    bootstrap resamples each order's pairs apart (perf.bootstrap's seeded resampling and small-sample
     widening, per order); (None, None) without two timed pairs in each order."""
     pairs = pair_up(spec, base) if sent_first else None
     groups: dict[bool, list[float]] = {True: [], False: []}
@@ -59,9 +60,9 @@ def ttft_gap(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], sent_
     for g in groups.values():
         d = np.asarray(g, dtype=np.float64)
         means.append(d.mean())
-        spread += _widen(d.size) * (d[_resample(d.size, BOOT_REPS, rng)].mean(axis=1) - d.mean())
+        spread += widen(d.size) * (d[resample(d.size, BOOT_REPS, rng)].mean(axis=1) - d.mean())
     gap = float(np.mean(means))
-    return gap, _interval(gap + spread / 2)
+    return gap, interval(gap + spread / 2)
 
 
 def gap_note(gap_s: float | None, ci: Interval | None, order: str | None) -> str | None:

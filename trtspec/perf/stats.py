@@ -9,9 +9,9 @@ records, and recomputed by anyone from results.json:
   timeout, and an error does not end it);
 - percentiles: numpy's default linear interpolation over the successful requests.
 
-Confidence intervals (95%, `LEVEL`), all from one seeded percentile bootstrap over the successful
-requests of a run (`BOOT_SEED`, `BOOT_REPS` resamples, so the same results.json always gives the same
-intervals):
+Confidence intervals (95%, bootstrap.LEVEL), all from one seeded percentile bootstrap over the successful
+requests of a run (trtspec.perf.bootstrap: `BOOT_SEED`, `BOOT_REPS` resamples, so the same results.json
+always gives the same intervals):
 - mean TTFT and mean ITL (means, not p50: a bootstrap of a median over a handful of requests takes
   only a few distinct values, the mean's is smooth), the low end held at 0 (`latency_ci`);
 - tokens/s: a resample's rate is sum(tokens) / sum(E2E) of the resampled requests; the run's measured
@@ -22,13 +22,8 @@ intervals):
   the ratio of their scaled rates taken per resample.
 A resample that drew no tokens (only zero-token successes) has no rate to put on the log scale:
 it is dropped, from either run of a speedup alike (`_rates`).
-Small-sample widening: every resampled deviation from the observed value is scaled by
-sqrt(n / (n - 1)) * t_0.975(n - 1) / 1.96 (on the log scale for rates): the bootstrap's spread is the
-plug-in n-divisor one, and a percentile interval uses normal quantiles where a t would be due. In 200
-simulated pairs of runs (lognormal E2E, sigma 0.4, true speedup 1.25; tests/perf/test_stats.py) the
-plain percentile interval covered the true speedup in 91.5% (40 requests per run); widened: 92.5%
-(40 requests) and 96.5% (10). Means of so skewed a variable cover 94.5% (40) and 89.5% (10). The
-widening is 1.22 at 10 requests, 1.05 at 40 (2.69 at 3, 9.17 at 2).
+Every interval is widened for small samples (`widen`: sqrt(n / (n - 1)) * t_0.975(n - 1) / 1.96, on the
+log scale for rates; trtspec.perf.bootstrap says why, and the coverage it gives).
 Two designs, chosen with `perf.blocks`:
 - blocks = 1 (two runs, one after the other): the speedup's two runs are resampled independently.
   Requests are the units that repeat (at concurrency c they overlap, so their E2Es are correlated
@@ -68,11 +63,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..confidence import Z95
+from .bootstrap import BOOT_REPS, BOOT_SEED, interval, resample, widen
 from .schema import Interval, Percentiles, RequestRecord, RunSummary
 
-LEVEL = 0.95
-BOOT_SEED = 0
-BOOT_REPS = 2000
 NO_DIFFERENCE = "no measurable difference"
 
 
@@ -94,50 +87,13 @@ def token_weighted_al(pairs: Iterable[tuple[int, float | None]]) -> float | None
     return tokens / steps if steps else None
 
 
-def _resample(n: int, reps: int, rng: np.random.Generator) -> np.ndarray:
-    return rng.integers(0, n, size=(reps, n))
-
-
-
-
-# Student's t 97.5% quantiles for dof 1..30: the two-sided 95% critical values tabulated in every
-# statistics text (e.g. NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2, to 3 decimals),
-# here to 4 (scipy.stats.t.ppf(0.975, dof), checked in tests/perf/test_stats.py).
-_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
-
-
-def _t975(dof: int) -> float:
-    """Student's t 97.5% quantile: the table to dof 30, then a Cornish-Fisher expansion in 1/dof (exact
-    to 1e-4 there, but 44% low at dof 1; scipy is not a runtime dependency)."""
-    if dof <= len(_T975):
-        return _T975[dof - 1]
-    z = Z95
-    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
-
-
-def _widen(n: int) -> float:
-    """sqrt(n / (n - 1)) * t(n - 1) / z: the small-sample widening of a bootstrap spread (docstring)."""
-    return float(np.sqrt(n / (n - 1)) * _t975(n - 1) / Z95)
-
-
-def _interval(values: np.ndarray, level: float = LEVEL) -> Interval | None:
-    """Percentile interval of the finite values (dropped resamples are NaN: `_rates`); None without one."""
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return None
-    lo, hi = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
-    return Interval(low=float(lo), high=float(hi))
-
-
 def mean_ci(values: Sequence[float], seed: int = BOOT_SEED, reps: int = BOOT_REPS) -> Interval | None:
     """Percentile-bootstrap interval of the mean (None under 2 values)."""
     xs = np.asarray(values, dtype=np.float64)
     if xs.size < 2:
         return None
     m = xs.mean()
-    return _interval(m + _widen(xs.size) * (xs[_resample(xs.size, reps, np.random.default_rng(seed))].mean(axis=1) - m))
+    return interval(m + widen(xs.size) * (xs[resample(xs.size, reps, np.random.default_rng(seed))].mean(axis=1) - m))
 
 
 def latency_ci(values: Sequence[float]) -> Interval | None:
@@ -149,7 +105,7 @@ def latency_ci(values: Sequence[float]) -> Interval | None:
 
 
 def _rates(tok: np.ndarray, e2e: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """sum(tokens) / sum(E2E) per resample (a row of `idx`), NaN (dropped by `_interval`) where it drew
+    """sum(tokens) / sum(E2E) per resample (a row of `idx`), NaN (dropped by `interval`) where it drew
     no tokens or no time: a zero rate has no log to widen on, and as a speedup's ratio it was a 0 kept
     for the speculative run but an inf dropped for the baseline (an interval biased low)."""
     num, den = tok[idx].sum(axis=1), e2e[idx].sum(axis=1)
@@ -164,8 +120,8 @@ def _rate_ratios(ok: Sequence[RequestRecord], rng: np.random.Generator, reps: in
     e2e = np.asarray([r.e2e_s for r in ok], dtype=np.float64)
     if tok.size < 2 or e2e.sum() <= 0 or tok.sum() <= 0:
         return None
-    ratio = _rates(tok, e2e, _resample(tok.size, reps, rng)) / (tok.sum() / e2e.sum())
-    return np.exp(_widen(tok.size) * np.log(ratio))  # widened on the log scale, where a rate's spread is symmetric
+    ratio = _rates(tok, e2e, resample(tok.size, reps, rng)) / (tok.sum() / e2e.sum())
+    return np.exp(widen(tok.size) * np.log(ratio))  # widened on the log scale, where a rate's spread is symmetric
 
 
 def _ok_timed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -186,7 +142,7 @@ def rate_ci(records: Sequence[RequestRecord], tokens_per_s: float, seed: int = B
     ratios = _rate_ratios(_ok_timed(records), np.random.default_rng(seed), reps)
     if ratios is None or tokens_per_s <= 0:
         return None
-    return _interval(tokens_per_s * ratios)
+    return interval(tokens_per_s * ratios)
 
 
 def al_ci(records: Sequence[RequestRecord], seed: int = BOOT_SEED, reps: int = BOOT_REPS) -> Interval | None:
@@ -200,9 +156,9 @@ def al_ci(records: Sequence[RequestRecord], seed: int = BOOT_SEED, reps: int = B
     tok = np.asarray([n for n, _ in pairs], dtype=np.float64)
     steps = tok / np.asarray([a for _, a in pairs], dtype=np.float64)
     observed = token_weighted_al(pairs)
-    idx = _resample(len(pairs), reps, np.random.default_rng(seed))
+    idx = resample(len(pairs), reps, np.random.default_rng(seed))
     ratio = tok[idx].sum(axis=1) / steps[idx].sum(axis=1) / observed
-    return _interval(observed * np.exp(_widen(len(pairs)) * np.log(ratio)))
+    return interval(observed * np.exp(widen(len(pairs)) * np.log(ratio)))
 
 
 def pair_up(spec: Sequence[RequestRecord], base: Sequence[RequestRecord]
@@ -233,10 +189,10 @@ def _paired_ratios(pairs: list[tuple[RequestRecord, RequestRecord]], rng: np.ran
         *[(s.output_tokens, s.e2e_s, b.output_tokens, b.e2e_s) for s, b in pairs]))
     if min(e2e_s.sum(), e2e_b.sum(), tok_s.sum(), tok_b.sum()) <= 0:
         return None
-    idx = _resample(len(pairs), reps, rng)
+    idx = resample(len(pairs), reps, rng)
     r = _rates(tok_s, e2e_s, idx) / _rates(tok_b, e2e_b, idx)
     r /= (tok_s.sum() / e2e_s.sum()) / (tok_b.sum() / e2e_b.sum())
-    return np.exp(_widen(len(pairs)) * np.log(r))
+    return np.exp(widen(len(pairs)) * np.log(r))
 
 
 def speedup_ci(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], speedup: float,
@@ -247,11 +203,11 @@ def speedup_ci(spec: Sequence[RequestRecord], base: Sequence[RequestRecord], spe
     pairs = pair_up(spec, base)
     if pairs is not None:
         r = _paired_ratios(pairs, rng, reps)
-        return None if r is None or speedup <= 0 else _interval(speedup * r)
+        return None if r is None or speedup <= 0 else interval(speedup * r)
     a, b = _rate_ratios(_ok_timed(spec), rng, reps), _rate_ratios(_ok_timed(base), rng, reps)
     if a is None or b is None or speedup <= 0:
         return None
-    return _interval(speedup * a / b)
+    return interval(speedup * a / b)
 
 
 def verdict(ci: Interval | None, null: float = 1.0, higher: str = "faster", lower: str = "slower") -> str | None:
