@@ -122,3 +122,32 @@ def test_return_log_probs_false_is_accepted_and_true_refused_by_name(served, rul
     assert text_of(pieces) == want
     with pytest.raises(Exception, match=r"return_log_probs: not supported by trtspec's generate \(no cum_log_probs"):
         request(served["url"], PROMPTS["chat"], "chat", extra={"return_log_probs": (True, "BOOL")})
+
+
+def test_a_request_ending_on_its_end_id_counts_the_same_tokens_on_every_engine(served):
+    """The end id that ends a request is returned by none of the models (TensorRT-LLM's executor
+    returns none): generate's text and num_output_tokens are the same with speculation (spec_decode,
+    in-process runtime), without it (K = 0), through spec_decode's BLS rounds, and equal to what the
+    cpu tensorrt_llm target alone returns. The acceptance length still counts the step that
+    produced the end id (as trtspec.runtime counts it)."""
+    tok, ids = served["tok"], served["tok"].encode(PROMPTS["chat"])
+    plain = tokens(run(served, ids))
+    i = next(i for i in range(2, len(plain)) if plain[i] not in plain[:i])
+    end, want = plain[i], plain[:i]
+    k = DT["chat"][0]
+    al = run(served, ids, "draft-target", k, end=end)[-1].stats.acceptance_length
+    base = {"input_ids": (ids, "INT32"), "input_lengths": (len(ids), "INT32"), "end_id": (end, "INT32"),
+            "request_output_len": (MAX_TOKENS, "INT32"), "exclude_input_in_output": (True, "BOOL")}
+    _, last = request(served["url"], "", model="tensorrt_llm", extra=base)
+    assert last.as_numpy("output_ids").reshape(-1).tolist() == want
+    got = {}
+    for name, extra in (("spec", {}), ("off", {"speculation": (False, "BOOL")})):
+        pieces, last = request(served["url"], PROMPTS["chat"], "chat", extra={"end_id": (end, "INT32"), **extra})
+        got[name] = text_of(pieces), value(last, "num_output_tokens")
+        if name == "spec":
+            assert value(last, "acceptance_length") == pytest.approx(al, rel=1e-6)
+    with bls_engine(served["url"]):
+        pieces, last = request(served["url"], PROMPTS["chat"], "chat", extra={"end_id": (end, "INT32")})
+        got["bls"] = text_of(pieces), value(last, "num_output_tokens")
+    text = tok.decode(want, skip_special_tokens=True)
+    assert got == {"spec": (text, len(want)), "off": (text, len(want)), "bls": (text, len(want))}

@@ -58,11 +58,22 @@ def measure(monkeypatch, messages: list):
     return to_record(0, result, 0.0)
 
 
-def test_a_stream_ending_on_an_end_id_counts_it_and_times_itl_over_the_whole_decode(monkeypatch):
-    """The chain flavor's last round brought only the end id: empty text, one token more. TTFT and E2E
-    are genai-perf's (first response, final response); ITL is the whole decode over the tokens after
-    the first, end id included (metrics module docstring: genai-perf's re-tokenized count has one
-    fewer); the end-id round is a round, so it has its chunk gap."""
+def test_a_stream_ending_on_an_end_id_alone_counts_no_token_for_that_round(monkeypatch):
+    """A chain flavor's last round brought only the end id, which no model returns (as TensorRT-LLM's
+    executor): the response carrying that round's counters has empty text and the same count. TTFT
+    and E2E are genai-perf's (first response, final response); ITL is the whole decode over the
+    tokens after the first, as genai-perf's, whose re-tokenized text has no end id either; that
+    round brought no token, so it adds no chunk gap."""
+    rec = measure(monkeypatch, [response(1.0, "ab", 2), response(1.5, "c", 3), response(2.0, "", 3),
+                                response(2.001, final=True)])
+    assert (rec.ttft_s, rec.e2e_s, rec.output_tokens, rec.responses) == (1.0, 2.001, 3, 2)
+    assert rec.itl_s == pytest.approx((2.001 - 1.0) / 2)
+    assert rec.chunk_gaps_s == pytest.approx([0.5])
+
+
+def test_tokens_without_text_yet_are_an_arrival(monkeypatch):
+    """A last round whose tokens decode to no text (a special token postprocessing drops): empty
+    text, more tokens; the server's count decides, so it is a token arrival with its chunk gap."""
     rec = measure(monkeypatch, [response(1.0, "ab", 2), response(1.5, "c", 3), response(2.0, "", 4),
                                 response(2.001, final=True)])
     assert (rec.ttft_s, rec.e2e_s, rec.output_tokens, rec.responses) == (1.0, 2.001, 4, 3)

@@ -7,7 +7,8 @@ tokens are the runtime's with that min_tokens, also when the first step verifies
 draft_input_ids (the continuation after that step owes min_tokens less what it emitted). The end
 id that ends a request is in no response: the executor's sampling kernels do not count it in the
 sequence length and its batch manager returns only the tokens within it (upstream's BLS relies on
-that: a target answering fewer tokens than asked has ended).
+that: a target answering fewer tokens than asked has ended). The cpu flavor's spec_decode, running
+the same runtime in-process, returns the same tokens with and without speculation.
 """
 
 from __future__ import annotations
@@ -32,10 +33,15 @@ NEW, M = 14, 8
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory):
+def pair(tmp_path_factory):
+    return tiny_pair(tmp_path_factory.mktemp("cpu_llm"))
+
+
+@pytest.fixture(scope="module")
+def target(pair):
     """The tiny target, a prompt, its greedy output and an end id that output first emits at index 2
     and that comes again before M once index 2 is masked (so every masked index matters)."""
-    models = load_models(tiny_pair(tmp_path_factory.mktemp("cpu_llm")) / "target", tokenizer=False)
+    models = load_models(pair / "target", tokenizer=False)
     g = torch.Generator().manual_seed(6)
     for _ in range(30):
         prompt = torch.randint(3, 1001, (5,), generator=g).tolist()
@@ -48,34 +54,55 @@ def target(tmp_path_factory):
     raise AssertionError("no prompt whose greedy output comes back to its third token")
 
 
-@pytest.fixture()
-def cpu_llm(monkeypatch, target):
-    """A cpu_llm TritonPythonModel holding the tiny target, with a pb_utils whose responses are
-    {output name: value}."""
+def shipped_model(monkeypatch, name: str):
+    """A shipped model's TritonPythonModel, not initialized, with a pb_utils whose responses are
+    {output name: value}; its helpers and it are imported afresh (and dropped again by the caller)."""
     pb = fake_engines([], np.zeros((1, 1), np.float32))
     pb.InferenceResponse = lambda output_tensors=None, error=None: dict(output_tensors or [])
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
     monkeypatch.syspath_prepend(str(MODELS))
-    names = (*HELPER_MODULES, "cpu_llm")
-    for name in names:
-        sys.modules.pop(name, None)
-    mod = importlib.import_module("cpu_llm")
-    model = mod.TritonPythonModel.__new__(mod.TritonPythonModel)
+    for module in (*HELPER_MODULES, name):
+        sys.modules.pop(module, None)
+    mod = importlib.import_module(name)
+    monkeypatch.setattr(mod.TritonPythonModel, "check_running", lambda self, request: None)
+    return mod.TritonPythonModel.__new__(mod.TritonPythonModel)
+
+
+def drop_shipped(name: str):
+    for module in (*HELPER_MODULES, name):
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture()
+def cpu_llm(monkeypatch, target):
+    """A cpu_llm TritonPythonModel holding the tiny target."""
+    model = shipped_model(monkeypatch, "cpu_llm")
     model.role, model.choices, model.exclude_default, model.positions = "target", None, True, 0
     model.models, model.load_lock = target[0], threading.Lock()
-    monkeypatch.setattr(mod.TritonPythonModel, "check_running", lambda self, request: None)
     yield model
-    for name in names:
-        sys.modules.pop(name, None)
+    drop_shipped("cpu_llm")
+
+
+@pytest.fixture()
+def spec_decode(monkeypatch, pair):
+    """A cpu-flavor spec_decode TritonPythonModel (engine trtspec.runtime) on the tiny pair."""
+    model = shipped_model(monkeypatch, "spec_decode")
+    model.engine, model.draft_mode, model.accept_rule, model.positions = "trtspec.runtime", "draft-target", None, 0
+    model.max_draft_len, model.drafters, model.heads = 0, frozenset({"model"}), {}
+    model.models = load_models(pair / "target", pair / "draft", tokenizer=False)
+    yield model
+    drop_shipped("spec_decode")
 
 
 def responses(model, prompt: list[int], end_id: int, min_tokens: int | None, draft: list[int] | None = None,
-              streaming: bool = False) -> list[dict]:
-    """The responses with outputs of one request (the last, bare final one of a stream left out)."""
+              streaming: bool = False, **scalars) -> list[dict]:
+    """The responses with outputs of one request (the last, bare final one of a stream left out);
+    `scalars`: more int32 inputs."""
     request = Request()
     request.inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
                       "request_output_len": np.array([[NEW]], np.int32), "end_id": np.array([[end_id]], np.int32),
-                      "streaming": np.array([[streaming]], bool)}
+                      "streaming": np.array([[streaming]], bool),
+                      **{name: np.array([[v]], np.int32) for name, v in scalars.items()}}
     if min_tokens is not None:
         request.inputs["min_tokens"] = np.array([[min_tokens]], np.int32)
     if draft:
@@ -124,3 +151,25 @@ def test_the_end_id_that_ends_a_request_is_not_returned(cpu_llm, target, streami
     assert sum(int(r["sequence_length"].item()) for r in got) == 2
     counted = [int(r["num_output_tokens"].item()) for r in got]
     assert (sum(counted) if streaming else counted[-1]) == 2
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["one-response", "streamed"])
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_spec_decode_returns_no_end_id_either(spec_decode, target, streaming, k):
+    """The cpu flavor's spec_decode returns the tokens the executor would (those of the target
+    alone, the cpu tensorrt_llm model above), so a request's token count does not depend on the
+    engine; its acceptance statistics still count the step that produced the end id, as
+    trtspec.runtime.stats and TensorRT-LLM's samplers do: the verify steps emitted every returned
+    token but the first (the prefill's) and the end id."""
+    _, prompt, greedy, end_id = target
+    got = responses(spec_decode, prompt, end_id, None, None, streaming, num_draft_tokens=k)
+    ids = [t for r in got for t in r["output_ids"].reshape(-1).tolist()]
+    assert ids == greedy[:2] and end_id not in ids
+    assert sum(int(r["sequence_length"].item()) for r in got) == 2
+    last = got[-1]
+    steps, emitted = int(last["verify_steps"].item()), len(ids) + 1
+    if k:
+        assert last["acceptance_length"].item() * steps == pytest.approx(emitted - 1)
+        assert int(last["total_accepted_draft_tokens"].item()) == emitted - 1 - steps
+    else:  # plain decoding: one target call per token, the prefill's included
+        assert steps == emitted and last["acceptance_length"].item() == 1.0

@@ -240,8 +240,9 @@ def test_a_request_beyond_the_repositorys_limits_is_refused_before_any_engine_ca
 
 
 class EndsOnEos:
-    """A draft-target repository's spec_decode: a round of 3 tokens, then a round whose only token is
-    the end id, which postprocessing drops (skip_special_tokens) and so decodes to no text."""
+    """A draft-target repository's spec_decode: a round of 3 tokens, then a round whose only token was
+    the end id, which spec_decode does not return (as TensorRT-LLM's executor, executor_tokens): no
+    tokens, only that round's counters."""
     EOS = 2
 
     def exec(self, req, decoupled):
@@ -253,7 +254,8 @@ class EndsOnEos:
         assert req.model == "spec_decode", req.model
         return iter([Response(output_ids=[[[10, 11, 12]]], sequence_length=[[3]], acceptance_length=[[3.0]],
                               total_accepted_draft_tokens=[[2]], total_draft_tokens=[[3]]),
-                     Response(output_ids=[[[self.EOS]]], sequence_length=[[1]], acceptance_length=[[2.0]],
+                     Response(output_ids=np.zeros((1, 1, 0), np.int32), sequence_length=[[0]],
+                              acceptance_length=[[2.0]],
                               total_accepted_draft_tokens=[[2]], total_draft_tokens=[[6]])])
 
 
@@ -273,10 +275,10 @@ def test_a_stream_whose_last_round_decodes_to_no_text_still_sends_the_final_stat
     model.finalize()
     [whole], pieces = sent[False], sent[True]
     assert whole["text_output"] == b"abc" and b"".join(p["text_output"] for p in pieces) == b"abc"
-    assert [p["num_output_tokens"] for p in pieces] == [3, 4] and pieces[-1]["text_output"] == b""
+    assert [p["num_output_tokens"] for p in pieces] == [3, 3] and pieces[-1]["text_output"] == b""
     for name in ("num_output_tokens", "acceptance_length", "total_draft_tokens", "total_accepted_draft_tokens"):
         assert pieces[-1][name] == whole[name], name
-    assert (whole["num_output_tokens"], whole["acceptance_length"], whole["total_draft_tokens"]) == (4, 2.0, 6)
+    assert (whole["num_output_tokens"], whole["acceptance_length"], whole["total_draft_tokens"]) == (3, 2.0, 6)
 
 
 class CountersLast(EndsOnEos):

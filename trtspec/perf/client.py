@@ -161,8 +161,9 @@ def _read_stats(resp, result: Result, counted: bool) -> None:
 
 def _token_progress(resp, seen: int) -> tuple[bool, int]:
     """(does this response carry new tokens, the running token count). With num_output_tokens the
-    server's count decides (an end id alone in the last round: empty text, one more token, an
-    arrival; llmapi's restated, lower count: none); otherwise a non-empty text_output does.
+    server's count decides (tokens that decode to no text yet: an arrival; the final counters of a
+    round that brought only the end id, which no model returns: none; llmapi's restated, lower
+    count: none); otherwise a non-empty text_output does.
     How each definition compares with genai-perf's: perf.metrics."""
     raws = resp.raw_output_contents
     text_nonempty = False

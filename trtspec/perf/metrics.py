@@ -12,31 +12,32 @@ tools see the same responses:
   repository's `generate`, which sends a response only with new text, except the one that ends a
   stream (below); they differ only for a request with no text at all (genai-perf: TTFT = E2E).
 - output tokens: the server's num_output_tokens of the last response. genai-perf re-tokenizes the
-  streamed text (its tokenizer, no special tokens). The llmapi flavor counts exactly that way (its
-  last, empty-text response restates the whole text's count). The chain flavors count the engine's
-  tokens: TensorRT-LLM's executor returns no end id (its sequence length leaves it out; the cpu
-  flavor's `tensorrt_llm` models follow it), but the cpu flavor's spec_decode, which runs the
-  runtime in-process, counts the one the runtime emits (trtspec/runtime/stats.py), and genai-perf,
-  whose text has none (postprocessing drops it), does not: one token more per such request on our
-  side there. Kept on purpose:
-  E2E - TTFT includes the round that produced the end id (alone in its round, it comes as a last
-  response with empty text), so dividing by N - 1 visible tokens puts that round's time on the
-  others: a baseline run (one token a round) reads N / (N - 1) slow, and the ITL ratio and tokens/s
-  would no longer count the tokens the acceptance length counts.
+  streamed text (its tokenizer, no special tokens), which can split it other than the generated ids
+  did. Neither counts the end id that ends a request (genai-perf's text has none: postprocessing
+  drops it). The chain flavors count the engine's tokens: TensorRT-LLM's executor (engine flow,
+  1.2) returns no end id, since its sequence length leaves it out and the batch manager adds only
+  the tokens within that length (TrtGptModelInflightBatching::updateRequests), and the cpu
+  flavor's models follow it (executor_tokens: its `tensorrt_llm` models and spec_decode's
+  in-process engine alike). The llmapi flavor counts the text's tokens as genai-perf does (its
+  last, empty-text response restates the whole text's count): the PyTorch backend's own token_ids
+  end with the end id (TorchSampler adds a token before its stop check), but that model returns
+  only text, whose detokenizer skips the end id. A round that produced only the end id is inside
+  E2E - TTFT and brings no token (its response carries the final counters only), as in
+  genai-perf's data; the acceptance length still counts that round's step (trtspec/runtime/stats.py).
 - ITL: (E2E - TTFT) / (output tokens - 1), genai-perf's formula: the mean time per token after the
-  first, so the timestamps of the responses in between (the end-id one included) do not enter it.
+  first, so the timestamps of the responses in between do not enter it.
   Undefined under 2 tokens, and when nothing was timed after the first token (its response was the
   final one: an unstreamed answer; genai-perf requires 2 responses), where it would read 0.
   A run's ITL: mean and percentiles over requests, as genai-perf's Statistics (np.percentile, linear).
 - chunk gaps (ours; genai-perf keeps a similar series for plots only): the times between consecutive
-  token-carrying responses, one per verify round, the end-id round included. The llmapi flavor's
-  restated count is a token arrival only when it exceeds the per-piece total (seldom: per-piece
-  counts over-count), and then adds a near-zero gap.
+  token-carrying responses, one per verify round (but a round that brought only the end id, which
+  carries none). The llmapi flavor's restated count is a token arrival only when it exceeds the
+  per-piece total (seldom: per-piece counts over-count), and then adds a near-zero gap.
 
 A run (perf.stats.summarize; genai-perf's _parse_requests and _calculate_throughput_metrics):
 - output tokens/s: the successful requests' tokens / window, first measured send -> last successful
   completion. genai-perf: all output lengths / first send -> last response. The same window and
-  total when every request succeeds; the per-request counts differ as above.
+  total when every request succeeds; the per-request counts as above.
 - requests/s: successful requests / that window; genai-perf: every request / its duration.
 - errors and timeouts: counted apart, out of every latency and of the token total (a failed
   request's send may open the window, never close it). perf_analyzer sets no per-request timeout

@@ -9,12 +9,13 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
   whose first token came in their final response (nothing timed after it).
 - chunk gaps: the times between consecutive token-carrying responses. With speculation one response
   carries one verify round (AL tokens on average), so chunk gaps are per round, not per token.
-- output_tokens: `num_output_tokens` of the final response (the server's count, not a re-tokenization:
-  an end id the engine emitted counts, where genai-perf's count has none; trtspec.perf.metrics
-  compares every definition with genai-perf's).
+- output_tokens: `num_output_tokens` of the final response (the server's count, not a re-tokenization;
+  the end id that ends a request is not counted, as neither TensorRT-LLM's executor nor genai-perf
+  counts it; trtspec.perf.metrics compares every definition with genai-perf's).
 - acceptance_length (AL): the repository's `acceptance_length` output of the final response
-  = tokens emitted / target verify steps for that request (1.0 = nothing accepted). A run's AL is
-  token-weighted: sum(output_tokens) / sum(output_tokens / AL), i.e. total tokens over total steps.
+  = tokens emitted (an end id included) / target verify steps for that request (1.0 = nothing
+  accepted). A run's AL is token-weighted: sum(output_tokens) / sum(output_tokens / AL), i.e. total
+  tokens over total steps (to within the end ids: output_tokens leaves them out, AL counts them).
 - Throughput of a run: sum of output tokens of the successful measured requests / the measured window
   (first measured send -> last measured completion); requests/s likewise. Warm-up requests are sent
   first, are not stored and are not counted.

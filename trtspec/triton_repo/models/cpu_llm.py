@@ -45,7 +45,7 @@ import triton_python_backend_utils as pb_utils
 
 from serving_rules import (RESAMPLE_RULE, acceptance_rate, check_beam_width, check_min_tokens, engine_top_k_top_p,
                            parse_braces, stop_ids, tree_depth)
-from trtspec_triton_common import FINAL, is_true, llm_request, load_device, out, scalar, tensor
+from trtspec_triton_common import FINAL, executor_tokens, is_true, llm_request, load_device, out, scalar, tensor
 from trtspec_triton_pool import PooledModel
 from word_rules import request_words
 
@@ -164,14 +164,6 @@ class TritonPythonModel(PooledModel):
                      out("total_draft_tokens", [[acc["drafted"]]], np.int32),
                      out("acceptance_rate", [[rate]], np.float32)]
         return pb_utils.InferenceResponse(output_tensors=outs)
-
-
-def executor_tokens(piece):
-    """The tokens TensorRT-LLM's executor returns for one runtime step: an end id that finishes the
-    request is not among them. Its sampling and accept kernels do not count the end id in the
-    sequence length, and the batch manager (TrtGptModelInflightBatching::updateRequests) adds only
-    the tokens within that length, so output_ids / sequence_length / num_output_tokens leave it out."""
-    return piece.tokens[:-1] if piece.finish_reason == "eos" else piece.tokens
 
 
 def eagle_choices(text):

@@ -218,8 +218,8 @@ class TritonPythonModel(PooledModel):
                         told = (len(tokens), dict(stats))
         self.check_running(request)
         piece, sent = self._piece(tokens, sent, final=True) if stream else (self._detok(tokens), None)
-        # the last round's statistics go out even when its text is empty (an end id, which
-        # postprocessing drops) or it brought counters only: the final numbers are the last response's
+        # the last round's statistics go out even when its text is empty (it emitted only the end id,
+        # which no model returns) or it brought counters only: the final numbers are the last response's
         if piece or not stream or (len(tokens), stats) != told:
             sender.send(self._response(piece, stats, route, len(tokens)), flags=0 if stream else FINAL)
         if stream:

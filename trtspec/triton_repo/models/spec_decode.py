@@ -5,9 +5,11 @@ pad_id, stop_words_list, bad_words_list, min_tokens, streaming, sampling) plus n
 the workload's tuned value; 0 = plain target decoding). The stopping rules go to the target of each
 round (bls: min_tokens less the tokens emitted so far; a round ending on a stop word ends the
 request) or to trtspec.runtime's loop (trtspec.runtime.words). Outputs: output_ids / sequence_length (the new tokens of each step when
-streaming, all of them otherwise), and running acceptance statistics: acceptance_length (tokens
-per target verification step, bonus included), total_accepted_draft_tokens, total_draft_tokens,
-num_draft_tokens, verify_steps.
+streaming, all of them otherwise; never the end id that ends the request, as TensorRT-LLM's
+executor returns none, with either engine: a step that emitted only it sends no tokens, only its
+statistics), and running acceptance statistics: acceptance_length (tokens per target verification
+step, bonus included; the step that emitted the end id counts), total_accepted_draft_tokens,
+total_draft_tokens, num_draft_tokens, verify_steps.
 
 Drafter (`drafter` parameter): "model" (default: a draft model, as below), "ngram": no draft
 model, the drafts come from a per-request n-gram pool (ngram_pool.py, trtspec/runtime/ngram_pool.py
@@ -62,7 +64,8 @@ import triton_python_backend_utils as pb_utils
 
 from serving_rules import (Acceptance, RequestError, check_min_tokens, draft_len, engine_top_k_top_p, is_sampled,
                            ngram_size, spec_decode_rule, stop_ids)
-from trtspec_triton_common import FINAL, bls, is_true, llm_request, load_device, max_positions, out, scalar, tensor
+from trtspec_triton_common import (FINAL, bls, executor_tokens, is_true, llm_request, load_device, max_positions,
+                                   out, scalar, tensor)
 from trtspec_triton_pool import PooledModel
 from word_rules import ends_with_any, request_words
 
@@ -202,7 +205,7 @@ class TritonPythonModel(PooledModel):
             stats.steps, stats.accepted = (len(s.steps) if k else s.target_calls), s.accepted_draft_tokens
             # n-gram drafts vary in length: the runtime records the positions each step offered
             stats.drafted = sum(st.offered for st in s.steps) if size is not None else k * len(s.steps)
-            yield piece.tokens
+            yield executor_tokens(piece)  # as the bls engine's executor: no end id
 
     # ---- trtllm flavor: BLS calls to the two TensorRT-LLM models ------------------------------
     def _call(self, model, ids, n, end_id, pad_id, extra, logits=False):

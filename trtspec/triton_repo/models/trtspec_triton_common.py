@@ -215,6 +215,16 @@ def llm_request(request, positions=0) -> LlmRequest:
     return req
 
 
+def executor_tokens(piece):
+    """The tokens TensorRT-LLM's executor returns for one trtspec.runtime step (a RowStep): an end
+    id that finishes the request is not among them. Its sampling and accept kernels do not advance
+    the sequence length for the end id, and the batch manager (TrtGptModelInflightBatching::
+    updateRequests) adds only the tokens within that length to the request, which is what a
+    response returns, so output_ids / sequence_length / num_output_tokens leave it out. Every
+    cpu-flavor model that stands for that executor (cpu_llm, spec_decode) returns these."""
+    return piece.tokens[:-1] if piece.finish_reason == "eos" else piece.tokens
+
+
 def out(name, value, dtype):
     return pb_utils.Tensor(name, np.asarray(value, dtype=dtype))
 
