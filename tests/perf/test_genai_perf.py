@@ -285,3 +285,19 @@ def test_generate_takes_the_deterministic_output_length_payload(generate_model):
     with pytest.raises(common.RequestError, match=r"^min_length: 12 differs from min_tokens: 3 "):
         model._generate(as_request({**payload, "min_tokens": [3]}), Sender(), 1)
     assert len(server.spec_inputs) == 2
+
+
+def test_the_script_sends_speculation_and_baseline_in_perfs_alternating_order(tmp_path):
+    """The half sent second is favoured by a warm server (KV-cache reuse): perf alternates which goes
+    first from load point to load point, workloads counted in turn (order.forward), and so must the
+    exported script; it used to send speculation first at every load point."""
+    script = export_genai_perf(tmp_path / "gp", prompts=PROMPTS, url="h:1", model="m", tokenizer=tokenizer_dir(tmp_path),
+                               max_tokens=8, concurrency=[1, 4], request_rate=2.0, requests=4, baseline=True)
+    sent = [(flag(argv, "--input-file")[0][len("inputs/"):][:2], (flag(argv, "--concurrency") or ["r"])[0],
+             {"speculation": False} not in [json.loads(x) for x in flag(argv, "--extra-inputs")])
+            for argv in script_commands(script)]
+    on_off, off_on = (True, False), (False, True)
+    planned = [(w, c, on) for w, points in (("00", (("1", on_off), ("4", off_on), ("r", on_off))),
+                                            ("01", (("1", off_on), ("4", on_off), ("r", off_on))))
+               for c, order in points for on in order]
+    assert sent == planned

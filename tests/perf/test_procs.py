@@ -1,14 +1,18 @@
 """How `--processes N` splits a run (trtspec.perf.procs.shares): the load the processes offer
-together must be the load one process would offer."""
+together must be the load one process would offer; and what a run cut short keeps (against a
+stand-in server, tests/perf/fake_triton.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter
 
 import pytest
 
-from trtspec.perf.procs import shares
+from trtspec.perf.procs import Processes, shares
+
+from .fake_triton import INFO, FakeTriton
 
 
 def closed_shares(n: int, concurrency: int, requests: int, prompts: int = 5):
@@ -30,3 +34,30 @@ def test_a_closed_loops_requests_follow_the_workers_so_the_run_keeps_its_concurr
     assert all(s.requests == 0 for s in got if not s.concurrency)
     sent = Counter(pid for s in got for pid, *_ in (s.prompts * requests)[:s.requests])
     assert sent == Counter(f"p{i % 5}" for i in range(requests))
+
+
+def test_a_multi_process_run_cut_short_keeps_what_every_process_completed():
+    """Cut (the run guard or Ctrl-C cancels the parent's task) while each of two processes waits on a
+    request the server never answers: the 3 requests each had completed come back all the same, as
+    a single process keeps its own; before, the processes' results were dropped with the task."""
+    prompts = [(f"p{i}", "ok", "w", []) for i in range(3)] + [("p3", "hang", "w", [])]  # each process: 3 ok, 1 held
+
+    async def cut() -> list:
+        ps = Processes(2)
+        try:
+            split = shares(2, fake.url, INFO, prompts, None, 1, 10.0, True, 2, 8, None, None, 0, 0)
+            results: list = []
+            run = asyncio.ensure_future(ps.run(split, results))
+            held = await asyncio.get_running_loop().run_in_executor(None, fake.wait_held, 2, 60.0)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            assert held and fake.answered == 6
+            return results
+        finally:
+            ps.close()
+
+    with FakeTriton() as fake:
+        results = asyncio.run(cut())
+    assert sorted(r.prompt_id for r in results) == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert all(r.status == "ok" and r.output_tokens == 1 for r in results)

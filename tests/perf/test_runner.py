@@ -20,6 +20,7 @@ Fault tests (a server killed mid-run, requests beyond --timeout) are in test_per
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import json
@@ -34,11 +35,15 @@ from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.errors import TrtspecError
 from trtspec.options import Sampling
 from trtspec.perf.genai_perf import export_for_options
-from trtspec.perf.runner import PerfOptions, run_perf
+from trtspec.perf import runner
+from trtspec.perf.procs import Processes, shares
+from trtspec.perf.runner import PerfOptions, PerfRunError, run_perf
 from trtspec.perf.sampling import request_seed
-from trtspec.perf.schema import load_results
+from trtspec.perf.schema import PerfResults, load_results
 from trtspec.triton_repo.ports import free_port
 from trtspec.triton_repo.serve import CpuServer
+
+from .fake_triton import INFO, FakeTriton
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -308,3 +313,36 @@ def test_prompts_the_server_would_refuse_are_left_out_before_the_runs(served, tm
     with pytest.raises(TrtspecError, match=r"perf.workloads: the server refuses every prompt of 'w' with max_tokens "
                                            r"300 .*ask for at most 6"):
         run_perf(options(served, tmp_path / "b", workloads={"w": str(prompts)}, max_tokens=300, concurrency=[1]))
+
+
+def test_a_multi_process_run_cut_short_keeps_what_the_processes_completed(tmp_path):
+    """--processes 2, cut as Ctrl-C cuts it (asyncio.run cancels the task) while each process waits on
+    a request the server never answers: results.json holds the cut run with the 6 requests completed
+    before it (completed: false, the reason), as a single-process run keeps its own."""
+    o = PerfOptions(url="", model="fake", workloads={"w": "unused.jsonl"}, concurrency=[2], requests=8, warmup=0,
+                    timeout_s=10, max_tokens=1, progress=False, processes=2, out=tmp_path / "perf")
+    texts = [("w", f"p{i}", "ok") for i in range(3)] + [("w", "p3", "hang")]  # each process: 3 ok, 1 held
+
+    async def cut(url: str) -> None:
+        o.url, ps = url, Processes(2)
+        try:
+            res = PerfResults(created="now", trtspec_version="test", settings=runner._settings(o, {}), completed=False,
+                              runs=[])
+            plan = runner._plan(o, INFO, texts, None, 2, None, {pid: [] for _, pid, _ in texts})
+            split = shares(2, url, INFO, [(pid, text, w, []) for w, pid, text in texts], None, 1, 10.0, True, 2, 8,
+                           None, None, 0, 0)
+            run = asyncio.ensure_future(runner._one_run(o, res, None, plan, "w", True, 2, None, None, None, ps, split))
+            assert await asyncio.get_running_loop().run_in_executor(None, fake.wait_held, 2, 60.0)
+            run.cancel()
+            with pytest.raises(PerfRunError, match="interrupted; partial results in"):
+                await run
+        finally:
+            ps.close()
+
+    with FakeTriton() as fake:
+        asyncio.run(cut(fake.url))
+    res = load_results(tmp_path / "perf" / "results.json")
+    (r,) = res.runs
+    assert not res.completed and not r.completed and r.error == "interrupted"
+    assert sorted(q.prompt_id for q in r.requests) == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert r.summary.requests_ok == 6 and r.requests[0].start_s == 0.0

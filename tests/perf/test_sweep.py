@@ -5,18 +5,25 @@ is tests/integration/test_calibration_cpu.py."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
+from tritonclient.grpc import service_pb2_grpc
 
 from triton_fixtures import TREE_A, TREE_B, tuning_file
-from trtspec.perf import sweep
-from trtspec.perf.client import ModelInfo, build_request
+from trtspec.perf import runner, sweep
+from trtspec.perf.client import ModelInfo, build_request, open_channel
 from trtspec.perf.options import PerfOptions
-from trtspec.perf.schema import PerfResults, RequestRecord, Settings, dump_results
+from trtspec.perf.sampling import workload_sampling
+from trtspec.perf.schema import PerfResults, RequestRecord, Settings, dump_results, load_results
 from trtspec.perf.stats import al_ci
 from trtspec.triton_repo import llmapi
 from trtspec.triton_repo.models import serving_rules as r
 from trtspec.triton_repo.routing import draft_target_routes, eagle_routes
 from trtspec.tuning.tuning_schema import load_tuning
+
+from .fake_triton import INFO, FakeTriton
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +164,56 @@ def test_the_csv_files_carry_the_sweeps_runs_named_by_their_setting(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "requests.csv")))
     assert [(row["setting"], int(row["output_tokens"])) for row in rows] == [
         ("off", 20), ("off", 30), ("K=2", 20), ("K=2", 30), ("K=2", 10)]
+
+
+def test_each_sweep_run_records_its_place_in_every_blocks_order(tmp_path, monkeypatch):
+    """The settings of a load point go out forward and reversed by turns, block to block and load point
+    to load point (order.forward); results.json used to record neither. Now each run carries its place
+    per block (0: sent first), which report.html's sweep table shows. Against a stand-in server."""
+    async def served(url, model, timeout_s):
+        return {"mode": "draft-target", "workloads": {}, "default": {"bands": []}}, 2  # off, K=1, K=2
+
+    monkeypatch.setattr(sweep, "served", served)
+    o = PerfOptions(url="", model="fake", workloads={"chat": "x", "code": "y"}, concurrency=[1, 2], requests=4,
+                    blocks=2, warmup=0, timeout_s=10, max_tokens=1, sweep=True, progress=False, out=tmp_path / "perf")
+    workloads = [SimpleNamespace(name=n) for n in ("chat", "code")]
+    rendered = {n: [(f"{n}{i}", "ok") for i in range(4)] for n in ("chat", "code")}
+
+    async def measure(url: str):
+        o.url = url
+        res = PerfResults(created="x", trtspec_version="0", completed=False, runs=[], settings=runner._settings(o, {}))
+        channel = open_channel(url)
+        try:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            return await runner._sweep(o, res, stub, INFO, workloads, rendered,
+                                       {n: workload_sampling(o, None, n) for n in ("chat", "code")})
+        finally:
+            await channel.close()
+
+    with FakeTriton() as fake:
+        got = asyncio.run(measure(fake.url))
+    forward, reverse = [0, 1, 2], [2, 1, 0]  # places of off, K=1, K=2 in one block
+    planned = {0: (forward, reverse), 1: (reverse, forward)}  # even load points start forward, odd ones reversed
+    for point, (w, c) in enumerate((w, c) for w in ("chat", "code") for c in (1, 2)):
+        runs = [r for r in got.runs if (r.workload, r.concurrency) == (w, c)]
+        assert [r.setting.label for r in runs] == ["off", "K=1", "K=2"] and all(len(r.requests) == 4 for r in runs)
+        blocks = planned[point % 2]
+        assert [r.sent_place for r in runs] == [[blocks[0][i], blocks[1][i]] for i in range(3)]
+    back = load_results(tmp_path / "perf" / "results.json").sweep
+    assert back.runs[0].sent_place == [0, 2] and back.runs[3].sent_place == [2, 0]
+    table = sweep.sweep_html(back)
+    assert "<th>sent (per block)</th>" in table and "<td>1|3</td>" in table and "<td>3|1</td>" in table
+
+
+def test_a_sweep_written_before_places_were_recorded_still_loads_and_renders():
+    """results.json stays trtspec.perf/1: a sweep run without `sent_place` loads, writes no such key
+    back, and its table has no place column."""
+    run = sweep.sweep_run("chat", 1, sweep.OFF, "t", [_record(0, 20, 1.0)], None)
+    s = sweep.new_sweep({"mode": "draft-target"}, 4)
+    s.runs.append(run)
+    res = PerfResults(created="x", trtspec_version="0", completed=True, runs=[], sweep=s,
+                      settings=Settings(url="u", model="generate", workloads={"chat": "mt-bench"}, warmup=0,
+                                        timeout_s=1, max_tokens=8, baseline=False, seed=0, sweep=True))
+    text = dump_results(res)
+    assert "sent_place" not in text and PerfResults.model_validate_json(text).sweep.runs[0].sent_place is None
+    assert "sent (per block)" not in sweep.sweep_html(s)

@@ -5,8 +5,9 @@ perf_analyzer), so our numbers can be checked against a tool we did not write.
 - `inputs/<workload>.jsonl`: the prompts of each workload, one `{"text": ...}` per line, in the order
   `trtspec perf` sends them (rendered and shuffled exactly as trtspec.perf.prompts does);
 - `run_genai_perf.sh`: one `genai-perf profile` command per run of the perf invocation (workload x
-  load point x speculation on/off), against the same model and URL, streaming, with the same
-  max_tokens, request count and warm-up;
+  load point x speculation on/off, the two modes in perf's order: alternating from load point to
+  load point), against the same model and URL, streaming, with the same max_tokens, request count
+  and warm-up;
 - `genai_perf_export.json`: the runs with their artifact directories and argv (what
   scripts/bench_genai_perf.py reads to pair genai-perf's numbers with ours).
 A sweep (perf.sweep) or interleaved blocks (perf.blocks > 1) are refused: plain runs one after the
@@ -54,6 +55,7 @@ from ..upstream.triton import GENAI_PERF_VERSION
 from . import client, prompts
 from .compare import load_predictions
 from .options import default_requests
+from .load import block_schedule
 from .sampling import workload_sampling
 
 SCRIPT = "run_genai_perf.sh"
@@ -148,16 +150,17 @@ def export_genai_perf(out_dir: Path, *, prompts: dict[str, list[tuple[str, str]]
                                                    for _, text in items))
             files[name] = fname
             stripped[name] = [pid for pid, text in items if text != text.strip()]
-        for name in prompts:
-            for c, r in points:
-                for spec in ([True, False] if baseline else [True]):
-                    art = f"artifacts/{len(runs):02d}-{_run_name(name, spec, c, r)}"
-                    argv = genai_perf_argv(model=model, url=url, workload=name, input_file=files[name],
-                                           tokenizer=str(tokenizer.resolve()), max_tokens=max_tokens,
-                                           speculation=None if spec else False, concurrency=c,
-                                           request_rate=r, requests=requests, duration_s=duration_s, warmup=warmup,
-                                           seed=seed, artifact_dir=art, sampling=(sampling or {}).get(name))
-                    runs.append(GenaiPerfRun(name, spec, c, r, art, argv))
+        for point, (name, (c, r)) in enumerate((name, p) for name in prompts for p in points):
+            # speculation on and off in perf's order: which goes first alternates from load point to load
+            # point (order.forward), so the half sent second, favoured by a warm server, is not always one mode
+            for spec in ([on for _, on, _ in block_schedule(1, 1, point)] if baseline else [True]):
+                art = f"artifacts/{len(runs):02d}-{_run_name(name, spec, c, r)}"
+                argv = genai_perf_argv(model=model, url=url, workload=name, input_file=files[name],
+                                       tokenizer=str(tokenizer.resolve()), max_tokens=max_tokens,
+                                       speculation=None if spec else False, concurrency=c,
+                                       request_rate=r, requests=requests, duration_s=duration_s, warmup=warmup,
+                                       seed=seed, artifact_dir=art, sampling=(sampling or {}).get(name))
+                runs.append(GenaiPerfRun(name, spec, c, r, art, argv))
         manifest = {"genai_perf_version": GENAI_PERF_VERSION, "url": url, "model": model,
                     "tokenizer": str(tokenizer.resolve()), "max_tokens": max_tokens, "inputs": files,
                     "prompts_changed_by_strip": stripped, "runs": [asdict(r) for r in runs]}

@@ -97,7 +97,8 @@ async def open_loop(pool: StreamPool, plan: Plan, rate: float, seed: int, result
     rng = random.Random(seed)
     start = time.perf_counter()
     t_end = start + plan.duration_s if plan.duration_s else None
-    tasks: list[asyncio.Task] = []
+    in_flight: set[asyncio.Task] = set()
+    failed: list[BaseException] = []
 
     async def one(p: Prompt) -> None:
         stream = pool.take()
@@ -105,6 +106,13 @@ async def open_loop(pool: StreamPool, plan: Plan, rate: float, seed: int, result
             results.append(await _send(stream, p, plan, results))
         finally:
             pool.give(stream)
+
+    def ended(t: asyncio.Task) -> None:
+        """Why a callback and not a scan of the tasks per arrival: that is quadratic in the arrivals,
+        and at high rates the client itself then delays the arrivals it times."""
+        in_flight.discard(t)
+        if not t.cancelled() and t.exception() is not None and not failed:
+            failed.append(t.exception())
 
     try:
         due, i = start, 0
@@ -115,14 +123,18 @@ async def open_loop(pool: StreamPool, plan: Plan, rate: float, seed: int, result
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            for t in tasks:  # a lost connection ends the arrivals too
-                if t.done() and t.exception() is not None:
-                    raise t.exception()
-            tasks.append(asyncio.ensure_future(one(plan.prompts[i % len(plan.prompts)])))
+            if failed:  # a lost connection ends the arrivals too
+                raise failed[0]
+            task = asyncio.ensure_future(one(plan.prompts[i % len(plan.prompts)]))
+            in_flight.add(task)
+            task.add_done_callback(ended)
             i += 1
-        await _all(tasks)
+        if failed:  # since the last arrival
+            raise failed[0]
+        if in_flight:
+            await _all(list(in_flight))
     finally:
-        for t in tasks:
+        for t in list(in_flight):
             t.cancel()
 
 

@@ -15,6 +15,12 @@ on its own, then all wait on one barrier, so the measured phases start together;
 is the system-wide monotonic clock on Linux, so the send times of all processes share one time base.
 Processes are started once per invocation (spawn: grpc must not be forked) and each returns its
 Results and, if the server went away, why.
+
+A run cut short in the parent (the run-level guard, Ctrl-C, SIGTERM taken as Ctrl-C: its task is
+cancelled) or by one process failing sets a shared stop event; each process then cancels its
+measurement and returns the requests it completed the usual way (the executor's return value: a
+list of Result dataclasses and a reason), so the cut run keeps them as a single process keeps its
+own. The parent waits STOP_WAIT_S for them at most (requests in flight are cancelled, not waited for).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from . import client, load
 
 BARRIER_TIMEOUT_S = 120.0
+STOP_WAIT_S = 10.0  # how long a cut run waits for the processes to hand back what they completed
 
 _shared: dict = {}
 
@@ -70,12 +77,12 @@ def by_workers(total: int, workers: list[int]) -> list[int]:
     return out
 
 
-def _init(counts, barrier) -> None:
-    _shared.update(counts=counts, barrier=barrier)
+def _init(counts, barrier, stop) -> None:
+    _shared.update(counts=counts, barrier=barrier, stop=stop)
 
 
 def run_share(share: Share) -> tuple[list[client.Result], str | None]:
-    """Child process: warm up, wait for the others, measure; never raises for a lost server."""
+    """Child process: warm up, wait for the others, measure; never raises for a lost server or a stop."""
     return asyncio.run(_share(share))
 
 
@@ -89,7 +96,7 @@ async def _share(s: Share) -> tuple[list[client.Result], str | None]:
     plan = load.Plan(prompts, s.requests, s.duration_s, s.timeout_s, s.counted)
     results: list[client.Result] = []
     counts = _shared["counts"]
-    ticker = asyncio.ensure_future(_count(counts, s.slot, results))
+    ticker = asyncio.ensure_future(_count(counts, s.slot, results, asyncio.current_task()))
     closed = s.rate is None
     try:
         if s.warmup and (s.concurrency or not closed):
@@ -103,7 +110,11 @@ async def _share(s: Share) -> tuple[list[client.Result], str | None]:
     except client.ServerGone as e:
         return results, str(e)
     except threading.BrokenBarrierError:
+        if _shared["stop"].is_set():  # the parent broke the barrier to stop the run
+            return results, "interrupted"
         return results, f"the client processes did not all reach the start within {BARRIER_TIMEOUT_S:.0f} s"
+    except asyncio.CancelledError:  # stopped by the parent (_count), or Ctrl-C reached this process too
+        return results, "interrupted"
     finally:
         ticker.cancel()
         counts[s.slot] = len(results)
@@ -111,10 +122,12 @@ async def _share(s: Share) -> tuple[list[client.Result], str | None]:
         await channel.close()
 
 
-async def _count(counts, slot: int, results: list) -> None:
-    while True:
+async def _count(counts, slot: int, results: list, main: asyncio.Task) -> None:
+    """Publish this process's progress; once the parent asks the processes to stop, cancel `main`."""
+    while not _shared["stop"].is_set():
         counts[slot] = len(results)
         await asyncio.sleep(0.1)
+    main.cancel()
 
 
 class Processes:
@@ -125,20 +138,33 @@ class Processes:
         self.n = n
         self.counts = ctx.Array("q", n, lock=False)
         self.barrier = ctx.Barrier(n)
-        self.pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init, initargs=(self.counts, self.barrier))
+        self.stop = ctx.Event()
+        self.pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init,
+                                        initargs=(self.counts, self.barrier, self.stop))
 
     def done(self) -> int:
         return int(sum(self.counts))
 
-    async def run(self, shares: list[Share]) -> tuple[list[client.Result], str | None]:
-        """Run one share per process; merged results, and the first reason a process stopped early."""
+    async def run(self, shares: list[Share], results: list[client.Result]) -> str | None:
+        """Run one share per process, their results into `results`; the first reason a process stopped
+        early. Cut short (this task cancelled) or a process failing, the others are stopped and what
+        every process completed still lands in `results` (module docstring) before it raises."""
         for i in range(self.n):
             self.counts[i] = 0
-        loop = asyncio.get_running_loop()
-        outs = await asyncio.gather(*[loop.run_in_executor(self.pool, run_share, s) for s in shares])
-        results = [r for rs, _ in outs for r in rs]
+        self.stop.clear()
+        futures = [self.pool.submit(run_share, s) for s in shares]
+        try:
+            await asyncio.gather(*[asyncio.wrap_future(f) for f in futures])
+        except BaseException:
+            self.stop.set()
+            self.barrier.abort()  # a process still waiting at the start must not wait out its timeout
+            await asyncio.wait([asyncio.wrap_future(f) for f in futures], timeout=STOP_WAIT_S)
+            raise
+        finally:
+            outs = [f.result() for f in futures if f.done() and not f.cancelled() and f.exception() is None]
+            results.extend(r for rs, _ in outs for r in rs)
         errors = [e for _, e in outs if e]
-        return results, (errors[0] if errors else None)
+        return errors[0] if errors else None
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

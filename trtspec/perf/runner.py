@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +38,7 @@ from .. import __version__
 from ..errors import TrtspecError
 from ..fsutil import check_output_dir
 from . import client, load, procs, prompts, sweep
+from .guard import guard, guard_s
 from .compare import comparisons, load_predictions
 from .parity import word_counts
 from .sampling import request_seed, workload_sampling
@@ -48,9 +48,6 @@ from .schema import PerfResults, Run, Settings
 from .metrics import to_record
 from .order import forward
 from .stats import summarize
-
-RUN_GUARD_SLACK_S = 30.0
-
 
 class PerfRunError(TrtspecError):
     """A perf invocation stopped before its last run; `results` holds what was measured (also on disk)."""
@@ -128,16 +125,6 @@ def _plan(o: PerfOptions, info, texts, speculation: bool | None, concurrency, ra
     return load.Plan(ps, n, o.duration_s, o.timeout_s, "num_output_tokens" in info.outputs)
 
 
-def _guard_s(plan: load.Plan, concurrency, rate) -> float:
-    """The longest a run may take: every request is bounded by its timeout, so this only trips on a bug
-    or a stalled event loop; it keeps a run from hanging forever all the same."""
-    if concurrency:
-        busy = (plan.duration_s or 0) + math.ceil((plan.requests or 0) / concurrency) * plan.timeout_s
-        return busy + plan.timeout_s + RUN_GUARD_SLACK_S
-    arrivals = plan.duration_s if plan.duration_s else 3 * (plan.requests or 0) / rate + 20 / rate
-    return arrivals + plan.timeout_s + RUN_GUARD_SLACK_S
-
-
 async def _probe(o: PerfOptions, info, texts, channel) -> None:
     name, pid, text = texts[0]
     req = client.build_request(o.model, info, text, 1, name, False)
@@ -155,7 +142,7 @@ async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, pr
     clock.update(start=time.perf_counter(), started_at=_now())
     ticker = asyncio.ensure_future(_tick(progress, task, lambda: len(results))) if progress is not None else None
     try:
-        async with _guard(_guard_s(plan, concurrency, rate)):
+        async with guard(guard_s(plan, concurrency, rate)):
             if concurrency:
                 await load.closed_loop(pool, plan, concurrency, results)
             else:
@@ -168,34 +155,21 @@ async def _measure(pool, plan, concurrency, rate, seed, results, warmup: int, pr
 
 async def _measure_procs(ps, shares, plan, concurrency, rate, results, progress, task, clock: dict) -> None:
     """The same over several client processes (trtspec.perf.procs): they warm up, meet at a barrier
-    and measure together; the start is the earliest measured send."""
+    and measure together; the start is the earliest measured send. Cut short, `results` still gets
+    what the processes completed (procs.Processes.run)."""
     ticker = asyncio.ensure_future(_tick(progress, task, ps.done)) if progress is not None else None
     clock.update(started_at=_now())
     try:
-        async with _guard(_guard_s(plan, concurrency, rate) + procs.BARRIER_TIMEOUT_S):
-            got, error = await ps.run(shares)
-        results.extend(got)
-        if results:
-            clock["start"] = min(r.start for r in results)
+        async with guard(guard_s(plan, concurrency, rate) + procs.BARRIER_TIMEOUT_S):
+            error = await ps.run(shares, results)
         if error:
             raise client.ServerGone(error)
     finally:
+        if results:
+            clock["start"] = min(r.start for r in results)
         if ticker is not None:
             ticker.cancel()
             progress.update(task, completed=ps.done())
-
-
-@contextlib.asynccontextmanager
-async def _guard(seconds: float):
-    try:
-        if hasattr(asyncio, "timeout"):
-            async with asyncio.timeout(seconds):
-                yield
-        else:  # Python 3.10: no run-level guard beyond the per-request timeouts
-            yield
-    except TimeoutError:
-        raise TrtspecError(f"the run exceeded its {seconds:.0f} s guard (every request has a "
-                           "perf.timeout_s, so the client stalled); stopped") from None
 
 
 async def _tick(progress, task, done) -> None:
@@ -336,12 +310,14 @@ async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, render
                      for st in settings]
             for st, p in zip(settings, plans):
                 p.prompts = [load.Prompt(q.id, sweep.with_setting(q.request, st)) for q in p.prompts]
-            logs = [{"results": [], "blocks": [], "clock": {}} for _ in settings]
+            logs = [{"results": [], "blocks": [], "clock": {}, "places": []} for _ in settings]
             pool, error = load.StreamPool(lambda: client.Stream(stub, o.url)), None
             try:
                 for j, sent in sweep.schedule(plans[0].requests, o.blocks):
-                    for i in (range(len(settings)) if forward(point, j) else reversed(range(len(settings)))):
+                    order = range(len(settings)) if forward(point, j) else reversed(range(len(settings)))
+                    for place, i in enumerate(order):
                         p, log, got, clock = plans[i], logs[i], [], {}
+                        log["places"].append(place)
                         block = load.Plan([p.prompts[k % len(p.prompts)] for k in sent], len(sent), None,
                                           p.timeout_s, p.counted)
                         try:
@@ -359,7 +335,7 @@ async def _sweep(o: PerfOptions, res: PerfResults, stub, info, workloads, render
                 done = sorted(zip(log["results"], log["blocks"]), key=lambda rb: rb[0].start)
                 records = [to_record(i, r, log["clock"].get("start", 0.0), b) for i, (r, b) in enumerate(done)]
                 res.sweep.runs.append(sweep.sweep_run(wl.name, concurrency, st, log["clock"].get("started_at", _now()),
-                                                      records, error))
+                                                      records, error, log["places"]))
             if error is not None:
                 res.error = f"sweep {wl.name} c={concurrency}: {error}"
                 raise PerfRunError(f"{res.error}; partial results in {write_results(res, o.out)}", res)

@@ -32,7 +32,8 @@ Definitions (all times in seconds, measured on the client with `time.perf_counte
   trtspec.perf.parity (output lengths and word frequencies, two-sample tests), not token equality.
 - sweep (perf.sweep, its own schema "trtspec.perf-sweep/1"): instead of the tuned routes, every
   draft setting the repository serves per workload x concurrency (trtspec.perf.sweep), each a run
-  with the summary above and an acceptance-length interval; `trtspec tune --calibrate` reads it.
+  with the summary above, an acceptance-length interval and its place in each block's order of the
+  settings (`sent_place`); `trtspec tune --calibrate` reads it.
 """
 
 from __future__ import annotations
@@ -221,6 +222,9 @@ class SweepRun(BaseModel):
     # mean draft tokens verified per target step (sum of draft_tokens / sum of output tokens / AL):
     # below K where drafts were shorter or empty (n-gram); None when the server reports none
     draft_tokens_per_step: float | None = None
+    # per block, this setting's place in the order its load point's settings went out (0: first; they
+    # alternate forward and reversed, trtspec.perf.order.forward); None: written before it was recorded
+    sent_place: list[int] | None = Field(None, exclude_if=lambda v: not v)
 
 
 class Sweep(BaseModel):

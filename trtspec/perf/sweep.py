@@ -18,6 +18,8 @@ changes), which `generate` honours instead of the workload's tuned route (servin
 With perf.blocks > 1 the settings of a load point are sent block by block, forward and reverse order
 by turns, the next load point starting the other way (runner._sweep, `schedule`, order.forward): a
 drift of the machine's load, or a cache the first setting warms, then costs every setting alike.
+Each run records its place in every block's order (`sent_place`, 0: sent first), shown in the
+report's sweep table.
 A point whose server reports no acceptance (llmapi) is kept; the calibration skips it and says so.
 """
 
@@ -142,10 +144,12 @@ def draft_tokens_per_step(records: Sequence[RequestRecord]) -> float | None:
 
 
 def sweep_run(workload: str, concurrency: int, setting: SweepSetting, started_at: str, records: list[RequestRecord],
-              error: str | None) -> SweepRun:
+              error: str | None, sent_place: list[int] | None = None) -> SweepRun:
+    """sent_place: per block, the setting's place in the order its load point's settings went out."""
     return SweepRun(workload=workload, concurrency=concurrency, setting=setting, started_at=started_at,
                     completed=error is None, error=error, requests=records, summary=summarize(records),
-                    acceptance_length_ci=al_ci(records), draft_tokens_per_step=draft_tokens_per_step(records))
+                    acceptance_length_ci=al_ci(records), draft_tokens_per_step=draft_tokens_per_step(records),
+                    sent_place=sent_place or None)
 
 
 def new_sweep(routing: dict, max_k: int | None) -> Sweep:
@@ -179,16 +183,22 @@ def _cell(v: float | None, ci: Interval | None, fmt: str, scale: float = 1.0) ->
 
 def sweep_html(sweep: Sweep) -> str:
     """report.html's sweep table: per point tokens/s, AL and mean ITL with their 95% intervals."""
+    placed = any(r.sent_place for r in sweep.runs)  # results.json written before places were recorded: none
     head = ('<tr><th class="l">workload</th><th>conc.</th><th class="l">setting</th><th>ok</th><th>errors</th>'
-            "<th>tok/s [95%]</th><th>AL [95%]</th><th>ITL mean ms [95%]</th></tr>")
+            "<th>tok/s [95%]</th><th>AL [95%]</th><th>ITL mean ms [95%]</th>"
+            + ("<th>sent (per block)</th>" if placed else "") + "</tr>")
     rows = []
     for r in sweep.runs:
         s = r.summary
+        place = "|".join(str(p + 1) for p in r.sent_place or []) or "-"
         rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td>{r.concurrency}</td>'
                     f'<td class="l">{escape(r.setting.label)}</td><td>{s.requests_ok}</td><td>{s.errors + s.timeouts}</td>'
                     + _cell(s.output_tokens_per_s, s.tokens_per_s_ci, "{:.1f}")
                     + _cell(s.acceptance_length, r.acceptance_length_ci, "{:.2f}")
-                    + _cell(s.itl_s.mean, s.itl_mean_ci_s, "{:.1f}", 1e3) + "</tr>")
+                    + _cell(s.itl_s.mean, s.itl_mean_ci_s, "{:.1f}", 1e3)
+                    + (f"<td>{place}</td>" if placed else "") + "</tr>")
     note = ('<p class="muted">Every setting the repository serves (trtspec/perf/sweep.py); '
-            "<code>trtspec tune --calibrate results.json</code> fits the step-time model to these points.</p>")
+            "<code>trtspec tune --calibrate results.json</code> fits the step-time model to these points."
+            + (" Sent: the setting's place among its load point's settings in each block (1: first; the "
+               "order alternates forward and reversed)." if placed else "") + "</p>")
     return '<table id="sweep">' + head + "".join(rows) + "</table>" + note
