@@ -81,7 +81,7 @@ def test_heldout_acceptance_pools_the_steps_of_every_example(eagle):
             while t < len(m):  # the last step emits only the len(m) - t tokens left (runtime/stats.py)
                 a = min(m[t], k, len(m) - t - 1)
                 tokens, steps, t = tokens + a + 1, steps + 1, t + a + 1
-        assert heldout.heldout_acceptance(eagle, examples, [k])[k] == pytest.approx(tokens / steps, rel=1e-12)
+        assert heldout.heldout_acceptance(eagle, examples, [k])[0][k] == pytest.approx(tokens / steps, rel=1e-12)
 
 
 def test_heldout_chains_equal_the_runtimes_profile_of_the_exported_head(eagle, tmp_path):

@@ -5,6 +5,6 @@
     head.py      ModelOpt's EAGLE-3 model sized for the target, its d2t draft vocabulary, export and load
     heldout.py   held-out AL(K): the drafter chain teacher-forced, replayed by tuning.acceptance
     train.py     the resumable, seeded loop and the atomic output
-    report.py    learning_curve.png and the progress bar's status
+    report.py    learning_curve.png, the progress bar's status, the held-out AL ± text printed
     command.py   the Typer command
 """

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from ..confidence import PM_MEANS
 from ..errors import TrtspecError
 from ..options import default, doc, flag_context, from_cli
 from .options import TrainDraftOptions as D
@@ -56,6 +57,7 @@ def train_draft_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing, non-empty --out."),
 ):
     """Train an EAGLE-3 head for a target with ModelOpt on the target's own answers to workload prompts."""
+    from .report import al_texts, last_heldout
     from .train import train_draft
 
     options = from_cli(D, workloads=workloads, samples=samples, heldout=heldout, self_prompts=self_prompts,
@@ -67,9 +69,9 @@ def train_draft_command(
                        threads=threads)
     with flag_context(D, params={"target": "--target", "overwrite": "--overwrite"}):
         summary = train_draft(target, out, options, overwrite=overwrite)
-    last = next((h for h in reversed(summary["history"]) if h.get("al")), None)
-    al = ", ".join(f"AL({k}) {v:.3f}" for k, v in (last or {}).get("al", {}).items() if v is not None)
-    typer.echo(f"wrote {out} ({summary['train_tokens']} response tokens trained on; held-out {al or 'n/a'})")
+    al = ", ".join(al_texts(last_heldout(summary["history"]), digits=3))
+    al = f"{al} over {summary['heldout_prompts']} prompts; {PM_MEANS}" if al else "n/a"
+    typer.echo(f"wrote {out} ({summary['train_tokens']} response tokens trained on; held-out {al})")
     coverage = summary["heldout_vocab_coverage"]
     if any(c < 1.0 for c in coverage.values()):
         typer.echo("draft vocabulary holds " + ", ".join(f"{w} {c:.0%}" for w, c in coverage.items())

@@ -29,7 +29,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from ..tuning.acceptance import replay_chain
+from ..tuning.acceptance import acceptance_length_se, chain_accepted, replay_chain
 
 
 @torch.no_grad()
@@ -70,12 +70,19 @@ def match_lengths(model, prompt: Sequence[int], response: Sequence[int], depth: 
     return out
 
 
-def heldout_acceptance(model, examples, ks: Sequence[int]) -> dict[int, float | None]:
-    """AL(K) for each K, pooled over the held-out examples' replayed steps."""
+def heldout_acceptance(model, examples, ks: Sequence[int]
+                       ) -> tuple[dict[int, float | None], dict[int, float | None]]:
+    """({K: AL(K)}, {K: its standard error}) pooled over the held-out examples' replayed steps. The
+    standard error is the profile's (tuning.acceptance.acceptance_length_se, clustered by prompt: a
+    prompt held out under two workloads is one prompt), so the curve's AL and a profile's carry the
+    same measure of noise; None below two prompts with a step."""
     was_training = model.training
     model.eval()
     try:
         samples = [match_lengths(model, ex.prompt, ex.response, max(ks)) for ex in examples]
     finally:
         model.train(was_training)
-    return {k: replay_chain(samples, k).acceptance_length for k in ks}
+    prompts = [tuple(ex.prompt) for ex in examples]
+    al = {k: replay_chain(samples, k).acceptance_length for k in ks}
+    se = {k: acceptance_length_se([chain_accepted(m, k) for m in samples], prompts) for k in ks}
+    return al, se

@@ -181,7 +181,8 @@ class Run:
         self._accs.append(out.train_acc[0])
 
     def record(self, evaluate: bool) -> dict:
-        """A history entry: mean loss / TTT accuracies since the last one, and held-out AL(K)."""
+        """A history entry: mean loss / TTT accuracies since the last one, and held-out AL(K) with its
+        standard error (`al_se`, keyed like `al`; absent in files written before it was recorded)."""
         entry = {"step": self.step, "tokens": self.tokens, "seconds": round(self.seconds, 2),
                  "cpu_seconds": round(self.cpu_seconds, 2),
                  "loss": sum(self._losses) / len(self._losses) if self._losses else None,
@@ -189,8 +190,8 @@ class Run:
         if evaluate and self.held:
             self._length = None  # the evaluation sized ModelOpt's TTT masks for other lengths
             clock = Clock()
-            entry["al"] = {str(k): v for k, v in
-                           heldout.heldout_acceptance(self.model, self.held, self.options.eval_k).items()}
+            al, se = heldout.heldout_acceptance(self.model, self.held, self.options.eval_k)
+            entry["al"], entry["al_se"] = ({str(k): v for k, v in d.items()} for d in (al, se))
             entry["eval_seconds"], entry["eval_cpu_seconds"] = (round(x, 2) for x in clock.lap())
         self._losses, self._accs = [], []
         self.history.append(entry)

@@ -35,9 +35,11 @@ def train_heads(recipe, target: Path, paths, console, log) -> str:
 
 
 def heldout_note(head: Path) -> str:
-    """`, held-out AL(3) 1.23` from the head's training.json (its last measurement), if it has one."""
+    """`, held-out AL(3) 1.23 ±0.05` from the head's training.json (its last measurement), if it has
+    one; '±?' where its standard error is unknown (drafts.report.al_texts)."""
+    from ..drafts.report import al_texts, last_heldout  # lazy: matplotlib
+
     if not (head / "training.json").is_file():
         return ""
     history = read_json(head / "training.json", "training summary").get("history", [])
-    al = next((h["al"] for h in reversed(history) if h.get("al")), {})
-    return "".join(f", held-out AL({k}) {v:.2f}" for k, v in list(al.items())[-1:] if v is not None)
+    return "".join(f", held-out {text}" for text in al_texts(last_heldout(history))[-1:])
