@@ -20,3 +20,14 @@ def test_tuner_and_perf_read_the_one_constant():
     for fn in (select.within_noise, select.indistinguishable, select.prompts_to_separate_from_off):
         assert inspect.signature(fn).parameters["z"].default is Z95, fn.__name__
     assert stats.Z95 is Z95
+
+
+def test_pm_text_says_unknown_and_measured_zero_and_leaves_only_the_exact_bare():
+    """The one ± rule: 95% half-width; '±?' unknown; a measured SE of 0 (prompts that agreed) is
+    ±0.00, an estimate like any other; only a value exact by construction (exact=True) stands bare."""
+    from trtspec.confidence import Z95, pm_text
+
+    assert pm_text(0.1) == f" ±{Z95 * 0.1:.2f}" == " ±0.20"
+    assert pm_text(None) == " ±?"
+    assert pm_text(0.0) == " ±0.00"
+    assert pm_text(0.0, exact=True) == pm_text(None, exact=True) == ""

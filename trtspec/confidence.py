@@ -19,9 +19,10 @@ PM_MEANS = "±: 95% (1.96 standard errors)"  # said once where a reader meets a 
 
 def pm_text(se: float | None, exact: bool = False) -> str:
     """' ±0.26' (the 95% half-width: Z95 standard errors) to print after a number; '' after an exact
-    one (SE 0, or `exact`: the AL 1 of no speculation); ' ±?' where the standard error is unknown (None: one profiled prompt
-    has no spread to measure, or a file from before they were recorded). Unknown is not zero:
+    one (`exact`: the AL 1 of no speculation); ' ±?' where the standard error is unknown (None: one
+    profiled prompt has no spread to measure, or a file from before they were recorded). Unknown is
+    not zero, and a measured SE of 0 (prompts that happened to agree) is ' ±0.00', not exact:
     printing nothing there would make the least evidence look like an exact value."""
-    if exact or se == 0:
+    if exact:
         return ""
     return UNKNOWN_PM if se is None else f" ±{Z95 * se:.2f}"
