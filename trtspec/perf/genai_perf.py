@@ -54,7 +54,7 @@ from ..fsutil import atomic_dir, read_json, write_text_atomic
 from ..upstream.triton import GENAI_PERF_VERSION
 from . import client, prompts
 from .compare import load_predictions
-from .options import default_requests
+from .options import default_requests, points_of
 from .load import block_schedule
 from .sampling import workload_sampling
 
@@ -131,14 +131,12 @@ def export_genai_perf(out_dir: Path, *, prompts: dict[str, list[tuple[str, str]]
     The directory is written atomically (a failed export leaves nothing half-written)."""
     if not prompts or any(not p for p in prompts.values()):
         raise TrtspecError("prompts: every workload needs at least one prompt")
-    if not concurrency and request_rate is None:
-        concurrency = [1]
     tokenizer = Path(tokenizer)
     if not tokenizer.is_dir():
         raise TrtspecError(f"tokenizer: {tokenizer} is not a directory (genai-perf re-tokenizes the streamed text "
                            "with the served model's tokenizer)")
     out_dir = Path(out_dir)
-    points = [(c, None) for c in dict.fromkeys(concurrency)] + ([(None, request_rate)] if request_rate else [])
+    points = points_of(concurrency, request_rate)
     runs: list[GenaiPerfRun] = []
     stripped: dict[str, list[str]] = {}
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:

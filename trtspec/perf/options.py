@@ -118,9 +118,14 @@ class PerfSettings(StageOptions):
 
 def load_points(s: PerfSettings) -> list[tuple[int | None, float | None]]:
     """(concurrency, request_rate) of each load point, in the order measured (concurrency 1 by default)."""
-    points: list[tuple[int | None, float | None]] = [(c, None) for c in dict.fromkeys(s.concurrency)]
-    if s.request_rate is not None:
-        points.append((None, s.request_rate))
+    return points_of(s.concurrency, s.request_rate)
+
+
+def points_of(concurrency, request_rate: float | None) -> list[tuple[int | None, float | None]]:
+    """load_points of the two settings as given (the genai-perf export takes them apart)."""
+    points: list[tuple[int | None, float | None]] = [(c, None) for c in dict.fromkeys(concurrency or ())]
+    if request_rate is not None:
+        points.append((None, request_rate))
     return points or [(1, None)]
 
 
