@@ -27,7 +27,12 @@ Two engines, chosen by the `engine` parameter:
   request_output_len (as the executor does). Fewer tokens than that means the request ended: the
   executor returns no end id (its sequence length does not count it), so a short answer is how a
   round sees one, as in upstream's BLS (target output equal to the draft's, or no new tokens),
-  and the loop stops there. Every round re-sends the whole prefix as a
+  and the loop stops there. Each verify round (a draft was sent; n-gram: every round after the
+  first) is one step of the statistics, counted by trtspec.runtime's rule (`round_accepted`,
+  runtime/stats.py counted_step): the round that ends the request accepts at most the tokens it
+  emitted, end id included, less one, so a round whose first token was the end id (an empty
+  answer) is one step, 0 accepted, its drafts sent; with K = 0 every target token is one step, the
+  end id's too. Every round re-sends the whole prefix as a
   new executor request, which KV-cache reuse (enable_kv_cache_reuse on both models) makes cheap.
   Unlike upstream's BLS this streams every round and sums the acceptance over all rounds.
 - "trtspec.runtime" (cpu flavor): the same loop in-process on the two TRT-LLM checkpoints with
@@ -83,6 +88,15 @@ def round_seed(seed, position, draft):
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2 ** 64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2 ** 64
     return (x ^ (x >> 31)) % SEED_SPACE
+
+
+def round_accepted(accepted, emitted, last):
+    """The draft tokens one BLS round counts as accepted, by trtspec.runtime's rule (trtspec/runtime/
+    stats.py counted_step, which the tests hold this to; numpy only, so restated here): `accepted`
+    drafts matched the target's answer; the round that ends the request (`last`) counts at most the
+    tokens it emitted (`emitted`: the end id included, which no answer holds) less one, as nothing
+    after the end is compared, so a round whose first token was the end id counts 0."""
+    return accepted if not last or accepted + 1 < emitted else max(0, min(accepted, emitted - 1))
 
 
 def draft_distribution(logits, temperature, top_k=0, top_p=1.0):
@@ -241,8 +255,10 @@ class TritonPythonModel(PooledModel):
                 sampling[name] = np.array([[v]], SAMPLING_DTYPES.get(name, np.float32))
         return sampling
 
-    def _plain(self, prompt, n, end, sampling, stats, min_tokens=0):
-        """No speculation for this workload: stream the target directly."""
+    def _plain(self, prompt, n, end, sampling, stats, min_tokens=0, stop=()):
+        """No speculation for this workload: stream the target directly. One step per target token,
+        and one for the end id when it ended the request (fewer than n tokens, no stop word), which
+        the executor does not return: its statistics go out in a last, empty piece."""
         inputs = {"input_ids": np.array([prompt], np.int32), "input_lengths": np.array([[len(prompt)]], np.int32),
                   "request_output_len": np.array([[n]], np.int32), "streaming": np.array([[True]], bool),
                   "exclude_input_in_output": np.array([[True]], bool), **sampling}
@@ -250,13 +266,18 @@ class TritonPythonModel(PooledModel):
             inputs["end_id"] = np.array([[end]], np.int32)
         if min_tokens:
             inputs["min_tokens"] = np.array([[min_tokens]], np.int32)
+        emitted = []
         for resp in bls(self.target_model, inputs, ["output_ids", "sequence_length"], True):
             ids_out = resp["output_ids"].reshape(-1)
             length = resp.get("sequence_length")
             new = [int(t) for t in ids_out[: int(length.reshape(-1)[0]) if length is not None else ids_out.size]]
             stats.steps += len(new)
+            emitted.extend(new)
             if new:
                 yield new
+        if len(emitted) < n and not (emitted and ends_with_any(prompt + emitted, stop)):
+            stats.steps += 1
+            yield []
 
     def _round_inputs(self, sampling, position, draft, sampled):
         """Sampling tensors of one round's engine request: the target always gets the request's
@@ -277,7 +298,7 @@ class TritonPythonModel(PooledModel):
         min_tokens = check_min_tokens(scalar(request, "min_tokens", 0))
         stop = request_words(lambda name: sampling.get(name))[0]
         if k == 0:
-            yield from self._plain(prompt, n, end, sampling, stats, min_tokens)
+            yield from self._plain(prompt, n, end, sampling, stats, min_tokens, stop)
             return
         temperature, top_k, top_p = (scalar(request, x) for x in ("temperature", "runtime_top_k", "runtime_top_p"))
         top_k, top_p = engine_top_k_top_p(top_k, top_p)  # as the engines will sample (draft_logits' q)
@@ -312,19 +333,19 @@ class TritonPythonModel(PooledModel):
                     extra["draft_logits"] = q[None]
             verify = bool(draft) or (pool is not None and bool(out_tokens))  # n-gram: every round after the first
             asked = len(draft) + 1
-            new = self._call(self.target_model, ids, asked, end, pad_id, extra)[0][:left]
-            if not new:
-                return
-            ended = len(new) < asked  # short of request_output_len: the target ended (module docstring, "bls")
+            answer = self._call(self.target_model, ids, asked, end, pad_id, extra)[0]
+            new = answer[:left]
+            out_tokens.extend(new)
+            # a stop word the round's last token completes leaves it full length: the next round would go on
+            stopped = bool(new) and ends_with_any(prompt + out_tokens, stop)
+            ended = len(answer) < asked and not stopped  # short of request_output_len: the end id (module docstring)
             if verify:  # (a short answer may be all accepted drafts: the target's own token was the end id)
                 a = 0
                 while a < min(len(draft), len(new)) and draft[a] == new[a]:
                     a += 1
-                stats.steps += 1
-                stats.accepted += a
+                stats.steps += 1  # also a round that answers nothing: its first token was the end id
+                stats.accepted += round_accepted(a, len(new) + ended, ended or stopped or len(out_tokens) >= n)
                 stats.drafted += len(draft)
-            out_tokens.extend(new)
-            yield new
-            # a stop word the round's last token completes leaves it full length: the next round would go on
-            if ended or ends_with_any(prompt + out_tokens, stop):
+            yield new  # empty when the round emitted only the end id: its statistics still go out
+            if ended or stopped:
                 return
