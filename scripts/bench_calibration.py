@@ -36,7 +36,7 @@ from trtspec.perf.options import PerfOptions
 from trtspec.perf.prompts import load_all, load_tokenizer, parse_workloads, render_all
 from trtspec.perf.runner import run_perf
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 from trtspec.tuning import calibrate as cal
 from trtspec.tuning.report import calibration_lines, calibration_table
@@ -84,7 +84,7 @@ def build(work: Path, args) -> tuple[Path, Path, Path]:
 
 
 def sweep(repo: Path, work: Path, args) -> Path:
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=work / "server.log").start(600)
+    server = CpuServer(repo, *server_ports(), log_file=work / "server.log").start(600)
     try:
         run_perf(PerfOptions(url=server.grpc_url, workloads=WORKLOADS, concurrency=args.concurrency,
                              requests=args.requests, blocks=max(1, args.requests // max(args.concurrency)), warmup=1,

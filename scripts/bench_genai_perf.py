@@ -219,13 +219,13 @@ def main() -> int:
     torch.set_num_threads(1)  # this process only sends requests; the server keeps the cores
     from trtspec.perf.genai_perf import export_for_options
     from trtspec.perf.runner import PerfOptions
-    from trtspec.triton_repo.ports import free_port
+    from trtspec.triton_repo.ports import server_ports
     from trtspec.triton_repo.serve import CpuServer
 
     t0 = time.time()
     repo, tok = build_repository(out / "work", K)
     files = write_prompts(out / "work", args.prompts, tok)
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=out / "server.log").start(600)
+    server = CpuServer(repo, *server_ports(), log_file=out / "server.log").start(600)
     rows = []
     try:
         url = server.grpc_url

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trtspec.triton_repo.ports import free_port  # noqa: E402
+from trtspec.triton_repo.ports import server_ports  # noqa: E402
 from trtspec.triton_repo.serve import CpuServer, find_bundle  # noqa: E402
 
 MODEL = "echo"
@@ -144,7 +144,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trtspec-bench-loadgen-") as tmp:
         work = Path(tmp)
         repo = write_repo(work)
-        with CpuServer(repo, free_port(), free_port(), free_port(), log_file=work / "server.log").start(120) as server:
+        with CpuServer(repo, *server_ports(), log_file=work / "server.log").start(120) as server:
             ours = []
             for i in range(args.tries):
                 rate, info = trtspec_rate(server.grpc_url, args.concurrency, args.seconds, args.tokens, work / f"ours{i}",

@@ -35,7 +35,7 @@ from smollm2_repo import build_repository  # noqa: E402
 
 from trtspec.perf.options import PerfOptions  # noqa: E402
 from trtspec.perf.runner import run_perf  # noqa: E402
-from trtspec.triton_repo.ports import free_port  # noqa: E402
+from trtspec.triton_repo.ports import server_ports  # noqa: E402
 from trtspec.triton_repo.serve import CpuServer  # noqa: E402
 from trtspec.workloads import load_workload  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> int:
     out = args.out.resolve()
     repo, _ = build_repository(out / "work", {"chat": args.k})
     prompts = write_prompts(out / "work" / "soak-prompts.jsonl", args.prompts)
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=out / "server.log").start(600)
+    server = CpuServer(repo, *server_ports(), log_file=out / "server.log").start(600)
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
     sampler = threading.Thread(target=sample_memory, args=(server.proc.pid, 5.0, samples, stop), daemon=True)

@@ -17,7 +17,7 @@ import pytest
 from triton_fixtures import cpu_repository, tiny_pair
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.schema import load_results
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 from trtspec.tuning.schema import dump_json
 from trtspec.tuning.tuning_schema import load_tuning
@@ -38,7 +38,7 @@ def test_a_sweep_through_the_server_calibrates_the_tuner(tmp_path):
     for name, texts in PROMPTS.items():
         files[name] = d / f"{name}.jsonl"
         files[name].write_text("".join(json.dumps({"prompt": t, "id": f"{name}{i}"}) + "\n" for i, t in enumerate(texts)))
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(240)
     try:
         run_perf(PerfOptions(url=server.grpc_url, workloads={k: str(v) for k, v in files.items()}, concurrency=[1],
                              requests=2, warmup=0, max_tokens=16, chat=False, progress=False, sweep=True,

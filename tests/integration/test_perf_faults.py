@@ -28,7 +28,7 @@ import pytest
 from cli_helpers import run_cli
 from trtspec.perf.runner import PerfOptions, run_perf
 from trtspec.perf.schema import load_results
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 
 CONFIG = """name: "slow"
@@ -92,7 +92,7 @@ def slow(tmp_path_factory):
     (repo / "trtspec-repo.json").write_text(json.dumps({"flavor": "cpu"}))
     prompts = d / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"hello {i}"}) + "\n" for i in range(5)))
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(120)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(120)
     yield {"server": server, "prompts": prompts}
     server.stop()
 

@@ -14,7 +14,7 @@ from tiny_models import eagle3_dirs, save_tiny_tokenizer
 from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 from trtspec.triton_repo.validate import check_repository
 
@@ -38,7 +38,7 @@ def served(tmp_path_factory):
     make_repository(RepoRequest(tuning=tuning, flavor="cpu", out=repo, ckpt=d / "ckpt", draft_ckpt=d / "bigram_head",
                                 default_workload="chat"))
     assert check_repository(repo) == []
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(240)
     yield {"repo": repo, "url": server.grpc_url,
            "models": load_models(d / "ckpt", tokenizer=False, eagle3_head=d / "bigram_head"),
            "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(d / "ckpt"))}

@@ -13,7 +13,7 @@ from pipeline.test_workload_heads import A, B, fake_cached_head, setup  # noqa: 
 from serve_helpers import procs_mentioning, request, text_of, value
 from trtspec.pipeline.runner import run_recipe
 from trtspec.runtime.generate import load_models, stream_request
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -33,7 +33,7 @@ def served(setup, tmp_path_factory):
         mp.setattr("trtspec.drafts.cache.cached_head", fake_cached_head(setup))
         run_recipe(d / "recipe.yaml", d / "out", until="triton")
     repo = d / "out" / "triton-repo"
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(240)
     yield {"url": server.grpc_url, "out": d / "out", "tok": __import__("transformers").AutoTokenizer
            .from_pretrained(str(setup / "hf"))}
     assert server.stop() == 0

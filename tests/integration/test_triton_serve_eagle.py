@@ -18,7 +18,7 @@ from serve_helpers import MAX_TOKENS, PROMPTS, procs_mentioning, request, text_o
 from triton_fixtures import TREE_A, TREE_B, cpu_repository, tiny_eagle
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.models.serving_rules import label_band
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -31,7 +31,7 @@ def eagle(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_eagle").resolve()
     ckpt = tiny_eagle(d)
     repo, _ = cpu_repository(d, "eagle", ckpt, {"chat": TREE_A, "code": TREE_B}, bands=(1,))
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(240)
     yield {"repo": repo, "url": server.grpc_url, "models": load_models(ckpt, tokenizer=False),
            "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(ckpt))}
     assert server.stop() == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_helpers import DT, PROMPTS, procs_mentioning, start_cli
+from serve_helpers import DT, procs_mentioning, start_cli
 from tests.integration.test_triton_cancel import LONG, small_pair, start_long
 from triton_fixtures import tuning_file
 from trtspec.triton_repo.repo import RepoRequest, make_repository

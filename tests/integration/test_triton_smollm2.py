@@ -15,7 +15,7 @@ from serve_helpers import procs_mentioning, request, text_of, value
 from triton_fixtures import tuning_file
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.triton_repo.repo import RepoRequest, make_repository
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -38,7 +38,7 @@ def smol(smollm2_hf, smollm2_draft_hf, tmp_path_factory):
     prompts = {"chat": tok.apply_chat_template([{"role": "user", "content": "Write a haiku about café crème."}],
                                                add_generation_prompt=True, tokenize=False),
                "code": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"}
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(400)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(400)
     yield {"url": server.grpc_url, "tok": tok, "prompts": prompts, "repo": repo,
            "models": load_models(d / "pair" / "target", d / "pair" / "draft", tokenizer=False)}
     assert server.stop() == 0

@@ -19,7 +19,7 @@ from triton_fixtures import cpu_repository, serve_this_trtspec, tiny_pair
 from trtspec.runtime.generate import load_models, stream_request
 from trtspec.runtime.words import Words
 from trtspec.triton_repo.models.word_rules import word_list_format
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import server_ports
 from trtspec.triton_repo.serve import CpuServer
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -33,7 +33,7 @@ def served(tmp_path_factory):
     d = tmp_path_factory.mktemp("serve_words").resolve()
     pair = tiny_pair(d)
     repo = serve_this_trtspec(cpu_repository(d, "draft-target", pair, DT)[0])
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log",
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log",
                        model_control=True).start(240)  # model control: bls_engine reloads spec_decode
     yield {"url": server.grpc_url, "models": load_models(pair / "target", pair / "draft", tokenizer=False),
            "tok": __import__("transformers").AutoTokenizer.from_pretrained(str(pair / "target"))}

@@ -40,7 +40,7 @@ from trtspec.perf.procs import Processes, shares
 from trtspec.perf.runner import PerfOptions, PerfRunError, run_perf
 from trtspec.perf.sampling import request_seed
 from trtspec.perf.schema import PerfResults, load_results
-from trtspec.triton_repo.ports import free_port
+from trtspec.triton_repo.ports import free_port, server_ports
 from trtspec.triton_repo.serve import CpuServer
 
 from .fake_triton import INFO, FakeTriton
@@ -61,7 +61,7 @@ def served(tmp_path_factory):
     for name, texts in PROMPTS.items():
         files[name] = d / f"{name}.jsonl"
         files[name].write_text("".join(json.dumps({"prompt": t, "id": f"{name}{i}"}) + "\n" for i, t in enumerate(texts)))
-    server = CpuServer(repo, free_port(), free_port(), free_port(), log_file=d / "server.log").start(240)
+    server = CpuServer(repo, *server_ports(), log_file=d / "server.log").start(240)
     yield {"url": server.grpc_url, "tuning": tuning, "files": files, "dir": d}
     server.stop()
 

@@ -40,3 +40,9 @@ def test_an_os_that_only_offers_taken_ports_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(ports, "free_port", lambda: 8001)
     with pytest.raises(TrtspecError, match=r"^triton\.ports\.http: no free port found apart from \[8001, 8002\]; set one$"):
         ports.free_ports({"http": None, "grpc": 8001, "metrics": 8002})
+
+
+def test_server_ports_are_three_different_ones(monkeypatch):
+    """What tests and benchmarks start servers on: three picks of free_port() in a row may repeat."""
+    os_picks(monkeypatch, 41000, 41000, 41001, 41001, 41002)
+    assert ports.server_ports() == (41000, 41001, 41002)

@@ -40,10 +40,10 @@ def moved(tmp_path):
 
 def test_serve_refuses_a_repository_whose_checkpoints_moved(moved):
     from trtspec.errors import TrtspecError
-    from trtspec.triton_repo.ports import free_port
+    from trtspec.triton_repo.ports import server_ports
     from trtspec.triton_repo.serve import CpuServer
 
-    server = CpuServer(moved / "cpu", free_port(), free_port(), free_port(), log_file=moved / "log.txt")
+    server = CpuServer(moved / "cpu", *server_ports(), log_file=moved / "log.txt")
     with pytest.raises(TrtspecError) as e:
         server.start(timeout=60)
     server.stop()

@@ -56,3 +56,10 @@ def check_ports(ports: dict[str, int]) -> None:
         if port_in_use(port):
             raise TrtspecError(f"triton.ports.{name}: {HOST}:{port} is already in use (another server running? "
                                f"pick a free port with triton.ports.{name})")
+
+
+def server_ports() -> tuple[int, int, int]:
+    """(http, grpc, metrics): three free ports, none the same (free_ports), for a server started on
+    picked ports (tests, benchmarks)."""
+    picked = free_ports({"http": None, "grpc": None, "metrics": None})
+    return picked["http"], picked["grpc"], picked["metrics"]
