@@ -240,7 +240,7 @@ def stall_s(records: Sequence[RequestRecord], concurrency: float, open_loop: boo
     long the decode takes: every long gap counts. Open loop (`open_loop`, c = stats.inflight): the
     phases of requests arriving during a decode are rate x its duration, so they shrink with it;
     only the phases already queued when its first token came (the leading streak of long gaps) stay.
-    Against a simulated engine (tests/perf/test_stats.py) counting every gap under-predicts an open
+    Against a simulated engine (tests/perf/test_predictions.py) counting every gap under-predicts an open
     loop by up to 18%, counting none over-predicts by up to 11%, the streak lands within 3%.
 
     Bounded by c - 1 context phases, each at most a TTFT (a client that reads its stream in bursts
@@ -286,7 +286,7 @@ def end_to_end_prediction(step_speedup: float | None, base_ttft_s: float | None,
     Comparing the per-step number with the measured one instead over-predicts every workload with
     long prompts or short answers (scripts/bench_published_setups.py applies the same conversion to
     TensorRT-LLM PR 5146's A6, whose trtllm-bench throughput counts the context phase); leaving the
-    stall out over-predicts long prompts under concurrency (tests/perf/test_stats.py: a simulated
+    stall out over-predicts long prompts under concurrency (tests/perf/test_predictions.py: a simulated
     in-flight-batching engine). None without a step speedup; the step speedup itself without the
     baseline's times."""
     if step_speedup is None or not step_speedup > 0:
