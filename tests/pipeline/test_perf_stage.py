@@ -46,7 +46,7 @@ def test_a_perf_run_cut_short_names_partial_results_that_exist(tmp_path, monkeyp
     with pytest.raises(TrtspecError) as e:
         st.run_perf(ctx)
     kept = ctx.paths.out / "perf.partial" / "results.json"
-    assert str(e.value) == f"{error}; partial results in {kept}"
+    assert str(e.value) == f"{error}; partial results in {kept} (report: trtspec perf-report {kept})"
     assert load_results(kept).error == error and (kept.parent / "requests.csv").is_file()
     assert not ctx.paths.perf.exists()  # no half results where a later run or report reads complete ones
     assert [p.name for p in ctx.paths.out.iterdir()] == ["perf.partial"]  # no temporary left

@@ -221,7 +221,9 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     with tokens to divide by: a baseline that timed out or failed throughout has no rate, and a
     speedup of 0.00x would read as speculation being useless (its errors are the runs' to show).
     Likewise a speculation run without a successful request: it has no rate either (the report's
-    headline shows none), and its parity would read 'consistent' over no outputs at all."""
+    headline shows none), and its parity would read 'consistent' over no outputs at all. And a load
+    point either of whose halves was cut short (`completed: false`): a half-measured speedup is no
+    result (the report says why in its place: perf.incomplete.cut_short)."""
     def key(r: Run):
         return (r.workload, r.concurrency, r.request_rate)
 
@@ -229,7 +231,7 @@ def comparisons(runs: list[Run], tuning=None) -> list[Comparison]:
     out = []
     for r in runs:
         b = base.get(key(r)) if r.speculation else None
-        if b is None or r.summary.requests_ok == 0:
+        if b is None or r.summary.requests_ok == 0 or not (r.completed and b.completed):
             continue
         tps, btps = compared_rates(r, b)
         if btps <= 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .compare import Prediction, comparisons, per_request, recorded_prediction, resampled_requests, served_prediction
+from .incomplete import cut_short
 from .schema import Comparison, Interval, PerfResults, Run
 from .stats import al_ci, pair_up, rate_ci
 
@@ -33,6 +34,7 @@ class Headline:
     acceptance_length_ci: Interval | None = None
     requests: int = 0  # compare.resampled_requests (without a comparison: the smaller run's successes)
     per_request: bool = False  # an open loop's compared rates: tokens / E2E, not tokens / window
+    cut: str | None = None  # why there is no comparison: a half cut short (perf.incomplete.cut_short)
 
 
 def load_label(run) -> str:
@@ -64,6 +66,7 @@ def headlines(results: PerfResults, tuning=None) -> list[Headline]:
         c = measured.get(key) if r.speculation and has_successes(r) and b is not None and has_successes(b) else None
         pred = served_prediction(tuning, r, b if r.speculation else None)
         h = Headline(r.workload, key[1], c, pred if pred is not None else recorded_prediction(stored.get(key)))
+        h.cut = cut_short(r, b) if r.speculation and (b is not None or results.settings.baseline) else None
         if c is not None:
             h.tokens_per_s, h.baseline_tokens_per_s = c.tokens_per_s, c.baseline_tokens_per_s
             h.acceptance_length_ci, h.per_request = c.acceptance_length_ci, per_request(r)

@@ -8,7 +8,9 @@ interval excludes 1 (trtspec.perf.stats.verdict); otherwise it reads "no measura
 does a comparison in which no speculation was served (an A/A control: perf.compare.control_note).
 Everything is derived from results.json (trtspec/perf/schema.py has the metric definitions) and,
 when given, tuning.json. Partial results render: a figure that cannot be drawn is replaced by a
-sentence saying why, so a crashed or interrupted perf run still gets a readable report.
+sentence saying why, so a crashed or interrupted perf run still gets a readable report; one cut short
+opens with a banner (the reason, runs finished of those planned, load points compared) and shows no
+speedup where a half was cut (trtspec.perf.incomplete).
 All strings that came from the user or the server (workload names, errors, URLs) are escaped.
 """
 
@@ -24,6 +26,7 @@ from . import plots
 from .compare import (claim_unit, load_predictions, order_note, predicted_al_pm, prediction_text, ratio_fmt,
                       step_differs)
 from .headline import Headline, has_successes, headlines, load_label, run_ci
+from .incomplete import banner as incomplete_banner, is_partial
 from .sweep import sweep_html
 from .schema import Interval, PerfResults, Run, load_results
 from .stats import prediction_fit, requests_for
@@ -127,6 +130,7 @@ text-align:right} th{background:#f4f4f4} td.l,th.l{text-align:left}
 .big{font-size:1.25em;font-weight:600} .good{color:#1a7f37} .bad{color:#c62828} .muted{color:#777}
 .neutral{color:#222} .ci{font-size:.8em;font-weight:400;color:#777}
 .banner{background:#fff3cd;border:1px solid #e0c060;padding:.6em 1em;margin:1em 0}
+.incomplete{background:#fdecea;border:2px solid #c62828;font-size:1.1em}
 figure{margin:1em 0} figcaption{font-weight:600;margin-bottom:.3em} img{max-width:100%}
 .missing{background:#f6f6f6;border:1px dashed #aaa;padding:1em;color:#555}
 code{background:#f4f4f4;padding:0 .2em} .scroll{overflow-x:auto;max-width:100%}
@@ -167,6 +171,8 @@ def _speed_note(h: Headline) -> str:
     """Verdict, where the prediction lies against the interval, requests for a ±5% claim, and whether
     the order the halves went out in measurably moved TTFT (compare.order_note)."""
     c, p = h.comparison, h.prediction
+    if h.cut:
+        return escape(f"not compared: {h.cut}")
     if c is None:
         return ""
     if c.speedup_ci is None and not c.control:
@@ -286,9 +292,10 @@ def _errors(results: PerfResults) -> str:
 def _parity(results: PerfResults) -> str:
     """Sampled comparisons: the distribution check of speculative vs baseline outputs (perf.parity)."""
     rows = []
+    cut = {(r.workload, load_label(r)) for r in results.runs if not r.completed}
     for c in results.comparisons:
         q = c.parity
-        if q is None:
+        if q is None or (c.workload, load_label(c)) in cut:  # recorded before cut halves were left out
             continue
         verdict = "consistent" if q.consistent else "DIFFERENT"
         rows.append(f'<tr><td class="l">{escape(c.workload)}</td><td class="l">{escape(load_label(c))}</td>'
@@ -324,19 +331,15 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
     """The whole report.html as a string (pure: no files read or written)."""
     heads = headlines(results, tuning)
     st = results.settings
-    banner = ""
-    if not results.completed or any(not r.completed for r in results.runs):
-        why = results.error or next((r.error for r in results.runs if r.error), None) or "no reason recorded"
-        banner = (f'<div class="banner" id="partial">Partial results: not every planned run finished '
-                  f'({escape(why)}). Figures show what was measured.</div>')
+    banner = incomplete_banner(results)
     if not results.runs and results.sweep is None:
         banner += '<div class="banner" id="no-runs">results.json holds no runs.</div>'
     figures = figure_data(results, heads)
     body = [
         f"<h1>trtspec perf: {escape(st.model)}</h1>",
+        banner,
         f'<p class="muted">{escape(st.url)} &middot; {escape(results.created)} &middot; max_tokens {st.max_tokens}'
         f" &middot; {len(results.runs)} runs</p>",
-        banner,
         "<h2>Headline</h2>",
         _headline_table(heads) if heads else '<p class="missing">No runs to summarise.</p>',
         '<p class="muted">speedup = output tokens/s with speculation / without, same workload and load (open loop: per '
@@ -357,7 +360,7 @@ def render_report(results: PerfResults, tuning=None, tuning_path: str | None = N
         "<h2>Settings</h2>", _settings(results, tuning_path),
     ]
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>trtspec perf report: {escape(st.model)}</title><style>{CSS}</style></head><body>\n"
+            f"<title>trtspec perf report{' (incomplete)' if is_partial(results) else ''}: {escape(st.model)}</title><style>{CSS}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

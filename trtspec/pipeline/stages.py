@@ -343,20 +343,22 @@ def run_perf(ctx: Ctx) -> str:
             results = perf(PerfOptions(**p.model_dump(), url=ctx.server.grpc_url,
                                        workloads=dict(ctx.recipe.workloads), tuning=ctx.paths.tuning, out=tmp))
         except PerfRunError as e:
-            raise TrtspecError(f"{e.results.error}; partial results in {_keep_partial(ctx, tmp)}") from None
+            raise TrtspecError(f"{e.results.error}; {_keep_partial(ctx, tmp)}") from None
         except KeyboardInterrupt:
             if (tmp / RESULTS).is_file():
-                ctx.log(f"perf interrupted; partial results in {_keep_partial(ctx, tmp)}")
+                ctx.log(f"perf interrupted; {_keep_partial(ctx, tmp)}")
             raise
     remove_output(ctx.paths.perf_partial)
     return f"{len(results.runs)} runs, {len(results.comparisons)} comparisons"
 
 
-def _keep_partial(ctx: Ctx, tmp: Path) -> Path:
-    """Move the cut run's files (results.json last written, the CSVs with it) to perf.partial/; its results.json."""
+def _keep_partial(ctx: Ctx, tmp: Path) -> str:
+    """Move the cut run's files (results.json last written, the CSVs with it) to perf.partial/; where they
+    are, and the command that renders them (marked incomplete: trtspec.perf.incomplete)."""
     remove_output(ctx.paths.perf_partial)
     os.replace(tmp, ctx.paths.perf_partial)
-    return ctx.paths.perf_partial / RESULTS
+    path = ctx.paths.perf_partial / RESULTS
+    return f"partial results in {path} (report: trtspec perf-report {path})"
 
 
 def run_report(ctx: Ctx) -> str:
