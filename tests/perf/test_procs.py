@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import signal
+import threading
+import time
 from collections import Counter
 
 import pytest
 
+from trtspec.errors import TrtspecError
+from trtspec.perf import procs
+from trtspec.perf.client import ServerGone
 from trtspec.perf.procs import Processes, shares
+from trtspec.perf.runner import _process_error, _reason
 
 from .fake_triton import INFO, FakeTriton
 
@@ -61,3 +69,74 @@ def test_a_multi_process_run_cut_short_keeps_what_every_process_completed():
         results = asyncio.run(cut())
     assert sorted(r.prompt_id for r in results) == ["p0", "p0", "p1", "p1", "p2", "p2"]
     assert all(r.status == "ok" and r.output_tokens == 1 for r in results)
+
+
+def _stuck(ready: str) -> None:
+    """A client process stuck in a call: it ignores the stop event (never looks at it) and SIGTERM."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(ready, "w").close()
+    time.sleep(3600)
+
+
+def test_close_ends_a_process_that_does_not_stop(tmp_path, monkeypatch):
+    """A process that does not end when told to stop (stuck in a gRPC call, say) is terminated, then
+    killed, once close has waited for it; before, close waited for it forever and the run never exited."""
+    monkeypatch.setattr(procs, "CLOSE_WAIT_S", 0.5)
+    monkeypatch.setattr(procs, "KILL_WAIT_S", 0.5)
+    ps, ready = Processes(2), tmp_path / "ready"
+    ps.pool.submit(_stuck, str(ready))
+    children = list(ps.pool._processes.values())  # private (procs.Processes.close says why): the test's own check
+    closer = threading.Thread(target=ps.close, daemon=True)
+    try:
+        for _ in range(600):  # the process started and ignores SIGTERM
+            if ready.exists():
+                break
+            time.sleep(0.1)
+        assert ready.exists()
+        closer.start()
+        closer.join(60.0)
+        assert not closer.is_alive(), "close() did not return"
+        assert children and not any(p.is_alive() for p in children)
+    finally:
+        for p in children:
+            if p.is_alive():
+                p.kill()
+        if closer.is_alive():
+            closer.join()
+
+
+def test_ctrl_c_reaching_one_process_stops_the_run_as_an_interruption():
+    """SIGINT to one client process only (on a terminal Ctrl-C reaches them all, the parent too): it
+    stops the others as well, every process hands back what it completed, and the parent takes the
+    reason as an interruption, the way a Ctrl-C in the parent reads, not as a lost server. Before, the
+    other process went on waiting on its held request and the parent raised ServerGone("interrupted")."""
+    prompts = [(f"p{i}", "ok", "w", []) for i in range(3)] + [("p3", "hang", "w", [])]  # each process: 3 ok, 1 held
+
+    async def interrupt_one() -> tuple:
+        ps = Processes(2)
+        try:
+            split = shares(2, fake.url, INFO, prompts, None, 1, 300.0, True, 2, 8, None, None, 0, 0)
+            results: list = []
+            run = asyncio.ensure_future(ps.run(split, results))
+            held = await asyncio.get_running_loop().run_in_executor(None, fake.wait_held, 2, 60.0)
+            assert held
+            os.kill(next(iter(ps.pool._processes)), signal.SIGINT)
+            return await asyncio.wait_for(run, 60.0), results
+        finally:
+            ps.close()
+
+    with FakeTriton() as fake:
+        reason, results = asyncio.run(interrupt_one())
+    assert reason == procs.INTERRUPTED
+    assert sorted(r.prompt_id for r in results) == ["p0", "p0", "p1", "p1", "p2", "p2"]
+
+
+@pytest.mark.parametrize("reason,kind,text", [
+    (procs.INTERRUPTED, KeyboardInterrupt, "interrupted"),
+    (f"{procs.LATE_START} within 120 s", TrtspecError, f"{procs.LATE_START} within 120 s"),
+    ("lost the connection to the server at x", ServerGone, "lost the connection to the server at x")])
+def test_a_process_reason_is_raised_as_what_it_is(reason, kind, text):
+    """runner._process_error: a process's Ctrl-C is an interruption (the KeyboardInterrupt the parent's
+    own Ctrl-C is, and the run's error reads the same), only a lost connection is ServerGone."""
+    e = _process_error(reason)
+    assert type(e) is kind and _reason(e) == text

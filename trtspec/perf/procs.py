@@ -21,6 +21,13 @@ cancelled) or by one process failing sets a shared stop event; each process then
 measurement and returns the requests it completed the usual way (the executor's return value: a
 list of Result dataclasses and a reason), so the cut run keeps them as a single process keeps its
 own. The parent waits STOP_WAIT_S for them at most (requests in flight are cancelled, not waited for).
+Ctrl-C reaching a process (on a terminal it reaches the whole process group) stops the whole run the
+same way: that process sets the stop event for the others and returns INTERRUPTED, which the parent
+reports as an interruption, not as a lost server (runner._process_error).
+
+Closing (`Processes.close`, once per invocation) tells the processes to stop, waits CLOSE_WAIT_S for
+them to end, then terminates (and, past that, kills) any still alive: one stuck in a gRPC call or
+ignoring the stop event must not hang the invocation at its exit.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -35,6 +43,10 @@ from . import client, load
 
 BARRIER_TIMEOUT_S = 120.0
 STOP_WAIT_S = 10.0  # how long a cut run waits for the processes to hand back what they completed
+CLOSE_WAIT_S = 5.0  # how long close() waits for the processes to end before terminating them
+KILL_WAIT_S = 2.0  # then how long for a terminated one before it is killed
+INTERRUPTED = "interrupted"  # the reason a process stopped by the parent, or by Ctrl-C, returns
+LATE_START = "the client processes did not all reach the start"  # the reason after BARRIER_TIMEOUT_S
 
 _shared: dict = {}
 
@@ -110,11 +122,14 @@ async def _share(s: Share) -> tuple[list[client.Result], str | None]:
     except client.ServerGone as e:
         return results, str(e)
     except threading.BrokenBarrierError:
-        if _shared["stop"].is_set():  # the parent broke the barrier to stop the run
-            return results, "interrupted"
-        return results, f"the client processes did not all reach the start within {BARRIER_TIMEOUT_S:.0f} s"
-    except asyncio.CancelledError:  # stopped by the parent (_count), or Ctrl-C reached this process too
-        return results, "interrupted"
+        if _shared["stop"].is_set():  # the parent (or an interrupted process) broke the barrier to stop the run
+            return results, INTERRUPTED
+        return results, f"{LATE_START} within {BARRIER_TIMEOUT_S:.0f} s"
+    except asyncio.CancelledError:  # stopped by the parent (_count), or Ctrl-C reached this process
+        if not _shared["stop"].is_set():  # Ctrl-C, maybe here only: the others stop too, none waits at the start
+            _shared["stop"].set()
+            _shared["barrier"].abort()
+        return results, INTERRUPTED
     finally:
         ticker.cancel()
         counts[s.slot] = len(results)
@@ -152,6 +167,7 @@ class Processes:
         for i in range(self.n):
             self.counts[i] = 0
         self.stop.clear()
+        self.barrier.reset()  # left broken by a run that was stopped
         futures = [self.pool.submit(run_share, s) for s in shares]
         try:
             await asyncio.gather(*[asyncio.wrap_future(f) for f in futures])
@@ -167,7 +183,24 @@ class Processes:
         return errors[0] if errors else None
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the processes and end them, in bounded time (module docstring): an idle process ends at
+        once, one still running a share is told to stop, and one that does not end is terminated."""
+        self.stop.set()
+        self.barrier.abort()
+        # ProcessPoolExecutor has no public handle on its processes (nor a bounded shutdown): `_processes`
+        # ({pid: Process}, CPython 3.8-3.13) is private, hence the guard; without it the processes are
+        # only asked to end, not waited for, so close still returns.
+        children = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)  # idle processes get their exit sentinel
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for p in children:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for end in ("terminate", "kill"):  # SIGTERM, then SIGKILL for one that ignores it
+            alive = [p for p in children if p.is_alive()]
+            for p in alive:
+                getattr(p, end)()
+            for p in alive:
+                p.join(KILL_WAIT_S)
 
 
 def shares(n: int, url: str, info, prompts, speculation, max_tokens: int, timeout_s: float, counted: bool,

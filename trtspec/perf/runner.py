@@ -163,13 +163,24 @@ async def _measure_procs(ps, shares, plan, concurrency, rate, results, progress,
         async with guard(guard_s(plan, concurrency, rate) + procs.BARRIER_TIMEOUT_S):
             error = await ps.run(shares, results)
         if error:
-            raise client.ServerGone(error)
+            raise _process_error(error)
     finally:
         if results:
             clock["start"] = min(r.start for r in results)
         if ticker is not None:
             ticker.cancel()
             progress.update(task, completed=ps.done())
+
+
+def _process_error(reason: str) -> BaseException:
+    """What a client process's reason for stopping early is in the parent: Ctrl-C reaching that process
+    (procs.INTERRUPTED) an interruption, as Ctrl-C in the parent is (_reason); a process that did not
+    reach the start in time a plain error; anything else the lost server it reports (client.ServerGone)."""
+    if reason == procs.INTERRUPTED:
+        return KeyboardInterrupt()
+    if reason.startswith(procs.LATE_START):
+        return TrtspecError(reason)
+    return client.ServerGone(reason)
 
 
 async def _tick(progress, task, done) -> None:
