@@ -89,7 +89,7 @@ def test_check_counts_gpu_device_ids_against_the_engine_ranks(tp2_repo, tmp_path
 
 
 def _plan(kv_tokens: int, per_seq: int = 8200) -> MemoryPlan:
-    m = ModelMemory("tensorrt_llm", "/e", 0, 0, bm.RUNTIME_OVERHEAD_BYTES, 65536, per_seq, [0, 1],
+    m = ModelMemory("tensorrt_llm", "/e", [0], 0, bm.RUNTIME_OVERHEAD_BYTES, [65536], per_seq, [0, 1],
                     kv_tokens=kv_tokens, kv_gpu=1)
     return MemoryPlan("h100", 0, [m], [GpuMemory(0, ["tensorrt_llm"], 1, 1), GpuMemory(1, ["tensorrt_llm"], 1, 1)],
                       False)

@@ -53,21 +53,25 @@ def gpu_device_ids(art: Artifact, orchestrator: bool) -> str:
 class ModelMemory:
     model: str
     engine: str
-    weights_bytes: int   # per rank (builders.memory's rule, rank 0); under pp the largest stage's
+    stage_weights_bytes: list[int]  # per rank of each pipeline stage (builders.memory's rule; one stage at pp 1)
     activation_bytes: int
     overhead_bytes: int
-    kv_bytes_per_token: int  # per rank; under pp the largest stage's
+    stage_kv_bytes_per_token: list[int]  # per rank of each pipeline stage
     kv_tokens_per_sequence: int  # upstream.trtllm.kv_tokens_per_sequence of the engine's limits
     gpus: list[int] = field(default_factory=list)
     kv_tokens: int = 0  # max_tokens_in_paged_kv_cache we give it
     kv_gpu: int = 0     # the GPU whose memory bounds kv_tokens
     kv_fraction: float = trtllm.KV_CACHE_FREE_GPU_MEMORY_FRACTION  # kv_cache_free_gpu_mem_fraction we give it
-    stage_weights_bytes: list[int] = field(default_factory=list)  # per pipeline stage (default: one stage)
-    stage_kv_bytes_per_token: list[int] = field(default_factory=list)
 
-    def __post_init__(self):
-        self.stage_weights_bytes = self.stage_weights_bytes or [self.weights_bytes]
-        self.stage_kv_bytes_per_token = self.stage_kv_bytes_per_token or [self.kv_bytes_per_token]
+    @property
+    def weights_bytes(self) -> int:
+        """Per rank; under pp the fullest stage's."""
+        return max(self.stage_weights_bytes)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Per rank; under pp the largest stage's."""
+        return max(self.stage_kv_bytes_per_token)
 
     def stage(self, gpu: int) -> int:
         """The pipeline stage of the rank on `gpu` (engine_gpus: rank r on GPU r)."""
@@ -110,7 +114,8 @@ class MemoryPlan:
     def to_dict(self) -> dict:
         d = asdict(self)
         for m, md in zip(self.models, d["models"]):
-            md["instance_bytes"] = m.instance_bytes
+            md.update(weights_bytes=m.weights_bytes, kv_bytes_per_token=m.kv_bytes_per_token,
+                      instance_bytes=m.instance_bytes)
         d["free_after_load_bytes"] = self.tightest.free_after_load_bytes  # the README's summary line
         d["kv_pool_bytes"] = self.tightest.kv_pool_bytes
         d["tightest_gpu"] = self.tightest.gpu
@@ -124,8 +129,8 @@ def _model(name: str, art: Artifact) -> ModelMemory:
     per_seq = trtllm.kv_tokens_per_sequence(max_seq, attention_window(art), int(art.build.get("max_input_len") or max_seq))
     weights = [bm.checkpoint_weight_bytes(ck, s) for s in range(ck.pp)]
     kv = [bm.kv_bytes_per_token(ck, s) for s in range(ck.pp)]
-    return ModelMemory(name, str(art.path), max(weights), activations, bm.RUNTIME_OVERHEAD_BYTES, max(kv), per_seq,
-                       engine_gpus(art), stage_weights_bytes=weights, stage_kv_bytes_per_token=kv)
+    return ModelMemory(name, str(art.path), weights, activations, bm.RUNTIME_OVERHEAD_BYTES, kv, per_seq,
+                       engine_gpus(art))
 
 
 def _blocks(pool: float, per_token: int) -> int:
