@@ -44,23 +44,31 @@ def test_a_closed_loops_requests_follow_the_workers_so_the_run_keeps_its_concurr
     assert sent == Counter(f"p{i % 5}" for i in range(requests))
 
 
+HELD = [(f"p{i}", "ok", "w", []) for i in range(3)] + [("p3", "hang", "w", [])]  # each process: 3 ok, 1 held
+
+
+async def held_run(ps: Processes, fake, timeout_s: float) -> tuple[asyncio.Future, list]:
+    """Two processes sending HELD, started and waited on until each has its last request held by the
+    stand-in server (3 answered each): the run task and the list its results land in."""
+    split = shares(2, fake.url, INFO, HELD, None, 1, timeout_s, True, 2, 8, None, None, 0, 0)
+    results: list = []
+    run = asyncio.ensure_future(ps.run(split, results))
+    assert await asyncio.get_running_loop().run_in_executor(None, fake.wait_held, 2, 60.0)
+    return run, results
+
+
 def test_a_multi_process_run_cut_short_keeps_what_every_process_completed():
     """Cut (the run guard or Ctrl-C cancels the parent's task) while each of two processes waits on a
     request the server never answers: the 3 requests each had completed come back all the same, as
     a single process keeps its own; before, the processes' results were dropped with the task."""
-    prompts = [(f"p{i}", "ok", "w", []) for i in range(3)] + [("p3", "hang", "w", [])]  # each process: 3 ok, 1 held
-
     async def cut() -> list:
         ps = Processes(2)
         try:
-            split = shares(2, fake.url, INFO, prompts, None, 1, 10.0, True, 2, 8, None, None, 0, 0)
-            results: list = []
-            run = asyncio.ensure_future(ps.run(split, results))
-            held = await asyncio.get_running_loop().run_in_executor(None, fake.wait_held, 2, 60.0)
+            run, results = await held_run(ps, fake, 10.0)
             run.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await run
-            assert held and fake.answered == 6
+            assert fake.answered == 6
             return results
         finally:
             ps.close()
@@ -110,16 +118,10 @@ def test_ctrl_c_reaching_one_process_stops_the_run_as_an_interruption():
     stops the others as well, every process hands back what it completed, and the parent takes the
     reason as an interruption, the way a Ctrl-C in the parent reads, not as a lost server. Before, the
     other process went on waiting on its held request and the parent raised ServerGone("interrupted")."""
-    prompts = [(f"p{i}", "ok", "w", []) for i in range(3)] + [("p3", "hang", "w", [])]  # each process: 3 ok, 1 held
-
     async def interrupt_one() -> tuple:
         ps = Processes(2)
         try:
-            split = shares(2, fake.url, INFO, prompts, None, 1, 300.0, True, 2, 8, None, None, 0, 0)
-            results: list = []
-            run = asyncio.ensure_future(ps.run(split, results))
-            held = await asyncio.get_running_loop().run_in_executor(None, fake.wait_held, 2, 60.0)
-            assert held
+            run, results = await held_run(ps, fake, 300.0)
             os.kill(next(iter(ps.pool._processes)), signal.SIGINT)
             return await asyncio.wait_for(run, 60.0), results
         finally:
