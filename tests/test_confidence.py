@@ -31,3 +31,15 @@ def test_pm_text_says_unknown_and_measured_zero_and_leaves_only_the_exact_bare()
     assert pm_text(None) == " ±?"
     assert pm_text(0.0) == " ±0.00"
     assert pm_text(0.0, exact=True) == pm_text(None, exact=True) == ""
+
+
+def test_interval_text_is_the_interval_or_unknown():
+    """The one interval-in-text rule the summary, the sweep lines and report.html share."""
+    from types import SimpleNamespace
+
+    from trtspec.confidence import interval_text
+
+    ci = SimpleNamespace(low=0.0123, high=0.0456)
+    assert interval_text(ci, ".1f", 1e3) == "[12.3, 45.6]"
+    assert interval_text(SimpleNamespace(low=0.9, high=1.3), ".2f", suffix="x") == "[0.90x, 1.30x]"
+    assert interval_text(None, ".2f") == "±?"

@@ -26,3 +26,12 @@ def pm_text(se: float | None, exact: bool = False) -> str:
     if exact:
         return ""
     return UNKNOWN_PM if se is None else f" ±{Z95 * se:.2f}"
+
+
+def interval_text(ci, spec: str, scale: float = 1.0, suffix: str = "") -> str:
+    """'[0.85, 1.47]' (an Interval's low and high, each times `scale`, formatted by `spec` and followed
+    by `suffix`), or '±?' where there is none (one request: nothing to resample). The one rule for a
+    measured value's interval in text, the terminal's and report.html's alike."""
+    if ci is None:
+        return UNKNOWN_PM.strip()
+    return f"[{ci.low * scale:{spec}}{suffix}, {ci.high * scale:{spec}}{suffix}]"

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..confidence import pm_text
+from ..confidence import interval_text, pm_text
 from ..options import Sampling
 from ..triton_repo.models.serving_rules import band_concurrency, label_band, pick_band
 from .order import gap_note, order_label, ttft_gap
@@ -305,8 +305,7 @@ def ratio_fmt(ci) -> str:
 
 def ci_text(ci, fmt: str | None = None, suffix: str = "x") -> str:
     """'[0.85x, 1.47x]', or '-' without an interval; fmt default: ratio_fmt's."""
-    fmt = fmt or ratio_fmt(ci)
-    return "-" if ci is None else f"[{ci.low:{fmt}}{suffix}, {ci.high:{fmt}}{suffix}]"
+    return "-" if ci is None else interval_text(ci, fmt or ratio_fmt(ci), suffix=suffix)
 
 
 def speedup_line(c: Comparison) -> str:

@@ -20,7 +20,7 @@ import base64
 from html import escape
 from pathlib import Path
 
-from ..confidence import UNKNOWN_PM
+from ..confidence import interval_text
 from ..fsutil import write_text_atomic
 from . import plots
 from .compare import (claim_unit, load_predictions, order_note, predicted_al_pm, prediction_text, ratio_fmt,
@@ -145,14 +145,12 @@ def _ms(v) -> str:
     return _num(None if v is None else v * 1e3, "{:.1f}")
 
 
-def _ci(value, ci: Interval | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
-    """The 95% interval after a measured value; '±?' where it has none (one successful request: no
-    spread to resample), so that it does not read as exact; nothing after no value."""
+def _ci(value, ci: Interval | None, spec: str = ".1f", suffix: str = "") -> str:
+    """The 95% interval after a measured value; '±?' where it has none (confidence.interval_text),
+    so that it does not read as exact; nothing after no value."""
     if value is None:
         return ""
-    if ci is None:
-        return f' <span class="ci">{UNKNOWN_PM.strip()}</span>'
-    return f' <span class="ci">[{escape(fmt.format(ci.low) + suffix)}, {escape(fmt.format(ci.high) + suffix)}]</span>'
+    return f' <span class="ci">{escape(interval_text(ci, spec, suffix=suffix))}</span>'
 
 
 VERDICT_CLASS = {"faster": "good", "slower": "bad"}  # no measurable difference: neutral, never a win or loss
@@ -219,10 +217,10 @@ def _headline_table(heads: list[Headline]) -> str:
             f'{_per(h)}</td><td data-k="baseline_tokens_per_s">{_num(h.baseline_tokens_per_s)}'
             f'{_ci(h.baseline_tokens_per_s, h.baseline_tokens_per_s_ci)}{_per(h)}</td>'
             f'<td class="big{_speed_cls(h)}" data-k="speedup">{_num(_speedup(h), "{:.2f}", "x")}'
-            f'{_ci(_speedup(h), c and c.speedup_ci, "{:" + ratio_fmt(c and c.speedup_ci) + "}", "x")}</td>'
+            f'{_ci(_speedup(h), c and c.speedup_ci, ratio_fmt(c and c.speedup_ci), "x")}</td>'
             f'<td data-k="predicted_speedup">{_num(p.speedup, "{:.2f}", "x")}{_per_step(h)}</td>'
             f'<td data-k="acceptance_length">{_num(h.acceptance_length, "{:.2f}")}'
-            f'{_ci(h.acceptance_length, h.acceptance_length_ci, "{:.2f}")}</td>'
+            f'{_ci(h.acceptance_length, h.acceptance_length_ci, ".2f")}</td>'
             f'<td data-k="predicted_acceptance_length">{_num(p.acceptance_length, "{:.2f}")}{_pm(h)}</td>'
             f'<td data-k="predicted_draft_len">{_num(p.draft_len, "{}")}</td>'
             f'<td class="l" data-k="verdict">{_speed_note(h)}</td></tr>')

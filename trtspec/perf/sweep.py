@@ -32,7 +32,7 @@ from typing import Sequence
 from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
 
-from ..confidence import UNKNOWN_PM
+from ..confidence import interval_text
 from ..errors import TrtspecError
 from ..triton_repo.models.serving_rules import (CHAIN_MODES, SWEEP_K, SWEEP_MODEL, SWEEP_NGRAM, chain_setting,
                                                  served_models)
@@ -161,24 +161,20 @@ def sweep_lines(sweep: Sweep) -> list[str]:
     out = []
     for run in sweep.runs:
         s = run.summary
-        tci = s.tokens_per_s_ci
-        aci = run.acceptance_length_ci
-        al = f"{s.acceptance_length:.2f}" if s.acceptance_length else "-"
-        al += (f" [{aci.low:.2f}, {aci.high:.2f}]" if aci else UNKNOWN_PM) if s.acceptance_length else ""
+        al = (f"{s.acceptance_length:.2f} " + interval_text(run.acceptance_length_ci, ".2f")
+              if s.acceptance_length else "-")
         itl = f"{s.itl_s.mean * 1e3:.1f} ms" if s.itl_s.mean is not None else "-"
-        tps = f"{s.output_tokens_per_s:8.1f}" + (f" [{tci.low:.1f}, {tci.high:.1f}]" if tci else UNKNOWN_PM)
+        tps = f"{s.output_tokens_per_s:8.1f} " + interval_text(s.tokens_per_s_ci, ".1f")
         out.append(f"sweep {run.workload:<10} c={run.concurrency:<3} {run.setting.label:<18} {tps} tok/s  "
                    f"AL {al}  ITL {itl}  errors {s.errors} timeouts {s.timeouts}")
     return out
 
 
-def _cell(v: float | None, ci: Interval | None, fmt: str, scale: float = 1.0) -> str:
-    """A value with its 95% interval, '±?' where it has none (one request: nothing to resample)."""
+def _cell(v: float | None, ci: Interval | None, spec: str, scale: float = 1.0) -> str:
+    """A value with its 95% interval, '±?' where it has none (confidence.interval_text)."""
     if v is None:
         return "<td>-</td>"
-    text = fmt.format(v * scale) + (f" [{fmt.format(ci.low * scale)}, {fmt.format(ci.high * scale)}]" if ci
-                                    else UNKNOWN_PM)
-    return f"<td>{escape(text)}</td>"
+    return f"<td>{escape(f'{v * scale:{spec}} ' + interval_text(ci, spec, scale))}</td>"
 
 
 def sweep_html(sweep: Sweep) -> str:
@@ -193,9 +189,9 @@ def sweep_html(sweep: Sweep) -> str:
         place = "|".join(str(p + 1) for p in r.sent_place or []) or "-"
         rows.append(f'<tr><td class="l">{escape(r.workload)}</td><td>{r.concurrency}</td>'
                     f'<td class="l">{escape(r.setting.label)}</td><td>{s.requests_ok}</td><td>{s.errors + s.timeouts}</td>'
-                    + _cell(s.output_tokens_per_s, s.tokens_per_s_ci, "{:.1f}")
-                    + _cell(s.acceptance_length, r.acceptance_length_ci, "{:.2f}")
-                    + _cell(s.itl_s.mean, s.itl_mean_ci_s, "{:.1f}", 1e3)
+                    + _cell(s.output_tokens_per_s, s.tokens_per_s_ci, ".1f")
+                    + _cell(s.acceptance_length, r.acceptance_length_ci, ".2f")
+                    + _cell(s.itl_s.mean, s.itl_mean_ci_s, ".1f", 1e3)
                     + (f"<td>{place}</td>" if placed else "") + "</tr>")
     note = ('<p class="muted">Every setting the repository serves (trtspec/perf/sweep.py); '
             "<code>trtspec tune --calibrate results.json</code> fits the step-time model to these points."

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..confidence import PM_MEANS, UNKNOWN_PM
+from ..confidence import PM_MEANS, UNKNOWN_PM, interval_text
 from ..perf.compare import VERDICT_STYLE, ci_text, predicted_al_pm, speedup_line
 from ..perf.headline import load_label, run_ci
 from ..perf.schema import load_results
@@ -114,4 +114,4 @@ def with_ci(x: float | None, ci, spec: str) -> str:
     for the table to fit 100 columns); '±?' where it has none (one successful request), '-' unmeasured."""
     if x is None:
         return "-"
-    return format(x, spec) + ("\n" + ci_text(ci, spec, suffix="") if ci is not None else UNKNOWN_PM)
+    return format(x, spec) + ("\n" if ci is not None else " ") + interval_text(ci, spec)
